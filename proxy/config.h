@@ -1,0 +1,147 @@
+/*
+ * config.h - the YAML configuration as plain structs (CONTRACT section 3).
+ *
+ * Parsed in three passes, twemproxy-style: structure (libyaml document with
+ * line marks), typed setters into fields that start "unset", then defaults
+ * and cross-field checks. These structs are read-only once loaded; runtime
+ * objects (listeners, connections) live elsewhere and point into them.
+ */
+#ifndef IDEM_CONFIG_H
+#define IDEM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* HTTP methods a route may protect, as a bit set. */
+enum method_bit {
+    METHOD_GET = 1u << 0,
+    METHOD_HEAD = 1u << 1,
+    METHOD_POST = 1u << 2,
+    METHOD_PUT = 1u << 3,
+    METHOD_PATCH = 1u << 4,
+    METHOD_DELETE = 1u << 5,
+    METHOD_OPTIONS = 1u << 6,
+};
+
+enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
+enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
+enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
+enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
+
+/* Where a webhook route takes its idempotency key from (CONTRACT section 8). */
+enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
+enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
+
+#define CONFIG_MAX_SCOPE_HEADERS 8
+#define CONFIG_MAX_RELEASE_STATUSES 16
+#define CONFIG_MAX_SECRETS 2
+
+/* Everything a route decides; `defaults:` fills one, each route copies and overrides it. */
+struct route_policy {
+    char *key_header;               /* "Idempotency-Key"; owned */
+    unsigned methods;               /* enum method_bit set */
+    bool require_key;
+    size_t key_max_length;          /* bytes, after unquoting */
+    enum fingerprint_mode fingerprint;
+    char *scope_headers[CONFIG_MAX_SCOPE_HEADERS]; /* owned */
+    size_t n_scope_headers;
+    uint64_t lease_ms;
+    uint64_t retention_ms;
+    enum in_flight_mode in_flight;
+    uint64_t wait_timeout_ms;
+    int mismatch_status;            /* 409 or 422 */
+    int release_statuses[CONFIG_MAX_RELEASE_STATUSES];
+    size_t n_release_statuses;
+    enum ambiguous_mode on_ambiguous;
+    enum store_error_mode on_store_error;
+    /* webhook receivers */
+    enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
+    char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
+    enum verify_scheme verify;
+    char *secrets[CONFIG_MAX_SECRETS]; /* owned, after ${VAR} expansion */
+    size_t n_secrets;
+};
+
+struct route {
+    char *path;                     /* pattern without the trailing '*'; owned */
+    size_t path_len;                /* bytes of path */
+    bool prefix;                    /* pattern ended in '*' */
+    int line;                       /* where it was defined, for messages */
+    struct route_policy policy;
+};
+
+struct endpoint {
+    char *host;                     /* owned, IPv6 without brackets; NULL when disabled */
+    uint16_t port;
+};
+
+struct config {
+    struct endpoint listen;
+    struct endpoint admin_listen;   /* host NULL: admin listener disabled */
+
+    char *upstream_url;             /* as written; owned */
+    char *upstream_base;            /* scheme://host:port[/path] without a trailing '/'
+                                       (http://localhost for a unix socket); owned */
+    char *upstream_unix_path;       /* unix socket, or NULL; owned */
+    uint64_t upstream_connect_timeout_ms;
+    uint64_t upstream_timeout_ms;
+
+    char *redis_url;                /* as written; may hold the password: never log it; owned */
+    char *redis_host;               /* TCP host, or NULL for a unix socket; owned */
+    uint16_t redis_port;            /* 0 for a unix socket */
+    char *redis_unix_path;          /* owned or NULL */
+    int redis_db;
+    char *redis_password;           /* owned or NULL (empty counts as none) */
+    char *key_prefix;               /* owned */
+    uint64_t redis_timeout_ms;
+
+    size_t max_request_body;        /* bytes */
+    size_t max_stored_response;     /* bytes */
+
+    struct route_policy defaults;
+    struct route *routes;           /* owned array */
+    size_t n_routes;
+};
+
+/*
+ * Load and check FILE into *cfg (zeroed by the callee first). Returns 0;
+ * keys the file leaves out take the CONTRACT section 3 defaults, and each
+ * route inherits `defaults:` key by key (a webhook route with key_from
+ * defaults to fingerprint none). Release with config_deinit.
+ * On error returns -1, leaves *cfg empty, and writes one line into err
+ * (errlen bytes, truncated to fit) of the form "FILE:LINE: what is wrong"
+ * ("FILE: ..." when no line applies, e.g. the file cannot be read).
+ * ${VAR} in strings is expanded from the environment (unset -> empty).
+ */
+int config_load(struct config *cfg, const char *file, char *err, size_t errlen);
+
+/* Same from a memory buffer; name is used in messages. For unit tests. */
+int config_load_string(struct config *cfg, const char *yaml, size_t len,
+                       const char *name, char *err, size_t errlen);
+
+/* Free everything config_load allocated; safe on a zeroed or failed config. */
+void config_deinit(struct config *cfg);
+
+/*
+ * The first route whose pattern matches path (path only, no query);
+ * NULL when none does (then the request is a plain pass-through, section 4.1).
+ * A pattern matches exactly, or, when it ended in '*', every path that starts
+ * with the rest ("/v1/payments*" matches /v1/payments, /v1/payments/1 and
+ * /v1/paymentsX). Case-sensitive, no decoding. Returned pointer is owned by cfg.
+ */
+const struct route *config_match_route(const struct config *cfg, const char *path);
+
+/* The method_bit for an HTTP method name, or 0 if unknown. Case-sensitive (RFC 9110 9.1). */
+unsigned config_method_bit(const char *name);
+
+/*
+ * Parse "250ms", "30s", "5m", "24h", "7d" into milliseconds: a whole number
+ * and a required unit, no sign or spaces, at most INT64_MAX ms. Returns 0 or -1.
+ * Parse "512B", "64KiB", "1MiB", "1GiB" into bytes (powers of 1024), at most
+ * SIZE_MAX. Returns 0 or -1 (*out untouched on -1 for both).
+ */
+int config_parse_duration_ms(const char *text, uint64_t *out_ms);
+int config_parse_size(const char *text, size_t *out_bytes);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * decide.h - what to do with a request whose claim found an existing record.
+ * Pure: the table of CONTRACT sections 5 and 6, unit-tested case by case.
+ */
+#ifndef IDEM_DECIDE_H
+#define IDEM_DECIDE_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "record.h"
+
+enum decision {
+    DECIDE_REPLAY,            /* finished record, same fingerprint: stored answer */
+    DECIDE_MISMATCH,          /* same key, other fingerprint: mismatch_status (draft 2.7) */
+    DECIDE_WAIT,              /* live claim, in_flight: wait -> poll until it finishes */
+    DECIDE_REJECT_IN_FLIGHT,  /* live claim, in_flight: reject -> 409 + Retry-After (draft 2.7) */
+    DECIDE_OUTCOME_UNKNOWN,   /* ambiguous record, or expired lease under on_ambiguous: hold */
+    DECIDE_NOT_REPLAYABLE,    /* tombstone: executed, answer too large to store */
+    DECIDE_TAKEOVER,          /* expired lease under on_ambiguous: release -> claim it again */
+};
+
+/*
+ * Decide for an existing record rec, the request's fingerprint fp (hex),
+ * the wall clock now_ms and the route policy. A mismatch wins over every
+ * state (CONTRACT 5: "whatever the record's state").
+ */
+enum decision decide_existing(const struct record *rec, const char *fp, uint64_t now_ms,
+                              const struct route_policy *policy);
+
+/* Stable lowercase name for logs and metrics. Static string. */
+const char *decision_name(enum decision d);
+
+#endif

@@ -1,0 +1,919 @@
+/*
+ * exchange.c - the request state machine.
+ *
+ *   NEW --classify--> PASSING ----------------------------------> (answer)
+ *    |                  ^ on_store_error: pass
+ *    +--claim--> CLAIMING --won--> FORWARDING --> RECORDING ----> (answer)
+ *                  |  ^                 (lease renewed meanwhile)
+ *                  |  +-- TAKEOVER (expired lease, on_ambiguous: release)
+ *                  +--existing--> replay | mismatch | outcome unknown | ...
+ *                  +--in flight--> WAITING --poll/wake--> CLAIMING again
+ *
+ * `pending` counts the callbacks that can still reach the exchange (store
+ * commands, the upstream call); it is freed once it has answered and
+ * pending is 0. The client may be gone by then: evhttp keeps the request
+ * until we reply and frees it in evhttp_send_reply.
+ */
+#include "exchange.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "config.h"
+#include "decide.h"
+#include "fingerprint.h"
+#include "headers.h"
+#include "key.h"
+#include "log.h"
+#include "problem.h"
+#include "record.h"
+#include "server.h"
+#include "store.h"
+#include "upstream.h"
+
+#define EXCHANGE_POLL_MIN_MS 10
+#define EXCHANGE_POLL_MAX_MS 250
+#define EXCHANGE_KEY_MAX 4096
+#define EXCHANGE_RECORD_KEY_MAX 256
+
+enum exchange_state {
+    X_NEW,
+    X_PASSING,      /* forwarded unprotected */
+    X_CLAIMING,     /* SET NX / takeover / re-read in flight */
+    X_WAITING,      /* another request holds the claim */
+    X_FORWARDING,   /* we own the claim; upstream call in flight */
+    X_RECORDING,    /* upstream answered; writing the record */
+    X_ANSWERED,
+};
+
+struct exchange {
+    struct worker *w;
+    struct evhttp_request *req;         /* NULL once answered */
+    enum exchange_state state;
+    const struct route *route;
+    const struct route_policy *policy;
+    const char *method;                 /* static string */
+    char *target;                       /* path with query, as received; owned */
+    struct evbuffer *body;              /* the request body, moved from evhttp; owned */
+    const char *body_bytes;             /* contiguous view of body */
+    size_t body_len;                    /* bytes */
+    char client_addr[64];
+
+    char record_key[EXCHANGE_RECORD_KEY_MAX];
+    char record_id[RECORD_ID_HEX_LEN + 1];
+    char fingerprint[FINGERPRINT_HEX_LEN + 1];
+    char owner[33];
+    uint64_t created_ms;
+
+    unsigned pending;                   /* callbacks that can still reach us */
+    struct event lease_timer;
+    struct event wait_timer;
+    bool timers_assigned;
+    uint64_t wait_deadline_ms;
+    unsigned poll_delay_ms;
+    bool waiting_listed;
+    bool waited;
+    TAILQ_ENTRY(exchange) wait_link;
+
+    /* the upstream answer, kept while the record is written */
+    int resp_status;
+    struct evkeyvalq resp_headers;
+    struct evbuffer *resp_body;
+
+    const char *outcome;                /* for the access log */
+    int status;
+    double upstream_ms;
+    struct timeval started;
+};
+
+static void exchange_claim(struct exchange *x);
+static void exchange_forward(struct exchange *x);
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+static void exchange_free(struct exchange *x)
+{
+    if (x->timers_assigned) {
+        event_del(&x->lease_timer);
+        event_del(&x->wait_timer);
+    }
+    if (x->waiting_listed)
+        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
+    evhttp_clear_headers(&x->resp_headers);
+    if (x->resp_body != NULL)
+        evbuffer_free(x->resp_body);
+    if (x->body != NULL)
+        evbuffer_free(x->body);
+    free(x->target);
+    x->w->active--;
+    free(x);
+}
+
+/* Drop one pending callback's hold; frees the exchange when nothing else can reach it. */
+static void exchange_unref(struct exchange *x)
+{
+    x->pending--;
+    if (x->state == X_ANSWERED && x->pending == 0)
+        exchange_free(x);
+}
+
+static double exchange_elapsed_ms(const struct exchange *x)
+{
+    struct timeval now, d;
+
+    gettimeofday(&now, NULL);
+    timersub(&now, &x->started, &d);
+    return (double)d.tv_sec * 1000.0 + (double)d.tv_usec / 1000.0;
+}
+
+static void exchange_log(const struct exchange *x)
+{
+    const struct evhttp_uri *uri = NULL;
+    const char *path = NULL;
+    json_t *entry;
+
+    if (x->req != NULL)
+        uri = evhttp_request_get_evhttp_uri(x->req);
+    if (uri != NULL)
+        path = evhttp_uri_get_path(uri);
+    entry = json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:s?, s:f, s:f}",
+                      "route", x->route != NULL ? x->route->path : NULL,
+                      "method", x->method,
+                      "path", path,
+                      "outcome", x->outcome != NULL ? x->outcome : "unknown",
+                      "status", x->status,
+                      "record_id", x->record_id[0] != '\0' ? x->record_id : NULL,
+                      "upstream_ms", x->upstream_ms,
+                      "total_ms", exchange_elapsed_ms(x));
+    if (entry != NULL)
+        log_access(entry);
+}
+
+/* Send the answer; exactly once per exchange. Takes ownership of body (may be NULL). */
+static void exchange_reply(struct exchange *x, int status, struct evbuffer *body)
+{
+    if (x->state == X_ANSWERED) {
+        log_msg(LOG_ERROR, "exchange %s: second answer suppressed", x->record_id);
+        if (body != NULL)
+            evbuffer_free(body);
+        return;
+    }
+    x->status = status;
+    exchange_log(x);
+    evhttp_send_reply(x->req, status, NULL, body);
+    if (body != NULL)
+        evbuffer_free(body);
+    x->req = NULL;
+    x->state = X_ANSWERED;
+    if (x->waiting_listed) {
+        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
+        x->waiting_listed = false;
+    }
+    if (x->pending == 0)
+        exchange_free(x);
+}
+
+/* An RFC 9457 answer. retry_after_s > 0 adds Retry-After; replayed adds Idempotent-Replayed. */
+static void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
+                             int retry_after_s, bool replayed)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
+    struct evbuffer *body = evbuffer_new();
+    size_t len = 0;
+    char *json = problem_json(p, status, detail, &len);
+
+    if (x->outcome == NULL)
+        x->outcome = problem_slug(p);
+    evhttp_add_header(out, "Content-Type", PROBLEM_CONTENT_TYPE);
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    if (retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", retry_after_s);
+        evhttp_add_header(out, "Retry-After", v);
+    }
+    if (replayed)
+        evhttp_add_header(out, "Idempotent-Replayed", "true");
+    if (body != NULL && json != NULL)
+        evbuffer_add(body, json, len);
+    free(json);
+    exchange_reply(x, status, body);
+}
+
+/* ---- answering with an upstream or a stored response ------------------- */
+
+static void exchange_copy_response_headers(struct exchange *x, const struct evkeyvalq *from)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
+    const char *connection = evhttp_find_header(from, "Connection");
+    const struct evkeyval *h;
+
+    TAILQ_FOREACH(h, from, next) {
+        if (header_is_hop_by_hop(h->key) || strcasecmp(h->key, "Content-Length") == 0 ||
+            header_named_by_connection(connection, h->key))
+            continue;
+        evhttp_add_header(out, h->key, h->value);
+    }
+}
+
+/* Answer with the upstream response kept in x (first execution or pass-through). */
+static void exchange_reply_upstream(struct exchange *x)
+{
+    struct evbuffer *body = x->resp_body;
+
+    exchange_copy_response_headers(x, &x->resp_headers);
+    x->resp_body = NULL;
+    exchange_reply(x, x->resp_status, body);
+}
+
+/* Replay a finished record (CONTRACT 5: stored status, headers, body; fresh Content-Length). */
+static void exchange_reply_replay(struct exchange *x, const struct record *rec)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
+    struct evbuffer *body = evbuffer_new();
+    char name[256];
+
+    for (size_t i = 0; i < rec->n_headers; i++) {
+        const struct record_field *f = &rec->headers[i];
+        char *value = strndup(f->value, f->value_len);
+        if (f->name_len >= sizeof(name) || value == NULL) {
+            free(value);
+            continue;
+        }
+        memcpy(name, f->name, f->name_len);
+        name[f->name_len] = '\0';
+        evhttp_add_header(out, name, value);
+        free(value);
+    }
+    evhttp_add_header(out, "Idempotent-Replayed", "true");
+    if (body != NULL)
+        evbuffer_add(body, rec->body, rec->body_len);
+    x->outcome = "replayed";
+    exchange_reply(x, rec->status, body);
+}
+
+/* ---- Redis failure policy --------------------------------------------- */
+
+static void exchange_store_failed(struct exchange *x, enum store_status st)
+{
+    const char *why = st == STORE_TIMEOUT ? "the idempotency store did not answer in time"
+                                          : "the idempotency store is unavailable";
+
+    log_msg(LOG_WARN, "exchange %s: store %s", x->record_id,
+            st == STORE_TIMEOUT ? "timeout" : st == STORE_ERROR ? "error" : "unavailable");
+    if (x->policy->on_store_error == STORE_ERROR_PASS) {
+        x->outcome = "store_error_passed";
+        x->state = X_PASSING;
+        exchange_forward(x);
+        return;
+    }
+    x->outcome = "store_error";
+    exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503, why, 1, false);
+}
+
+/* ---- records we write -------------------------------------------------- */
+
+/* Encode a record into a malloc'd buffer; NULL on failure. */
+static char *exchange_encode(const struct record *rec, size_t *len)
+{
+    char *buf = malloc(record_encoded_size(rec));
+
+    if (buf == NULL)
+        return NULL;
+    *len = record_encode(rec, buf);
+    if (*len == 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void exchange_record_init(const struct exchange *x, struct record *rec,
+                                 enum record_state state)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->state = state;
+    memcpy(rec->owner, x->owner, sizeof(rec->owner));
+    memcpy(rec->fingerprint, x->fingerprint, sizeof(rec->fingerprint));
+    rec->created_ms = x->created_ms;
+}
+
+/* The claim value: state C with a lease deadline of now + lease. */
+static char *exchange_claim_value(const struct exchange *x, size_t *len)
+{
+    struct record rec;
+
+    exchange_record_init(x, &rec, RECORD_CLAIMED);
+    rec.lease_deadline_ms = worker_now_ms() + x->policy->lease_ms;
+    return exchange_encode(&rec, len);
+}
+
+/* ---- lease renewal ----------------------------------------------------- */
+
+static void exchange_on_renewed(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK)
+        log_msg(LOG_WARN, "exchange %s: lease renewal failed", x->record_id);
+    else if (!applied)
+        log_msg(LOG_WARN, "exchange %s: lease lost: another request took the record over",
+                x->record_id);
+    exchange_unref(x);
+}
+
+static void exchange_lease_interval(const struct exchange *x, struct timeval *tv)
+{
+    uint64_t ms = x->policy->lease_ms / 3;
+
+    if (ms < 10)
+        ms = 10;
+    tv->tv_sec = (time_t)(ms / 1000);
+    tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+}
+
+static void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct exchange *x = arg;
+    struct timeval tv;
+    size_t len;
+    char *value;
+
+    (void)fd;
+    (void)what;
+    if (x->state != X_FORWARDING)
+        return;
+    value = exchange_claim_value(x, &len);
+    if (value != NULL) {
+        x->pending++;
+        store_replace_owned(x->w->store, x->record_key, x->owner, value, len, 0,
+                            exchange_on_renewed, x);
+        free(value);
+    }
+    exchange_lease_interval(x, &tv);
+    evtimer_add(&x->lease_timer, &tv);
+}
+
+/* ---- after the upstream answered: record, then answer ------------------ */
+
+static bool exchange_status_releases(const struct exchange *x, int status)
+{
+    for (size_t i = 0; i < x->policy->n_release_statuses; i++)
+        if (x->policy->release_statuses[i] == status)
+            return true;
+    return false;
+}
+
+/* The record write finished (or failed): answer with what the upstream said. */
+static void exchange_on_recorded(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK)
+        log_msg(LOG_ERROR, "exchange %s: the answer could not be recorded; the claim stays "
+                "until its lease ends", x->record_id);
+    else if (!applied)
+        log_msg(LOG_WARN, "exchange %s: record no longer ours; answer not recorded",
+                x->record_id);
+    exchange_wake_waiters(x->w, x->record_key);
+    if (x->state == X_RECORDING)
+        exchange_reply_upstream(x);
+    exchange_unref(x);
+}
+
+/* The claim was released or marked unknown after an upstream failure: answer the problem. */
+struct exchange_failure {
+    enum problem problem;
+    const char *detail;
+};
+
+static void exchange_on_failure_recorded(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)applied;
+    if (st != STORE_OK)
+        log_msg(LOG_ERROR, "exchange %s: could not update the record after an upstream failure",
+                x->record_id);
+    exchange_wake_waiters(x->w, x->record_key);
+    if (x->state == X_RECORDING) {
+        enum problem p = x->resp_status == 504 ? PROBLEM_UPSTREAM_TIMEOUT
+                                               : PROBLEM_UPSTREAM_UNAVAILABLE;
+        exchange_problem(x, p, x->resp_status,
+                         p == PROBLEM_UPSTREAM_TIMEOUT ? "the upstream did not answer in time"
+                                                       : "the upstream could not be reached or "
+                                                         "broke off its answer",
+                         0, false);
+    }
+    exchange_unref(x);
+}
+
+static void exchange_record_answer(struct exchange *x)
+{
+    struct record rec;
+    const struct evkeyval *h;
+    const char *connection = evhttp_find_header(&x->resp_headers, "Connection");
+    size_t body_len = evbuffer_get_length(x->resp_body), len;
+    char *value;
+
+    exchange_record_init(x, &rec, RECORD_DONE);
+    rec.completed_ms = worker_now_ms();
+    rec.status = x->resp_status;
+    if (body_len > x->w->cfg->max_stored_response) {
+        /* Executed, but too large to keep: retries must learn that, not execute again. */
+        rec.state = RECORD_TOMBSTONE;
+        x->outcome = "forwarded_not_stored";
+    } else {
+        TAILQ_FOREACH(h, &x->resp_headers, next) {
+            if (!header_is_stored(h->key) || header_named_by_connection(connection, h->key))
+                continue;
+            if (rec.n_headers == RECORD_MAX_HEADERS) {
+                rec.state = RECORD_TOMBSTONE;
+                break;
+            }
+            rec.headers[rec.n_headers++] = (struct record_field){
+                h->key, strlen(h->key), h->value, strlen(h->value)
+            };
+        }
+        if (rec.state == RECORD_TOMBSTONE) {
+            rec.n_headers = 0;
+            x->outcome = "forwarded_not_stored";
+        } else {
+            rec.body = (const char *)evbuffer_pullup(x->resp_body, -1);
+            rec.body_len = body_len;
+            x->outcome = "forwarded";
+        }
+    }
+    value = exchange_encode(&rec, &len);
+    x->state = X_RECORDING;
+    if (value == NULL) {
+        log_msg(LOG_ERROR, "exchange %s: cannot encode the record", x->record_id);
+        exchange_reply_upstream(x);
+        return;
+    }
+    x->pending++;
+    store_replace_owned(x->w->store, x->record_key, x->owner, value, len,
+                        x->policy->retention_ms, exchange_on_recorded, x);
+    free(value);
+}
+
+/* Upstream failed after the claim. Release, or keep an outcome-unknown record. */
+static void exchange_record_failure(struct exchange *x, enum upstream_outcome outcome)
+{
+    bool release = outcome == UPSTREAM_NOT_SENT || x->policy->on_ambiguous == AMBIGUOUS_RELEASE;
+
+    x->state = X_RECORDING;
+    x->resp_status = outcome == UPSTREAM_TIMEOUT ? 504 : 502;
+    x->outcome = outcome == UPSTREAM_NOT_SENT ? "upstream_unavailable"
+               : release                      ? "ambiguous_released"
+                                              : "ambiguous_held";
+    if (release) {
+        x->pending++;
+        store_release_owned(x->w->store, x->record_key, x->owner, exchange_on_failure_recorded,
+                            x);
+    } else {
+        struct record rec;
+        size_t len = 0;
+        char *value;
+        exchange_record_init(x, &rec, RECORD_UNKNOWN);
+        rec.completed_ms = worker_now_ms();
+        value = exchange_encode(&rec, &len);
+        /* Unencodable is harmless here: the claim's lease runs out, which reads the same. */
+        x->pending++;
+        if (value == NULL)
+            exchange_on_failure_recorded(STORE_ERROR, false, x);
+        else
+            store_replace_owned(x->w->store, x->record_key, x->owner, value, len,
+                                x->policy->retention_ms, exchange_on_failure_recorded, x);
+        free(value);
+    }
+}
+
+static void exchange_on_released_after_answer(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)applied;
+    if (st != STORE_OK)
+        log_msg(LOG_WARN, "exchange %s: release failed; the claim ends with its lease",
+                x->record_id);
+    exchange_wake_waiters(x->w, x->record_key);
+    if (x->state == X_RECORDING)
+        exchange_reply_upstream(x);
+    exchange_unref(x);
+}
+
+static void exchange_on_upstream(enum upstream_outcome outcome,
+                                 const struct upstream_response *resp, const char *detail,
+                                 double upstream_ms, void *arg)
+{
+    struct exchange *x = arg;
+
+    x->upstream_ms = upstream_ms;
+    if (x->timers_assigned)
+        event_del(&x->lease_timer);
+    if (outcome == UPSTREAM_ANSWERED) {
+        const struct evkeyval *h;
+        x->resp_status = resp->status;
+        TAILQ_FOREACH(h, resp->headers, next)
+            evhttp_add_header(&x->resp_headers, h->key, h->value);
+        x->resp_body = evbuffer_new();
+        evbuffer_add_buffer(x->resp_body, resp->body);
+    } else {
+        log_msg(LOG_WARN, "exchange %s: upstream: %s", x->record_id[0] ? x->record_id : "-",
+                detail);
+    }
+
+    if (x->state == X_PASSING) {
+        if (outcome == UPSTREAM_ANSWERED) {
+            if (x->outcome == NULL)
+                x->outcome = "passed";
+            exchange_reply_upstream(x);
+        } else {
+            exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
+                                                            : PROBLEM_UPSTREAM_UNAVAILABLE,
+                             outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
+        }
+    } else if (outcome != UPSTREAM_ANSWERED) {
+        exchange_record_failure(x, outcome);
+    } else if (exchange_status_releases(x, x->resp_status)) {
+        /* The upstream said it did nothing (e.g. 503): forget the key, the retry executes. */
+        x->state = X_RECORDING;
+        x->outcome = "released";
+        x->pending++;
+        store_release_owned(x->w->store, x->record_key, x->owner,
+                            exchange_on_released_after_answer, x);
+    } else {
+        exchange_record_answer(x);
+    }
+    exchange_unref(x);
+}
+
+/* Send the request upstream: protected (we hold the claim) or passing. */
+static void exchange_forward(struct exchange *x)
+{
+    if (x->state == X_FORWARDING) {
+        struct timeval tv;
+        exchange_lease_interval(x, &tv);
+        evtimer_add(&x->lease_timer, &tv);
+    }
+    x->pending++;
+    if (upstream_send(x->w->upstream, x->method, x->target,
+                      evhttp_request_get_input_headers(x->req), x->client_addr, x->body_bytes,
+                      x->body_len, exchange_on_upstream, x) != 0) {
+        x->pending--;
+        log_msg(LOG_ERROR, "exchange %s: cannot start the upstream call", x->record_id);
+        if (x->state == X_FORWARDING) {
+            event_del(&x->lease_timer);
+            exchange_record_failure(x, UPSTREAM_NOT_SENT);
+        } else {
+            exchange_problem(x, PROBLEM_UPSTREAM_UNAVAILABLE, 502, "cannot reach the upstream",
+                             0, false);
+        }
+    }
+}
+
+/* ---- waiting for another request's answer ------------------------------ */
+
+static void exchange_wait(struct exchange *x)
+{
+    uint64_t now = worker_now_ms();
+    struct timeval tv;
+
+    if (!x->waited) {
+        x->waited = true;
+        x->wait_deadline_ms = now + x->policy->wait_timeout_ms;
+        x->poll_delay_ms = EXCHANGE_POLL_MIN_MS;
+    }
+    if (now >= x->wait_deadline_ms) {
+        x->outcome = "wait_timeout";
+        exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
+                         "a request with this idempotency key is still in progress; retry later",
+                         1, false);
+        return;
+    }
+    x->state = X_WAITING;
+    if (!x->waiting_listed) {
+        TAILQ_INSERT_TAIL(&x->w->waiters, x, wait_link);
+        x->waiting_listed = true;
+    }
+    /* bounded exponential backoff, never past the deadline */
+    uint64_t delay = x->poll_delay_ms;
+    if (now + delay > x->wait_deadline_ms)
+        delay = x->wait_deadline_ms - now;
+    x->poll_delay_ms = x->poll_delay_ms * 2 > EXCHANGE_POLL_MAX_MS ? EXCHANGE_POLL_MAX_MS
+                                                                   : x->poll_delay_ms * 2;
+    tv.tv_sec = (time_t)(delay / 1000);
+    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
+    evtimer_add(&x->wait_timer, &tv);
+}
+
+static void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)fd;
+    (void)what;
+    event_del(&x->wait_timer); /* a wake-up may have run it early */
+    if (x->state != X_WAITING)
+        return;
+    if (x->waiting_listed) {
+        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
+        x->waiting_listed = false;
+    }
+    exchange_claim(x); /* the record may be gone (released): claim it again, else read it */
+}
+
+void exchange_wake_waiters(struct worker *w, const char *record_key)
+{
+    struct exchange *x;
+
+    TAILQ_FOREACH(x, &w->waiters, wait_link)
+        if (x->state == X_WAITING && strcmp(x->record_key, record_key) == 0)
+            event_active(&x->wait_timer, EV_TIMEOUT, 0);
+}
+
+/* ---- the claim and what an existing record means ----------------------- */
+
+static void exchange_on_takeover(enum store_status st, bool applied, void *arg);
+
+static void exchange_on_existing(struct exchange *x, const char *value, size_t len)
+{
+    struct record rec;
+    char detail[160];
+
+    if (record_decode(value, len, &rec) != 0) {
+        log_msg(LOG_ERROR, "exchange %s: the stored record is malformed", x->record_id);
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    switch (decide_existing(&rec, x->fingerprint, worker_now_ms(), x->policy)) {
+    case DECIDE_REPLAY:
+        exchange_reply_replay(x, &rec);
+        return;
+    case DECIDE_MISMATCH:
+        x->outcome = "mismatch";
+        exchange_problem(x, PROBLEM_KEY_REUSE_MISMATCH, x->policy->mismatch_status,
+                         "this idempotency key was already used with a different request "
+                         "(method, path, query or body)",
+                         0, false);
+        return;
+    case DECIDE_WAIT:
+        exchange_wait(x);
+        return;
+    case DECIDE_REJECT_IN_FLIGHT:
+        x->outcome = "in_flight_rejected";
+        exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
+                         "a request with this idempotency key is in progress; retry later", 1,
+                         false);
+        return;
+    case DECIDE_OUTCOME_UNKNOWN:
+        x->outcome = "outcome_unknown";
+        exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
+                         "the original request was sent upstream but its outcome is unknown; "
+                         "an operator must check and purge the record",
+                         0, true);
+        return;
+    case DECIDE_NOT_REPLAYABLE:
+        snprintf(detail, sizeof(detail),
+                 "the original request was executed (upstream status %d) but its response was "
+                 "too large to store; it will not be executed again",
+                 rec.status);
+        x->outcome = "not_replayable";
+        exchange_problem(x, PROBLEM_RESPONSE_NOT_REPLAYABLE, 502, detail, 0, true);
+        return;
+    case DECIDE_TAKEOVER: {
+        size_t claim_len;
+        char *claim = exchange_claim_value(x, &claim_len);
+        if (claim == NULL) {
+            exchange_store_failed(x, STORE_ERROR);
+            return;
+        }
+        x->state = X_CLAIMING;
+        x->pending++;
+        store_takeover(x->w->store, x->record_key, value, len, claim, claim_len,
+                       x->policy->retention_ms, exchange_on_takeover, x);
+        free(claim);
+        return;
+    }
+    }
+}
+
+static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK) {
+        exchange_store_failed(x, st);
+    } else if (value == NULL) {
+        x->state = X_FORWARDING;
+        exchange_forward(x);
+    } else {
+        exchange_on_existing(x, value, len);
+    }
+    exchange_unref(x);
+}
+
+static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK) {
+        exchange_store_failed(x, st);
+    } else if (applied) {
+        log_msg(LOG_WARN, "exchange %s: took over a record whose lease expired", x->record_id);
+        x->state = X_FORWARDING;
+        exchange_forward(x);
+    } else {
+        exchange_claim(x); /* it changed under us: look again */
+    }
+    exchange_unref(x);
+}
+
+static void exchange_claim(struct exchange *x)
+{
+    size_t len;
+    char *value = exchange_claim_value(x, &len);
+
+    if (value == NULL) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    x->state = X_CLAIMING;
+    x->pending++;
+    store_claim(x->w->store, x->record_key, value, len, x->policy->retention_ms,
+                exchange_on_claim, x);
+    free(value);
+}
+
+/* ---- classification (CONTRACT 4) --------------------------------------- */
+
+static const char *exchange_method_name(enum evhttp_cmd_type cmd)
+{
+    switch (cmd) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    }
+    return "GET";
+}
+
+/* The key header's value; *count says how many lines carried it (two is an error). */
+static const char *exchange_key_header(const struct evkeyvalq *headers, const char *name,
+                                       int *count)
+{
+    const struct evkeyval *h;
+    const char *value = NULL;
+
+    *count = 0;
+    TAILQ_FOREACH(h, headers, next) {
+        if (strcasecmp(h->key, name) == 0) {
+            (*count)++;
+            value = h->value;
+        }
+    }
+    return value;
+}
+
+/* Fill record_id and record_key from route, scope header values and the key. */
+static void exchange_identify(struct exchange *x, const struct evkeyvalq *headers,
+                              const char *key, size_t key_len)
+{
+    const char *scope[CONFIG_MAX_SCOPE_HEADERS];
+
+    for (size_t i = 0; i < x->policy->n_scope_headers; i++)
+        scope[i] = evhttp_find_header(headers, x->policy->scope_headers[i]);
+    record_id_compute(x->route->path, scope, x->policy->n_scope_headers, key, key_len,
+                      x->record_id);
+    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->w->cfg->key_prefix,
+             x->record_id);
+}
+
+static struct exchange *exchange_create(struct worker *w, struct evhttp_request *req)
+{
+    struct exchange *x = calloc(1, sizeof(*x));
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    const char *target = evhttp_request_get_uri(req);
+
+    if (x == NULL)
+        return NULL;
+    x->w = w;
+    x->req = req;
+    x->state = X_NEW;
+    gettimeofday(&x->started, NULL);
+    x->method = exchange_method_name(evhttp_request_get_command(req));
+    x->target = strdup(target != NULL ? target : "/");
+    TAILQ_INIT(&x->resp_headers);
+    x->body = evbuffer_new();
+    if (x->target == NULL || x->body == NULL) {
+        free(x->target);
+        if (x->body != NULL)
+            evbuffer_free(x->body);
+        free(x);
+        return NULL;
+    }
+    evbuffer_add_buffer(x->body, evhttp_request_get_input_buffer(req));
+    x->body_len = evbuffer_get_length(x->body);
+    x->body_bytes = x->body_len > 0 ? (const char *)evbuffer_pullup(x->body, -1) : NULL;
+    if (conn != NULL) {
+        char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(conn, &addr, &port);
+        if (addr != NULL)
+            snprintf(x->client_addr, sizeof(x->client_addr), "%s", addr);
+    }
+    evtimer_assign(&x->lease_timer, w->base, exchange_on_lease_timer, x);
+    evtimer_assign(&x->wait_timer, w->base, exchange_on_wait_timer, x);
+    x->timers_assigned = true;
+    w->active++;
+    return x;
+}
+
+void exchange_handle(struct evhttp_request *req, void *arg)
+{
+    struct worker *w = arg;
+    const struct config *cfg = w->cfg;
+    struct exchange *x = exchange_create(w, req);
+    const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+    const char *raw_key;
+    char key[EXCHANGE_KEY_MAX];
+    size_t key_len = 0;
+    int key_lines;
+    enum key_status ks;
+
+    if (x == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    if (x->body_len > cfg->max_request_body) {
+        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
+                         "the request body is larger than the configured limit", 0, false);
+        return;
+    }
+    x->route = config_match_route(cfg, path != NULL && path[0] != '\0' ? path : "/");
+    if (x->route == NULL ||
+        !(x->route->policy.methods & config_method_bit(x->method))) {
+        x->route = NULL;
+        x->outcome = "passed";
+        x->state = X_PASSING;
+        exchange_forward(x);
+        return;
+    }
+    x->policy = &x->route->policy;
+
+    raw_key = exchange_key_header(headers, x->policy->key_header, &key_lines);
+    if (key_lines == 0) {
+        if (x->policy->require_key) {
+            exchange_problem(x, PROBLEM_MISSING_KEY, 400,
+                             "this route requires an idempotency key header", 0, false);
+            return;
+        }
+        x->outcome = "unprotected";
+        x->state = X_PASSING;
+        exchange_forward(x);
+        return;
+    }
+    if (key_lines > 1) {
+        exchange_problem(x, PROBLEM_INVALID_KEY, 400,
+                         "the idempotency key header appears more than once", 0, false);
+        return;
+    }
+    ks = key_parse(raw_key, x->policy->key_max_length, key,
+                   sizeof(key) < x->policy->key_max_length + 1 ? sizeof(key)
+                                                               : x->policy->key_max_length + 1,
+                   &key_len);
+    if (ks != KEY_OK) {
+        exchange_problem(x, PROBLEM_INVALID_KEY, 400, key_status_reason(ks), 0, false);
+        return;
+    }
+
+    exchange_identify(x, headers, key, key_len);
+    if (x->policy->fingerprint == FINGERPRINT_REQUEST)
+        fingerprint_request(x->method, x->target, x->body_bytes, x->body_len, x->fingerprint);
+    else
+        fingerprint_none(x->fingerprint);
+    if (owner_token_create(x->owner) != 0) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    x->created_ms = worker_now_ms();
+    exchange_claim(x);
+}

@@ -1,0 +1,41 @@
+/*
+ * fingerprint.h - request fingerprints and record ids.
+ *
+ * The fingerprint tells "same request" from "same key, different request"
+ * (draft-ietf-httpapi-idempotency-key-header-06 section 2.4). The record id
+ * names the Redis record of one idempotency key in one scope (CONTRACT 5).
+ */
+#ifndef IDEM_FINGERPRINT_H
+#define IDEM_FINGERPRINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FINGERPRINT_HEX_LEN 32 /* chars, without the NUL */
+#define RECORD_ID_HEX_LEN 32
+
+/*
+ * XXH3-128 over method, request-target (path with query) and the raw body
+ * bytes (binary-safe; body may be NULL when len is 0). Writes 32 lowercase hex
+ * chars and a NUL into hex (caller-owned, FINGERPRINT_HEX_LEN + 1 bytes).
+ */
+void fingerprint_request(const char *method, const char *target, const void *body, size_t len,
+                         char *hex);
+
+/* The fingerprint of routes with `fingerprint: none`: all zeros, matches itself. */
+void fingerprint_none(char *hex);
+
+/*
+ * The record id: SHA-256 (truncated to 128 bits) over the route pattern, the
+ * scope header values (absent and empty differ) and the key bytes. A
+ * cryptographic hash, so a client cannot craft a key that lands on another
+ * scope's record; the raw key never reaches Redis or the logs.
+ * scope_values[i] may be NULL (header absent). hex: RECORD_ID_HEX_LEN + 1 bytes.
+ */
+void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
+                       const char *key, size_t key_len, char *hex);
+
+/* 128 random bits from the OS as 32 hex chars + NUL: a claim's owner token. Returns 0 / -1. */
+int owner_token_create(char *hex);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * headers.h - which header fields cross the proxy, and which are stored.
+ */
+#ifndef IDEM_HEADERS_H
+#define IDEM_HEADERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/*
+ * Hop-by-hop fields (RFC 9110 section 7.6.1): Connection, Keep-Alive, TE,
+ * Trailer, Transfer-Encoding, Upgrade, and every Proxy-* field. Case-insensitive.
+ */
+bool header_is_hop_by_hop(const char *name);
+
+/*
+ * True when name is one of the comma-separated field names in a Connection
+ * header value (RFC 9110 7.6.1: those are hop-by-hop too). connection may be NULL.
+ */
+bool header_named_by_connection(const char *connection, const char *name);
+
+/*
+ * Whether an upstream response field is stored in the record and replayed
+ * (CONTRACT 5): not hop-by-hop, not Set-Cookie or WWW-Authenticate, not
+ * Content-Length (recomputed on replay), not Idempotent-Replayed (ours).
+ */
+bool header_is_stored(const char *name);
+
+/*
+ * Whether a client request field is forwarded upstream: not hop-by-hop, not
+ * Content-Length or Expect (the upstream client frames the body itself).
+ */
+bool header_is_forwarded(const char *name);
+
+#endif

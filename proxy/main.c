@@ -1,0 +1,136 @@
+/*
+ * main.c - command line (CONTRACT 2), signals, the event loop.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <event2/event.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+#include "upstream.h"
+
+/* Longest a SIGTERM drain waits for in-flight exchanges beyond the upstream timeout. */
+#define MAIN_DRAIN_SLACK_MS 5000
+
+struct main_state {
+    struct event_base *base;
+    struct worker worker;
+    struct event *drain_timer;
+    uint64_t drain_deadline_ms;
+};
+
+static void main_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: idempotency-proxy -c FILE       run with the YAML configuration FILE\n"
+            "       idempotency-proxy -t -c FILE    check FILE and exit (0 ok, 1 error)\n"
+            "       idempotency-proxy -V            print the version\n"
+            "       idempotency-proxy -h            this help\n");
+}
+
+static void main_on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct main_state *m = arg;
+
+    (void)fd;
+    (void)what;
+    if (m->worker.active == 0) {
+        log_msg(LOG_INFO, "drained; exiting");
+        event_base_loopexit(m->base, NULL);
+    } else if (worker_now_ms() >= m->drain_deadline_ms) {
+        log_msg(LOG_WARN, "drain time is up with %u requests in flight; exiting",
+                m->worker.active);
+        event_base_loopexit(m->base, NULL);
+    }
+}
+
+static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct main_state *m = arg;
+    struct timeval tick = { 0, 50 * 1000 };
+
+    (void)what;
+    if (m->drain_timer != NULL)
+        return;
+    log_msg(LOG_INFO, "%s: draining %u requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            m->worker.active);
+    worker_stop_accepting(&m->worker);
+    m->drain_deadline_ms = worker_now_ms() + m->worker.cfg->upstream_timeout_ms + MAIN_DRAIN_SLACK_MS;
+    m->drain_timer = event_new(m->base, -1, EV_PERSIST, main_on_drain_tick, m);
+    event_add(m->drain_timer, &tick);
+    main_on_drain_tick(-1, 0, m);
+}
+
+int main(int argc, char **argv)
+{
+    const char *file = NULL;
+    bool test_only = false;
+    struct config cfg;
+    struct main_state m;
+    struct event *sigterm, *sigint;
+    char err[1024];
+    int opt;
+
+    while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
+        switch (opt) {
+        case 'c': file = optarg; break;
+        case 't': test_only = true; break;
+        case 'V': printf("idempotency-proxy %s\n", IDEM_VERSION); return 0;
+        case 'h': main_usage(stdout); return 0;
+        default: main_usage(stderr); return 2;
+        }
+    }
+    if (file == NULL || optind != argc) {
+        main_usage(stderr);
+        return 2;
+    }
+    if (config_load(&cfg, file, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: %s\n", err);
+        return 1;
+    }
+    if (test_only) {
+        printf("configuration OK\n");
+        config_deinit(&cfg);
+        return 0;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
+        return 1;
+    }
+    memset(&m, 0, sizeof(m));
+    m.base = event_base_new();
+    if (m.base == NULL || worker_init(&m.worker, m.base, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: %s\n", m.base == NULL ? "cannot create the event loop" : err);
+        if (m.base != NULL)
+            event_base_free(m.base);
+        config_deinit(&cfg);
+        curl_global_cleanup();
+        return 1;
+    }
+    sigterm = evsignal_new(m.base, SIGTERM, main_on_stop_signal, &m);
+    sigint = evsignal_new(m.base, SIGINT, main_on_stop_signal, &m);
+    event_add(sigterm, NULL);
+    event_add(sigint, NULL);
+    log_msg(LOG_INFO, "listening on %s:%u, upstream %s, %zu routes", cfg.listen.host,
+            cfg.listen.port, cfg.upstream_url, cfg.n_routes);
+
+    event_base_dispatch(m.base);
+
+    event_free(sigterm);
+    event_free(sigint);
+    if (m.drain_timer != NULL)
+        event_free(m.drain_timer);
+    worker_deinit(&m.worker);
+    event_base_free(m.base);
+    config_deinit(&cfg);
+    curl_global_cleanup();
+    return 0;
+}

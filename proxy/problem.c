@@ -1,0 +1,60 @@
+/*
+ * problem.c - RFC 9457 documents, built with jansson.
+ */
+#include "problem.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+static const struct problem_kind {
+    const char *slug;
+    int status;
+    const char *title;
+} problem_kinds[PROBLEM_COUNT] = {
+    [PROBLEM_MISSING_KEY] = { "missing-key", 400, "Idempotency key required" },
+    [PROBLEM_INVALID_KEY] = { "invalid-key", 400, "Invalid idempotency key" },
+    [PROBLEM_BODY_TOO_LARGE] = { "body-too-large", 413, "Request body too large" },
+    [PROBLEM_KEY_REUSE_MISMATCH] = { "key-reuse-mismatch", 409,
+                                     "Idempotency key reused with a different request" },
+    [PROBLEM_REQUEST_IN_PROGRESS] = { "request-in-progress", 409,
+                                      "A request with this idempotency key is in progress" },
+    [PROBLEM_OUTCOME_UNKNOWN] = { "outcome-unknown", 502,
+                                  "Outcome of the original request is unknown" },
+    [PROBLEM_STORE_UNAVAILABLE] = { "store-unavailable", 503,
+                                    "Idempotency store unavailable" },
+    [PROBLEM_UPSTREAM_UNAVAILABLE] = { "upstream-unavailable", 502, "Upstream unavailable" },
+    [PROBLEM_UPSTREAM_TIMEOUT] = { "upstream-timeout", 504, "Upstream timed out" },
+    [PROBLEM_RESPONSE_NOT_REPLAYABLE] = { "response-not-replayable", 502,
+                                          "Original response cannot be replayed" },
+    [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid" },
+};
+
+int problem_status(enum problem p)
+{
+    return problem_kinds[p].status;
+}
+
+const char *problem_slug(enum problem p)
+{
+    return problem_kinds[p].slug;
+}
+
+char *problem_json(enum problem p, int status, const char *detail, size_t *len)
+{
+    char type[96];
+    char *text;
+    json_t *doc;
+
+    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_kinds[p].slug);
+    doc = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", problem_kinds[p].title,
+                    "status", status, "detail", detail != NULL ? detail : problem_kinds[p].title);
+    if (doc == NULL)
+        return NULL;
+    text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (text != NULL)
+        *len = strlen(text);
+    return text;
+}

@@ -1,0 +1,143 @@
+/*
+ * record.c - the record codec. Pure: no I/O, no allocation.
+ */
+#include "record.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char record_magic[3] = { 'I', 'R', '1' };
+
+static bool record_state_valid(int c)
+{
+    return c == RECORD_CLAIMED || c == RECORD_DONE || c == RECORD_UNKNOWN || c == RECORD_TOMBSTONE;
+}
+
+size_t record_encoded_size(const struct record *rec)
+{
+    size_t n = RECORD_HEAD_LEN + rec->body_len;
+
+    for (size_t i = 0; i < rec->n_headers; i++)
+        n += 2 + rec->headers[i].name_len + 4 + rec->headers[i].value_len;
+    return n;
+}
+
+/* Fixed-width zero-padded decimal; width digits, no NUL. False if it does not fit. */
+static bool record_put_decimal(char *out, size_t width, uint64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%0*" PRIu64, (int)width, v);
+
+    if (n < 0 || (size_t)n != width)
+        return false;
+    memcpy(out, tmp, width);
+    return true;
+}
+
+static bool record_get_decimal(const char *in, size_t width, uint64_t *v)
+{
+    uint64_t r = 0;
+
+    for (size_t i = 0; i < width; i++) {
+        if (in[i] < '0' || in[i] > '9')
+            return false;
+        r = r * 10 + (uint64_t)(in[i] - '0');
+    }
+    *v = r;
+    return true;
+}
+
+static bool record_hex_token_valid(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+size_t record_encode(const struct record *rec, char *out)
+{
+    char *p = out;
+
+    if (!record_state_valid(rec->state) || rec->n_headers > RECORD_MAX_HEADERS ||
+        rec->status < 0 || rec->status > 999 || !record_hex_token_valid(rec->owner, 32) ||
+        !record_hex_token_valid(rec->fingerprint, 32))
+        return 0;
+    memcpy(p, record_magic, 3);
+    p[3] = (char)rec->state;
+    memcpy(p + 4, rec->owner, 32);
+    memcpy(p + 36, rec->fingerprint, 32);
+    if (!record_put_decimal(p + 68, 16, rec->lease_deadline_ms) ||
+        !record_put_decimal(p + 84, 16, rec->created_ms) ||
+        !record_put_decimal(p + 100, 16, rec->completed_ms) ||
+        !record_put_decimal(p + 116, 3, (uint64_t)rec->status) ||
+        !record_put_decimal(p + 119, 5, rec->n_headers))
+        return 0;
+    p += RECORD_HEAD_LEN;
+    for (size_t i = 0; i < rec->n_headers; i++) {
+        const struct record_field *f = &rec->headers[i];
+        if (f->name_len > UINT16_MAX || f->value_len > UINT32_MAX)
+            return 0;
+        *p++ = (char)(f->name_len >> 8);
+        *p++ = (char)(f->name_len & 0xff);
+        memcpy(p, f->name, f->name_len);
+        p += f->name_len;
+        for (int shift = 24; shift >= 0; shift -= 8)
+            *p++ = (char)((f->value_len >> shift) & 0xff);
+        memcpy(p, f->value, f->value_len);
+        p += f->value_len;
+    }
+    if (rec->body_len > 0)
+        memcpy(p, rec->body, rec->body_len);
+    p += rec->body_len;
+    return (size_t)(p - out);
+}
+
+int record_decode(const char *buf, size_t len, struct record *rec)
+{
+    const unsigned char *u = (const unsigned char *)buf;
+    uint64_t status, n_headers;
+    size_t off;
+
+    memset(rec, 0, sizeof(*rec));
+    if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 || !record_state_valid(buf[3]))
+        return -1;
+    rec->state = (enum record_state)buf[3];
+    memcpy(rec->owner, buf + 4, 32);
+    memcpy(rec->fingerprint, buf + 36, 32);
+    if (!record_hex_token_valid(rec->owner, 32) || !record_hex_token_valid(rec->fingerprint, 32))
+        return -1;
+    if (!record_get_decimal(buf + 68, 16, &rec->lease_deadline_ms) ||
+        !record_get_decimal(buf + 84, 16, &rec->created_ms) ||
+        !record_get_decimal(buf + 100, 16, &rec->completed_ms) ||
+        !record_get_decimal(buf + 116, 3, &status) ||
+        !record_get_decimal(buf + 119, 5, &n_headers) || n_headers > RECORD_MAX_HEADERS)
+        return -1;
+    rec->status = (int)status;
+    rec->n_headers = (size_t)n_headers;
+    off = RECORD_HEAD_LEN;
+    for (size_t i = 0; i < rec->n_headers; i++) {
+        struct record_field *f = &rec->headers[i];
+        if (len - off < 2)
+            return -1;
+        f->name_len = ((size_t)u[off] << 8) | u[off + 1];
+        off += 2;
+        if (len - off < f->name_len + 4)
+            return -1;
+        f->name = buf + off;
+        off += f->name_len;
+        f->value_len = ((size_t)u[off] << 24) | ((size_t)u[off + 1] << 16) |
+                       ((size_t)u[off + 2] << 8) | u[off + 3];
+        off += 4;
+        if (len - off < f->value_len)
+            return -1;
+        f->value = buf + off;
+        off += f->value_len;
+    }
+    rec->body = buf + off;
+    rec->body_len = len - off;
+    return 0;
+}

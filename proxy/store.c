@@ -1,0 +1,495 @@
+/*
+ * store.c - Redis through hiredis async. The only file that includes hiredis.
+ *
+ * hiredis 0.14 has no command timeouts, so each command carries its own
+ * timer. A command that times out is reported at once; its late reply is
+ * swallowed. A timeout also drops the connection (a stalled Redis would
+ * otherwise pile up commands forever) and the store reconnects with backoff.
+ */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <openssl/sha.h>
+
+#include "config.h"
+#include "log.h"
+
+#define STORE_BACKOFF_MIN_MS 100
+#define STORE_BACKOFF_MAX_MS 2000
+
+enum store_script { SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_COUNT };
+
+/* Every later change of a record is a compare-and-set on state 'C' and the owner token. */
+static const char *const store_script_text[SCRIPT_COUNT] = {
+    [SCRIPT_REPLACE] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if not v or string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "if ARGV[3] == '0' then\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
+        "else\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "end\n"
+        "return 1\n",
+    [SCRIPT_RELEASE] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if not v or string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('DEL', KEYS[1])\n"
+        "return 1\n",
+    [SCRIPT_TAKEOVER] =
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "return 1\n",
+};
+
+struct store {
+    struct event_base *base;
+    const struct config *cfg;
+    redisAsyncContext *ac;      /* NULL while disconnected */
+    bool connected;             /* connect callback said OK */
+    bool destroying;
+    unsigned backoff_ms;
+    struct event reconnect_ev;
+    char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
+};
+
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT };
+
+struct store_cmd {
+    struct store *s;
+    enum store_reply_kind kind;
+    union {
+        store_value_cb *value;
+        store_cas_cb *cas;
+        store_int_cb *integer;
+    } cb;
+    void *arg;
+    struct event timer;         /* the timeout, and the deferred failure report */
+    bool timer_armed;
+    bool reported;              /* the caller's callback has run */
+    bool in_redis;              /* hiredis holds privdata and will call back */
+    int script;                 /* enum store_script, or -1 */
+    int argc;                   /* saved argv of a script, for the NOSCRIPT resend */
+    char **argv;
+    size_t *argvlen;
+};
+
+static void store_connect(struct store *s);
+
+static void store_cmd_free(struct store_cmd *cmd)
+{
+    if (cmd->timer_armed)
+        event_del(&cmd->timer);
+    for (int i = 0; i < cmd->argc; i++)
+        free(cmd->argv[i]);
+    free(cmd->argv);
+    free(cmd->argvlen);
+    free(cmd);
+}
+
+/* Run the caller's callback once; later outcomes of the same command are swallowed. */
+static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const redisReply *r)
+{
+    if (cmd->reported)
+        return;
+    cmd->reported = true;
+    switch (cmd->kind) {
+    case REPLY_VALUE:
+        if (st == STORE_OK && r->type == REDIS_REPLY_STRING)
+            cmd->cb.value(st, r->str, r->len, cmd->arg);
+        else
+            cmd->cb.value(st, NULL, 0, cmd->arg);
+        break;
+    case REPLY_CAS:
+        cmd->cb.cas(st, st == STORE_OK && r->integer == 1, cmd->arg);
+        break;
+    case REPLY_INT:
+        cmd->cb.integer(st, st == STORE_OK ? r->integer : 0, cmd->arg);
+        break;
+    }
+}
+
+static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
+{
+    switch (cmd->kind) {
+    case REPLY_VALUE:
+        return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
+    case REPLY_CAS:
+    case REPLY_INT:
+        return r->type == REDIS_REPLY_INTEGER;
+    }
+    return false;
+}
+
+/* Forget the connection; hiredis calls every pending callback with a NULL reply. */
+static void store_drop_connection(struct store *s, const char *why)
+{
+    redisAsyncContext *ac = s->ac;
+
+    if (ac == NULL)
+        return;
+    log_msg(LOG_WARN, "redis: dropping the connection: %s", why);
+    s->ac = NULL;
+    s->connected = false;
+    redisAsyncFree(ac);
+}
+
+static void store_schedule_reconnect(struct store *s)
+{
+    struct timeval tv;
+
+    if (s->destroying || event_pending(&s->reconnect_ev, EV_TIMEOUT, NULL))
+        return;
+    tv.tv_sec = s->backoff_ms / 1000;
+    tv.tv_usec = (s->backoff_ms % 1000) * 1000;
+    evtimer_add(&s->reconnect_ev, &tv);
+    s->backoff_ms = s->backoff_ms * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
+                                                               : s->backoff_ms * 2;
+}
+
+static int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct store_cmd *cmd = privdata;
+    redisReply *r = reply;
+    struct store *s = ac->data;
+
+    cmd->in_redis = false;
+    if (r == NULL) {
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+    } else if (r->type == REDIS_REPLY_ERROR && cmd->script >= 0 && !cmd->reported &&
+               strncmp(r->str, "NOSCRIPT", 8) == 0 && s != NULL && s->ac == ac) {
+        /* A restarted or replaced Redis has an empty script cache: send the body once. */
+        const char *argv0 = cmd->argv[0], *argv1 = cmd->argv[1];
+        size_t len0 = cmd->argvlen[0], len1 = cmd->argvlen[1];
+        cmd->argv[0] = "EVAL";
+        cmd->argvlen[0] = 4;
+        cmd->argv[1] = (char *)store_script_text[cmd->script];
+        cmd->argvlen[1] = strlen(store_script_text[cmd->script]);
+        int rc = store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen);
+        cmd->argv[0] = (char *)argv0;
+        cmd->argvlen[0] = len0;
+        cmd->argv[1] = (char *)argv1;
+        cmd->argvlen[1] = len1;
+        if (rc == 0)
+            return;
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        log_msg(LOG_WARN, "redis: error reply: %.*s", (int)r->len, r->str);
+        store_cmd_report(cmd, STORE_ERROR, NULL);
+    } else if (!store_reply_fits(cmd, r)) {
+        log_msg(LOG_WARN, "redis: unexpected reply type %d", r->type);
+        store_cmd_report(cmd, STORE_ERROR, NULL);
+    } else {
+        store_cmd_report(cmd, STORE_OK, r);
+    }
+    store_cmd_free(cmd);
+}
+
+static void store_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_cmd *cmd = arg;
+    struct store *s = cmd->s;
+
+    (void)fd;
+    (void)what;
+    cmd->timer_armed = false;
+    if (!cmd->in_redis) {
+        /* deferred report of a command that could not be sent */
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+        store_cmd_free(cmd);
+        return;
+    }
+    store_cmd_report(cmd, STORE_TIMEOUT, NULL);
+    /* cmd is freed by its own NULL-reply callback inside the drop */
+    store_drop_connection(s, "a command exceeded redis.timeout");
+    store_schedule_reconnect(s);
+}
+
+static int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen)
+{
+    struct store *s = cmd->s;
+
+    if (s->ac == NULL ||
+        redisAsyncCommandArgv(s->ac, store_on_reply, cmd, argc, argv, argvlen) != REDIS_OK)
+        return -1;
+    cmd->in_redis = true;
+    return 0;
+}
+
+static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind kind, void *arg)
+{
+    struct store_cmd *cmd = calloc(1, sizeof(*cmd));
+
+    if (cmd == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    cmd->s = s;
+    cmd->kind = kind;
+    cmd->arg = arg;
+    cmd->script = -1;
+    evtimer_assign(&cmd->timer, s->base, store_on_timer, cmd);
+    return cmd;
+}
+
+/* Send argv, or report STORE_UNAVAILABLE from the event loop; arms the timeout. */
+static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
+                         const size_t *argvlen)
+{
+    struct store *s = cmd->s;
+    struct timeval tv;
+
+    if (cmd->script >= 0) {
+        cmd->argc = argc;
+        cmd->argv = calloc((size_t)argc, sizeof(char *));
+        cmd->argvlen = calloc((size_t)argc, sizeof(size_t));
+        for (int i = 0; i < argc; i++) {
+            cmd->argv[i] = malloc(argvlen[i] + 1);
+            memcpy(cmd->argv[i], argv[i], argvlen[i]);
+            cmd->argv[i][argvlen[i]] = '\0';
+            cmd->argvlen[i] = argvlen[i];
+        }
+    }
+    if (store_send(cmd, argc, argv, argvlen) != 0) {
+        event_active(&cmd->timer, EV_TIMEOUT, 0);
+        return;
+    }
+    tv.tv_sec = (time_t)(s->cfg->redis_timeout_ms / 1000);
+    tv.tv_usec = (suseconds_t)(s->cfg->redis_timeout_ms % 1000) * 1000;
+    evtimer_add(&cmd->timer, &tv);
+    cmd->timer_armed = true;
+}
+
+static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+
+    (void)ac;
+    if (r != NULL && r->type == REDIS_REPLY_ERROR)
+        log_msg(LOG_ERROR, "redis: %s failed: %.*s", (const char *)privdata, (int)r->len,
+                r->str);
+}
+
+static void store_on_connect(const redisAsyncContext *ac, int status)
+{
+    struct store *s = ac->data;
+
+    if (s == NULL || s->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        log_msg(LOG_WARN, "redis: connect failed: %s", ac->errstr);
+        s->ac = NULL; /* hiredis frees it after this callback */
+        s->connected = false;
+        store_schedule_reconnect(s);
+        return;
+    }
+    log_msg(LOG_INFO, "redis: connected");
+    s->connected = true;
+    s->backoff_ms = STORE_BACKOFF_MIN_MS;
+}
+
+static void store_on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct store *s = ac->data;
+
+    (void)status;
+    if (s == NULL)
+        return;
+    if (s->ac == ac) {
+        log_msg(LOG_WARN, "redis: connection lost%s%s", ac->err ? ": " : "",
+                ac->err ? ac->errstr : "");
+        s->ac = NULL;
+        s->connected = false;
+    }
+    store_schedule_reconnect(s);
+}
+
+static void store_connect(struct store *s)
+{
+    const struct config *cfg = s->cfg;
+    redisAsyncContext *ac;
+
+    ac = cfg->redis_unix_path != NULL ? redisAsyncConnectUnix(cfg->redis_unix_path)
+                                      : redisAsyncConnect(cfg->redis_host, cfg->redis_port);
+    if (ac == NULL || ac->err) {
+        log_msg(LOG_WARN, "redis: cannot connect: %s", ac != NULL ? ac->errstr : "no memory");
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        store_schedule_reconnect(s);
+        return;
+    }
+    ac->data = s;
+    s->ac = ac;
+    redisLibeventAttach(ac, s->base);
+    redisAsyncSetConnectCallback(ac, store_on_connect);
+    redisAsyncSetDisconnectCallback(ac, store_on_disconnect);
+    /* Queued before any request's command, so Redis runs them first. */
+    if (cfg->redis_password != NULL && cfg->redis_password[0] != '\0') {
+        const char *argv[] = { "AUTH", cfg->redis_password };
+        const size_t argvlen[] = { 4, strlen(cfg->redis_password) };
+        redisAsyncCommandArgv(ac, store_on_setup_reply, "AUTH", 2, argv, argvlen);
+    }
+    if (cfg->redis_db != 0) {
+        char db[16];
+        int n = snprintf(db, sizeof(db), "%d", cfg->redis_db);
+        const char *argv[] = { "SELECT", db };
+        const size_t argvlen[] = { 6, (size_t)n };
+        redisAsyncCommandArgv(ac, store_on_setup_reply, "SELECT", 2, argv, argvlen);
+    }
+}
+
+static void store_on_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_connect(arg);
+}
+
+struct store *store_create(struct event_base *base, const struct config *cfg)
+{
+    struct store *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->base = base;
+    s->cfg = cfg;
+    s->backoff_ms = STORE_BACKOFF_MIN_MS;
+    evtimer_assign(&s->reconnect_ev, base, store_on_reconnect, s);
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        unsigned char digest[SHA_DIGEST_LENGTH];
+        SHA1((const unsigned char *)store_script_text[i], strlen(store_script_text[i]), digest);
+        for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+            snprintf(&s->script_sha[i][2 * j], 3, "%02x", digest[j]);
+    }
+    store_connect(s);
+    return s;
+}
+
+void store_destroy(struct store *s)
+{
+    if (s == NULL)
+        return;
+    s->destroying = true;
+    event_del(&s->reconnect_ev);
+    if (s->ac != NULL) {
+        redisAsyncContext *ac = s->ac;
+        s->ac = NULL;
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+    free(s);
+}
+
+bool store_ready(const struct store *s)
+{
+    return s->connected && s->ac != NULL;
+}
+
+static void store_eval(struct store *s, enum store_script script, store_cas_cb *cb, void *arg,
+                       int argc, const char **argv, size_t *argvlen)
+{
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
+
+    cmd->cb.cas = cb;
+    cmd->script = (int)script;
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = s->script_sha[script];
+    argvlen[1] = strlen(s->script_sha[script]);
+    argv[2] = "1";
+    argvlen[2] = 1;
+    store_submit(cmd, argc, argv, argvlen);
+}
+
+void store_claim(struct store *s, const char *key, const char *value, size_t len,
+                 uint64_t px_ms, store_value_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { "SET", key, value, "NX", "GET", "PX", px };
+    const size_t argvlen[] = { 3, strlen(key), len, 2, 3, 2, (size_t)n };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_VALUE, arg);
+
+    cmd->cb.value = cb;
+    store_submit(cmd, 7, argv, argvlen);
+}
+
+void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg)
+{
+    const char *argv[] = { "GET", key };
+    const size_t argvlen[] = { 3, strlen(key) };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_VALUE, arg);
+
+    cmd->cb.value = cb;
+    store_submit(cmd, 2, argv, argvlen);
+}
+
+void store_replace_owned(struct store *s, const char *key, const char *owner, const char *value,
+                         size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { NULL, NULL, NULL, key, owner, value, px };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner), len, (size_t)n };
+
+    store_eval(s, SCRIPT_REPLACE, cb, arg, 7, argv, argvlen);
+}
+
+void store_release_owned(struct store *s, const char *key, const char *owner, store_cas_cb *cb,
+                         void *arg)
+{
+    const char *argv[] = { NULL, NULL, NULL, key, owner };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner) };
+
+    store_eval(s, SCRIPT_RELEASE, cb, arg, 5, argv, argvlen);
+}
+
+void store_takeover(struct store *s, const char *key, const char *expected, size_t expected_len,
+                    const char *value, size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { NULL, NULL, NULL, key, expected, value, px };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len, (size_t)n };
+
+    store_eval(s, SCRIPT_TAKEOVER, cb, arg, 7, argv, argvlen);
+}
+
+void store_delete(struct store *s, const char *key, store_int_cb *cb, void *arg)
+{
+    const char *argv[] = { "DEL", key };
+    const size_t argvlen[] = { 3, strlen(key) };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_INT, arg);
+
+    cmd->cb.integer = cb;
+    store_submit(cmd, 2, argv, argvlen);
+}
+
+void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)
+{
+    const char *argv[] = { "PTTL", key };
+    const size_t argvlen[] = { 4, strlen(key) };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_INT, arg);
+
+    cmd->cb.integer = cb;
+    store_submit(cmd, 2, argv, argvlen);
+}

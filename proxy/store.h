@@ -1,0 +1,89 @@
+/*
+ * store.h - the record store: one async Redis connection on the worker's
+ * event_base (hiredis 0.14 + its libevent adapter), with our own command
+ * timeouts, reconnect with backoff, and the compare-and-set scripts.
+ *
+ * Every store_* call reports through its callback exactly once, never
+ * synchronously from inside the call (a failure to send is reported from the
+ * event loop too), so callers have one path for every outcome.
+ */
+#ifndef IDEM_STORE_H
+#define IDEM_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct config;
+struct store;
+
+enum store_status {
+    STORE_OK = 0,
+    STORE_UNAVAILABLE = -1, /* not connected, or the connection dropped */
+    STORE_TIMEOUT = -2,     /* no reply within redis.timeout */
+    STORE_ERROR = -3,       /* Redis answered an error, or an unexpected reply */
+};
+
+/*
+ * Value callback: for store_claim, value == NULL means the claim was won; else
+ * it is the record that already held the key. For store_get, NULL means no
+ * record. value (len bytes) is only valid during the callback.
+ */
+typedef void store_value_cb(enum store_status st, const char *value, size_t len, void *arg);
+
+/* Compare-and-set callback: applied is false when the record no longer matched. */
+typedef void store_cas_cb(enum store_status st, bool applied, void *arg);
+
+/* Integer callback (TTL in ms, deleted count...). */
+typedef void store_int_cb(enum store_status st, long long value, void *arg);
+
+/*
+ * Create the store for base and start connecting (a failed connection is not
+ * an error: it retries with backoff). cfg must outlive the store. NULL on
+ * allocation failure.
+ */
+struct store *store_create(struct event_base *base, const struct config *cfg);
+
+/* Close the connection; pending callbacks get STORE_UNAVAILABLE. NULL is fine. */
+void store_destroy(struct store *s);
+
+/* Whether the connection is up and the last command did not time out (for /readyz). */
+bool store_ready(const struct store *s);
+
+/*
+ * The claim (CONTRACT 5): one atomic `SET key value NX GET PX px_ms`
+ * (Redis >= 7.0). Wins when no record existed, else hands back the record.
+ */
+void store_claim(struct store *s, const char *key, const char *value, size_t len,
+                 uint64_t px_ms, store_value_cb *cb, void *arg);
+
+/* GET key: the record, or NULL when there is none. */
+void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg);
+
+/*
+ * Compare-and-set on the owner token (Lua): when the record still carries
+ * owner, replace it with value, keeping the key's TTL when px_ms is 0 (a
+ * lease renewal) or setting PX px_ms (completion). applied says whether it did.
+ */
+void store_replace_owned(struct store *s, const char *key, const char *owner, const char *value,
+                         size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg);
+
+/* Compare-and-set delete on the owner token (Lua): release a claim. */
+void store_release_owned(struct store *s, const char *key, const char *owner, store_cas_cb *cb,
+                         void *arg);
+
+/*
+ * Take over an expired claim (on_ambiguous: release): when the record is still
+ * byte-for-byte `expected`, replace it with value for px_ms (Lua).
+ */
+void store_takeover(struct store *s, const char *key, const char *expected, size_t expected_len,
+                    const char *value, size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg);
+
+/* DEL key (operator purge); the count of deleted keys. */
+void store_delete(struct store *s, const char *key, store_int_cb *cb, void *arg);
+
+/* PTTL key, ms (-2 no key, -1 no expiry). */
+void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
+
+#endif

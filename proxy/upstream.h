@@ -1,0 +1,65 @@
+/*
+ * upstream.h - the HTTP client to the one upstream: libcurl multi-socket on
+ * the worker's event_base. The only file that includes curl.
+ *
+ * Never two sends (CONTRACT 5): a request is transmitted at most once. libcurl
+ * 7.88 silently resends a request whose reused keep-alive connection dies
+ * before any answer ("Connection died, retrying a fresh connect"); we refuse
+ * that resend in CURLOPT_PREREQFUNCTION (called once per transmission
+ * attempt) and give no seek callback for the body, so the attempt fails and
+ * is reported as UPSTREAM_BROKEN: an ambiguous outcome, not a retry.
+ */
+#ifndef IDEM_UPSTREAM_H
+#define IDEM_UPSTREAM_H
+
+#include <stddef.h>
+
+struct event_base;
+struct evbuffer;
+struct evkeyvalq;
+struct config;
+struct upstream;
+
+enum upstream_outcome {
+    UPSTREAM_ANSWERED,  /* a whole response arrived (any status) */
+    UPSTREAM_NOT_SENT,  /* refused, DNS, connect timeout: no byte of the request left */
+    UPSTREAM_TIMEOUT,   /* sent, then no whole answer within upstream.timeout */
+    UPSTREAM_BROKEN,    /* sent, then reset, truncated, closed, or a resend refused */
+};
+
+struct upstream_response {
+    int status;
+    struct evkeyvalq *headers;  /* the final response's fields, in order; owned by the call */
+    struct evbuffer *body;      /* decoded of chunked framing; owned by the call */
+};
+
+/*
+ * Done callback, run once from the event loop (never inside a curl callback).
+ * resp is valid only during the callback (NULL unless UPSTREAM_ANSWERED);
+ * detail is a static human string for logs. upstream_ms is the exchange time.
+ */
+typedef void upstream_done_cb(enum upstream_outcome outcome, const struct upstream_response *resp,
+                              const char *detail, double upstream_ms, void *arg);
+
+/* Create the client for base; cfg must outlive it. NULL on failure. */
+struct upstream *upstream_create(struct event_base *base, const struct config *cfg);
+
+/* Abort every transfer without calling back, and free. Call before event_base_free. */
+void upstream_destroy(struct upstream *up);
+
+/*
+ * Send one request upstream. method and target (path with query) are copied;
+ * headers are the client's fields (hop-by-hop ones are dropped here, per
+ * RFC 9110 7.6.1); body (len bytes, may be NULL when 0) is borrowed and must
+ * stay valid until cb runs. client_addr (may be NULL) is appended to
+ * X-Forwarded-For. Returns 0, or -1 when the transfer could not even be set
+ * up (then cb is not called).
+ */
+int upstream_send(struct upstream *up, const char *method, const char *target,
+                  const struct evkeyvalq *headers, const char *client_addr, const char *body,
+                  size_t len, upstream_done_cb *cb, void *arg);
+
+/* Transfers in flight, for drain and metrics. */
+unsigned upstream_in_flight(const struct upstream *up);
+
+#endif

@@ -1,0 +1,120 @@
+/*
+ * webhook.h - webhook receivers (CONTRACT section 8): checking a provider's
+ * signature over the raw body, and taking the idempotency key from the
+ * provider's event id inside the JSON body.
+ *
+ * Pure: no I/O, no clock (the caller passes the time), no logging. The
+ * caller runs webhook_verify before anything is claimed, so that nobody can
+ * pre-claim an event id, and answers any verdict other than WEBHOOK_OK with
+ * the 401 problem `signature-invalid`.
+ */
+#ifndef IDEM_WEBHOOK_H
+#define IDEM_WEBHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+/* Signatures older or newer than this are refused (Standard Webhooks, Stripe: 5 minutes). */
+#define WEBHOOK_TOLERANCE_S 300
+
+enum webhook_verdict {
+    WEBHOOK_OK,         /* a configured secret signed exactly these bytes, recently enough */
+    WEBHOOK_MISSING,    /* a header the scheme needs is absent or empty */
+    WEBHOOK_MALFORMED,  /* the header does not parse (no t=, no sha256=, bad timestamp, ...) */
+    WEBHOOK_MISMATCH,   /* it parses, but no signature matches any secret (forged, wrong secret) */
+    WEBHOOK_STALE,      /* a valid signature whose timestamp is outside +-WEBHOOK_TOLERANCE_S */
+};
+
+/*
+ * The request headers the schemes read, NUL-terminated values as received,
+ * NULL when the header is absent. Leading/trailing spaces and tabs are
+ * ignored (OWS, RFC 9110 5.5).
+ */
+struct webhook_headers {
+    const char *webhook_id;         /* webhook-id (Standard Webhooks) */
+    const char *webhook_timestamp;  /* webhook-timestamp (Standard Webhooks), unix seconds */
+    const char *webhook_signature;  /* webhook-signature (Standard Webhooks) */
+    const char *hub_signature_256;  /* X-Hub-Signature-256 (GitHub) */
+    const char *stripe_signature;   /* Stripe-Signature (Stripe) */
+};
+
+/*
+ * Check the signature of one delivery under scheme, trying every secret
+ * (n_secrets of them, usually 1, 2 while a secret is rotated) against every
+ * signature the header carries; comparisons are constant-time
+ * (CRYPTO_memcmp).
+ *
+ *   VERIFY_STANDARD_WEBHOOKS  Standard Webhooks spec, "Signature scheme" and
+ *       "Verifying webhook authenticity": HMAC-SHA256 over
+ *       `{webhook-id}.{webhook-timestamp}.{body}`; the secret is base64 after
+ *       an optional `whsec_` prefix; webhook-signature is a space-separated
+ *       list of `v1,<base64>` entries (other versions, e.g. `v1a`, are
+ *       ignored); webhook-timestamp within +-5 minutes of now_s.
+ *   VERIFY_GITHUB  GitHub "Validating webhook deliveries":
+ *       `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the body with the
+ *       secret's bytes as the key. No timestamp.
+ *   VERIFY_STRIPE  Stripe "Verify webhook signatures manually":
+ *       `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...][,v0=...]`,
+ *       HMAC-SHA256 over `{t}.{body}` with the secret's bytes (`whsec_...`
+ *       as-is) as the key; every v1 is tried, v0 and unknown schemes ignored;
+ *       t within +-5 minutes of now_s.
+ *   VERIFY_NONE  nothing to check: WEBHOOK_OK.
+ *
+ * The signature is checked before the timestamp, so WEBHOOK_STALE means
+ * "authentic but too old or too new" (a replay or a skewed clock) and a
+ * forged delivery is WEBHOOK_MISMATCH whatever its timestamp.
+ *
+ * secrets: borrowed, NUL-terminated (config route_policy.secrets). A
+ *     Standard Webhooks secret that is not valid base64 signs nothing; see
+ *     webhook_secret_check to refuse it at config time.
+ * h: borrowed; only the headers of scheme are read.
+ * body: the raw request body, body_len bytes, binary-safe (may hold NULs,
+ *     need not be NUL-terminated; NULL allowed when body_len is 0).
+ * now_s: the wall clock, unix seconds.
+ * reason: if not NULL, set to a short static human string for logs and
+ *     problem details; it never contains secret, header or body data.
+ * Returns the verdict; nothing is allocated that outlives the call.
+ */
+enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secrets,
+                                    size_t n_secrets, const struct webhook_headers *h,
+                                    const char *body, size_t body_len, int64_t now_s,
+                                    const char **reason);
+
+/*
+ * Whether secret can sign anything under scheme: for Standard Webhooks it
+ * must be base64 (after an optional `whsec_`) of at least one byte; for
+ * GitHub and Stripe any non-empty string is a key. For the config checks
+ * (`-t`), so a mistyped secret is a startup error rather than a stream of
+ * 401s. Returns 0, or -1 with *reason (if not NULL) set to a static string.
+ */
+int webhook_secret_check(enum verify_scheme scheme, const char *secret, const char **reason);
+
+/*
+ * Take a webhook route's idempotency key from the JSON body (`key_from:
+ * json:/id`, CONTRACT section 8): parse body (len bytes, binary-safe, need
+ * not be NUL-terminated) with jansson, follow the RFC 6901 JSON Pointer
+ * `pointer` (NUL-terminated; "" is the whole document, "/a/b" descends,
+ * `~1` is '/', `~0` is '~', array elements by decimal index without leading
+ * zeros, RFC 6901 section 4), and copy the string found there.
+ *
+ * out: caller-owned, outsize bytes; on success holds the value
+ *     NUL-terminated, its length in bytes in *out_len.
+ * Returns
+ *     0   success;
+ *    -1   the body is not JSON (or repeats an object member name), or the
+ *         pointer is not a valid JSON Pointer or does not resolve (no such
+ *         member, index out of range, descends into a scalar): "no key";
+ *    -2   the pointer resolves, but not to a usable key: not a JSON string,
+ *         the empty string, a string containing NUL (\u0000), or longer
+ *         than outsize - 1 bytes.
+ * Out of memory while parsing shows as -1. out is unspecified on failure.
+ */
+int webhook_key_from_json(const char *body, size_t len, const char *pointer, char *out,
+                          size_t outsize, size_t *out_len);
+
+/* "ok", "missing", "malformed", "mismatch", "stale": for logs and metrics labels. Static. */
+const char *webhook_verdict_name(enum webhook_verdict v);
+
+#endif

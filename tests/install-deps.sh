@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the build, the demo and the tests need.
+# Idempotent: does nothing when every package is already installed.
+set -euo pipefail
+packages=(
+  build-essential meson ninja-build pkg-config
+  libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
+  redis-server redis-tools python3 python3-pytest curl
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,152 @@
+"""Fixtures for the integration suite: real redis-server, the demo upstream and the
+proxy binary as processes on loopback ports.
+
+    /usr/bin/python3 -m pytest -q tests/integration
+
+The proxy binary is $IDEM_PROXY_BIN, default <repo>/build/proxy/idempotency-proxy.
+Every proxy a test started is SIGTERMed at teardown, and the test errors if the
+proxy's output carries an AddressSanitizer / LeakSanitizer / UBSan report or if it
+did not exit within 15 s of SIGTERM.
+"""
+
+import os
+import signal
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import (  # noqa: E402
+    DEFAULT_ROUTES, Proxy, RedisServer, Upstream, build_config, free_port, proxy_binary,
+    to_yaml,
+)
+
+TEST_BUDGET_S = int(os.environ.get("IDEM_TEST_BUDGET_S", "120"))
+
+
+class TestTimeout(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _budget():
+    """Every test ends: a SIGALRM after TEST_BUDGET_S seconds fails it."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise TestTimeout("test ran longer than %d s" % TEST_BUDGET_S)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_BUDGET_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return str(tmp_path)
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """A fresh redis-server: .port .url .cmd(*args) .keys(pat) .stop() .start() .pause() .resume()"""
+    srv = RedisServer(str(tmp_path / "redis"))
+    srv.start()
+    yield srv
+    srv.resume()
+    srv.kill()
+
+
+@pytest.fixture
+def upstream_factory(tmp_path):
+    """upstream_factory(extra_args=(), port=0, unix_path=None) -> started Upstream."""
+    started = []
+
+    def make(extra_args=(), port=0, unix_path=None):
+        u = Upstream(str(tmp_path), port=port, extra_args=extra_args, unix_path=unix_path)
+        started.append(u)
+        return u.start()
+
+    yield make
+    for u in started:
+        u.stop()
+
+
+@pytest.fixture
+def upstream(upstream_factory):
+    """The demo payments API: .port .url .executions(key) .total() .reset() .last_headers()"""
+    return upstream_factory()
+
+
+@pytest.fixture
+def start_proxy(request, tmp_path, redis, upstream):
+    """start_proxy(routes=None, **overrides) -> started Proxy.
+
+    Keyword arguments besides the config overrides (see harness.build_config):
+      upstream_url=, redis_url=   point somewhere else than the fixtures
+      admin=False                 disable the admin listener
+      config_text=                write exactly this YAML (ports still chosen here:
+                                  use {port}, {admin_port}, {upstream}, {redis})
+      env={...}                   extra environment for the process
+      name=                       file name stem for config/stdout/stderr
+    """
+    if not os.path.exists(proxy_binary()):
+        pytest.fail("proxy binary not found at %s (build it: meson setup build && "
+                    "ninja -C build, or set IDEM_PROXY_BIN)" % proxy_binary())
+    proxies = []
+
+    def start(routes=None, upstream_url=None, redis_url=None, admin=True, config_text=None,
+              env=None, name=None, **overrides):
+        port = free_port()
+        admin_port = free_port() if admin else None
+        up = upstream_url or upstream.url
+        rd = redis_url or redis.url
+        if config_text is None:
+            cfg = build_config(port, admin_port, up, rd, routes=routes, **overrides)
+            text = to_yaml(cfg) + "\n"
+        else:
+            text = config_text.format(port=port, admin_port=admin_port or 0, upstream=up,
+                                      redis=rd)
+        p = Proxy(str(tmp_path), name or "proxy%d" % (len(proxies) + 1), text, port,
+                  admin_port, env=env)
+        proxies.append(p)
+        p.start()
+        return p
+
+    start.proxies = proxies
+    yield start
+
+    problems = []
+    for p in proxies:
+        if p.proc is None:
+            continue
+        was_alive = p.alive()
+        rc = p.stop(timeout=15)
+        report = p.sanitizer_report()
+        if report:
+            problems.append("%s: sanitizer report:\n%s" % (p.name, report[-6000:]))
+        if was_alive and rc is None:
+            problems.append("%s: did not exit within 15 s of SIGTERM; stderr:\n%s"
+                            % (p.name, p.stderr_text()[-3000:]))
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def proxy(start_proxy):
+    """A proxy with the default routes (/v1/payments* optional key, /v1/strict* required)."""
+    return start_proxy()
+
+
+def pytest_report_header(config):
+    b = proxy_binary()
+    return "idempotency-proxy binary: %s (%s)" % (b, "present" if os.path.exists(b) else "MISSING")
+
+
+__all__ = ["DEFAULT_ROUTES"]

@@ -1,0 +1,1269 @@
+"""Integration tests of idempotency-proxy against /work/shared/CONTRACT.md.
+
+Real processes over real sockets: redis-server, tests/upstream/payments_api.py
+and the proxy binary. One test per behaviour, asserting what a client and the
+upstream can observe: statuses, headers, body bytes and upstream execution counts.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import (
+    Connection, HTTPError, build_config, build_request, free_port, port_accepts,
+    proxy_binary, to_yaml,
+)
+
+PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+              "proxy-authenticate", "proxy-authorization", "proxy-connection"}
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def new_key(tag="k"):
+    return "%s-%s" % (tag, uuid.uuid4().hex)
+
+
+def wait_until(pred, timeout=5.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out after %.1fs waiting for %s (last=%r)" % (timeout, what, last))
+
+
+def assert_problem(r, status, cause):
+    assert r.status == status, r
+    assert r.is_problem(), "expected application/problem+json: %r" % r
+    doc = r.json()
+    for field in ("type", "title", "status", "detail"):
+        assert field in doc, "problem without %r: %r" % (field, doc)
+    assert doc["type"].startswith(PROBLEM_PREFIX), doc
+    assert doc["type"].endswith(":" + cause), "expected cause %r: %r" % (cause, doc)
+    assert doc["status"] == status, doc
+    assert isinstance(doc["title"], str) and doc["title"], doc
+    assert isinstance(doc["detail"], str) and doc["detail"], doc
+    return doc
+
+
+def assert_retry_after(r):
+    v = r.header("Retry-After")
+    assert v is not None, "no Retry-After: %r" % r
+    assert re.fullmatch(r"\d+", v.strip()) or re.match(r"[A-Z][a-z]{2}, \d\d ", v), \
+        "Retry-After is neither delta-seconds nor an HTTP-date: %r" % v
+
+
+def assert_not_replayed(r):
+    assert not r.has_header("Idempotent-Replayed"), \
+        "first execution must not carry Idempotent-Replayed: %r" % r
+
+
+def assert_replay_of(replay, first):
+    assert replay.status == first.status, (replay, first)
+    assert replay.body == first.body, (replay, first)
+    assert replay.header_all("Idempotent-Replayed") == ["true"], replay
+    cl = replay.header_all("Content-Length")
+    assert cl == [str(len(replay.body))], "replay needs one fresh Content-Length: %r" % replay
+    assert not replay.has_header("Transfer-Encoding"), replay
+
+
+def in_background(fn, *args, **kw):
+    ex = ThreadPoolExecutor(1)
+    fut = ex.submit(fn, *args, **kw)
+    ex.shutdown(wait=False)
+    return fut
+
+
+def concurrently(n, fn):
+    """Run fn(i) for i in range(n) on n threads started together; results in order."""
+    barrier = threading.Barrier(n)
+
+    def run(i):
+        barrier.wait(10)
+        return fn(i)
+
+    with ThreadPoolExecutor(n) as ex:
+        return list(ex.map(run, range(n)))
+
+
+def prefixed_keys(redis, prefix="idem"):
+    return [k for k in redis.keys("*") if str(k).startswith(prefix)]
+
+
+def executions_of_body(upstream, body):
+    h = hashlib.sha256(body).hexdigest()
+    return sum(1 for e in upstream.history() if e["body_sha256"] == h)
+
+
+def run_bin(args, timeout=20, cwd=None):
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+    p = subprocess.run([proxy_binary()] + args, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                       cwd=cwd, env=env)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def require_binary():
+    if not os.path.exists(proxy_binary()):
+        pytest.fail("proxy binary not found at %s" % proxy_binary())
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+# --------------------------------------------------------------------------
+# at most one execution, same answer for everyone
+# --------------------------------------------------------------------------
+
+def test_concurrent_identical_requests_execute_once(proxy, upstream):
+    key = new_key()
+    body = b'{"amount": 4200, "currency": "EUR"}'
+    rs = concurrently(50, lambda i: proxy.post(key=key, body=body,
+                                               headers=[("X-Demo-Delay-Ms", "300")]))
+    assert upstream.total() == 1
+    assert {r.status for r in rs} == {201}, rs
+    assert len({r.body for r in rs}) == 1, "answers differ"
+    replayed = [r for r in rs if r.replayed]
+    firsts = [r for r in rs if not r.has_header("Idempotent-Replayed")]
+    assert len(replayed) == 49, rs
+    assert len(firsts) == 1, rs
+
+
+def test_concurrent_identical_requests_across_two_proxies_execute_once(start_proxy, upstream):
+    p1, p2 = start_proxy(), start_proxy()
+    key = new_key()
+    body = b'{"amount": 4200}'
+    rs = concurrently(50, lambda i: (p1 if i % 2 else p2).post(
+        key=key, body=body, headers=[("X-Demo-Delay-Ms", "300")]))
+    assert upstream.total() == 1
+    assert {r.status for r in rs} == {201}, rs
+    assert len({r.body for r in rs}) == 1
+    assert sum(r.replayed for r in rs) == 49
+    assert sum(not r.has_header("Idempotent-Replayed") for r in rs) == 1
+
+
+def test_retry_after_completion_replays(proxy, upstream):
+    key = new_key()
+    first = proxy.post(key=key)
+    assert first.status == 201
+    assert_not_replayed(first)
+    for _ in range(3):
+        assert_replay_of(proxy.post(key=key), first)
+    assert upstream.total() == 1
+
+
+def test_waiting_duplicate_gets_the_replay(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1000")]
+    f = in_background(proxy.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1, what="first request upstream")
+    second = proxy.post(key=key, headers=hs)
+    first = f.result()
+    assert first.status == 201
+    assert_not_replayed(first)
+    assert_replay_of(second, first)
+    assert upstream.total() == 1
+
+
+def test_patch_is_protected(proxy, upstream):
+    key = new_key()
+    first = proxy.request("PATCH", "/v1/payments/p1", [("Idempotency-Key", key)], b'{"a":1}')
+    second = proxy.request("PATCH", "/v1/payments/p1", [("Idempotency-Key", key)], b'{"a":1}')
+    assert first.status == 201
+    assert_replay_of(second, first)
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# mismatches
+# --------------------------------------------------------------------------
+
+def test_same_key_different_body_is_409_mismatch(proxy, upstream):
+    key = new_key()
+    first = proxy.post(key=key, body=b'{"amount": 100}')
+    assert first.status == 201
+    r = proxy.post(key=key, body=b'{"amount": 999}')
+    assert_problem(r, 409, "key-reuse-mismatch")
+    assert not r.replayed
+    assert upstream.total() == 1
+    # the record is unchanged: the original request still replays
+    assert_replay_of(proxy.post(key=key, body=b'{"amount": 100}'), first)
+    assert upstream.total() == 1
+
+
+def test_mismatch_while_first_is_in_flight_is_409_at_once(proxy, upstream):
+    key = new_key()
+    f = in_background(proxy.post, key=key, body=b"one", headers=[("X-Demo-Delay-Ms", "1500")])
+    wait_until(lambda: upstream.total() == 1)
+    r = proxy.post(key=key, body=b"two", headers=[("X-Demo-Delay-Ms", "1500")])
+    assert_problem(r, 409, "key-reuse-mismatch")
+    assert r.elapsed < 1.0, "a mismatch must not wait for the first request: %r" % r
+    assert f.result().status == 201
+    assert upstream.total() == 1
+
+
+def test_mismatch_status_422(start_proxy, upstream):
+    p = start_proxy(mismatch_status=422)
+    key = new_key()
+    assert p.post(key=key, body=b'{"amount": 1}').status == 201
+    assert_problem(p.post(key=key, body=b'{"amount": 2}'), 422, "key-reuse-mismatch")
+    assert upstream.total() == 1
+
+
+def test_same_key_different_path_is_mismatch(proxy, upstream):
+    key = new_key()
+    assert proxy.post("/v1/payments/a", key=key).status == 201
+    assert_problem(proxy.post("/v1/payments/b", key=key), 409, "key-reuse-mismatch")
+    assert upstream.total() == 1
+
+
+def test_same_key_different_query_is_mismatch(proxy, upstream):
+    key = new_key()
+    assert proxy.post("/v1/payments?capture=true", key=key).status == 201
+    assert_problem(proxy.post("/v1/payments?capture=false", key=key), 409, "key-reuse-mismatch")
+    assert_problem(proxy.post("/v1/payments", key=key), 409, "key-reuse-mismatch")
+    assert upstream.total() == 1
+
+
+def test_same_key_different_method_is_mismatch(proxy, upstream):
+    key = new_key()
+    assert proxy.request("POST", "/v1/payments", [("Idempotency-Key", key)], b"x").status == 201
+    r = proxy.request("PATCH", "/v1/payments", [("Idempotency-Key", key)], b"x")
+    assert_problem(r, 409, "key-reuse-mismatch")
+    assert upstream.total() == 1
+
+
+def test_fingerprint_none_replays_despite_a_different_body(start_proxy, upstream):
+    p = start_proxy(routes=[{"path": "/v1/payments*", "fingerprint": "none"}])
+    key = new_key()
+    first = p.post(key=key, body=b'{"attempt": 1}')
+    assert first.status == 201
+    assert_replay_of(p.post(key=key, body=b'{"attempt": 2}'), first)
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# scope, classification, key syntax
+# --------------------------------------------------------------------------
+
+def test_same_key_under_two_authorization_values_executes_twice(proxy, upstream):
+    key = new_key()
+    a = proxy.post(key=key, headers=[("Authorization", "Bearer merchant_a")])
+    b = proxy.post(key=key, headers=[("Authorization", "Bearer merchant_b")])
+    assert a.status == 201 and b.status == 201
+    assert_not_replayed(a)
+    assert_not_replayed(b)
+    assert a.json()["id"] != b.json()["id"]
+    assert upstream.total() == 2
+    assert_replay_of(proxy.post(key=key, headers=[("Authorization", "Bearer merchant_a")]), a)
+    assert_replay_of(proxy.post(key=key, headers=[("Authorization", "Bearer merchant_b")]), b)
+    assert upstream.total() == 2
+
+
+def test_no_key_passes_through_every_time(proxy, upstream):
+    rs = [proxy.post(key=None) for _ in range(3)]
+    assert [r.status for r in rs] == [201, 201, 201]
+    for r in rs:
+        assert_not_replayed(r)
+    assert len({r.json()["id"] for r in rs}) == 3
+    assert upstream.total() == 3
+
+
+def test_get_with_key_is_not_protected(proxy, upstream):
+    key = new_key()
+    for _ in range(3):
+        r = proxy.request("GET", "/v1/payments", [("Idempotency-Key", key)])
+        assert r.status == 200 and r.json()["object"] == "list"
+        assert_not_replayed(r)
+    assert upstream.requests() == 3
+    assert upstream.total() == 0
+
+
+def test_put_and_delete_with_key_are_not_protected(proxy, upstream, redis):
+    key = new_key()
+    for method in ("PUT", "PUT", "DELETE", "DELETE"):
+        r = proxy.request(method, "/v1/payments/p1", [("Idempotency-Key", key)], b"{}")
+        assert r.status == 201
+        assert_not_replayed(r)
+    assert upstream.total() == 4
+    assert prefixed_keys(redis) == []
+
+
+def test_unmatched_route_with_key_passes_through(proxy, upstream, redis):
+    key = new_key()
+    for _ in range(2):
+        r = proxy.post("/v2/other", key=key)
+        assert r.status == 201
+        assert_not_replayed(r)
+    assert upstream.total() == 2
+    assert prefixed_keys(redis) == []
+
+
+def test_quoted_and_bare_key_are_one_key(proxy, upstream):
+    key = new_key()
+    first = proxy.post(key='"%s"' % key)
+    assert first.status == 201
+    assert_replay_of(proxy.post(key=key), first)
+    assert_replay_of(proxy.post(key='"%s"' % key), first)
+    assert upstream.total() == 1
+
+
+def test_keys_are_case_sensitive(proxy, upstream):
+    key = "Order-ABC-" + uuid.uuid4().hex.upper()
+    a = proxy.post(key=key)
+    b = proxy.post(key=key.lower())
+    assert a.status == 201 and b.status == 201
+    assert_not_replayed(b)
+    assert upstream.total() == 2
+
+
+def test_key_of_max_length_is_accepted(proxy, upstream):
+    key = ("x" * 223) + uuid.uuid4().hex  # 255 characters
+    assert len(key) == 255
+    first = proxy.post(key=key)
+    assert first.status == 201
+    assert_replay_of(proxy.post(key=key), first)
+    assert upstream.total() == 1
+
+
+INVALID_KEY_HEADERS = {
+    "empty": ["Idempotency-Key:"],
+    "empty-quoted": ['Idempotency-Key: ""'],
+    "too-long": ["Idempotency-Key: " + "a" * 256],
+    "too-long-quoted": ['Idempotency-Key: "%s"' % ("a" * 256)],
+    "control-character": [b"Idempotency-Key: ab\x01cd"],
+    "delete-character": [b"Idempotency-Key: ab\x7fcd"],
+    "tab-inside": [b"Idempotency-Key: ab\tcd"],
+    "non-ascii": [b"Idempotency-Key: caf\xc3\xa9"],
+    "two-header-lines": ["Idempotency-Key: abc", "Idempotency-Key: abc"],
+    "two-different-lines": ["Idempotency-Key: abc", "Idempotency-Key: def"],
+    "broken-quoted": ['Idempotency-Key: "abc'],
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_KEY_HEADERS))
+def test_invalid_key_is_400(proxy, upstream, redis, case):
+    lines = INVALID_KEY_HEADERS[case]
+    r = proxy.request("POST", "/v1/payments", lines + [("Content-Type", "application/json")],
+                      b'{"amount": 1}')
+    assert_problem(r, 400, "invalid-key")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []
+
+
+def test_require_key_without_key_is_400_missing_key(proxy, upstream):
+    r = proxy.post("/v1/strict/charges", key=None)
+    assert_problem(r, 400, "missing-key")
+    assert upstream.total() == 0
+    # with a key it is served
+    assert proxy.post("/v1/strict/charges", key=new_key()).status == 201
+    # a method the route does not protect needs no key
+    assert proxy.request("GET", "/v1/strict/charges").status == 200
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# bodies
+# --------------------------------------------------------------------------
+
+def test_body_over_max_request_body_is_413_and_nothing_claimed(start_proxy, upstream, redis):
+    p = start_proxy(limits={"max_request_body": "1KiB"})
+    key = new_key()
+    r = p.post(key=key, body=b"x" * 1025)
+    assert_problem(r, 413, "body-too-large")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []
+    # the key was not claimed: the same key with a small body executes normally
+    ok = p.post(key=key, body=b'{"amount": 1}')
+    assert ok.status == 201
+    assert_not_replayed(ok)
+    assert upstream.total() == 1
+    # exactly the limit is fine
+    assert p.post(key=new_key(), body=b"y" * 1024).status == 201
+    assert upstream.total() == 2
+
+
+def test_chunked_request_body_over_limit_is_413(start_proxy, upstream, redis):
+    p = start_proxy(limits={"max_request_body": "1KiB"})
+    chunk = b"z" * 600
+    body = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(chunk), chunk, len(chunk), chunk)
+    r = p.request("POST", "/v1/payments",
+                  [("Idempotency-Key", new_key()), ("Transfer-Encoding", "chunked")], body)
+    assert_problem(r, 413, "body-too-large")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []
+
+
+def test_chunked_request_body_is_fingerprinted_by_its_content(proxy, upstream):
+    key = new_key()
+    payload = b'{"amount": 77}'
+    chunked = b"5\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (payload[:5], len(payload) - 5, payload[5:])
+    first = proxy.request("POST", "/v1/payments",
+                          [("Idempotency-Key", key), ("Transfer-Encoding", "chunked")], chunked)
+    assert first.status == 201, first
+    assert first.json()["body_sha256"] == hashlib.sha256(payload).hexdigest()
+    assert_replay_of(proxy.post(key=key, body=payload), first)
+    assert upstream.total() == 1
+
+
+def test_binary_bodies_survive_a_replay_byte_for_byte(proxy, upstream):
+    key = new_key()
+    body = bytes(range(256)) * 4 + b"\x00\x00\r\n\r\n\x00"
+    hs = [("X-Demo-Binary", "1"), ("Content-Type", "application/octet-stream")]
+    first = proxy.post(key=key, body=body, headers=hs)
+    assert first.status == 201
+    assert first.body == body + bytes(range(256))
+    assert upstream.last_request()["body_sha256"] == hashlib.sha256(body).hexdigest()
+    replay = proxy.post(key=key, body=body, headers=hs)
+    assert_replay_of(replay, first)
+    assert replay.content_type == "application/octet-stream"
+    # one flipped byte after a NUL is a different request
+    other = bytearray(body)
+    other[-1] = 1
+    assert_problem(proxy.post(key=key, body=bytes(other), headers=hs), 409, "key-reuse-mismatch")
+    assert upstream.total() == 1
+
+
+def test_large_response_within_limit_replays_intact(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Size", str(300 * 1024))]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201 and len(first.body) == 300 * 1024
+    assert_replay_of(proxy.post(key=key, headers=hs), first)
+    assert upstream.total() == 1
+
+
+def test_response_larger_than_max_stored_response_is_not_replayed(start_proxy, upstream):
+    p = start_proxy(limits={"max_stored_response": "1KiB"})
+    key = new_key()
+    hs = [("X-Demo-Size", "4096")]
+    first = p.post(key=key, headers=hs)
+    assert first.status == 201
+    assert len(first.body) == 4096  # the first client gets it whole
+    retry = p.post(key=key, headers=hs)
+    assert_problem(retry, 502, "response-not-replayable")
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# what a replay looks like
+# --------------------------------------------------------------------------
+
+def test_chunked_upstream_answer_replays_with_content_length(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Chunked", "1")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201
+    assert first.json()["object"] == "payment"
+    replay = proxy.post(key=key, headers=hs)
+    assert_replay_of(replay, first)
+    assert replay.header("Content-Length") == str(len(first.body))
+    assert not replay.has_header("Transfer-Encoding")
+    assert upstream.total() == 1
+
+
+def test_set_cookie_is_not_replayed(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Set-Cookie", "1")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201
+    assert first.header_all("Set-Cookie") == ["session=abc; Path=/"]
+    order = first.json()["id"]
+    assert first.header("X-Demo-Order") == order
+    replay = proxy.post(key=key, headers=hs)
+    assert_replay_of(replay, first)
+    assert not replay.has_header("Set-Cookie")
+    assert replay.header("X-Demo-Order") == order
+
+
+def test_replay_carries_the_stored_headers_and_a_fresh_content_length(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Set-Cookie", "1"), ("X-Demo-Chunked", "1")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201
+    replay = proxy.post(key=key, headers=hs)
+    assert_replay_of(replay, first)
+    skip = HOP_BY_HOP | {"content-length", "set-cookie", "www-authenticate", "date",
+                         "idempotent-replayed"}
+    for name in {k.lower() for k, _ in first.headers} - skip:
+        assert replay.header_all(name) == first.header_all(name), \
+            "header %s differs: first %r replay %r" % (name, first.header_all(name),
+                                                       replay.header_all(name))
+    assert replay.content_type == "application/json"
+
+
+def test_client_sent_idempotent_replayed_header_changes_nothing(proxy, upstream):
+    key = new_key()
+    first = proxy.post(key=key, headers=[("Idempotent-Replayed", "true")])
+    assert first.status == 201
+    assert_not_replayed(first)
+    assert upstream.total() == 1
+    replay = proxy.post(key=key, headers=[("Idempotent-Replayed", "false")])
+    assert_replay_of(replay, first)  # exactly one "true"
+    # and without a key, the header does not make a pass-through look replayed
+    r = proxy.post(key=None, headers=[("Idempotent-Replayed", "true")])
+    assert r.status == 201
+    assert_not_replayed(r)
+    assert upstream.total() == 2
+
+
+def test_replay_does_not_touch_the_record(proxy, upstream, redis):
+    key = new_key()
+    first = proxy.post(key=key)
+    assert first.status == 201
+    keys = prefixed_keys(redis)
+    assert keys, "no record in Redis"
+    before = {k: (redis.cmd("PTTL", k), redis.cmd("TYPE", k)) for k in keys}
+    for k, (pttl, _) in before.items():
+        assert pttl > 0, "record %s has no expiry (PTTL %r)" % (k, pttl)
+        assert pttl <= 24 * 3600 * 1000 + 1000, "record %s outlives retention" % k
+    dumps = {k: redis.cmd("DUMP", k) for k in keys}
+    time.sleep(0.05)
+    assert_replay_of(proxy.post(key=key), first)
+    for k, (pttl, _) in before.items():
+        assert 0 < redis.cmd("PTTL", k) <= pttl, "replay changed the TTL of %s" % k
+        assert redis.cmd("DUMP", k) == dumps[k], "replay changed record %s" % k
+    assert upstream.total() == 1
+
+
+def test_record_expires_after_retention(start_proxy, upstream):
+    p = start_proxy(retention="2s")
+    key = new_key()
+    assert p.post(key=key).status == 201
+    assert p.post(key=key).replayed
+    time.sleep(2.5)
+    again = p.post(key=key)
+    assert again.status == 201
+    assert_not_replayed(again)
+    assert upstream.total() == 2
+
+
+# --------------------------------------------------------------------------
+# which answers are recorded
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("status", [408, 425, 429, 503])
+def test_upstream_release_status_releases_the_key(proxy, upstream, status):
+    key = new_key()
+    hs = [("X-Demo-Status", str(status))]
+    a = proxy.post(key=key, headers=hs)
+    b = proxy.post(key=key, headers=hs)
+    assert a.status == status and b.status == status
+    assert_not_replayed(a)
+    assert_not_replayed(b)
+    assert upstream.total() == 2
+    # and once the upstream succeeds, that answer is kept
+    ok = proxy.post(key=key)
+    assert ok.status == 201
+    assert_replay_of(proxy.post(key=key), ok)
+    assert upstream.total() == 3
+
+
+@pytest.mark.parametrize("status", [400, 402, 404, 500, 502])
+def test_upstream_error_status_is_recorded_and_replayed(proxy, upstream, status):
+    key = new_key()
+    hs = [("X-Demo-Status", str(status))]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == status
+    assert first.json()["status"] == status  # the upstream's own body, not a problem
+    assert_replay_of(proxy.post(key=key, headers=hs), first)
+    assert upstream.total() == 1
+
+
+def test_release_statuses_are_configurable(start_proxy, upstream):
+    p = start_proxy(release_statuses=[409])
+    key = new_key()
+    hs = [("X-Demo-Status", "503")]
+    first = p.post(key=key, headers=hs)
+    assert first.status == 503
+    assert_replay_of(p.post(key=key, headers=hs), first)  # 503 is recorded now
+    k2 = new_key()
+    hs2 = [("X-Demo-Status", "409")]
+    assert p.post(key=k2, headers=hs2).status == 409
+    r = p.post(key=k2, headers=hs2)
+    assert r.status == 409 and not r.replayed
+    assert upstream.total() == 3
+
+
+# --------------------------------------------------------------------------
+# in flight
+# --------------------------------------------------------------------------
+
+def test_in_flight_reject_gives_409_with_retry_after(start_proxy, upstream):
+    p = start_proxy(in_flight="reject")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1500")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    r = p.post(key=key, headers=hs)
+    assert_problem(r, 409, "request-in-progress")
+    assert_retry_after(r)
+    assert r.elapsed < 1.0, "reject must not wait: %r" % r
+    first = f.result()
+    assert first.status == 201
+    assert_replay_of(p.post(key=key, headers=hs), first)
+    assert upstream.total() == 1
+
+
+def test_wait_timeout_gives_409_with_retry_after(start_proxy, upstream):
+    p = start_proxy(wait_timeout="1s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "3000")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    r = p.post(key=key, headers=hs)
+    assert_problem(r, 409, "request-in-progress")
+    assert_retry_after(r)
+    assert 0.8 <= r.elapsed < 2.0, "expected ~1 s of waiting: %r" % r
+    assert f.result().status == 201
+    assert upstream.total() == 1
+
+
+def test_lease_is_renewed_while_the_upstream_works(start_proxy, upstream):
+    p = start_proxy(lease="1s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "2500")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    time.sleep(1.5)  # past the first lease: only renewal keeps the claim alive
+    second = p.post(key=key, headers=hs)
+    first = f.result()
+    assert first.status == 201
+    assert_replay_of(second, first)
+    assert upstream.total() == 1
+
+
+def test_in_flight_wait_across_two_proxies(start_proxy, upstream):
+    p1, p2 = start_proxy(), start_proxy()
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "800")]
+    f = in_background(p1.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    second = p2.post(key=key, headers=hs)
+    first = f.result()
+    assert_replay_of(second, first)
+    # notified or polled with a bounded backoff: not much later than the first
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# upstream failures
+# --------------------------------------------------------------------------
+
+def test_upstream_unreachable_is_502_and_released(start_proxy, upstream_factory):
+    port = free_port()
+    p = start_proxy(upstream_url="http://127.0.0.1:%d" % port)
+    key = new_key()
+    r1 = p.post(key=key)
+    assert_problem(r1, 502, "upstream-unavailable")
+    r2 = p.post(key=key)
+    assert_problem(r2, 502, "upstream-unavailable")  # released, not outcome-unknown
+    assert not r2.replayed
+    up = upstream_factory(port=port)
+    ok = p.post(key=key)
+    assert ok.status == 201, ok
+    assert_replay_of(p.post(key=key), ok)
+    assert up.total() == 1
+
+
+def test_upstream_timeout_is_504_then_outcome_unknown(start_proxy, upstream):
+    p = start_proxy(upstream={"timeout": "1s"})
+    key = new_key()
+    hs = [("X-Demo-Fault", "hang")]
+    r = p.post(key=key, headers=hs)
+    assert_problem(r, 504, "upstream-timeout")
+    assert r.elapsed < 5
+    retry = p.post(key=key, headers=hs)
+    assert_problem(retry, 502, "outcome-unknown")
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_upstream_reset_is_502_then_outcome_unknown(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Fault", "reset")]
+    r = proxy.post(key=key, headers=hs)
+    assert r.status == 502 and r.is_problem(), r
+    retry = proxy.post(key=key, headers=hs)
+    assert_problem(retry, 502, "outcome-unknown")
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_upstream_close_without_answer_is_502_then_outcome_unknown(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Fault", "close")]
+    r = proxy.post(key=key, headers=hs)
+    assert r.status == 502 and r.is_problem(), r
+    retry = proxy.post(key=key, headers=hs)
+    assert_problem(retry, 502, "outcome-unknown")
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_on_ambiguous_release_lets_the_retry_execute(start_proxy, upstream):
+    p = start_proxy(upstream={"timeout": "1s"}, on_ambiguous="release")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "2000")]
+    assert_problem(p.post(key=key, headers=hs), 504, "upstream-timeout")
+    r = p.post(key=key)  # same fingerprint (X-Demo-* headers are not part of it)
+    assert r.status == 201, r
+    assert_not_replayed(r)
+    assert upstream.total() == 2
+
+
+def test_never_two_sends_on_a_dead_reused_upstream_connection(start_proxy, upstream_factory):
+    up = upstream_factory(["--close-reused"])
+    p = start_proxy(upstream_url=up.url)
+    bodies = [('{"n": %d, "u": "%s"}' % (i, uuid.uuid4().hex)).encode() for i in range(6)]
+    keys = [new_key() for _ in bodies]
+    answers = []
+    for k, b in zip(keys, bodies):
+        answers.append(p.post(key=k, body=b))
+        time.sleep(0.05)
+    for b, r in zip(bodies, answers):
+        assert executions_of_body(up, b) == 1, \
+            "protected request sent upstream %d times: %r" % (executions_of_body(up, b), r)
+        assert r.status in (201, 502), r
+    # retries never execute again either
+    for k, b in zip(keys, bodies):
+        p.post(key=k, body=b)
+    assert up.total() == len(bodies)
+
+
+def test_unix_socket_upstream(start_proxy, upstream_factory, tmp_path):
+    path = str(tmp_path / "payments.sock")
+    up = upstream_factory(unix_path=path)
+    p = start_proxy(upstream_url="unix:" + path)
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201, first
+    assert_replay_of(p.post(key=key), first)
+    assert up.total() == 1
+
+
+# --------------------------------------------------------------------------
+# clients and proxies that go away
+# --------------------------------------------------------------------------
+
+def test_client_disconnect_mid_flight_is_recorded_and_replayed(proxy, upstream):
+    key = new_key()
+    body = b'{"amount": 5}'
+    hs = [("Idempotency-Key", key), ("X-Demo-Delay-Ms", "800"),
+          ("Content-Type", "application/json")]
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    s.sendall(build_request("POST", "/v1/payments", hs, body))
+    wait_until(lambda: upstream.total() == 1)
+    s.close()
+    time.sleep(1.2)  # the upstream exchange finishes and is recorded
+    retry = proxy.post(key=key, body=body, headers=[("X-Demo-Delay-Ms", "800")])
+    assert retry.status == 201
+    assert retry.header("Idempotent-Replayed") == "true"
+    assert retry.json()["id"] == "ord_1"
+    assert upstream.total() == 1
+
+
+@pytest.mark.slow
+def test_proxy_crash_mid_flight_is_outcome_unknown_after_the_lease(start_proxy, upstream):
+    p1 = start_proxy(lease="1s")
+    p2 = start_proxy(lease="1s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "3000")]
+    f = in_background(p1.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    p1.kill()
+    with pytest.raises((HTTPError, OSError)):
+        f.result()
+    time.sleep(1.6)  # the lease runs out
+    r = p2.post(key=key, headers=hs)
+    assert_problem(r, 502, "outcome-unknown")
+    assert r.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+@pytest.mark.slow
+def test_proxy_crash_with_on_ambiguous_release_is_taken_over_once(start_proxy, upstream):
+    p1 = start_proxy(lease="1s", on_ambiguous="release")
+    p2 = start_proxy(lease="1s", on_ambiguous="release")
+    key = new_key()
+    f = in_background(p1.post, key=key, headers=[("X-Demo-Delay-Ms", "3000")])
+    wait_until(lambda: upstream.total() == 1)
+    p1.kill()
+    with pytest.raises((HTTPError, OSError)):
+        f.result()
+    time.sleep(1.6)
+    rs = concurrently(8, lambda i: p2.post(key=key, headers=[("X-Demo-Delay-Ms", "300")]))
+    assert upstream.total() == 2, "the take-over must execute exactly once"
+    assert {r.status for r in rs} == {201}, rs
+    assert sum(not r.has_header("Idempotent-Replayed") for r in rs) == 1
+    assert len({r.body for r in rs}) == 1
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(start_proxy, upstream):
+    p = start_proxy()
+    key = new_key()
+    f = in_background(p.post, key=key, headers=[("X-Demo-Delay-Ms", "1500")])
+    wait_until(lambda: upstream.total() == 1)
+    p.signal(signal.SIGTERM)
+    r = f.result()
+    assert r.status == 201, r
+    assert p.wait(15) == 0
+    assert not port_accepts(p.port)
+
+
+# --------------------------------------------------------------------------
+# Redis trouble
+# --------------------------------------------------------------------------
+
+def test_redis_keys_have_a_hash_tag_and_never_the_raw_key(proxy, upstream, redis):
+    key = "RAW-CLIENT-KEY-" + uuid.uuid4().hex
+    token = "Bearer sk_live_" + uuid.uuid4().hex
+    assert proxy.post(key=key, headers=[("Authorization", token)]).status == 201
+    keys = redis.keys("*")
+    ours = prefixed_keys(redis)
+    assert ours, "no record key with the prefix: %r" % keys
+    for k in ours:
+        assert re.search(r"\{[^{}]+\}", k), "no {hash tag} in %r" % k
+    for k in keys:
+        assert key not in str(k) and token not in str(k) and "sk_live_" not in str(k), k
+
+
+def test_redis_syntax_in_keys_is_harmless(proxy, upstream, redis):
+    key = 'a" b\\r\\nFLUSHALL * {x} $3'
+    first = proxy.post(key=key)
+    assert first.status == 201
+    assert_replay_of(proxy.post(key=key), first)
+    assert prefixed_keys(redis)
+    assert upstream.total() == 1
+
+
+def test_key_prefix_from_environment(start_proxy, upstream, redis):
+    p = start_proxy(redis={"key_prefix": "${IDEM_TEST_PREFIX}"},
+                    env={"IDEM_TEST_PREFIX": "acmepay"})
+    assert p.post(key=new_key()).status == 201
+    ours = prefixed_keys(redis, "acmepay")
+    assert ours and all(k.startswith("acmepay") for k in redis.keys("*")), redis.keys("*")
+
+
+def test_redis_down_at_startup_is_not_fatal(start_proxy, upstream, redis):
+    redis.stop()
+    p = start_proxy()
+    r = p.post(key=new_key())
+    assert_problem(r, 503, "store-unavailable")
+    assert_retry_after(r)
+    assert upstream.total() == 0
+    # a keyless request to an unprotected path still passes through
+    plain = p.post("/v2/other", key=None)
+    assert plain.status == 201
+    assert upstream.total() == 1
+    assert p.admin("GET", "/readyz").status == 503
+    assert p.admin("GET", "/healthz").status == 200
+    # served normally as soon as Redis is back
+    redis.start()
+    key = new_key()
+    ok = wait_until(lambda: (lambda r: r if r.status == 201 else None)(p.post(key=key)),
+                    timeout=10, interval=0.2, what="keyed request served after Redis start")
+    assert_replay_of(p.post(key=key), ok)
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, timeout=10, what="readyz 200")
+
+
+def test_redis_stopped_rejects_keyed_requests_with_503(proxy, upstream, redis):
+    assert proxy.post(key=new_key()).status == 201
+    redis.stop()
+    r = proxy.post(key=new_key())
+    assert_problem(r, 503, "store-unavailable")
+    assert_retry_after(r)
+    assert r.elapsed < 5
+    assert upstream.total() == 1
+    assert proxy.post(key=None).status == 201  # keyless still passes
+
+
+def test_redis_paused_times_out_to_503_and_recovers(proxy, upstream, redis):
+    k0 = new_key()
+    first = proxy.post(key=k0)
+    assert first.status == 201
+    redis.pause()
+    try:
+        r = proxy.post(key=new_key())
+        assert_problem(r, 503, "store-unavailable")
+        assert r.elapsed < 4, "redis.timeout is 500ms: %r" % r
+    finally:
+        redis.resume()
+    assert upstream.total() == 1
+    # no stale replies are matched to new commands
+    time.sleep(0.3)
+    k1 = new_key()
+    ok = wait_until(lambda: (lambda r: r if r.status == 201 else None)(
+        proxy.post(key=k1, body=b'{"after": "pause"}')), timeout=10, interval=0.2)
+    assert ok.json()["body_sha256"] == hashlib.sha256(b'{"after": "pause"}').hexdigest()
+    assert_replay_of(proxy.post(key=k1, body=b'{"after": "pause"}'), ok)
+    assert_replay_of(proxy.post(key=k0), first)
+
+
+def test_on_store_error_pass_forwards_unprotected(start_proxy, upstream, redis):
+    p = start_proxy(on_store_error="pass")
+    redis.stop()
+    key = new_key()
+    a, b = p.post(key=key), p.post(key=key)
+    assert a.status == 201 and b.status == 201
+    assert_not_replayed(b)
+    assert upstream.total() == 2
+
+
+def test_redis_restart_with_empty_script_cache_is_served_normally(proxy, upstream, redis):
+    assert proxy.post(key=new_key()).status == 201  # scripts loaded
+    redis.stop()
+    redis.start()  # a new Redis: empty, no scripts
+    key = new_key()
+    ok = wait_until(lambda: (lambda r: r if r.status == 201 else None)(proxy.post(key=key)),
+                    timeout=10, interval=0.2, what="served after the Redis restart")
+    assert_replay_of(proxy.post(key=key), ok)
+    assert_problem(proxy.post(key=key, body=b"other"), 409, "key-reuse-mismatch")
+
+
+def test_redis_fails_after_the_upstream_answered_client_still_gets_it(start_proxy, upstream,
+                                                                     redis):
+    p = start_proxy(lease="2s")
+    key = new_key()
+    f = in_background(p.post, key=key, headers=[("X-Demo-Delay-Ms", "1000")])
+    wait_until(lambda: upstream.total() == 1)
+    redis.pause()
+    try:
+        r = f.result()
+        assert r.status == 201, r
+        assert r.json()["id"] == "ord_1"
+    finally:
+        redis.resume()
+    retry = p.post(key=key)
+    assert retry.status in (201, 409, 502), retry
+    if retry.status == 201:
+        assert retry.replayed
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# problem answers
+# --------------------------------------------------------------------------
+
+def test_problem_answers_have_type_title_status_detail(start_proxy, upstream):
+    p = start_proxy(limits={"max_request_body": "1KiB"})
+    key = new_key()
+    assert p.post(key=key).status == 201
+    cases = [
+        (p.post("/v1/strict", key=None), 400, "missing-key"),
+        (p.request("POST", "/v1/payments", ["Idempotency-Key: \"x"], b"{}"), 400, "invalid-key"),
+        (p.post(key=new_key(), body=b"x" * 2048), 413, "body-too-large"),
+        (p.post(key=key, body=b"different"), 409, "key-reuse-mismatch"),
+    ]
+    for r, status, cause in cases:
+        doc = assert_problem(r, status, cause)
+        assert key not in json.dumps(doc), "problem leaks the key: %r" % doc
+
+
+# --------------------------------------------------------------------------
+# operations
+# --------------------------------------------------------------------------
+
+def test_admin_healthz_readyz_metrics(proxy, upstream):
+    assert proxy.admin("GET", "/healthz").status == 200
+    assert proxy.admin("GET", "/readyz").status == 200
+    assert proxy.post(key=new_key()).status == 201
+    m = proxy.admin("GET", "/metrics")
+    assert m.status == 200
+    text = m.body.decode()
+    assert "# TYPE" in text, text[:500]
+    # an unmatched GET on the request port is a plain pass-through
+    assert proxy.request("GET", "/_demo/stats").status == 200
+
+
+def test_access_log_never_contains_the_raw_key_body_or_authorization(proxy, upstream):
+    key = "LOGGED-KEY-" + uuid.uuid4().hex
+    token = "Bearer sk_live_" + uuid.uuid4().hex
+    secret_body = ('{"card": "4242424242424242", "n": "%s"}' % uuid.uuid4().hex).encode()
+    n = 0
+    for _ in range(2):
+        assert proxy.post(key=key, body=secret_body, headers=[("Authorization", token)]).status \
+            == 201
+        n += 1
+    proxy.post(key=key, body=b"mismatch", headers=[("Authorization", token)])
+    n += 1
+    time.sleep(0.3)
+    text = proxy.stdout_text() + proxy.stderr_text()
+    assert key not in text
+    assert token not in text and "sk_live_" not in text
+    assert "4242424242424242" not in text
+    lines = json_lines(text)
+    assert len(lines) >= n, "expected one JSON access log line per request:\n%s" % text[-2000:]
+
+
+def find_record_id(proxy):
+    """The record id the access log printed for the latest protected request."""
+    for doc in reversed(json_lines(proxy.stdout_text() + proxy.stderr_text())):
+        for k, v in doc.items():
+            if "record" in k.lower() and isinstance(v, str) and v:
+                return v
+    return None
+
+
+def test_admin_inspect_and_purge_an_outcome_unknown_record(start_proxy, upstream):
+    p = start_proxy(upstream={"timeout": "1s"})
+    key = new_key()
+    assert_problem(p.post(key=key, headers=[("X-Demo-Fault", "hang")]), 504, "upstream-timeout")
+    assert_problem(p.post(key=key), 502, "outcome-unknown")
+    time.sleep(0.2)
+    rid = find_record_id(p)
+    assert rid, "no record id in the access log:\n%s" % (p.stdout_text() + p.stderr_text())[-2000:]
+    info = p.admin("GET", "/records/" + rid)
+    assert info.status == 200, info
+    assert key not in info.body.decode(errors="replace")
+    d = p.admin("DELETE", "/records/" + rid)
+    assert d.status in (200, 202, 204), d
+    r = p.post(key=key)
+    assert r.status == 201, r
+    assert_not_replayed(r)
+    assert upstream.total() == 2
+
+
+def test_sighup_reloads_routes_and_keeps_the_old_config_when_invalid(start_proxy, upstream,
+                                                                     redis):
+    p = start_proxy(routes=[{"path": "/v1/payments*"}])
+    assert p.post(key=None).status == 201
+    cfg = build_config(p.port, p.admin_port, upstream.url, redis.url,
+                       routes=[{"path": "/v1/payments*", "require_key": True}])
+    with open(p.config_path, "w") as f:
+        f.write(to_yaml(cfg) + "\n")
+    # a connection opened before the reload keeps working
+    with Connection(p.port) as c:
+        assert c.request("GET", "/v1/payments").status == 200
+        p.signal(signal.SIGHUP)
+        wait_until(lambda: p.post(key=None).status == 400, timeout=5,
+                   what="require_key after SIGHUP")
+        assert c.request("GET", "/v1/payments").status == 200
+    assert_problem(p.post(key=None), 400, "missing-key")
+    with open(p.config_path, "w") as f:
+        f.write("listen: 127.0.0.1:%d\nbogus: [\n" % p.port)
+    p.signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.alive()
+    assert_problem(p.post(key=None), 400, "missing-key")
+    assert p.post(key=new_key()).status == 201
+
+
+# --------------------------------------------------------------------------
+# webhooks
+# --------------------------------------------------------------------------
+
+def test_github_webhook_signature_and_duplicate_delivery(start_proxy, upstream, redis):
+    secret = "gh-" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": "/hooks/github", "key_from": "header:X-GitHub-Delivery",
+                             "verify": "github", "secret": "${GH_SECRET}"}],
+                    env={"GH_SECRET": secret})
+    delivery = str(uuid.uuid4())
+    body = b'{"action": "completed", "zen": "Keep it logically awesome."}'
+
+    def sig(b, s=secret):
+        return "sha256=" + hmac.new(s.encode(), b, hashlib.sha256).hexdigest()
+
+    base = [("X-GitHub-Delivery", delivery), ("X-GitHub-Event", "check_run"),
+            ("Content-Type", "application/json")]
+    bad = p.request("POST", "/hooks/github", base + [("X-Hub-Signature-256", sig(body, "nope"))],
+                    body)
+    assert_problem(bad, 401, "signature-invalid")
+    missing = p.request("POST", "/hooks/github", base, body)
+    assert_problem(missing, 401, "signature-invalid")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []  # nobody can pre-claim an event id
+    first = p.request("POST", "/hooks/github", base + [("X-Hub-Signature-256", sig(body))], body)
+    assert first.status == 201
+    dup = p.request("POST", "/hooks/github", base + [("X-Hub-Signature-256", sig(body))], body)
+    assert_replay_of(dup, first)
+    assert upstream.total() == 1
+
+
+def test_stripe_webhook_key_from_json_and_tolerance(start_proxy, upstream):
+    secret = "whsec_" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
+                             "verify": "stripe", "secret": "${STRIPE_SECRET}"}],
+                    env={"STRIPE_SECRET": secret})
+    evt = "evt_" + uuid.uuid4().hex
+
+    def deliver(body, t=None):
+        t = int(time.time()) if t is None else t
+        mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
+        return p.request("POST", "/hooks/stripe",
+                         [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
+                          ("Content-Type", "application/json")], body)
+
+    b1 = json.dumps({"id": evt, "type": "payment_intent.succeeded",
+                     "request": {"idempotency_key": None}, "pending_webhooks": 2}).encode()
+    old = deliver(b1, int(time.time()) - 600)
+    assert_problem(old, 401, "signature-invalid")
+    first = deliver(b1)
+    assert first.status == 201
+    # Stripe changes the body between deliveries (pending_webhooks): still a duplicate
+    b2 = json.dumps({"id": evt, "type": "payment_intent.succeeded",
+                     "request": {"idempotency_key": None}, "pending_webhooks": 1}).encode()
+    assert_replay_of(deliver(b2), first)
+    other = deliver(json.dumps({"id": evt + "x", "type": "charge.refunded"}).encode())
+    assert other.status == 201 and not other.replayed
+    assert upstream.total() == 2
+
+
+def test_standard_webhooks_secret_rotation(start_proxy, upstream):
+    old_raw, new_raw = os.urandom(24), os.urandom(24)
+    old = "whsec_" + base64.b64encode(old_raw).decode()
+    new = "whsec_" + base64.b64encode(new_raw).decode()
+    p = start_proxy(routes=[{"path": "/hooks/std", "key_from": "header:webhook-id",
+                             "verify": "standard-webhooks",
+                             "secret": ["${WH_OLD}", "${WH_NEW}"]}],
+                    env={"WH_OLD": old, "WH_NEW": new})
+
+    def deliver(msg_id, body, raw):
+        ts = str(int(time.time()))
+        mac = hmac.new(raw, ("%s.%s." % (msg_id, ts)).encode() + body, hashlib.sha256).digest()
+        return p.request("POST", "/hooks/std",
+                         [("webhook-id", msg_id), ("webhook-timestamp", ts),
+                          ("webhook-signature", "v1," + base64.b64encode(mac).decode()),
+                          ("Content-Type", "application/json")], body)
+
+    m1, m2 = "msg_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex
+    body = b'{"type": "invoice.paid"}'
+    assert_problem(deliver(m1, body, os.urandom(24)), 401, "signature-invalid")
+    a = deliver(m1, body, old_raw)
+    assert a.status == 201
+    b = deliver(m2, body, new_raw)
+    assert b.status == 201
+    assert_replay_of(deliver(m1, body, new_raw), a)
+    assert upstream.total() == 2
+
+
+# --------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------
+
+def good_config_text():
+    return to_yaml(build_config(free_port(), free_port(), "http://127.0.0.1:3000",
+                                "redis://127.0.0.1:6379/0")) + "\n"
+
+
+def test_cli_check_good_config(tmp_path):
+    require_binary()
+    path = tmp_path / "good.yaml"
+    path.write_text(good_config_text())
+    rc, out, err = run_bin(["-t", "-c", str(path)])
+    assert rc == 0, (out, err)
+    assert "configuration OK" in out + err
+
+
+BAD_CONFIGS = {
+    # name: (text, line of the error)
+    "unknown-key": ("listen: 127.0.0.1:8080\nadmin_listen: \"\"\nbogus_key: 1\n"
+                    "upstream:\n  url: http://127.0.0.1:3000\n", 3),
+    "duplicate-key": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                      "  url: http://127.0.0.1:3001\n", 4),
+    "wrong-type": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                   "defaults:\n  require_key: maybe\n", 5),
+    "bad-duration": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                     "defaults:\n  lease: 10 parsecs\n", 5),
+    "bad-size": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                 "limits:\n  max_request_body: 1GB\n", 5),
+    "bad-mismatch-status": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                            "defaults:\n  mismatch_status: 418\n", 5),
+    "unknown-route-key": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                          "routes:\n  - path: /v1/payments*\n    requires_key: true\n", 6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_cli_check_bad_config_reports_the_line(tmp_path, case):
+    require_binary()
+    text, line = BAD_CONFIGS[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    rc, out, err = run_bin(["-t", "-c", str(path)])
+    assert rc == 1, (rc, out, err)
+    assert (":%d:" % line) in out + err, (out, err)
+    assert "configuration OK" not in out + err
+
+
+def test_cli_version():
+    require_binary()
+    rc, out, err = run_bin(["-V"])
+    assert rc == 0, (out, err)
+    assert re.search(r"\d+\.\d+(\.\d+)?", out + err), (out, err)
+
+
+def test_cli_help():
+    require_binary()
+    rc, out, err = run_bin(["-h"])
+    assert rc == 0, (out, err)
+    assert "-c" in out + err
+
+
+def test_bad_config_at_startup_fails_with_one_line(tmp_path):
+    require_binary()
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_CONFIGS["unknown-key"][0])
+    rc, out, err = run_bin(["-c", str(path)])
+    assert rc != 0
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and ":3:" in lines[0], err
+
+
+def test_listen_port_in_use_fails_with_one_line(tmp_path):
+    require_binary()
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        cfg = build_config(port, free_port(), "http://127.0.0.1:3000",
+                           "redis://127.0.0.1:%d/0" % free_port())
+        path = tmp_path / "inuse.yaml"
+        path.write_text(to_yaml(cfg) + "\n")
+        rc, out, err = run_bin(["-c", str(path)], timeout=20)
+    assert rc != 0, (out, err)
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, "expected one clear line on stderr, got:\n" + err
+    assert str(port) in lines[0] or "in use" in lines[0].lower(), lines[0]
+
+
+def test_unparsable_redis_url_fails_at_startup(tmp_path):
+    require_binary()
+    cfg = build_config(free_port(), free_port(), "http://127.0.0.1:3000",
+                       "redis://127.0.0.1:notaport/0")
+    path = tmp_path / "badredis.yaml"
+    path.write_text(to_yaml(cfg) + "\n")
+    rc, out, err = run_bin(["-c", str(path)], timeout=20)
+    assert rc != 0, (out, err)
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, err

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what it needs, then builds and
+# tests twice (plain with -Werror, and under AddressSanitizer +
+# UndefinedBehaviorSanitizer): unit tests via meson, integration tests via
+# pytest against the real binary, a real redis-server and the demo upstream.
+# Ends with one line "N passed, N failed".
+#
+#   tests/run.sh            both variants
+#   tests/run.sh plain      one variant (plain | asan)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+"$root/tests/install-deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
+
+variants=("$@")
+((${#variants[@]})) || variants=(plain asan)
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+build_failures=0
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=0}
+
+for v in "${variants[@]}"; do
+  dir="build-test-$v"
+  opts=(-Dwerror=true -Dbuildtype=debugoptimized)
+  [[ $v == asan ]] && opts+=(-Db_sanitize=address,undefined -Db_lundef=false)
+  echo "=== $v: build"
+  if ! { [[ -d $dir ]] || meson setup "$dir" "${opts[@]}" >/dev/null; } || ! ninja -C "$dir" >/dev/null; then
+    echo "build $v failed"
+    ninja -C "$dir" 2>&1 | tail -40
+    build_failures=$((build_failures + 1))
+    continue
+  fi
+  echo "=== $v: unit tests"
+  meson test -C "$dir" --suite unit --print-errorlogs --no-rebuild
+  cp "$dir/meson-logs/testlog.junit.xml" "$results/unit-$v.xml" 2>/dev/null
+  echo "=== $v: integration tests"
+  IDEM_PROXY_BIN="$root/$dir/proxy/idempotency-proxy" \
+    /usr/bin/python3 -m pytest -q tests/integration --junitxml="$results/integration-$v.xml" \
+    -o junit_suite_name="integration-$v"
+done
+
+/usr/bin/python3 - "$results" "$build_failures" <<'PY'
+import glob, sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+for path in glob.glob(sys.argv[1] + "/*.xml"):
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+failed += int(sys.argv[2])
+line = f"{passed} passed, {failed} failed"
+if skipped:
+    line += f", {skipped} skipped"
+print(line)
+sys.exit(1 if failed or passed == 0 else 0)
+PY

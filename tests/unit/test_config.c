@@ -1,0 +1,677 @@
+/*
+ * test_config.c - the configuration loader against CONTRACT section 3 and 8.
+ *
+ * One table case per behaviour: a YAML text, and either the line and a word
+ * the error must name, or a check of the loaded structs. Prints `ok NAME`
+ * or `FAIL NAME: why` per case; exits 1 if any case failed.
+ *
+ * Usage: test_config [SAMPLE_CONFIG]  (also loads the sample file if given)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#define FILE_NAME "test.yaml"
+
+/* NULL when cfg is right, else the failed expectation. */
+typedef const char *config_check(const struct config *cfg);
+
+struct config_case {
+    const char *name;
+    const char *yaml;
+    int err_line;               /* 0: must load; else the line the error names */
+    const char *err_word;       /* and a word the message must contain */
+    config_check *check;        /* for cases that load */
+};
+
+#define EXPECT(cond) do { if (!(cond)) return #cond; } while (0)
+#define STREQ(a, b) ((a) != NULL && strcmp((a), (b)) == 0)
+
+static const struct route *route_at(const struct config *cfg, size_t i)
+{
+    return i < cfg->n_routes ? &cfg->routes[i] : NULL;
+}
+
+/* ---- checks of loaded configurations ----------------------------------- */
+
+static const char *check_defaults(const struct config *cfg)
+{
+    const struct route_policy *d = &cfg->defaults;
+
+    EXPECT(STREQ(cfg->listen.host, "0.0.0.0") && cfg->listen.port == 8080);
+    EXPECT(STREQ(cfg->admin_listen.host, "127.0.0.1") && cfg->admin_listen.port == 9901);
+    EXPECT(STREQ(cfg->upstream_url, "http://127.0.0.1:3000"));
+    EXPECT(STREQ(cfg->upstream_base, "http://127.0.0.1:3000"));
+    EXPECT(cfg->upstream_unix_path == NULL);
+    EXPECT(cfg->upstream_connect_timeout_ms == 2000);
+    EXPECT(cfg->upstream_timeout_ms == 30000);
+    EXPECT(STREQ(cfg->redis_url, "redis://127.0.0.1:6379/0"));
+    EXPECT(STREQ(cfg->redis_host, "127.0.0.1") && cfg->redis_port == 6379);
+    EXPECT(cfg->redis_unix_path == NULL && cfg->redis_db == 0);
+    EXPECT(cfg->redis_password == NULL);
+    EXPECT(STREQ(cfg->key_prefix, "idem"));
+    EXPECT(cfg->redis_timeout_ms == 500);
+    EXPECT(cfg->max_request_body == 1024 * 1024);
+    EXPECT(cfg->max_stored_response == 1024 * 1024);
+    EXPECT(STREQ(d->key_header, "Idempotency-Key"));
+    EXPECT(d->methods == (METHOD_POST | METHOD_PATCH));
+    EXPECT(d->require_key == false);
+    EXPECT(d->key_max_length == 255);
+    EXPECT(d->fingerprint == FINGERPRINT_REQUEST);
+    EXPECT(d->n_scope_headers == 1 && STREQ(d->scope_headers[0], "Authorization"));
+    EXPECT(d->lease_ms == 60000);
+    EXPECT(d->retention_ms == 24ull * 3600 * 1000);
+    EXPECT(d->in_flight == IN_FLIGHT_WAIT);
+    EXPECT(d->wait_timeout_ms == 10000);
+    EXPECT(d->mismatch_status == 409);
+    EXPECT(d->n_release_statuses == 4 && d->release_statuses[0] == 408 &&
+           d->release_statuses[1] == 425 && d->release_statuses[2] == 429 &&
+           d->release_statuses[3] == 503);
+    EXPECT(d->on_ambiguous == AMBIGUOUS_HOLD);
+    EXPECT(d->on_store_error == STORE_ERROR_REJECT);
+    EXPECT(d->key_from == KEY_FROM_HEADER && d->key_json_pointer == NULL);
+    EXPECT(d->verify == VERIFY_NONE && d->n_secrets == 0);
+    EXPECT(cfg->n_routes == 0 && cfg->routes == NULL);
+    return NULL;
+}
+
+static const char *check_duration_units(const struct config *cfg)
+{
+    EXPECT(cfg->upstream_connect_timeout_ms == 250);
+    EXPECT(cfg->upstream_timeout_ms == 45000);
+    EXPECT(cfg->redis_timeout_ms == 2 * 60000);
+    EXPECT(cfg->defaults.lease_ms == 3ull * 3600000);
+    EXPECT(cfg->defaults.retention_ms == 7ull * 86400000);
+    EXPECT(cfg->defaults.wait_timeout_ms == 1500);
+    return NULL;
+}
+
+static const char *check_size_units(const struct config *cfg)
+{
+    EXPECT(cfg->max_request_body == 512);
+    EXPECT(cfg->max_stored_response == 64 * 1024);
+    return NULL;
+}
+
+static const char *check_size_mib(const struct config *cfg)
+{
+    EXPECT(cfg->max_request_body == 2 * 1024 * 1024);
+    EXPECT(cfg->max_stored_response == (size_t)1024 * 1024 * 1024);
+    return NULL;
+}
+
+static const char *check_everything_set(const struct config *cfg)
+{
+    const struct route_policy *d = &cfg->defaults;
+
+    EXPECT(STREQ(cfg->listen.host, "127.0.0.1") && cfg->listen.port == 18080);
+    EXPECT(cfg->admin_listen.host == NULL && cfg->admin_listen.port == 0);
+    EXPECT(STREQ(cfg->upstream_base, "https://api.example.com:8443/legacy"));
+    EXPECT(STREQ(cfg->redis_host, "redis.internal") && cfg->redis_port == 6380);
+    EXPECT(cfg->redis_db == 3);
+    EXPECT(STREQ(cfg->key_prefix, "pay"));
+    EXPECT(STREQ(d->key_header, "X-Request-Id"));
+    EXPECT(d->methods == (METHOD_POST | METHOD_PUT | METHOD_DELETE));
+    EXPECT(d->require_key == true);
+    EXPECT(d->key_max_length == 64);
+    EXPECT(d->fingerprint == FINGERPRINT_NONE);
+    EXPECT(d->n_scope_headers == 2 && STREQ(d->scope_headers[1], "X-Tenant"));
+    EXPECT(d->in_flight == IN_FLIGHT_REJECT);
+    EXPECT(d->mismatch_status == 422);
+    EXPECT(d->n_release_statuses == 0);
+    EXPECT(d->on_ambiguous == AMBIGUOUS_RELEASE);
+    EXPECT(d->on_store_error == STORE_ERROR_PASS);
+    return NULL;
+}
+
+static const char *check_env_expansion(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->redis_password, "s3cret"));
+    EXPECT(STREQ(cfg->key_prefix, "idem-eu-1-x"));
+    EXPECT(STREQ(cfg->upstream_base, "http://legacy.local:3000"));
+    return NULL;
+}
+
+static const char *check_no_password(const struct config *cfg)
+{
+    EXPECT(cfg->redis_password == NULL);
+    return NULL;
+}
+
+static const char *check_url_password(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->redis_password, "p@ss"));
+    EXPECT(STREQ(cfg->redis_host, "cache") && cfg->redis_port == 6379 && cfg->redis_db == 2);
+    return NULL;
+}
+
+static const char *check_password_key_wins(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->redis_password, "fromkey"));
+    return NULL;
+}
+
+static const char *check_redis_unix(const struct config *cfg)
+{
+    EXPECT(cfg->redis_host == NULL);
+    EXPECT(STREQ(cfg->redis_unix_path, "/run/redis/redis.sock"));
+    return NULL;
+}
+
+static const char *check_upstream_unix(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->upstream_unix_path, "/run/legacy.sock"));
+    EXPECT(STREQ(cfg->upstream_base, "http://localhost"));
+    EXPECT(STREQ(cfg->upstream_url, "unix:/run/legacy.sock"));
+    return NULL;
+}
+
+static const char *check_ipv6_listen(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->listen.host, "::") && cfg->listen.port == 8080);
+    EXPECT(STREQ(cfg->upstream_base, "http://[::1]:3000"));
+    return NULL;
+}
+
+static const char *check_null_sections(const struct config *cfg)
+{
+    EXPECT(cfg->n_routes == 0);
+    EXPECT(cfg->upstream_timeout_ms == 30000);
+    return NULL;
+}
+
+static const char *check_inheritance(const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+
+    EXPECT(cfg->n_routes == 2);
+    /* a: inherits `defaults:` and the built-in defaults, overrides require_key */
+    EXPECT(STREQ(a->path, "/v1/payments") && a->prefix && a->path_len == 12);
+    EXPECT(a->line == 6);
+    EXPECT(a->policy.require_key == true);
+    EXPECT(a->policy.lease_ms == 30000);                    /* from defaults: */
+    EXPECT(a->policy.n_scope_headers == 1 && STREQ(a->policy.scope_headers[0], "X-Tenant"));
+    EXPECT(a->policy.retention_ms == 24ull * 3600000);      /* built in */
+    EXPECT(STREQ(a->policy.key_header, "Idempotency-Key"));
+    EXPECT(a->policy.fingerprint == FINGERPRINT_REQUEST);
+    /* b: overrides what defaults: set, and more */
+    EXPECT(STREQ(b->path, "/v1/refunds") && !b->prefix);
+    EXPECT(b->policy.lease_ms == 5000);
+    EXPECT(b->policy.methods == METHOD_PUT);
+    EXPECT(b->policy.n_scope_headers == 0);
+    EXPECT(b->policy.mismatch_status == 422);
+    EXPECT(b->policy.require_key == false);
+    /* the defaults themselves are unchanged by the routes */
+    EXPECT(cfg->defaults.lease_ms == 30000 && cfg->defaults.mismatch_status == 409);
+    return NULL;
+}
+
+static const char *check_webhook_header(const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    EXPECT(r != NULL);
+    EXPECT(r->policy.key_from == KEY_FROM_HEADER);
+    EXPECT(STREQ(r->policy.key_header, "X-GitHub-Delivery"));
+    EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
+    EXPECT(r->policy.verify == VERIFY_GITHUB);
+    EXPECT(r->policy.n_secrets == 1 && STREQ(r->policy.secrets[0], "gh-secret"));
+    return NULL;
+}
+
+static const char *check_webhook_json(const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    EXPECT(r != NULL);
+    EXPECT(r->policy.key_from == KEY_FROM_JSON);
+    EXPECT(STREQ(r->policy.key_json_pointer, "/id"));
+    EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
+    EXPECT(r->policy.verify == VERIFY_STRIPE);
+    EXPECT(r->policy.n_secrets == 2 && STREQ(r->policy.secrets[0], "whsec_old") &&
+           STREQ(r->policy.secrets[1], "whsec_new"));
+    EXPECT(STREQ(r->policy.key_header, "Idempotency-Key"));
+    return NULL;
+}
+
+static const char *check_webhook_fingerprint_kept(const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    EXPECT(r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST);
+    EXPECT(r->policy.verify == VERIFY_STANDARD_WEBHOOKS);
+    EXPECT(STREQ(r->policy.key_header, "webhook-id"));
+    return NULL;
+}
+
+static const char *check_plain_route_fingerprint(const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    EXPECT(r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST);
+    EXPECT(r->policy.key_from == KEY_FROM_HEADER && r->policy.verify == VERIFY_NONE);
+    return NULL;
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static const struct config_case config_cases[] = {
+    /* defaults */
+    { "empty file takes the contract defaults", "", 0, NULL, check_defaults },
+    { "empty mapping takes the contract defaults", "{}\n", 0, NULL, check_defaults },
+    { "comments only take the contract defaults", "# nothing\n\n# here\n", 0, NULL, check_defaults },
+    { "null sections count as empty", "upstream:\nroutes:\ndefaults: ~\n", 0, NULL,
+      check_null_sections },
+    { "every key set", "listen: 127.0.0.1:18080\nadmin_listen: \"\"\n"
+      "upstream:\n  url: https://api.example.com:8443/legacy/\n"
+      "redis:\n  url: redis://redis.internal:6380/3\n  key_prefix: pay\n"
+      "defaults:\n  key_header: X-Request-Id\n  methods: [POST, PUT, DELETE]\n"
+      "  require_key: true\n  key_max_length: 64\n  fingerprint: none\n"
+      "  scope_headers: [Authorization, X-Tenant]\n  in_flight: reject\n"
+      "  mismatch_status: 422\n  release_statuses: []\n  on_ambiguous: release\n"
+      "  on_store_error: pass\n", 0, NULL, check_everything_set },
+
+    /* units */
+    { "durations take ms s m h d", "upstream:\n  connect_timeout: 250ms\n  timeout: 45s\n"
+      "redis:\n  timeout: 2m\ndefaults:\n  lease: 3h\n  retention: 7d\n  wait_timeout: 1500ms\n",
+      0, NULL, check_duration_units },
+    { "sizes take B and KiB", "limits:\n  max_request_body: 512B\n  max_stored_response: 64KiB\n",
+      0, NULL, check_size_units },
+    { "sizes take MiB and GiB", "limits:\n  max_request_body: 2MiB\n  max_stored_response: 1GiB\n",
+      0, NULL, check_size_mib },
+
+    /* ${VAR} */
+    { "env vars expand in strings", "upstream:\n  url: http://${TEST_IDEM_HOST}:3000\n"
+      "redis:\n  password: ${TEST_IDEM_PASSWORD}\n  key_prefix: idem-${TEST_IDEM_REGION}-x\n",
+      0, NULL, check_env_expansion },
+    { "unset env password means none", "redis:\n  password: ${TEST_IDEM_UNSET}\n", 0, NULL,
+      check_no_password },
+    { "bad env reference is an error", "redis:\n  key_prefix: a${1X}\n", 2, "${NAME}", NULL },
+    { "unterminated env reference is an error", "redis:\n  key_prefix: a${X\n", 2, "${NAME}", NULL },
+
+    /* URLs */
+    { "redis url password is used", "redis:\n  url: redis://:p%40ss@cache/2\n", 0, NULL,
+      check_url_password },
+    { "redis url password with empty password key", "redis:\n  url: redis://:p%40ss@cache/2\n"
+      "  password: ${TEST_IDEM_UNSET}\n", 0, NULL, check_url_password },
+    { "redis password key beats the url", "redis:\n  password: fromkey\n"
+      "  url: redis://:p%40ss@cache/2\n", 0, NULL, check_password_key_wins },
+    { "redis unix socket", "redis:\n  url: unix:/run/redis/redis.sock\n", 0, NULL, check_redis_unix },
+    { "upstream unix socket", "upstream:\n  url: unix:/run/legacy.sock\n", 0, NULL,
+      check_upstream_unix },
+    { "ipv6 addresses", "listen: '[::]:8080'\nupstream:\n  url: http://[::1]:3000\n", 0, NULL,
+      check_ipv6_listen },
+    { "upstream url must be http https or unix", "upstream:\n  url: ftp://h/\n", 2,
+      "upstream url", NULL },
+    { "upstream url needs a host", "upstream:\n  url: http://\n", 2, "upstream url", NULL },
+    { "upstream unix path must be absolute", "upstream:\n  url: unix:legacy.sock\n", 2,
+      "unix:/path", NULL },
+    { "redis url must be redis or unix", "redis:\n  url: http://127.0.0.1:6379\n", 2,
+      "redis url", NULL },
+    { "redis url user names are refused", "redis:\n  url: redis://admin:pw@h:6379/0\n", 2,
+      "user names", NULL },
+    { "redis url database must be a number", "redis:\n  url: redis://h:6379/zero\n", 2,
+      "database", NULL },
+    { "redis url port out of range", "redis:\n  url: redis://h:70000/0\n", 2, "redis url", NULL },
+
+    /* listen addresses */
+    { "listen needs a port", "listen: 0.0.0.0\n", 1, "host:port", NULL },
+    { "listen port 0 is refused", "listen: 0.0.0.0:0\n", 1, "1 to 65535", NULL },
+    { "listen port above 65535 is refused", "listen: 0.0.0.0:65536\n", 1, "1 to 65535", NULL },
+    { "listen may not be empty", "listen: \"\"\n", 1, "host:port", NULL },
+    { "admin_listen same port as listen", "listen: 0.0.0.0:9000\nadmin_listen: 127.0.0.1:9000\n",
+      2, "same port", NULL },
+
+    /* structure */
+    { "yaml syntax error names the line", "listen: 0.0.0.0:8080\nupstream:\n  url: x\n"
+      "   timeout: 2s: x\n", 4, "YAML syntax", NULL },
+    { "unclosed flow list", "defaults:\n  methods: [POST\n", 3, "YAML syntax", NULL },
+    { "top level must be a mapping", "- listen\n", 1, "mapping", NULL },
+    { "second document is refused", "listen: 0.0.0.0:8080\n---\nlisten: 0.0.0.0:8081\n", 3,
+      "document", NULL },
+    { "unknown top level key", "listen: 0.0.0.0:8080\nlissen: 1\n", 2, "'lissen'", NULL },
+    { "misplaced key says where it belongs", "timeout: 2s\n", 1, "belongs in upstream, redis",
+      NULL },
+    { "unknown key in defaults lists the allowed", "defaults:\n  lease: 1m\n  lese: 2m\n", 3,
+      "allowed: key_header", NULL },
+    { "webhook key in defaults belongs in a route", "defaults:\n  verify: github\n", 2,
+      "belongs in a route", NULL },
+    { "unknown key in a route", "routes:\n  - path: /a\n    requier_key: true\n", 3,
+      "'requier_key' in a route", NULL },
+    { "duplicate top level key", "listen: 0.0.0.0:8080\nadmin_listen: \"\"\n"
+      "listen: 0.0.0.0:8081\n", 3, "duplicate key 'listen'", NULL },
+    { "duplicate key in defaults", "defaults:\n  lease: 1m\n  retention: 1d\n  lease: 2m\n", 4,
+      "first at line 2", NULL },
+    { "duplicate key in a route", "routes:\n  - path: /a\n    path: /b\n", 3, "duplicate", NULL },
+    { "list where a value is expected", "listen: [0.0.0.0:8080]\n", 1, "single value", NULL },
+    { "mapping where a list is expected", "defaults:\n  methods: {POST: true}\n", 2, "a list",
+      NULL },
+    { "value where a section is expected", "upstream: http://x\n", 1, "a mapping", NULL },
+    { "list item must be a value", "defaults:\n  methods:\n    - [POST]\n", 3, "single value",
+      NULL },
+    { "routes must be a list", "routes:\n  path: /a\n", 2, "list of routes", NULL },
+    { "route must be a mapping", "routes:\n  - /v1/payments\n", 2, "mapping", NULL },
+    { "route needs a path", "routes:\n  - require_key: true\n", 2, "needs a path", NULL },
+
+    /* typed values */
+    { "require_key maybe", "defaults:\n  require_key: maybe\n", 2, "true or false", NULL },
+    { "key_max_length negative", "defaults:\n  key_max_length: -3\n", 2, "key_max_length", NULL },
+    { "key_max_length zero", "defaults:\n  key_max_length: 0\n", 2, "from 1", NULL },
+    { "key_header must be a header name", "defaults:\n  key_header: \"Idem Key\"\n", 2,
+      "header name", NULL },
+    { "scope header must be a header name", "defaults:\n  scope_headers: [\"a:b\"]\n", 2,
+      "header name", NULL },
+    { "duration needs a unit", "defaults:\n  lease: 60\n", 2, "bad duration", NULL },
+    { "duration unknown unit", "defaults:\n  lease: 60sec\n", 2, "ms, s, m, h, d", NULL },
+    { "duration negative", "defaults:\n  lease: -5s\n", 2, "bad duration", NULL },
+    { "duration without number", "defaults:\n  lease: s\n", 2, "bad duration", NULL },
+    { "duration overflow", "defaults:\n  retention: 99999999999999999999d\n", 2, "bad duration",
+      NULL },
+    { "duration overflow after the unit", "defaults:\n  retention: 106751991167301d\n", 2,
+      "bad duration", NULL },
+    { "size unknown unit", "limits:\n  max_request_body: 1MB\n", 2, "B, KiB, MiB", NULL },
+    { "size without number", "limits:\n  max_request_body: MiB\n", 2, "bad size", NULL },
+    { "size negative", "limits:\n  max_request_body: -1MiB\n", 2, "bad size", NULL },
+    { "size overflow", "limits:\n  max_stored_response: 18446744073709551615GiB\n", 2,
+      "bad size", NULL },
+    { "in_flight lists the choices", "defaults:\n  in_flight: queue\n", 2, "wait, reject", NULL },
+    { "fingerprint lists the choices", "defaults:\n  fingerprint: body\n", 2, "request, none",
+      NULL },
+    { "on_ambiguous lists the choices", "defaults:\n  on_ambiguous: retry\n", 2, "hold, release",
+      NULL },
+    { "on_store_error lists the choices", "defaults:\n  on_store_error: ignore\n", 2,
+      "reject, pass", NULL },
+    { "mismatch_status only 409 or 422", "defaults:\n  mismatch_status: 418\n", 2, "409, 422",
+      NULL },
+    { "release status below 100", "defaults:\n  release_statuses: [503, 99]\n", 2, "100 to 599",
+      NULL },
+    { "release status above 599", "defaults:\n  release_statuses:\n    - 408\n    - 600\n", 4,
+      "100 to 599", NULL },
+    { "methods are upper case", "defaults:\n  methods: [POST, patch]\n", 2, "GET, HEAD, POST",
+      NULL },
+    { "methods may not be empty", "defaults:\n  methods: []\n", 2, "at least one", NULL },
+    { "too many scope headers", "defaults:\n  scope_headers: [a, b, c, d, e, f, g, h, i]\n", 2,
+      "at most 8", NULL },
+
+    /* cross-field */
+    { "lease 0 is refused", "defaults:\n  lease: 0s\n", 2, "longer than 0", NULL },
+    { "wait_timeout 0 is refused", "defaults:\n  wait_timeout: 0ms\n", 2, "longer than 0", NULL },
+    { "retention shorter than lease", "defaults:\n  lease: 2h\n  retention: 1h\n", 3,
+      "retention (1h) must be at least lease (2h)", NULL },
+    { "retention shorter than default lease", "defaults:\n  retention: 30s\n", 2, "retention",
+      NULL },
+    { "route lease longer than inherited retention", "routes:\n  - path: /a\n    lease: 2d\n", 3,
+      "retention (1d)", NULL },
+
+    /* routes */
+    { "route path must start with a slash", "routes:\n  - path: v1/payments\n", 2,
+      "start with '/'", NULL },
+    { "route star only at the end", "routes:\n  - path: /v1/*/refunds\n", 2, "last character",
+      NULL },
+    { "route path without query", "routes:\n  - path: /v1?x=1\n", 2, "query", NULL },
+    { "route inherits defaults and overrides", "defaults:\n  lease: 30s\n"
+      "  scope_headers: [X-Tenant]\n"
+      "routes:\n"
+      "  # payments\n"
+      "  - path: /v1/payments*\n"
+      "    require_key: true\n"
+      "  - path: /v1/refunds\n"
+      "    lease: 5s\n    methods: [PUT]\n    scope_headers: []\n    mismatch_status: 422\n",
+      0, NULL, check_inheritance },
+
+    /* webhooks */
+    { "webhook header key defaults to fingerprint none", "routes:\n  - path: /hooks/github\n"
+      "    key_from: header:X-GitHub-Delivery\n    verify: github\n    secret: gh-secret\n",
+      0, NULL, check_webhook_header },
+    { "webhook json key with two secrets", "routes:\n  - path: /hooks/stripe\n"
+      "    key_from: json:/id\n    verify: stripe\n    secret: [whsec_old, whsec_new]\n",
+      0, NULL, check_webhook_json },
+    { "webhook keeps an explicit fingerprint", "routes:\n  - path: /hooks/std\n"
+      "    fingerprint: request\n    key_from: header:webhook-id\n"
+      "    verify: standard-webhooks\n    secret: whsec_abc\n", 0, NULL,
+      check_webhook_fingerprint_kept },
+    { "route without key_from keeps fingerprint request", "defaults:\n  fingerprint: request\n"
+      "routes:\n  - path: /v1/x\n", 0, NULL, check_plain_route_fingerprint },
+    { "key_from needs header or json", "routes:\n  - path: /h\n    key_from: query:id\n", 3,
+      "header:NAME", NULL },
+    { "key_from json pointer starts with a slash", "routes:\n  - path: /h\n    key_from: json:id\n",
+      3, "json:/pointer", NULL },
+    { "verify lists the schemes", "routes:\n  - path: /h\n    verify: hmac\n", 3,
+      "standard-webhooks, github, stripe, none", NULL },
+    { "verify needs a secret", "routes:\n  - path: /h\n    key_from: header:X-Id\n"
+      "    verify: github\n", 4, "needs a secret", NULL },
+    { "verify with an unset secret variable", "routes:\n  - path: /h\n    verify: github\n"
+      "    secret: ${TEST_IDEM_UNSET}\n", 4, "empty", NULL },
+    { "secret without verify", "routes:\n  - path: /h\n    secret: abc\n", 3,
+      "secret without verify", NULL },
+    { "secret with verify none", "routes:\n  - path: /h\n    verify: none\n    secret: abc\n", 4,
+      "secret without verify", NULL },
+    { "at most two secrets", "routes:\n  - path: /h\n    verify: github\n    secret: [a, b, c]\n",
+      4, "at most 2", NULL },
+    { "key_header and key_from header conflict", "routes:\n  - path: /h\n"
+      "    key_header: X-A\n    key_from: header:X-B\n", 3, "keep one", NULL },
+};
+
+/* ---- route matching ---------------------------------------------------- */
+
+static const char config_match_yaml[] =
+    "routes:\n"
+    "  - path: /v1/payments/refunds\n"   /* 0: exact, before the prefix */
+    "    mismatch_status: 422\n"
+    "  - path: /v1/payments*\n"          /* 1: prefix */
+    "  - path: /v1/payments/special\n"   /* 2: shadowed by 1 */
+    "  - path: /health\n"                /* 3: exact only */
+    "  - path: /*\n";                    /* 4: only for the table without it */
+
+struct config_match_case {
+    const char *name;
+    const char *path;
+    int route;              /* index, or -1 for no match */
+    bool without_catchall;  /* match against routes 0..3 only */
+};
+
+static const struct config_match_case config_match_cases[] = {
+    { "exact match", "/v1/payments/refunds", 0, true },
+    { "exact does not match a longer path", "/v1/payments/refunds/1", 1, true },
+    { "prefix matches the bare prefix", "/v1/payments", 1, true },
+    { "prefix matches below it", "/v1/payments/pay_123", 1, true },
+    { "first match wins over a later exact route", "/v1/payments/special", 1, true },
+    { "exact route matches only itself", "/health", 3, true },
+    { "exact route refuses a suffix", "/healthz", -1, true },
+    { "no match", "/v2/payments", -1, true },
+    { "shorter than the prefix", "/v1/pay", -1, true },
+    { "match is case-sensitive", "/V1/payments", -1, true },
+    { "catch-all prefix", "/anything", 4, false },
+};
+
+/* ---- runner ------------------------------------------------------------ */
+
+static int run_case(const struct config_case *c)
+{
+    struct config cfg;
+    char err[512];
+    char prefix[64];
+    const char *why;
+    int rc = config_load_string(&cfg, c->yaml, strlen(c->yaml), FILE_NAME, err, sizeof(err));
+
+    if (c->err_line == 0) {
+        if (rc != 0) {
+            printf("FAIL %s: did not load: %s\n", c->name, err);
+            return 1;
+        }
+        why = c->check(&cfg);
+        config_deinit(&cfg);
+        if (why != NULL) {
+            printf("FAIL %s: expected %s\n", c->name, why);
+            return 1;
+        }
+        printf("ok %s\n", c->name);
+        return 0;
+    }
+    if (rc == 0) {
+        config_deinit(&cfg);
+        printf("FAIL %s: loaded, expected an error at line %d\n", c->name, c->err_line);
+        return 1;
+    }
+    snprintf(prefix, sizeof(prefix), "%s:%d: ", FILE_NAME, c->err_line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0 || strstr(err, c->err_word) == NULL) {
+        printf("FAIL %s: expected \"%s...%s...\", got \"%s\"\n", c->name, prefix, c->err_word, err);
+        return 1;
+    }
+    /* a failed load leaves the config empty; deinit must still be safe */
+    config_deinit(&cfg);
+    printf("ok %s\n", c->name);
+    return 0;
+}
+
+static int run_match_cases(void)
+{
+    struct config all, some;
+    char err[512];
+    int failed = 0;
+    size_t cut = strlen(config_match_yaml) - strlen("  - path: /*\n");
+
+    if (config_load_string(&all, config_match_yaml, strlen(config_match_yaml), FILE_NAME, err,
+                           sizeof(err)) != 0 ||
+        config_load_string(&some, config_match_yaml, cut, FILE_NAME, err, sizeof(err)) != 0) {
+        printf("FAIL route matching: did not load: %s\n", err);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(config_match_cases) / sizeof(config_match_cases[0]); i++) {
+        const struct config_match_case *c = &config_match_cases[i];
+        const struct config *cfg = c->without_catchall ? &some : &all;
+        const struct route *got = config_match_route(cfg, c->path);
+        int index = got ? (int)(got - cfg->routes) : -1;
+
+        if (index != c->route) {
+            printf("FAIL route %s: %s matched route %d, expected %d\n", c->name, c->path, index,
+                   c->route);
+            failed++;
+        } else {
+            printf("ok route %s\n", c->name);
+        }
+    }
+    if (config_match_route(&some, "/v1/payments/refunds")->policy.mismatch_status != 422) {
+        printf("FAIL route policy of the match: wrong route\n");
+        failed++;
+    } else {
+        printf("ok route policy of the match\n");
+    }
+    config_deinit(&all);
+    config_deinit(&some);
+    return failed;
+}
+
+struct config_unit_case {
+    const char *text;
+    int rc;
+    uint64_t value;
+};
+
+static int run_unit_cases(void)
+{
+    static const struct config_unit_case durations[] = {
+        { "250ms", 0, 250 }, { "30s", 0, 30000 }, { "5m", 0, 300000 }, { "24h", 0, 86400000 },
+        { "7d", 0, 604800000 }, { "0s", 0, 0 }, { "007s", 0, 7000 },
+        { "60", -1, 0 }, { "", -1, 0 }, { "ms", -1, 0 }, { "1.5s", -1, 0 }, { "-1s", -1, 0 },
+        { "+1s", -1, 0 }, { "1 s", -1, 0 }, { "1S", -1, 0 }, { "1w", -1, 0 }, { "1sx", -1, 0 },
+        { "18446744073709551616ms", -1, 0 }, { "9223372036854775807ms", 0, 9223372036854775807ull },
+        { "9223372036854775808ms", -1, 0 },
+    };
+    static const struct config_unit_case sizes[] = {
+        { "512B", 0, 512 }, { "64KiB", 0, 65536 }, { "1MiB", 0, 1048576 },
+        { "2GiB", 0, 2147483648ull }, { "0B", 0, 0 },
+        { "1", -1, 0 }, { "1KB", -1, 0 }, { "1kib", -1, 0 }, { "1M", -1, 0 }, { "-1B", -1, 0 },
+        { "B", -1, 0 }, { "18446744073709551616B", -1, 0 },
+    };
+    int failed = 0;
+
+    for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++) {
+        uint64_t ms = 0;
+        int rc = config_parse_duration_ms(durations[i].text, &ms);
+
+        if (rc != durations[i].rc || (rc == 0 && ms != durations[i].value)) {
+            printf("FAIL duration '%s': rc %d value %llu\n", durations[i].text, rc,
+                   (unsigned long long)ms);
+            failed++;
+        } else {
+            printf("ok duration '%s'\n", durations[i].text);
+        }
+    }
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t bytes = 0;
+        int rc = config_parse_size(sizes[i].text, &bytes);
+
+        if (rc != sizes[i].rc || (rc == 0 && bytes != sizes[i].value)) {
+            printf("FAIL size '%s': rc %d value %zu\n", sizes[i].text, rc, bytes);
+            failed++;
+        } else {
+            printf("ok size '%s'\n", sizes[i].text);
+        }
+    }
+    if (config_method_bit("PATCH") != METHOD_PATCH || config_method_bit("patch") != 0 ||
+        config_method_bit("TRACE") != 0) {
+        printf("FAIL method bits\n");
+        failed++;
+    } else {
+        printf("ok method bits\n");
+    }
+    return failed;
+}
+
+static int run_file_cases(const char *sample)
+{
+    struct config cfg;
+    char err[512];
+    int failed = 0;
+
+    if (config_load(&cfg, "/nonexistent/idempotency-proxy.yaml", err, sizeof(err)) == 0 ||
+        strstr(err, "/nonexistent/idempotency-proxy.yaml: cannot open") != err) {
+        printf("FAIL missing file names the file: %s\n", err);
+        failed++;
+    } else {
+        config_deinit(&cfg);
+        printf("ok missing file names the file\n");
+    }
+    if (sample == NULL)
+        return failed;
+    if (config_load(&cfg, sample, err, sizeof(err)) != 0) {
+        printf("FAIL sample config loads: %s\n", err);
+        return failed + 1;
+    }
+    /* the demo relies on these (CONTRACT section 3 defaults) */
+    if (!STREQ(cfg.listen.host, "0.0.0.0") || cfg.listen.port != 8080 ||
+        !STREQ(cfg.upstream_base, "http://127.0.0.1:3000") ||
+        !STREQ(cfg.redis_host, "127.0.0.1") || cfg.redis_port != 6379 || cfg.redis_db != 0 ||
+        config_match_route(&cfg, "/v1/payments") == NULL ||
+        !config_match_route(&cfg, "/v1/payments/1")->policy.require_key) {
+        printf("FAIL sample config has the demo's listen, upstream, redis and route\n");
+        failed++;
+    } else {
+        printf("ok sample config loads\n");
+    }
+    config_deinit(&cfg);
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    int failed = 0;
+
+    setenv("TEST_IDEM_HOST", "legacy.local", 1);
+    setenv("TEST_IDEM_PASSWORD", "s3cret", 1);
+    setenv("TEST_IDEM_REGION", "eu-1", 1);
+    unsetenv("TEST_IDEM_UNSET");
+
+    for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
+        failed += run_case(&config_cases[i]);
+    failed += run_match_cases();
+    failed += run_unit_cases();
+    failed += run_file_cases(argc > 1 ? argv[1] : NULL);
+
+    if (failed)
+        printf("%d failed\n", failed);
+    return failed ? 1 : 0;
+}

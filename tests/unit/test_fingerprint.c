@@ -1,0 +1,59 @@
+/* Fingerprints (XXH3-128 over method, target, body) and record ids (SHA-256). */
+#include <string.h>
+
+#include "fingerprint.h"
+#include "unit.h"
+
+static void fp(const char *method, const char *target, const void *body, size_t len, char *out)
+{
+    fingerprint_request(method, target, body, len, out);
+}
+
+int main(void)
+{
+    char a[33], b[33];
+    static const unsigned char bin1[] = { 0, 1, 2, 0, 255 }, bin2[] = { 0, 1, 2, 0, 254 };
+
+    fp("POST", "/v1/payments", "{\"a\":1}", 7, a);
+    fp("POST", "/v1/payments", "{\"a\":1}", 7, b);
+    UNIT_CHECK("same request, same fingerprint", strcmp(a, b) == 0, "%s vs %s", a, b);
+    UNIT_CHECK("fingerprint is 32 hex chars", strlen(a) == 32 && strspn(a, "0123456789abcdef") == 32,
+               "%s", a);
+    fp("POST", "/v1/payments", "{\"a\":2}", 7, b);
+    UNIT_CHECK("body changes the fingerprint", strcmp(a, b) != 0, "equal");
+    fp("PATCH", "/v1/payments", "{\"a\":1}", 7, b);
+    UNIT_CHECK("method changes the fingerprint", strcmp(a, b) != 0, "equal");
+    fp("POST", "/v1/payments?x=1", "{\"a\":1}", 7, b);
+    UNIT_CHECK("query changes the fingerprint", strcmp(a, b) != 0, "equal");
+    fp("POST", "/v1/payment", "s{\"a\":1}", 8, b);
+    UNIT_CHECK("path/body boundary is unambiguous", strcmp(a, b) != 0, "equal");
+    fp("POST", "/", bin1, sizeof(bin1), a);
+    fp("POST", "/", bin2, sizeof(bin2), b);
+    UNIT_CHECK("binary bodies after a NUL still count", strcmp(a, b) != 0, "equal");
+    fp("POST", "/", NULL, 0, a);
+    fp("POST", "/", "", 0, b);
+    UNIT_CHECK("empty body, NULL or not", strcmp(a, b) == 0, "differ");
+    fingerprint_none(a);
+    UNIT_CHECK("none is all zeros", strcmp(a, "00000000000000000000000000000000") == 0, "%s", a);
+
+    const char *scope1[] = { "Bearer one" }, *scope2[] = { "Bearer two" }, *absent[] = { NULL },
+               *empty[] = { "" };
+    record_id_compute("/v1/payments", scope1, 1, "k1", 2, a);
+    record_id_compute("/v1/payments", scope1, 1, "k1", 2, b);
+    UNIT_CHECK("record id is stable", strcmp(a, b) == 0, "differ");
+    record_id_compute("/v1/payments", scope2, 1, "k1", 2, b);
+    UNIT_CHECK("scope value separates records", strcmp(a, b) != 0, "equal");
+    record_id_compute("/v1/refunds", scope1, 1, "k1", 2, b);
+    UNIT_CHECK("route separates records", strcmp(a, b) != 0, "equal");
+    record_id_compute("/v1/payments", scope1, 1, "K1", 2, b);
+    UNIT_CHECK("keys are case-sensitive", strcmp(a, b) != 0, "equal");
+    record_id_compute("/v1/payments", absent, 1, "k1", 2, a);
+    record_id_compute("/v1/payments", empty, 1, "k1", 2, b);
+    UNIT_CHECK("absent and empty scope header differ", strcmp(a, b) != 0, "equal");
+    UNIT_CHECK("record id hides the key", strstr(a, "k1") == NULL, "%s", a);
+
+    UNIT_CHECK("owner token", owner_token_create(a) == 0 && strlen(a) == 32, "failed");
+    owner_token_create(b);
+    UNIT_CHECK("owner tokens differ", strcmp(a, b) != 0, "equal");
+    UNIT_DONE();
+}

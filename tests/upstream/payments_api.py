@@ -1,0 +1,458 @@
+#!/usr/bin/python3
+"""payments_api.py - the demo "legacy payments API" behind idempotency-proxy.
+
+It has no idempotency of its own: every POST/PATCH/PUT/DELETE outside /_demo/
+is an *execution* that creates a new order, so a test can count exactly how
+many times the proxy let a request through.
+
+    /usr/bin/python3 tests/upstream/payments_api.py --listen 127.0.0.1:3000
+    /usr/bin/python3 tests/upstream/payments_api.py --unix /tmp/payments.sock
+    /usr/bin/python3 tests/upstream/payments_api.py --listen 127.0.0.1:0 --close-reused
+
+Prints one line "listening on HOST:PORT" (or "listening on unix:PATH") once
+ready; with port 0 the line carries the port the kernel picked.
+
+Per-request behaviour comes from request headers, so a retry carrying the same
+headers behaves the same:
+
+  X-Demo-Delay-Ms: N    sleep N ms before answering (counted on arrival)
+  X-Demo-Status: N      answer status N with {"error": ..., "status": N}
+  X-Demo-Chunked: 1     answer with Transfer-Encoding: chunked
+  X-Demo-Binary: 1      application/octet-stream: request body + bytes 0x00..0xFF
+  X-Demo-Set-Cookie: 1  add "Set-Cookie: session=abc; Path=/" and "X-Demo-Order: ord_N"
+  X-Demo-Size: N        a body of exactly N bytes
+  X-Demo-Fault: hang    count, never answer (until the client closes)
+  X-Demo-Fault: reset   count, send half an answer, then RST the connection
+  X-Demo-Fault: close   count, close the connection without a byte
+
+--close-reused: the second request read on one keep-alive connection is counted
+and the connection is closed without an answer (what makes libcurl resend a
+POST on a fresh connection: "Connection died, retrying a fresh connect").
+
+Inspection (never counted):
+  GET  /_demo/executions?key=K  {"key": K, "count": n}
+  GET  /_demo/stats             {"total": n, "by_key": {...}, "requests": n, ...}
+  POST /_demo/reset             zero everything
+  GET  /_demo/last-headers      headers of the last execution, {lower-name: [values]}
+  GET  /_demo/last-request      method, path, query, raw header pairs, body sha256
+                                of the last request of any method outside /_demo/
+  GET  /_demo/history           every execution, oldest first (method, path, key,
+                                order id, raw header pairs, body sha256)
+"""
+
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import signal
+import socket
+import socketserver
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+
+EXECUTING_METHODS = ("POST", "PATCH", "PUT", "DELETE")
+STOP = threading.Event()
+
+
+class State:
+    """Counters shared by all connection threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.total = 0
+        self.by_key = {}
+        self.requests = 0
+        self.by_method = {}
+        self.last_headers = {}
+        self.last_request = None
+        self.history = []
+
+    def note_request(self, method, path, query, header_pairs, body):
+        """Every request outside /_demo/, executions or not."""
+        with self.lock:
+            self.requests += 1
+            self.by_method[method] = self.by_method.get(method, 0) + 1
+            self.last_request = {
+                "method": method,
+                "path": path,
+                "query": query,
+                "headers": [[k, v] for k, v in header_pairs],
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "body_length": len(body),
+            }
+
+    def execute(self, method, path, query, key, header_pairs, body):
+        """Count one execution; returns the new order number."""
+        with self.lock:
+            self.total += 1
+            n = self.total
+            self.by_key[key] = self.by_key.get(key, 0) + 1
+            grouped = {}
+            for k, v in header_pairs:
+                grouped.setdefault(k.lower(), []).append(v)
+            self.last_headers = grouped
+            self.history.append({
+                "n": n,
+                "method": method,
+                "path": path,
+                "query": query,
+                "key": key,
+                "id": "ord_%d" % n,
+                "headers": [[k, v] for k, v in header_pairs],
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "body_length": len(body),
+                "time": time.time(),
+            })
+            return n
+
+
+STATE = State()
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "LegacyPayments/1.0"
+    sys_version = ""
+    # one handler instance per connection; counts requests read on it
+    requests_on_connection = 0
+
+    # ------------------------------------------------------------ plumbing
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
+            sys.stderr.write("payments_api: %s\n" % (fmt % args))
+
+    def _header_pairs(self):
+        # email.message.Message keeps every raw line, duplicates included
+        return list(self.headers.raw_items())
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding")
+        if te is not None and "chunked" in te.lower():
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    raise BadRequest("eof in chunk size")
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:  # trailers
+                        t = self.rfile.readline(65537)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                data = self.rfile.read(size)
+                if len(data) != size:
+                    raise BadRequest("short chunk")
+                chunks.append(data)
+                self.rfile.readline(3)  # CRLF after the chunk
+            return b"".join(chunks)
+        cl = self.headers.get_all("Content-Length") or []
+        if not cl:
+            return b""
+        if len(set(v.strip() for v in cl)) != 1:
+            raise BadRequest("conflicting Content-Length")
+        n = int(cl[0])
+        data = self.rfile.read(n) if n > 0 else b""
+        if len(data) != n:
+            raise BadRequest("short body")
+        return data
+
+    def _send(self, status, body, content_type="application/json", extra=(),
+              chunked=False):
+        self.send_response(status)
+        if body is not None and status not in (204, 304) and status >= 200:
+            self.send_header("Content-Type", content_type)
+        for k, v in extra:
+            self.send_header(k, v)
+        if status in (204, 304) or status < 200:
+            self.end_headers()
+            return
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if self.command != "HEAD":
+                step = max(1, (len(body) + 3) // 4)  # several chunks
+                for i in range(0, len(body), step):
+                    part = body[i:i + step]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        self.wfile.flush()
+
+    def _json(self, status, obj, extra=()):
+        body = (json.dumps(obj, sort_keys=True) + "\n").encode()
+        self._send(status, body, "application/json", extra)
+
+    # ------------------------------------------------------------- faults
+    def _hang(self):
+        """Never answer; keep the socket until the peer closes or we stop."""
+        self.close_connection = True
+        sock = self.connection
+        sock.settimeout(0.2)
+        while not STOP.is_set():
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+
+    def _reset(self, n):
+        """Half an answer, then an RST (SO_LINGER 0)."""
+        self.close_connection = True
+        head = ("HTTP/1.1 201 Created\r\n"
+                "Content-Type: application/json\r\n"
+                "Content-Length: 4096\r\n"
+                "X-Demo-Order: ord_%d\r\n\r\n" % n).encode()
+        partial = b'{"id": "ord_%d", "object": "payment", "status": "partial' % n
+        try:
+            self.wfile.write(head + partial)
+            self.wfile.flush()
+            time.sleep(0.05)
+        except OSError:
+            pass
+        self._rst()
+
+    def _rst(self):
+        sock = self.connection
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _close(self):
+        """Close without a byte (a clean FIN)."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------- demo API
+    def _demo(self, method, path, query):
+        q = urllib.parse.parse_qs(query, keep_blank_values=True)
+        if path == "/_demo/executions" and method in ("GET", "HEAD"):
+            key = q.get("key", [""])[0]
+            with STATE.lock:
+                count = STATE.by_key.get(key, 0)
+            return self._json(200, {"key": key, "count": count})
+        if path == "/_demo/stats" and method in ("GET", "HEAD"):
+            with STATE.lock:
+                obj = {"total": STATE.total, "by_key": dict(STATE.by_key),
+                       "requests": STATE.requests, "by_method": dict(STATE.by_method)}
+            return self._json(200, obj)
+        if path == "/_demo/reset" and method == "POST":
+            with STATE.lock:
+                STATE.reset()
+            return self._json(200, {"reset": True})
+        if path == "/_demo/last-headers" and method in ("GET", "HEAD"):
+            with STATE.lock:
+                obj = dict(STATE.last_headers)
+            return self._json(200, obj)
+        if path == "/_demo/last-request" and method in ("GET", "HEAD"):
+            with STATE.lock:
+                obj = STATE.last_request
+            return self._json(200, obj)
+        if path == "/_demo/history" and method in ("GET", "HEAD"):
+            with STATE.lock:
+                obj = list(STATE.history)
+            return self._json(200, obj)
+        return self._json(404, {"error": "no such demo endpoint", "path": path})
+
+    # ------------------------------------------------------------ dispatch
+    def _handle(self):
+        self.requests_on_connection += 1
+        method = self.command
+        split = urllib.parse.urlsplit(self.path)
+        path, query = split.path, split.query
+        try:
+            body = self._read_body()
+        except (BadRequest, ValueError) as e:
+            self.close_connection = True
+            return self._json(400, {"error": "bad request: %s" % e, "status": 400})
+
+        if path.startswith("/_demo/"):
+            return self._demo(method, path, query)
+
+        pairs = self._header_pairs()
+        STATE.note_request(method, path, query, pairs, body)
+
+        if self.server.close_reused and self.requests_on_connection == 2:
+            if method in EXECUTING_METHODS:
+                key = self.headers.get("Idempotency-Key", "")
+                STATE.execute(method, path, query, key, pairs, body)
+            return self._close()
+
+        if method not in EXECUTING_METHODS:
+            return self._json(200, {"object": "list", "path": path, "query": query,
+                                    "data": []})
+
+        key = self.headers.get("Idempotency-Key", "")
+        n = STATE.execute(method, path, query, key, pairs, body)
+        order = "ord_%d" % n
+
+        fault = (self.headers.get("X-Demo-Fault") or "").strip().lower()
+        if fault == "hang":
+            return self._hang()
+        if fault == "reset":
+            return self._reset(n)
+        if fault == "close":
+            return self._close()
+
+        delay = self.headers.get("X-Demo-Delay-Ms")
+        if delay:
+            deadline = time.monotonic() + int(delay) / 1000.0
+            while not STOP.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(left, 0.05))
+
+        status = 201
+        if self.headers.get("X-Demo-Status"):
+            status = int(self.headers["X-Demo-Status"])
+
+        extra = []
+        if self.headers.get("X-Demo-Set-Cookie") == "1":
+            extra.append(("Set-Cookie", "session=abc; Path=/"))
+            extra.append(("X-Demo-Order", order))
+
+        size = self.headers.get("X-Demo-Size")
+        if size is not None:
+            n_bytes = int(size)
+            pattern = b"%s:0123456789abcdefghijklmnopqrstuvwxyz\n" % order.encode()
+            out = (pattern * (n_bytes // len(pattern) + 1))[:n_bytes]
+            ctype = "application/octet-stream"
+        elif self.headers.get("X-Demo-Binary") == "1":
+            out = body + bytes(range(256))
+            ctype = "application/octet-stream"
+        elif self.headers.get("X-Demo-Status"):
+            out = (json.dumps({"error": "demo status %d" % status, "status": status,
+                               "id": order}, sort_keys=True) + "\n").encode()
+            ctype = "application/json"
+        else:
+            out = (json.dumps({
+                "id": order,
+                "object": "payment",
+                "method": method,
+                "path": path,
+                "query": query,
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "body_length": len(body),
+            }, sort_keys=True) + "\n").encode()
+            ctype = "application/json"
+
+        chunked = self.headers.get("X-Demo-Chunked") == "1"
+        self._send(status, out, ctype, extra, chunked=chunked)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except (ConnectionError, BrokenPipeError, socket.timeout):
+            self.close_connection = True
+        except OSError:
+            self.close_connection = True
+
+    def finish(self):
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+
+class TCPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+class UnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def get_request(self):
+        sock, _ = super().get_request()
+        return sock, ("unix", 0)  # BaseHTTPRequestHandler wants a (host, port)
+
+    def shutdown_request(self, request):
+        try:
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self.close_request(request)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--listen", default=None, help="HOST:PORT (port 0 picks one)")
+    g.add_argument("--unix", default=None, help="unix socket path")
+    ap.add_argument("--close-reused", action="store_true",
+                    help="close a keep-alive connection after reading its 2nd request")
+    ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    args = ap.parse_args(argv)
+
+    if args.unix:
+        try:
+            os.unlink(args.unix)
+        except FileNotFoundError:
+            pass
+        server = UnixServer(args.unix, Handler)
+        where = "unix:%s" % args.unix
+    else:
+        hostport = args.listen or "127.0.0.1:3000"
+        host, _, port = hostport.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        server = TCPServer((host, int(port)), Handler)
+        where = "%s:%d" % (host, server.server_address[1])
+    server.close_reused = args.close_reused
+    server.verbose = args.verbose
+
+    def on_signal(signum, frame):
+        STOP.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                         daemon=True)
+    t.start()
+    sys.stdout.write("listening on %s\n" % where)
+    sys.stdout.flush()
+    while not STOP.wait(0.5):
+        pass
+    server.shutdown()
+    server.server_close()
+    if args.unix:
+        try:
+            os.unlink(args.unix)
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
