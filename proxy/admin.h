@@ -1,5 +1,5 @@
 /*
- * admin.h - the admin listener (CONTRACT 9): health and readiness probes.
+ * admin.h - the admin listener (CONTRACT 9).
  */
 #ifndef IDEM_ADMIN_H
 #define IDEM_ADMIN_H
@@ -8,8 +8,13 @@ struct evhttp_request;
 
 /*
  * evhttp callback of the admin listener; arg is the struct worker.
- * GET /healthz -> 200 while the process runs; GET /readyz -> 200 when Redis
- * is connected and an upstream is configured, else 503; anything else 404.
+ *   GET /healthz          200 while the process runs
+ *   GET /readyz           200 when Redis is connected and not draining, else 503
+ *   GET /metrics          Prometheus text format 0.0.4
+ *   GET /records/<id>     a record's state, fingerprint, status, times and TTL as
+ *                         JSON; never its body or header values (404 if none)
+ *   DELETE /records/<id>  purge the record (404 if none)
+ * <id> is the 32-hex record id the access log prints. Redis failures give 503.
  */
 void admin_handle(struct evhttp_request *req, void *arg);
 

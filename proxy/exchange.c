@@ -59,6 +59,8 @@ enum exchange_state {
 
 struct exchange {
     struct worker *w;
+    struct worker_config *conf;         /* one reference: routes and policies it started under */
+    const struct config *cfg;           /* &conf->cfg */
     struct evhttp_request *req;         /* NULL once answered */
     enum exchange_state state;
     const struct route *route;
@@ -102,20 +104,29 @@ static void exchange_forward(struct exchange *x);
 
 /* ---- lifetime ---------------------------------------------------------- */
 
+static void exchange_unlist_waiter(struct exchange *x)
+{
+    if (!x->waiting_listed)
+        return;
+    TAILQ_REMOVE(&x->w->waiters, x, wait_link);
+    x->waiting_listed = false;
+    x->w->waiting--;
+}
+
 static void exchange_free(struct exchange *x)
 {
     if (x->timers_assigned) {
         event_del(&x->lease_timer);
         event_del(&x->wait_timer);
     }
-    if (x->waiting_listed)
-        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
+    exchange_unlist_waiter(x);
     evhttp_clear_headers(&x->resp_headers);
     if (x->resp_body != NULL)
         evbuffer_free(x->resp_body);
     if (x->body != NULL)
         evbuffer_free(x->body);
     free(x->target);
+    worker_config_put(x->conf);
     x->w->active--;
     free(x);
 }
@@ -170,16 +181,15 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
         return;
     }
     x->status = status;
+    metrics_count_request(&x->w->metrics, x->route != NULL ? x->route->path : NULL,
+                          x->outcome != NULL ? x->outcome : "unknown");
     exchange_log(x);
     evhttp_send_reply(x->req, status, NULL, body);
     if (body != NULL)
         evbuffer_free(body);
     x->req = NULL;
     x->state = X_ANSWERED;
-    if (x->waiting_listed) {
-        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
-        x->waiting_listed = false;
-    }
+    exchange_unlist_waiter(x);
     if (x->pending == 0)
         exchange_free(x);
 }
@@ -258,7 +268,7 @@ static void exchange_reply_replay(struct exchange *x, const struct record *rec)
     evhttp_add_header(out, "Idempotent-Replayed", "true");
     if (body != NULL)
         evbuffer_add(body, rec->body, rec->body_len);
-    x->outcome = "replayed";
+    x->outcome = x->waited ? "waited" : "replayed";
     exchange_reply(x, rec->status, body);
 }
 
@@ -272,12 +282,13 @@ static void exchange_store_failed(struct exchange *x, enum store_status st)
     log_msg(LOG_WARN, "exchange %s: store %s", x->record_id,
             st == STORE_TIMEOUT ? "timeout" : st == STORE_ERROR ? "error" : "unavailable");
     if (x->policy->on_store_error == STORE_ERROR_PASS) {
-        x->outcome = "store_error_passed";
+        x->w->metrics.store_error_passes++;
+        x->outcome = "store-error-passed";
         x->state = X_PASSING;
         exchange_forward(x);
         return;
     }
-    x->outcome = "store_error";
+    x->outcome = "store-error";
     exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503, why, 1, false);
 }
 
@@ -429,10 +440,10 @@ static void exchange_record_answer(struct exchange *x)
     exchange_record_init(x, &rec, RECORD_DONE);
     rec.completed_ms = worker_now_ms();
     rec.status = x->resp_status;
-    if (body_len > x->w->cfg->max_stored_response) {
+    if (body_len > x->cfg->max_stored_response) {
         /* Executed, but too large to keep: retries must learn that, not execute again. */
         rec.state = RECORD_TOMBSTONE;
-        x->outcome = "forwarded_not_stored";
+        x->outcome = "forwarded-not-stored";
     } else {
         TAILQ_FOREACH(h, &x->resp_headers, next) {
             if (!header_is_stored(h->key) || header_named_by_connection(connection, h->key))
@@ -447,7 +458,7 @@ static void exchange_record_answer(struct exchange *x)
         }
         if (rec.state == RECORD_TOMBSTONE) {
             rec.n_headers = 0;
-            x->outcome = "forwarded_not_stored";
+            x->outcome = "forwarded-not-stored";
         } else {
             rec.body = (const char *)evbuffer_pullup(x->resp_body, -1);
             rec.body_len = body_len;
@@ -474,9 +485,7 @@ static void exchange_record_failure(struct exchange *x, enum upstream_outcome ou
 
     x->state = X_RECORDING;
     x->resp_status = outcome == UPSTREAM_TIMEOUT ? 504 : 502;
-    x->outcome = outcome == UPSTREAM_NOT_SENT ? "upstream_unavailable"
-               : release                      ? "ambiguous_released"
-                                              : "ambiguous_held";
+    x->outcome = outcome == UPSTREAM_NOT_SENT ? "upstream-error" : "ambiguous";
     if (release) {
         x->pending++;
         store_release_owned(x->w->store, x->record_key, x->owner, exchange_on_failure_recorded,
@@ -520,6 +529,7 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
     struct exchange *x = arg;
 
     x->upstream_ms = upstream_ms;
+    metrics_observe(&x->w->metrics.upstream_latency, upstream_ms / 1000.0);
     if (x->timers_assigned)
         event_del(&x->lease_timer);
     if (outcome == UPSTREAM_ANSWERED) {
@@ -537,7 +547,7 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
     if (x->state == X_PASSING) {
         if (outcome == UPSTREAM_ANSWERED) {
             if (x->outcome == NULL)
-                x->outcome = "passed";
+                x->outcome = "pass-through";
             exchange_reply_upstream(x);
         } else {
             exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
@@ -596,7 +606,7 @@ static void exchange_wait(struct exchange *x)
         x->poll_delay_ms = EXCHANGE_POLL_MIN_MS;
     }
     if (now >= x->wait_deadline_ms) {
-        x->outcome = "wait_timeout";
+        x->outcome = "in-flight-rejected";
         exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
                          "a request with this idempotency key is still in progress; retry later",
                          1, false);
@@ -606,6 +616,7 @@ static void exchange_wait(struct exchange *x)
     if (!x->waiting_listed) {
         TAILQ_INSERT_TAIL(&x->w->waiters, x, wait_link);
         x->waiting_listed = true;
+        x->w->waiting++;
     }
     /* bounded exponential backoff, never past the deadline */
     uint64_t delay = x->poll_delay_ms;
@@ -627,10 +638,7 @@ static void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg)
     event_del(&x->wait_timer); /* a wake-up may have run it early */
     if (x->state != X_WAITING)
         return;
-    if (x->waiting_listed) {
-        TAILQ_REMOVE(&x->w->waiters, x, wait_link);
-        x->waiting_listed = false;
-    }
+    exchange_unlist_waiter(x);
     exchange_claim(x); /* the record may be gone (released): claim it again, else read it */
 }
 
@@ -672,13 +680,13 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
         exchange_wait(x);
         return;
     case DECIDE_REJECT_IN_FLIGHT:
-        x->outcome = "in_flight_rejected";
+        x->outcome = "in-flight-rejected";
         exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
                          "a request with this idempotency key is in progress; retry later", 1,
                          false);
         return;
     case DECIDE_OUTCOME_UNKNOWN:
-        x->outcome = "outcome_unknown";
+        x->outcome = "outcome-unknown";
         exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
                          "the original request was sent upstream but its outcome is unknown; "
                          "an operator must check and purge the record",
@@ -689,7 +697,7 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
                  "the original request was executed (upstream status %d) but its response was "
                  "too large to store; it will not be executed again",
                  rec.status);
-        x->outcome = "not_replayable";
+        x->outcome = "not-replayable";
         exchange_problem(x, PROBLEM_RESPONSE_NOT_REPLAYABLE, 502, detail, 0, true);
         return;
     case DECIDE_TAKEOVER: {
@@ -801,7 +809,7 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
         scope[i] = evhttp_find_header(headers, x->policy->scope_headers[i]);
     record_id_compute(x->route->path, scope, x->policy->n_scope_headers, key, key_len,
                       x->record_id);
-    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->w->cfg->key_prefix,
+    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->cfg->key_prefix,
              x->record_id);
 }
 
@@ -814,6 +822,8 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     if (x == NULL)
         return NULL;
     x->w = w;
+    x->conf = worker_config_get(w->conf);
+    x->cfg = &x->conf->cfg;
     x->req = req;
     x->state = X_NEW;
     gettimeofday(&x->started, NULL);
@@ -822,6 +832,7 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     TAILQ_INIT(&x->resp_headers);
     x->body = evbuffer_new();
     if (x->target == NULL || x->body == NULL) {
+        worker_config_put(x->conf);
         free(x->target);
         if (x->body != NULL)
             evbuffer_free(x->body);
@@ -848,8 +859,8 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
 void exchange_handle(struct evhttp_request *req, void *arg)
 {
     struct worker *w = arg;
-    const struct config *cfg = w->cfg;
     struct exchange *x = exchange_create(w, req);
+    const struct config *cfg;
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
@@ -863,6 +874,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, 500, NULL);
         return;
     }
+    cfg = x->cfg;
     if (x->body_len > cfg->max_request_body) {
         exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
                          "the request body is larger than the configured limit", 0, false);
@@ -872,7 +884,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     if (x->route == NULL ||
         !(x->route->policy.methods & config_method_bit(x->method))) {
         x->route = NULL;
-        x->outcome = "passed";
+        x->outcome = "pass-through";
         x->state = X_PASSING;
         exchange_forward(x);
         return;

@@ -19,6 +19,7 @@
 #define MAIN_DRAIN_SLACK_MS 5000
 
 struct main_state {
+    const char *file;
     struct event_base *base;
     struct worker worker;
     struct event *drain_timer;
@@ -61,19 +62,30 @@ static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
     log_msg(LOG_INFO, "%s: draining %u requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
             m->worker.active);
     worker_stop_accepting(&m->worker);
-    m->drain_deadline_ms = worker_now_ms() + m->worker.cfg->upstream_timeout_ms + MAIN_DRAIN_SLACK_MS;
+    m->drain_deadline_ms =
+        worker_now_ms() + m->worker.boot->cfg.upstream_timeout_ms + MAIN_DRAIN_SLACK_MS;
     m->drain_timer = event_new(m->base, -1, EV_PERSIST, main_on_drain_tick, m);
     event_add(m->drain_timer, &tick);
     main_on_drain_tick(-1, 0, m);
+}
+
+static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct main_state *m = arg;
+
+    (void)sig;
+    (void)what;
+    log_msg(LOG_INFO, "SIGHUP: reloading %s", m->file);
+    worker_reload(&m->worker, m->file);
 }
 
 int main(int argc, char **argv)
 {
     const char *file = NULL;
     bool test_only = false;
-    struct config cfg;
+    struct worker_config *wc;
     struct main_state m;
-    struct event *sigterm, *sigint;
+    struct event *sigterm, *sigint, *sighup;
     char err[1024];
     int opt;
 
@@ -90,13 +102,14 @@ int main(int argc, char **argv)
         main_usage(stderr);
         return 2;
     }
-    if (config_load(&cfg, file, err, sizeof(err)) != 0) {
+    wc = worker_config_load(file, err, sizeof(err));
+    if (wc == NULL) {
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         return 1;
     }
     if (test_only) {
         printf("configuration OK\n");
-        config_deinit(&cfg);
+        worker_config_put(wc);
         return 0;
     }
 
@@ -106,31 +119,35 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(&m, 0, sizeof(m));
+    m.file = file;
     m.base = event_base_new();
-    if (m.base == NULL || worker_init(&m.worker, m.base, &cfg, err, sizeof(err)) != 0) {
+    if (m.base == NULL || worker_init(&m.worker, m.base, wc, err, sizeof(err)) != 0) {
         fprintf(stderr, "idempotency-proxy: %s\n", m.base == NULL ? "cannot create the event loop" : err);
         if (m.base != NULL)
             event_base_free(m.base);
-        config_deinit(&cfg);
+        worker_config_put(wc);
         curl_global_cleanup();
         return 1;
     }
     sigterm = evsignal_new(m.base, SIGTERM, main_on_stop_signal, &m);
     sigint = evsignal_new(m.base, SIGINT, main_on_stop_signal, &m);
+    sighup = evsignal_new(m.base, SIGHUP, main_on_reload_signal, &m);
     event_add(sigterm, NULL);
     event_add(sigint, NULL);
-    log_msg(LOG_INFO, "listening on %s:%u, upstream %s, %zu routes", cfg.listen.host,
-            cfg.listen.port, cfg.upstream_url, cfg.n_routes);
+    event_add(sighup, NULL);
+    log_msg(LOG_INFO, "listening on %s:%u, upstream %s, %zu routes", wc->cfg.listen.host,
+            wc->cfg.listen.port, wc->cfg.upstream_url, wc->cfg.n_routes);
+    worker_config_put(wc); /* the worker holds its own references */
 
     event_base_dispatch(m.base);
 
     event_free(sigterm);
     event_free(sigint);
+    event_free(sighup);
     if (m.drain_timer != NULL)
         event_free(m.drain_timer);
     worker_deinit(&m.worker);
     event_base_free(m.base);
-    config_deinit(&cfg);
     curl_global_cleanup();
     return 0;
 }

@@ -1,10 +1,11 @@
 /*
- * server.c - listeners and the worker's I/O objects.
+ * server.c - listeners, the worker's I/O objects, and configuration reloads.
  */
 #include "server.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -13,7 +14,6 @@
 #include <event2/http.h>
 
 #include "admin.h"
-#include "config.h"
 #include "exchange.h"
 #include "log.h"
 #include "store.h"
@@ -28,6 +28,36 @@ uint64_t worker_now_ms(void)
 
     gettimeofday(&tv, NULL);
     return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+struct worker_config *worker_config_load(const char *file, char *err, size_t errlen)
+{
+    struct worker_config *wc = calloc(1, sizeof(*wc));
+
+    if (wc == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (config_load(&wc->cfg, file, err, errlen) != 0) {
+        free(wc);
+        return NULL;
+    }
+    wc->refs = 1;
+    return wc;
+}
+
+struct worker_config *worker_config_get(struct worker_config *wc)
+{
+    wc->refs++;
+    return wc;
+}
+
+void worker_config_put(struct worker_config *wc)
+{
+    if (wc == NULL || --wc->refs > 0)
+        return;
+    config_deinit(&wc->cfg);
+    free(wc);
 }
 
 static struct evhttp *server_listen(struct event_base *base, const struct endpoint *ep,
@@ -49,15 +79,36 @@ static struct evhttp *server_listen(struct event_base *base, const struct endpoi
     return http;
 }
 
-int worker_init(struct worker *w, struct event_base *base, const struct config *cfg, char *err,
+/*
+ * libevent answers past its own body limit with a plain 413 before we see the
+ * request; below it we answer max_request_body with problem details.
+ */
+static void server_set_body_limit(struct evhttp *http, size_t max_request_body)
+{
+    size_t slack = max_request_body > 65536 ? max_request_body : 65536;
+
+    evhttp_set_max_body_size(http, (ev_ssize_t)(max_request_body + slack));
+}
+
+static void server_on_store_command(double seconds, bool ok, void *arg)
+{
+    struct worker *w = arg;
+
+    metrics_observe(&w->metrics.redis_latency, seconds);
+    if (!ok)
+        w->metrics.store_errors++;
+}
+
+int worker_init(struct worker *w, struct event_base *base, struct worker_config *wc, char *err,
                 size_t errlen)
 {
+    const struct config *cfg = &wc->cfg;
     struct evhttp_bound_socket *admin_bound = NULL;
-    size_t hard_cap;
 
     memset(w, 0, sizeof(*w));
     w->base = base;
-    w->cfg = cfg;
+    w->conf = worker_config_get(wc);
+    w->boot = worker_config_get(wc);
     TAILQ_INIT(&w->waiters);
 
     w->http = server_listen(base, &cfg->listen, &w->listener, err, errlen);
@@ -67,13 +118,7 @@ int worker_init(struct worker *w, struct event_base *base, const struct config *
     evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    /*
-     * libevent answers past its own limit with a plain 413 before we see the
-     * request; below it we answer max_request_body with problem details.
-     */
-    hard_cap = cfg->max_request_body + (cfg->max_request_body > 65536 ? cfg->max_request_body
-                                                                      : 65536);
-    evhttp_set_max_body_size(w->http, (ev_ssize_t)hard_cap);
+    server_set_body_limit(w->http, cfg->max_request_body);
     evhttp_set_max_headers_size(w->http, SERVER_MAX_HEADERS_SIZE);
     evhttp_set_default_content_type(w->http, NULL);
     evhttp_set_timeout(w->http, SERVER_CLIENT_IDLE_S);
@@ -83,6 +128,8 @@ int worker_init(struct worker *w, struct event_base *base, const struct config *
         if (w->admin_http == NULL)
             goto failed;
         evhttp_set_gencb(w->admin_http, admin_handle, w);
+        evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
+                                                      EVHTTP_REQ_DELETE);
         evhttp_set_default_content_type(w->admin_http, NULL);
     }
 
@@ -92,11 +139,66 @@ int worker_init(struct worker *w, struct event_base *base, const struct config *
         snprintf(err, errlen, "out of memory");
         goto failed;
     }
+    store_set_observer(w->store, server_on_store_command, w);
     return 0;
 
 failed:
     worker_deinit(w);
     return -1;
+}
+
+static bool server_same(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* The first setting that differs and needs a restart, or NULL. */
+static const char *server_restart_needed(const struct config *old, const struct config *new)
+{
+    if (!server_same(old->listen.host, new->listen.host) || old->listen.port != new->listen.port)
+        return "listen";
+    if (!server_same(old->admin_listen.host, new->admin_listen.host) ||
+        old->admin_listen.port != new->admin_listen.port)
+        return "admin_listen";
+    if (!server_same(old->upstream_url, new->upstream_url) ||
+        old->upstream_connect_timeout_ms != new->upstream_connect_timeout_ms ||
+        old->upstream_timeout_ms != new->upstream_timeout_ms)
+        return "upstream";
+    if (!server_same(old->redis_url, new->redis_url) ||
+        !server_same(old->redis_password, new->redis_password) ||
+        old->redis_timeout_ms != new->redis_timeout_ms)
+        return "redis";
+    /* a new prefix would hide every record: retries would execute again */
+    if (!server_same(old->key_prefix, new->key_prefix))
+        return "redis.key_prefix";
+    return NULL;
+}
+
+int worker_reload(struct worker *w, const char *file)
+{
+    char err[1024];
+    struct worker_config *wc = worker_config_load(file, err, sizeof(err));
+    const char *changed;
+
+    if (wc == NULL) {
+        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", err);
+        w->metrics.reload_failures++;
+        return -1;
+    }
+    changed = server_restart_needed(&w->boot->cfg, &wc->cfg);
+    if (changed != NULL) {
+        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
+                "needs a restart", changed);
+        worker_config_put(wc);
+        w->metrics.reload_failures++;
+        return -1;
+    }
+    server_set_body_limit(w->http, wc->cfg.max_request_body);
+    worker_config_put(w->conf);
+    w->conf = wc;
+    w->metrics.reloads++;
+    log_msg(LOG_INFO, "reloaded %s: %zu routes", file, wc->cfg.n_routes);
+    return 0;
 }
 
 void worker_stop_accepting(struct worker *w)
@@ -124,4 +226,9 @@ void worker_deinit(struct worker *w)
     if (w->admin_http != NULL)
         evhttp_free(w->admin_http);
     w->admin_http = NULL;
+    metrics_deinit(&w->metrics);
+    worker_config_put(w->conf);
+    w->conf = NULL;
+    worker_config_put(w->boot);
+    w->boot = NULL;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
@@ -64,6 +65,8 @@ struct store {
     unsigned backoff_ms;
     struct event reconnect_ev;
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
+    store_observer *observer;
+    void *observer_arg;
 };
 
 enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT };
@@ -82,6 +85,7 @@ struct store_cmd {
     bool reported;              /* the caller's callback has run */
     bool in_redis;              /* hiredis holds privdata and will call back */
     int script;                 /* enum store_script, or -1 */
+    struct timeval submitted;
     int argc;                   /* saved argv of a script, for the NOSCRIPT resend */
     char **argv;
     size_t *argvlen;
@@ -106,6 +110,13 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
     if (cmd->reported)
         return;
     cmd->reported = true;
+    if (cmd->s != NULL && cmd->s->observer != NULL) {
+        struct timeval now, d;
+        gettimeofday(&now, NULL);
+        timersub(&now, &cmd->submitted, &d);
+        cmd->s->observer((double)d.tv_sec + (double)d.tv_usec / 1e6, st == STORE_OK,
+                         cmd->s->observer_arg);
+    }
     switch (cmd->kind) {
     case REPLY_VALUE:
         if (st == STORE_OK && r->type == REDIS_REPLY_STRING)
@@ -243,6 +254,7 @@ static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind ki
     cmd->kind = kind;
     cmd->arg = arg;
     cmd->script = -1;
+    gettimeofday(&cmd->submitted, NULL);
     evtimer_assign(&cmd->timer, s->base, store_on_timer, cmd);
     return cmd;
 }
@@ -393,6 +405,12 @@ void store_destroy(struct store *s)
         redisAsyncFree(ac);
     }
     free(s);
+}
+
+void store_set_observer(struct store *s, store_observer *fn, void *arg)
+{
+    s->observer = fn;
+    s->observer_arg = arg;
 }
 
 bool store_ready(const struct store *s)

@@ -48,7 +48,16 @@ struct store *store_create(struct event_base *base, const struct config *cfg);
 /* Close the connection; pending callbacks get STORE_UNAVAILABLE. NULL is fine. */
 void store_destroy(struct store *s);
 
-/* Whether the connection is up and the last command did not time out (for /readyz). */
+/*
+ * Called once per command with its round-trip time in seconds and whether it
+ * succeeded (a Redis error reply, a timeout or no connection count as failed).
+ */
+typedef void store_observer(double seconds, bool ok, void *arg);
+
+/* Install the observer (metrics); fn may be NULL. */
+void store_set_observer(struct store *s, store_observer *fn, void *arg);
+
+/* Whether the connection is up (for /readyz). */
 bool store_ready(const struct store *s);
 
 /*

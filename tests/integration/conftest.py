@@ -64,6 +64,23 @@ def redis(tmp_path):
 
 
 @pytest.fixture
+def redis_factory(tmp_path):
+    """redis_factory(password=None, unix_path=None) -> another started RedisServer."""
+    started = []
+
+    def make(password=None, unix_path=None):
+        srv = RedisServer(str(tmp_path / ("redis%d" % (len(started) + 2))), password=password,
+                          unix_path=unix_path)
+        started.append(srv)
+        return srv.start()
+
+    yield make
+    for srv in started:
+        srv.resume()
+        srv.kill()
+
+
+@pytest.fixture
 def upstream_factory(tmp_path):
     """upstream_factory(extra_args=(), port=0, unix_path=None) -> started Upstream."""
     started = []

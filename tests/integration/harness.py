@@ -309,16 +309,25 @@ class RedisError(Exception):
 class RedisServer:
     """redis-server on 127.0.0.1:port with no persistence; restartable."""
 
-    def __init__(self, workdir, port=None, extra_args=()):
+    def __init__(self, workdir, port=None, extra_args=(), password=None, unix_path=None):
         self.workdir = workdir
         self.port = port or free_port()
         self.extra_args = list(extra_args)
+        self.password = password
+        self.unix_path = unix_path
+        if password:
+            self.extra_args += ["--requirepass", password]
+        if unix_path:
+            self.extra_args += ["--unixsocket", unix_path, "--unixsocketperm", "700"]
         self.proc = None
         self.log_path = os.path.join(workdir, "redis-%d.log" % self.port)
 
     @property
     def url(self):
         return "redis://127.0.0.1:%d/0" % self.port
+
+    def url_db(self, db):
+        return "redis://127.0.0.1:%d/%d" % (self.port, db)
 
     def start(self, timeout=10.0):
         assert self.proc is None or self.proc.poll() is not None, "redis already running"
@@ -372,25 +381,38 @@ class RedisServer:
         return self.proc is not None and self.proc.poll() is None
 
     # -- a tiny RESP2 client: one connection per command keeps it simple
-    def cmd(self, *args, timeout=5.0):
-        parts = [b"*%d\r\n" % len(args)]
-        for a in args:
-            if isinstance(a, str):
-                a = a.encode()
-            elif isinstance(a, int):
-                a = str(a).encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    def cmd(self, *args, timeout=5.0, db=0):
+        """One command on a fresh connection (AUTH and SELECT first when needed)."""
+        pre = []
+        if self.password:
+            pre.append(("AUTH", self.password))
+        if db:
+            pre.append(("SELECT", db))
+        data = b"".join(_resp_encode(c) for c in pre + [args])
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
             s.settimeout(timeout)
-            s.sendall(b"".join(parts))
+            s.sendall(data)
             reader = _Reader(s, time.monotonic() + timeout)
+            for _ in pre:
+                _resp_read(reader)
             return _resp_read(reader)
 
-    def keys(self, pattern="*"):
-        return sorted(self.cmd("KEYS", pattern))
+    def keys(self, pattern="*", db=0):
+        return sorted(self.cmd("KEYS", pattern, db=db), key=str)
 
     def flushall(self):
         return self.cmd("FLUSHALL")
+
+
+def _resp_encode(args):
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif isinstance(a, int):
+            a = str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(parts)
 
 
 def _resp_read(r):

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import (
-    Connection, HTTPError, build_config, build_request, free_port, port_accepts,
-    proxy_binary, to_yaml,
+    Connection, HTTPError, _Reader, build_config, build_request, free_port, port_accepts,
+    proxy_binary, read_response, to_yaml,
 )
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
@@ -366,6 +366,8 @@ INVALID_KEY_HEADERS = {
     "two-header-lines": ["Idempotency-Key: abc", "Idempotency-Key: abc"],
     "two-different-lines": ["Idempotency-Key: abc", "Idempotency-Key: def"],
     "broken-quoted": ['Idempotency-Key: "abc'],
+    "broken-quoted-escape": ['Idempotency-Key: "ab\\c"'],
+    "junk-after-quoted": ['Idempotency-Key: "abc"x'],
 }
 
 
@@ -556,7 +558,7 @@ def test_replay_does_not_touch_the_record(proxy, upstream, redis):
 
 
 def test_record_expires_after_retention(start_proxy, upstream):
-    p = start_proxy(retention="2s")
+    p = start_proxy(lease="1s", retention="2s")  # retention may not be shorter than lease
     key = new_key()
     assert p.post(key=key).status == 201
     assert p.post(key=key).replayed
@@ -858,7 +860,7 @@ def test_redis_keys_have_a_hash_tag_and_never_the_raw_key(proxy, upstream, redis
 
 
 def test_redis_syntax_in_keys_is_harmless(proxy, upstream, redis):
-    key = 'a" b\\r\\nFLUSHALL * {x} $3'
+    key = "a b\\r\\nFLUSHALL * {x} $3 \\ 'q' ;"  # a quote would make it an sf-string
     first = proxy.post(key=key)
     assert first.status == 201
     assert_replay_of(proxy.post(key=key), first)
@@ -963,7 +965,9 @@ def test_redis_fails_after_the_upstream_answered_client_still_gets_it(start_prox
         assert r.json()["id"] == "ord_1"
     finally:
         redis.resume()
-    retry = p.post(key=key)
+    # the store may still be reconnecting: 503 is fine, a second execution is not
+    retry = wait_until(lambda: (lambda r: r if r.status != 503 else None)(p.post(key=key)),
+                       timeout=10, interval=0.2, what="an answer other than 503")
     assert retry.status in (201, 409, 502), retry
     if retry.status == 201:
         assert retry.replayed
@@ -1267,3 +1271,405 @@ def test_unparsable_redis_url_fails_at_startup(tmp_path):
     assert rc != 0, (out, err)
     lines = [l for l in err.splitlines() if l.strip()]
     assert len(lines) == 1, err
+
+
+# --------------------------------------------------------------------------
+# more of the protected path
+# --------------------------------------------------------------------------
+
+def test_concurrent_distinct_keys_each_execute_once_with_their_own_answer(proxy, upstream):
+    n = 30
+    bodies = [('{"n": %d, "u": "%s"}' % (i, uuid.uuid4().hex)).encode() for i in range(n)]
+    keys = [new_key() for _ in range(n)]
+    rs = concurrently(n, lambda i: proxy.post(key=keys[i], body=bodies[i],
+                                              headers=[("X-Demo-Delay-Ms", "200")]))
+    assert upstream.total() == n
+    for b, r in zip(bodies, rs):
+        assert r.status == 201, r
+        assert_not_replayed(r)
+        # never another request's data
+        assert r.json()["body_sha256"] == hashlib.sha256(b).hexdigest()
+    # and every replay is its own
+    rs2 = concurrently(n, lambda i: proxy.post(key=keys[i], body=bodies[i]))
+    for first, again in zip(rs, rs2):
+        assert_replay_of(again, first)
+    assert upstream.total() == n
+
+
+def test_upstream_exchanges_run_concurrently(proxy, upstream):
+    n = 16
+    t = time.monotonic()
+    rs = concurrently(n, lambda i: proxy.post(key=new_key(),
+                                              headers=[("X-Demo-Delay-Ms", "700")]))
+    elapsed = time.monotonic() - t
+    assert all(r.status == 201 for r in rs), rs
+    assert elapsed < 3.5, "%d requests of 0.7 s took %.1f s: exchanges are serialised" % (
+        n, elapsed)
+
+
+def test_same_key_on_two_routes_are_separate_records(proxy, upstream):
+    key = new_key()
+    a = proxy.post("/v1/payments", key=key)
+    b = proxy.post("/v1/strict", key=key)
+    assert a.status == 201 and b.status == 201
+    assert_not_replayed(b)
+    assert upstream.total() == 2
+
+
+def test_key_header_name_is_case_insensitive(proxy, upstream):
+    key = new_key()
+    first = proxy.request("POST", "/v1/payments", [("idempotency-key", key)], b"{}")
+    again = proxy.request("POST", "/v1/payments", [("IDEMPOTENCY-KEY", key)], b"{}")
+    assert first.status == 201
+    assert_replay_of(again, first)
+    assert upstream.total() == 1
+
+
+def test_custom_key_header_and_methods(start_proxy, upstream):
+    p = start_proxy(routes=[{"path": "/v1/payments*", "key_header": "X-Request-Key",
+                             "methods": ["POST", "PUT"]}])
+    key = new_key()
+    first = p.request("PUT", "/v1/payments/p1", [("X-Request-Key", key)], b"{}")
+    assert first.status == 201
+    assert_replay_of(p.request("PUT", "/v1/payments/p1", [("X-Request-Key", key)], b"{}"),
+                     first)
+    # Idempotency-Key means nothing on this route
+    k2 = new_key()
+    assert not p.post(key=k2).replayed
+    assert not p.post(key=k2).replayed
+    # PATCH is not protected here
+    k3 = new_key()
+    for _ in range(2):
+        r = p.request("PATCH", "/v1/payments/p1", [("X-Request-Key", k3)], b"{}")
+        assert r.status == 201 and not r.replayed
+    assert upstream.total() == 5
+
+
+def test_empty_scope_headers_share_keys_across_authorization(start_proxy, upstream):
+    p = start_proxy(scope_headers=[])
+    key = new_key()
+    a = p.post(key=key, headers=[("Authorization", "Bearer a")])
+    b = p.post(key=key, headers=[("Authorization", "Bearer b")])
+    assert a.status == 201
+    assert_replay_of(b, a)
+    assert upstream.total() == 1
+
+
+def test_several_scope_headers(start_proxy, upstream):
+    p = start_proxy(scope_headers=["Authorization", "X-Tenant"])
+    key = new_key()
+    auth = [("Authorization", "Bearer a")]
+    r1 = p.post(key=key, headers=auth + [("X-Tenant", "t1")])
+    r2 = p.post(key=key, headers=auth + [("X-Tenant", "t2")])
+    r3 = p.post(key=key, headers=auth + [("X-Tenant", "t1")])
+    assert r1.status == 201 and r2.status == 201
+    assert_not_replayed(r2)
+    assert_replay_of(r3, r1)
+    assert upstream.total() == 2
+
+
+def test_www_authenticate_and_proxy_headers_are_not_replayed(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Header", 'WWW-Authenticate: Bearer realm="pay"'),
+          ("X-Demo-Header", "Link: <https://example.test/a>; rel=a"),
+          ("X-Demo-Header", "Link: <https://example.test/b>; rel=b"),
+          ("X-Demo-Header", "X-Request-Id: req-123")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201
+    assert first.header('WWW-Authenticate') == 'Bearer realm="pay"'
+    replay = proxy.post(key=key, headers=hs)
+    assert_replay_of(replay, first)
+    assert not replay.has_header("WWW-Authenticate")
+    # duplicates are kept, in order
+    assert replay.header_all("Link") == ["<https://example.test/a>; rel=a",
+                                         "<https://example.test/b>; rel=b"]
+    assert replay.header("X-Request-Id") == "req-123"
+
+
+def test_upstream_204_is_recorded_and_replayed_without_a_body(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Status", "204")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 204 and first.body == b""
+    replay = proxy.post(key=key, headers=hs)
+    assert replay.status == 204 and replay.body == b""
+    assert replay.header("Idempotent-Replayed") == "true"
+    assert replay.header("Content-Length") in (None, "0")
+    assert upstream.total() == 1
+
+
+def test_request_headers_query_and_body_are_forwarded(proxy, upstream):
+    key = new_key()
+    body = b'{"amount": 12}'
+    r = proxy.post("/v1/payments/a%20b?x=1&y=%2F&z", key=key, body=body,
+                   headers=[("Authorization", "Bearer tok"), ("X-Trace", "t1"),
+                            ("X-Trace", "t2")])
+    assert r.status == 201
+    doc = r.json()
+    assert doc["query"] == "x=1&y=%2F&z"
+    assert doc["path"] in ("/v1/payments/a b", "/v1/payments/a%20b")
+    seen = upstream.last_headers()
+    assert seen["authorization"] == ["Bearer tok"]
+    assert seen["content-type"] == ["application/json"]
+    assert ",".join(v.replace(" ", "") for v in seen["x-trace"]) == "t1,t2"
+    assert upstream.last_request()["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_hop_by_hop_request_headers_are_not_forwarded(proxy, upstream):
+    r = proxy.post(key=new_key(), headers=[("Keep-Alive", "timeout=5"), ("TE", "trailers"),
+                                           ("Proxy-Authorization", "Basic c2VjcmV0"),
+                                           ("Connection", "keep-alive, TE")])
+    assert r.status == 201
+    seen = upstream.last_headers()
+    for h in ("keep-alive", "proxy-authorization"):
+        assert h not in seen, "hop-by-hop %s forwarded: %r" % (h, seen)
+    assert "trailers" not in ",".join(seen.get("te", [])), seen
+
+
+def test_keep_alive_client_connection_serves_several_requests(proxy, upstream):
+    key = new_key()
+    with Connection(proxy.port) as c:
+        first = c.request("POST", "/v1/payments", [("Idempotency-Key", key)], b"a")
+        replay = c.request("POST", "/v1/payments", [("Idempotency-Key", key)], b"a")
+        mismatch = c.request("POST", "/v1/payments", [("Idempotency-Key", key)], b"b")
+        bad = c.request("POST", "/v1/payments", ["Idempotency-Key:"], b"a")
+        plain = c.request("GET", "/v1/payments")
+    assert first.status == 201
+    assert_replay_of(replay, first)
+    assert_problem(mismatch, 409, "key-reuse-mismatch")
+    assert_problem(bad, 400, "invalid-key")
+    assert plain.status == 200
+    assert upstream.total() == 1
+
+
+def test_pipelined_requests_are_answered_in_order(proxy, upstream):
+    k1, k2 = new_key(), new_key()
+    data = (build_request("POST", "/v1/payments", [("Idempotency-Key", k1),
+                                                    ("X-Demo-Delay-Ms", "300")], b"one") +
+            build_request("POST", "/v1/payments", [("Idempotency-Key", k2)], b"two") +
+            build_request("POST", "/v1/payments", [("Idempotency-Key", k1),
+                                                    ("X-Demo-Delay-Ms", "300")], b"one"))
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as s:
+        s.sendall(data)
+        reader = _Reader(s, time.monotonic() + 15)
+        rs = [read_response(s, "POST", reader=reader) for _ in range(3)]
+    assert [r.status for r in rs] == [201, 201, 201], rs
+    assert rs[0].json()["body_sha256"] == hashlib.sha256(b"one").hexdigest()
+    assert rs[1].json()["body_sha256"] == hashlib.sha256(b"two").hexdigest()
+    assert_replay_of(rs[2], rs[0])
+    assert upstream.total() == 2
+
+
+def test_expect_100_continue(start_proxy, upstream):
+    p = start_proxy(limits={"max_request_body": "4KiB"})
+    body = b"e" * 2048
+    key = new_key()
+    head = build_request("POST", "/v1/payments", [("Idempotency-Key", key),
+                                                   ("Expect", "100-continue"),
+                                                   ("Content-Length", str(len(body)))])
+    with socket.create_connection(("127.0.0.1", p.port), timeout=15) as s:
+        s.sendall(head)
+        s.settimeout(2)
+        try:
+            early = s.recv(4096)
+        except socket.timeout:
+            early = b""  # the proxy need not send 100; the client sends the body anyway
+        assert early == b"" or early.startswith(b"HTTP/1.1 100"), early
+        s.sendall(body)
+        reader = _Reader(s, time.monotonic() + 15)
+        rest = early.split(b"\r\n\r\n", 1)[1] if early else b""
+        reader.buf = rest
+        r = read_response(s, "POST", reader=reader)
+    assert r.status == 201, r
+    assert upstream.total() == 1
+    # too large with Expect: a 413 problem, either at once or after the body
+    head = build_request("POST", "/v1/payments", [("Idempotency-Key", new_key()),
+                                                   ("Expect", "100-continue"),
+                                                   ("Content-Length", "5000")])
+    with socket.create_connection(("127.0.0.1", p.port), timeout=15) as s:
+        s.sendall(head)
+        s.settimeout(5)
+        first = s.recv(4096)
+        if first.startswith(b"HTTP/1.1 100"):
+            s.sendall(b"f" * 5000)
+            reader = _Reader(s, time.monotonic() + 15)
+            reader.buf = first.split(b"\r\n\r\n", 1)[1]
+            r = read_response(s, "POST", reader=reader)
+        else:
+            reader = _Reader(s, time.monotonic() + 15)
+            reader.buf = first
+            r = read_response(s, "POST", reader=reader)
+    assert_problem(r, 413, "body-too-large")
+    assert upstream.total() == 1
+
+
+@pytest.mark.parametrize("size", [5000, 100000, 3 * 1024 * 1024])
+def test_far_oversized_body_is_still_a_413_problem(start_proxy, upstream, redis, size):
+    """CONTRACT 7: the proxy's own errors are problem+json, whatever the size."""
+    p = start_proxy(limits={"max_request_body": "4KiB"})
+    head = build_request("POST", "/v1/payments", [("Idempotency-Key", new_key()),
+                                                   ("Content-Length", str(size))])
+    with socket.create_connection(("127.0.0.1", p.port), timeout=15) as s:
+        s.sendall(head)
+        try:
+            s.sendall(b"q" * size)
+        except OSError:
+            pass  # the proxy may answer and close before reading it all
+        r = read_response(s, "POST", timeout=10)
+    assert_problem(r, 413, "body-too-large")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []
+
+
+def test_slow_client_body(proxy, upstream):
+    key = new_key()
+    body = b'{"amount": 31415}'
+    data = build_request("POST", "/v1/payments", [("Idempotency-Key", key)], body)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as s:
+        for i in range(0, len(data), 7):
+            s.sendall(data[i:i + 7])
+            time.sleep(0.03)
+        r = read_response(s, "POST")
+    assert r.status == 201
+    assert r.json()["body_sha256"] == hashlib.sha256(body).hexdigest()
+    assert_replay_of(proxy.post(key=key, body=body), r)
+
+
+def test_head_and_options_pass_through(proxy, upstream):
+    assert proxy.request("HEAD", "/v1/payments", [("Idempotency-Key", "x")]).status == 200
+    assert proxy.request("OPTIONS", "/v1/payments", [("Idempotency-Key", "x")]).status == 200
+    assert upstream.requests() == 2 and upstream.total() == 0
+
+
+def test_sigint_drains_and_exits_0(start_proxy, upstream):
+    p = start_proxy()
+    f = in_background(p.post, key=new_key(), headers=[("X-Demo-Delay-Ms", "800")])
+    wait_until(lambda: upstream.total() == 1)
+    p.signal(signal.SIGINT)
+    assert f.result().status == 201
+    assert p.wait(15) == 0
+
+
+def test_sigterm_answers_a_waiting_duplicate(start_proxy, upstream):
+    p = start_proxy()
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1200")]
+    f1 = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    f2 = in_background(p.post, key=key, headers=hs)
+    time.sleep(0.2)
+    p.signal(signal.SIGTERM)
+    first, second = f1.result(), f2.result()
+    assert first.status == 201
+    assert_replay_of(second, first)
+    assert p.wait(15) == 0
+
+
+def test_upstream_connect_timeout_is_502_and_released(start_proxy):
+    # a listener that never accepts, its backlog full: SYNs go unanswered
+    blackhole = socket.socket()
+    blackhole.bind(("127.0.0.1", 0))
+    blackhole.listen(0)
+    port = blackhole.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            fillers.append(c)
+        time.sleep(0.2)
+        p = start_proxy(upstream_url="http://127.0.0.1:%d" % port,
+                        upstream={"connect_timeout": "500ms", "timeout": "10s"})
+        key = new_key()
+        r = p.post(key=key)
+        assert_problem(r, 502, "upstream-unavailable")
+        assert r.elapsed < 3, r
+        r2 = p.post(key=key)
+        assert_problem(r2, 502, "upstream-unavailable")  # released, not outcome-unknown
+    finally:
+        for c in fillers:
+            c.close()
+        blackhole.close()
+
+
+# --------------------------------------------------------------------------
+# Redis connection options
+# --------------------------------------------------------------------------
+
+def test_redis_password_from_environment(start_proxy, upstream, redis_factory):
+    secret = "pw-" + uuid.uuid4().hex
+    r2 = redis_factory(password=secret)
+    p = start_proxy(redis={"url": r2.url, "password": "${REDIS_PASSWORD}"},
+                    env={"REDIS_PASSWORD": secret})
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201, first
+    assert_replay_of(p.post(key=key), first)
+    assert prefixed_keys(r2)
+    assert secret not in p.stdout_text() + p.stderr_text()
+
+
+def test_redis_wrong_password_is_store_unavailable(start_proxy, upstream, redis_factory):
+    r2 = redis_factory(password="right-" + uuid.uuid4().hex)
+    p = start_proxy(redis={"url": r2.url, "password": "wrong"})
+    r = p.post(key=new_key())
+    assert_problem(r, 503, "store-unavailable")
+    assert upstream.total() == 0
+
+
+def test_redis_database_number_in_url(start_proxy, upstream, redis):
+    p = start_proxy(redis={"url": redis.url_db(3)})
+    assert p.post(key=new_key()).status == 201
+    assert prefixed_keys(redis) == []
+    assert [k for k in redis.keys("*", db=3) if k.startswith("idem")]
+
+
+def test_redis_over_a_unix_socket(start_proxy, upstream, redis_factory, tmp_path):
+    path = str(tmp_path / "redis.sock")
+    r2 = redis_factory(unix_path=path)
+    p = start_proxy(redis={"url": "unix:" + path})
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201, first
+    assert_replay_of(p.post(key=key), first)
+    assert prefixed_keys(r2)
+
+
+# --------------------------------------------------------------------------
+# operations, in more detail
+# --------------------------------------------------------------------------
+
+def test_access_log_line_fields(proxy, upstream):
+    key = new_key()
+    proxy.post(key=key)
+    proxy.post(key=key)
+    time.sleep(0.2)
+    lines = [d for d in json_lines(proxy.stdout_text() + proxy.stderr_text())
+             if "status" in d]
+    assert len(lines) >= 2, lines
+    for d in lines[-2:]:
+        assert "route" in d and "outcome" in d, d
+        assert any("record" in k for k in d), d
+        assert any(k.endswith("_ms") or "ms" in k for k in d), d
+    assert lines[-1]["status"] == 201
+    rec = [v for k, v in lines[-1].items() if "record" in k][0]
+    assert rec == [v for k, v in lines[-2].items() if "record" in k][0]
+    assert key not in rec
+
+
+def test_metrics_cover_requests_latency_and_store(proxy, upstream):
+    key = new_key()
+    proxy.post(key=key)
+    proxy.post(key=key)
+    m = proxy.admin("GET", "/metrics")
+    assert m.status == 200, m
+    text = m.body.decode()
+    assert "_bucket{" in text and 'le="' in text, "no latency histogram:\n" + text[:2000]
+    assert "outcome=" in text, "no requests-by-outcome counter:\n" + text[:2000]
+    assert re.search(r"^# TYPE \S+ gauge$", text, re.M), "no gauge:\n" + text[:2000]
+
+
+def test_admin_records_unknown_id_is_404(proxy):
+    assert proxy.admin("GET", "/records/" + "0" * 32).status == 404
+    assert proxy.admin("DELETE", "/records/" + "0" * 32).status == 404

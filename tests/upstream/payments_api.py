@@ -21,6 +21,7 @@ headers behaves the same:
   X-Demo-Binary: 1      application/octet-stream: request body + bytes 0x00..0xFF
   X-Demo-Set-Cookie: 1  add "Set-Cookie: session=abc; Path=/" and "X-Demo-Order: ord_N"
   X-Demo-Size: N        a body of exactly N bytes
+  X-Demo-Header: Name: value   add that response header line (repeatable, in order)
   X-Demo-Fault: hang    count, never answer (until the client closes)
   X-Demo-Fault: reset   count, send half an answer, then RST the connection
   X-Demo-Fault: close   count, close the connection without a byte
@@ -334,6 +335,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             status = int(self.headers["X-Demo-Status"])
 
         extra = []
+        for line in self.headers.get_all("X-Demo-Header") or []:
+            name, _, value = line.partition(":")
+            extra.append((name.strip(), value.strip()))
         if self.headers.get("X-Demo-Set-Cookie") == "1":
             extra.append(("Set-Cookie", "session=abc; Path=/"))
             extra.append(("X-Demo-Order", order))

@@ -1,0 +1,137 @@
+/*
+ * metrics.c - Prometheus text exposition format (version 0.0.4).
+ */
+#include "metrics.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+/* Upper bounds in seconds, shared by both latency histograms. */
+static const double metrics_bounds[METRICS_BUCKETS] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+
+void metrics_count_request(struct metrics *m, const char *route, const char *outcome)
+{
+    const char *r = route != NULL ? route : "";
+
+    for (size_t i = 0; i < m->n_requests; i++) {
+        struct metrics_request_count *c = &m->requests[i];
+        if (strcmp(c->outcome, outcome) == 0 && strcmp(c->route, r) == 0) {
+            c->count++;
+            return;
+        }
+    }
+    if (m->n_requests == m->cap_requests) {
+        size_t cap = m->cap_requests ? m->cap_requests * 2 : 32;
+        struct metrics_request_count *grown = realloc(m->requests, cap * sizeof(*grown));
+        if (grown == NULL)
+            return;
+        m->requests = grown;
+        m->cap_requests = cap;
+    }
+    char *copy = strdup(r);
+    if (copy == NULL)
+        return;
+    m->requests[m->n_requests++] = (struct metrics_request_count){ copy, outcome, 1 };
+}
+
+void metrics_observe(struct metrics_histogram *h, double seconds)
+{
+    size_t i = 0;
+
+    while (i < METRICS_BUCKETS && seconds > metrics_bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += seconds;
+    h->count++;
+}
+
+/* A label value with \ " and newline escaped, as the format requires. */
+static void metrics_label_value(struct evbuffer *out, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            evbuffer_add_printf(out, "\\%c", *v);
+        else if (*v == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, v, 1);
+    }
+}
+
+static void metrics_render_histogram(struct evbuffer *out, const char *name, const char *help,
+                                     const struct metrics_histogram *h)
+{
+    uint64_t cumulative = 0;
+
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t i = 0; i < METRICS_BUCKETS; i++) {
+        cumulative += h->counts[i];
+        evbuffer_add_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, metrics_bounds[i],
+                            (unsigned long long)cumulative);
+    }
+    cumulative += h->counts[METRICS_BUCKETS];
+    evbuffer_add_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                        (unsigned long long)cumulative, name, h->sum, name,
+                        (unsigned long long)h->count);
+}
+
+static void metrics_render_scalar(struct evbuffer *out, const char *name, const char *type,
+                                  const char *help, double value)
+{
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type,
+                        name, value);
+}
+
+void metrics_render(const struct metrics *m, struct evbuffer *out, unsigned in_flight,
+                    unsigned waiting, unsigned upstream_in_flight, int redis_up)
+{
+    evbuffer_add_printf(out,
+                        "# HELP idempotency_proxy_build_info Version of the running proxy.\n"
+                        "# TYPE idempotency_proxy_build_info gauge\n"
+                        "idempotency_proxy_build_info{version=\"%s\"} 1\n",
+                        IDEM_VERSION);
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_requests_total Client requests by route "
+                             "and outcome.\n# TYPE idempotency_proxy_requests_total counter\n");
+    for (size_t i = 0; i < m->n_requests; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_requests_total{route=\"");
+        metrics_label_value(out, m->requests[i].route);
+        evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", m->requests[i].outcome,
+                            (unsigned long long)m->requests[i].count);
+    }
+    metrics_render_histogram(out, "idempotency_proxy_upstream_duration_seconds",
+                             "Upstream exchange time, request sent to answer read.",
+                             &m->upstream_latency);
+    metrics_render_histogram(out, "idempotency_proxy_redis_duration_seconds",
+                             "Redis command round-trip time.", &m->redis_latency);
+    metrics_render_scalar(out, "idempotency_proxy_in_flight_requests", "gauge",
+                          "Client requests being handled.", in_flight);
+    metrics_render_scalar(out, "idempotency_proxy_waiting_requests", "gauge",
+                          "Requests waiting for another request's answer.", waiting);
+    metrics_render_scalar(out, "idempotency_proxy_upstream_in_flight", "gauge",
+                          "Upstream exchanges in flight.", upstream_in_flight);
+    metrics_render_scalar(out, "idempotency_proxy_redis_up", "gauge",
+                          "1 when the Redis connection is up.", redis_up);
+    metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
+                          "Redis commands that failed, timed out or found no connection.",
+                          (double)m->store_errors);
+    metrics_render_scalar(out, "idempotency_proxy_store_error_passes_total", "counter",
+                          "Requests forwarded unprotected because Redis failed "
+                          "(on_store_error: pass).",
+                          (double)m->store_error_passes);
+    metrics_render_scalar(out, "idempotency_proxy_config_reloads_total", "counter",
+                          "Configuration reloads applied (SIGHUP).", (double)m->reloads);
+    metrics_render_scalar(out, "idempotency_proxy_config_reload_failures_total", "counter",
+                          "Configuration reloads refused.", (double)m->reload_failures);
+}
+
+void metrics_deinit(struct metrics *m)
+{
+    for (size_t i = 0; i < m->n_requests; i++)
+        free(m->requests[i].route);
+    free(m->requests);
+    memset(m, 0, sizeof(*m));
+}
