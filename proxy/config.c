@@ -21,6 +21,7 @@
  * `static const struct config_key config_*_keys[]` arrays.
  */
 #include "config.h"
+#include "webhook.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1162,6 +1163,7 @@ static int config_set_key_from(struct config_loader *ld, const struct config_key
             goto failed;
         }
         policy->key_from = KEY_FROM_HEADER;
+        policy->webhook = true;
         free(policy->key_header);
         policy->key_header = value;
     } else if (strncmp(text, "json:", 5) == 0 && config_is_json_pointer(text + 5)) {
@@ -1171,6 +1173,7 @@ static int config_set_key_from(struct config_loader *ld, const struct config_key
             goto failed;
         }
         policy->key_from = KEY_FROM_JSON;
+        policy->webhook = true;
         free(policy->key_json_pointer);
         policy->key_json_pointer = value;
     } else {
@@ -1546,6 +1549,12 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     if (policy->verify == VERIFY_NONE && secret != NULL)
         return config_error(ld, secret, "secret without verify: set verify to "
                             "standard-webhooks, github or stripe");
+    for (size_t i = 0; i < policy->n_secrets; i++) {
+        const char *why = NULL;
+        /* a mistyped secret fails here, not as a 401 on every delivery */
+        if (webhook_secret_check(policy->verify, policy->secrets[i], &why) != 0)
+            return config_error(ld, secret, "bad secret: %s", why != NULL ? why : "unusable");
+    }
     return config_check_policy(ld, policy, map);
 }
 

@@ -56,6 +56,7 @@ struct route_policy {
     enum ambiguous_mode on_ambiguous;
     enum store_error_mode on_store_error;
     /* webhook receivers */
+    bool webhook;                   /* the route set key_from: a webhook receiver */
     enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
     char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
     enum verify_scheme verify;

@@ -41,6 +41,7 @@
 #include "server.h"
 #include "store.h"
 #include "upstream.h"
+#include "webhook.h"
 
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
@@ -101,6 +102,8 @@ struct exchange {
 
 static void exchange_claim(struct exchange *x);
 static void exchange_forward(struct exchange *x);
+static void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
+                             const char *key, size_t key_len);
 
 /* ---- lifetime ---------------------------------------------------------- */
 
@@ -379,6 +382,12 @@ static void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
 
 static bool exchange_status_releases(const struct exchange *x, int status)
 {
+    /*
+     * A webhook receiver that failed must see the provider's redelivery:
+     * only its 2xx answers are recorded (CONTRACT 8: duplicates get the stored 2xx).
+     */
+    if (x->policy->webhook && (status < 200 || status > 299))
+        return true;
     for (size_t i = 0; i < x->policy->n_release_statuses; i++)
         if (x->policy->release_statuses[i] == status)
             return true;
@@ -813,6 +822,58 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
              x->record_id);
 }
 
+/*
+ * CONTRACT 8: check the provider's signature over the raw body before anything
+ * is claimed, so nobody can pre-claim an event id. Answers 401 and returns
+ * false when it does not hold.
+ */
+static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq *headers)
+{
+    const struct webhook_headers wh = {
+        .webhook_id = evhttp_find_header(headers, "webhook-id"),
+        .webhook_timestamp = evhttp_find_header(headers, "webhook-timestamp"),
+        .webhook_signature = evhttp_find_header(headers, "webhook-signature"),
+        .hub_signature_256 = evhttp_find_header(headers, "X-Hub-Signature-256"),
+        .stripe_signature = evhttp_find_header(headers, "Stripe-Signature"),
+    };
+    const char *reason = NULL;
+    enum webhook_verdict v;
+
+    v = webhook_verify(x->policy->verify, x->policy->secrets, x->policy->n_secrets, &wh,
+                       x->body_bytes, x->body_len, (int64_t)(worker_now_ms() / 1000), &reason);
+    if (v == WEBHOOK_OK)
+        return true;
+    x->outcome = "signature-invalid";
+    exchange_problem(x, PROBLEM_SIGNATURE_INVALID, 401,
+                     reason != NULL ? reason : "the webhook signature does not verify", 0, false);
+    return false;
+}
+
+/* key_from: json:/pointer (e.g. Stripe's event id). Answers 400 and returns false on failure. */
+static bool exchange_key_from_body(struct exchange *x, char *key, size_t keysize, size_t *key_len)
+{
+    size_t max = x->policy->key_max_length + 1 < keysize ? x->policy->key_max_length + 1 : keysize;
+    int rc = webhook_key_from_json(x->body_bytes != NULL ? x->body_bytes : "", x->body_len,
+                                   x->policy->key_json_pointer, key, max, key_len);
+    char checked[EXCHANGE_KEY_MAX];
+
+    if (rc == -1) {
+        exchange_problem(x, PROBLEM_MISSING_KEY, 400,
+                         "the JSON body has no event id at the configured pointer", 0, false);
+        return false;
+    }
+    if (rc != 0 || key_parse(key, x->policy->key_max_length, checked, sizeof(checked),
+                             key_len) != KEY_OK ||
+        strcmp(checked, key) != 0) {
+        exchange_problem(x, PROBLEM_INVALID_KEY, 400,
+                         "the event id in the JSON body is not a non-empty printable string "
+                         "within the configured length",
+                         0, false);
+        return false;
+    }
+    return true;
+}
+
 static struct exchange *exchange_create(struct worker *w, struct evhttp_request *req)
 {
     struct exchange *x = calloc(1, sizeof(*x));
@@ -891,7 +952,21 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     }
     x->policy = &x->route->policy;
 
+    if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers))
+        return;
+    if (x->policy->key_from == KEY_FROM_JSON) {
+        if (!exchange_key_from_body(x, key, sizeof(key), &key_len))
+            return;
+        exchange_protect(x, headers, key, key_len);
+        return;
+    }
     raw_key = exchange_key_header(headers, x->policy->key_header, &key_lines);
+    if (key_lines == 0 && x->policy->webhook) {
+        /* a signed delivery without its event id is malformed, whatever require_key says */
+        exchange_problem(x, PROBLEM_MISSING_KEY, 400,
+                         "the webhook delivery carries no event id header", 0, false);
+        return;
+    }
     if (key_lines == 0) {
         if (x->policy->require_key) {
             exchange_problem(x, PROBLEM_MISSING_KEY, 400,
@@ -917,6 +992,13 @@ void exchange_handle(struct evhttp_request *req, void *arg)
         return;
     }
 
+    exchange_protect(x, headers, key, key_len);
+}
+
+/* The key is valid: compute the record identity and fingerprint, then claim. */
+static void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
+                             const char *key, size_t key_len)
+{
     exchange_identify(x, headers, key, key_len);
     if (x->policy->fingerprint == FINGERPRINT_REQUEST)
         fingerprint_request(x->method, x->target, x->body_bytes, x->body_len, x->fingerprint);

@@ -430,8 +430,11 @@ static const struct config_case config_cases[] = {
       0, NULL, check_webhook_json },
     { "webhook keeps an explicit fingerprint", "routes:\n  - path: /hooks/std\n"
       "    fingerprint: request\n    key_from: header:webhook-id\n"
-      "    verify: standard-webhooks\n    secret: whsec_abc\n", 0, NULL,
+      "    verify: standard-webhooks\n    secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n", 0, NULL,
       check_webhook_fingerprint_kept },
+    { "standard-webhooks secret must be base64", "routes:\n  - path: /hooks/std\n"
+      "    key_from: header:webhook-id\n    verify: standard-webhooks\n"
+      "    secret: whsec_abc\n", 5, "bad secret", NULL },
     { "route without key_from keeps fingerprint request", "defaults:\n  fingerprint: request\n"
       "routes:\n  - path: /v1/x\n", 0, NULL, check_plain_route_fingerprint },
     { "key_from needs header or json", "routes:\n  - path: /h\n    key_from: query:id\n", 3,
