@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
   libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
-  redis-server redis-tools python3 python3-pytest curl
+  redis-server redis-tools python3 python3-pytest python3-yaml curl git
 )
 missing=()
 for p in "${packages[@]}"; do

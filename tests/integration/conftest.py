@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import (  # noqa: E402
-    DEFAULT_ROUTES, Proxy, RedisServer, Upstream, build_config, free_port, proxy_binary,
+    Proxy, RedisServer, Upstream, build_config, free_port, proxy_binary,
     to_yaml,
 )
 
@@ -166,4 +166,3 @@ def pytest_report_header(config):
     return "idempotency-proxy binary: %s (%s)" % (b, "present" if os.path.exists(b) else "MISSING")
 
 
-__all__ = ["DEFAULT_ROUTES"]

@@ -6,6 +6,7 @@ upstream can observe: statuses, headers, body bytes and upstream execution count
 """
 
 import base64
+import gzip
 import hashlib
 import hmac
 import json
@@ -22,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import (
-    Connection, HTTPError, _Reader, build_config, build_request, free_port, port_accepts,
-    proxy_binary, read_response, to_yaml,
+    REPO, Connection, HTTPError, _Reader, build_config, build_request, free_port,
+    http_request, port_accepts, proxy_binary, read_response, to_yaml,
 )
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
@@ -1202,6 +1203,12 @@ BAD_CONFIGS = {
                  "limits:\n  max_request_body: 1GB\n", 5),
     "bad-mismatch-status": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
                             "defaults:\n  mismatch_status: 418\n", 5),
+    "bad-upstream-scheme": ("listen: 127.0.0.1:8080\nupstream:\n  url: ftp://127.0.0.1:3000\n", 3),
+    "bad-in-flight": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                      "defaults:\n  in_flight: sometimes\n", 5),
+    "bad-method": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
+                   "routes:\n  - path: /v1/payments*\n    methods: [POST, FETCH]\n", 6),
+    "bad-listen": ("listen: 127.0.0.1:99999\nupstream:\n  url: http://127.0.0.1:3000\n", 1),
     "unknown-route-key": ("listen: 127.0.0.1:8080\nupstream:\n  url: http://127.0.0.1:3000\n"
                           "routes:\n  - path: /v1/payments*\n    requires_key: true\n", 6),
 }
@@ -1673,3 +1680,363 @@ def test_metrics_cover_requests_latency_and_store(proxy, upstream):
 def test_admin_records_unknown_id_is_404(proxy):
     assert proxy.admin("GET", "/records/" + "0" * 32).status == 404
     assert proxy.admin("DELETE", "/records/" + "0" * 32).status == 404
+
+
+# --------------------------------------------------------------------------
+# waiters and what becomes of the first request
+# --------------------------------------------------------------------------
+
+def test_waiter_when_the_first_is_released_is_not_left_hanging(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Status", "503"), ("X-Demo-Delay-Ms", "800")]
+    f = in_background(proxy.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    second = proxy.post(key=key, headers=hs)
+    first = f.result()
+    assert first.status == 503
+    assert_not_replayed(first)
+    # the upstream said it did nothing: the waiter executes itself or is told to retry
+    if second.status == 503:
+        assert_not_replayed(second)
+        assert upstream.total() == 2
+    else:
+        assert_problem(second, 409, "request-in-progress")
+        assert upstream.total() == 1
+    assert second.elapsed < 5
+
+
+def test_waiter_when_the_first_times_out_gets_outcome_unknown(start_proxy, upstream):
+    p = start_proxy(upstream={"timeout": "1s"})
+    key = new_key()
+    hs = [("X-Demo-Fault", "hang")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    second = p.post(key=key, headers=hs)
+    assert_problem(f.result(), 504, "upstream-timeout")
+    assert_problem(second, 502, "outcome-unknown")
+    assert second.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_waiter_on_another_proxy_is_answered_soon_after_the_first(start_proxy, upstream):
+    p1, p2 = start_proxy(), start_proxy()
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1500")]
+    done = {}
+
+    def first_req():
+        r = p1.post(key=key, headers=hs)
+        done["first"] = time.monotonic()
+        return r
+
+    f = in_background(first_req)
+    wait_until(lambda: upstream.total() == 1)
+    second = p2.post(key=key, headers=hs)
+    done["second"] = time.monotonic()
+    first = f.result()
+    assert_replay_of(second, first)
+    lag = done["second"] - done["first"]
+    assert lag < 0.6, "the waiter on the other proxy answered %.2f s after the first" % lag
+
+
+def test_waiter_when_the_first_proxy_crashes(start_proxy, upstream):
+    p1 = start_proxy(lease="1s")
+    p2 = start_proxy(lease="1s", wait_timeout="5s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "3000")]
+    f = in_background(p1.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    waiter = in_background(p2.post, key=key, headers=hs)
+    time.sleep(0.3)
+    p1.kill()
+    with pytest.raises((HTTPError, OSError)):
+        f.result()
+    r = waiter.result()
+    # the lease runs out while it waits: the outcome is unknown (on_ambiguous: hold)
+    assert_problem(r, 502, "outcome-unknown")
+    assert r.header("Idempotent-Replayed") == "true"
+    assert r.elapsed < 4, "the waiter should notice the expired lease: %r" % r
+    assert upstream.total() == 1
+
+
+def test_mismatch_against_finished_failed_and_tombstoned_records(start_proxy, upstream):
+    p = start_proxy(upstream={"timeout": "1s"}, limits={"max_stored_response": "1KiB"})
+    unknown, tomb = new_key(), new_key()
+    assert p.post(key=unknown, headers=[("X-Demo-Fault", "hang")]).status == 504
+    assert p.post(key=tomb, headers=[("X-Demo-Size", "4096")]).status == 201
+    for key in (unknown, tomb):
+        assert_problem(p.post(key=key, body=b"another body"), 409, "key-reuse-mismatch")
+    assert upstream.total() == 2
+
+
+def test_record_ttl_is_retention_and_outlives_the_lease(start_proxy, upstream, redis):
+    p = start_proxy(lease="1s", retention="1h")
+    key = new_key()
+    f = in_background(p.post, key=key, headers=[("X-Demo-Delay-Ms", "800")])
+    wait_until(lambda: upstream.total() == 1)
+    keys = prefixed_keys(redis)
+    assert keys
+    assert max(redis.cmd("PTTL", k) for k in keys) > 1000, \
+        "the claim must outlive its lease so an expired lease stays visible"
+    assert f.result().status == 201
+    ttls = [redis.cmd("PTTL", k) for k in prefixed_keys(redis)]
+    assert ttls and all(3600 * 1000 - 15000 < t <= 3600 * 1000 for t in ttls), ttls
+
+
+def test_redis_restart_mid_flight_client_still_gets_the_answer(proxy, upstream, redis):
+    key = new_key()
+    f = in_background(proxy.post, key=key, headers=[("X-Demo-Delay-Ms", "1000")])
+    wait_until(lambda: upstream.total() == 1)
+    redis.stop()
+    redis.start()  # the record is gone with the old Redis
+    r = f.result()
+    assert r.status == 201, r
+    assert r.json()["id"] == "ord_1"
+
+
+def test_route_exact_and_prefix_matching_first_match_wins(start_proxy, upstream):
+    p = start_proxy(routes=[{"path": "/v1/payments/special", "require_key": True},
+                            {"path": "/v1/payments*"},
+                            {"path": "/v1/refunds", "require_key": True}])
+    assert_problem(p.post("/v1/payments/special", key=None), 400, "missing-key")
+    assert_problem(p.post("/v1/payments/special?x=1", key=None), 400, "missing-key")
+    assert p.post("/v1/payments/special/sub", key=None).status == 201
+    assert p.post("/v1/payments/other", key=None).status == 201
+    assert_problem(p.post("/v1/refunds", key=None), 400, "missing-key")
+    assert_problem(p.post("/v1/refunds?a=b", key=None), 400, "missing-key")
+    assert p.post("/v1/refunds/r1", key=None).status == 201  # exact: no prefix match
+    assert p.post("/v1/refundsX", key=None).status == 201
+    assert upstream.total() == 4
+
+
+# --------------------------------------------------------------------------
+# transparency and odds and ends
+# --------------------------------------------------------------------------
+
+def test_gzip_answer_passes_and_replays_undecoded(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Gzip", "1"), ("Accept-Encoding", "gzip")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201
+    assert first.header("Content-Encoding") == "gzip"
+    assert json.loads(gzip.decompress(first.body))["object"] == "payment"
+    replay = proxy.post(key=key, headers=hs)
+    assert_replay_of(replay, first)
+    assert replay.header("Content-Encoding") == "gzip"
+
+
+def test_pass_through_and_first_answers_larger_than_the_store_limit(proxy, upstream):
+    size = 3 * 1024 * 1024
+    r = proxy.post("/v2/other", key=None, headers=[("X-Demo-Size", str(size))])
+    assert r.status == 201 and len(r.body) == size
+    key = new_key()
+    first = proxy.post(key=key, headers=[("X-Demo-Size", str(size))])
+    assert first.status == 201 and len(first.body) == size
+    assert_problem(proxy.post(key=key, headers=[("X-Demo-Size", str(size))]), 502,
+                   "response-not-replayable")
+    assert upstream.total() == 2
+
+
+def test_http10_client(proxy, upstream):
+    key = new_key()
+    raw = ("POST /v1/payments HTTP/1.0\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+           "Content-Length: 2\r\n\r\n{}" % key).encode()
+    first = http_request(proxy.port, raw=raw)
+    assert first.status == 201, first
+    again = http_request(proxy.port, raw=raw)
+    assert again.status == 201 and again.replayed and again.body == first.body
+    assert upstream.total() == 1
+
+
+def test_admin_listener_can_be_disabled(start_proxy, upstream):
+    p = start_proxy(admin=False)
+    with open(p.config_path) as f:
+        assert 'admin_listen: ""' in f.read()
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201
+    assert_replay_of(p.post(key=key), first)
+
+
+def test_sighup_does_not_drop_in_flight_requests(start_proxy, upstream):
+    p = start_proxy()
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1000")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    p.signal(signal.SIGHUP)
+    time.sleep(0.1)
+    second = p.post(key=key, headers=hs)  # waits across the reload
+    first = f.result()
+    assert first.status == 201
+    assert_replay_of(second, first)
+    assert p.alive()
+    assert upstream.total() == 1
+
+
+def contract_example_config(port, admin_port, upstream_url, redis_url):
+    return """\
+listen: 127.0.0.1:%d                 # client-facing listener
+admin_listen: 127.0.0.1:%d         # health, readiness, metrics, key admin ("" disables)
+upstream:
+  url: %s         # http://, https://, or unix:/path/to.sock
+  connect_timeout: 2s
+  timeout: 30s                       # whole exchange
+redis:
+  url: %s      # redis://[:password@]host:port/db ; unix:/path
+  password: ${REDIS_PASSWORD}        # optional
+  key_prefix: idem
+  timeout: 500ms                     # per command; hiredis 0.14 has none, so the proxy times it
+limits:
+  max_request_body: 1MiB             # larger -> 413, nothing claimed, nothing forwarded
+  max_stored_response: 1MiB
+defaults:                            # every route inherits these; a route may override any
+  key_header: Idempotency-Key
+  methods: [POST, PATCH]
+  require_key: false                 # true: a protected method without a key -> 400
+  key_max_length: 255
+  fingerprint: request               # request (method+path+query+body) | none
+  scope_headers: [Authorization]     # keys live in a namespace per value of these headers
+  lease: 60s                         # claim lease, renewed while the upstream works
+  retention: 24h                     # how long a finished record is kept
+  in_flight: wait                    # wait | reject
+  wait_timeout: 10s                  # wait this long for the first request, then 409
+  mismatch_status: 409               # 409 | 422 (the IETF draft's choice)
+  release_statuses: [408, 425, 429, 503]   # upstream said "not processed": forget the key
+  on_ambiguous: hold                 # hold | release   (see 6)
+  on_store_error: reject             # reject (503) | pass (forward unprotected)
+routes:                              # first match wins; no match -> plain pass-through
+  - path: /v1/payments*              # exact, or prefix with a trailing *
+    require_key: true
+""" % (port, admin_port, upstream_url, redis_url)
+
+
+def test_the_contract_example_config_runs(start_proxy, upstream, redis, tmp_path):
+    require_binary()
+    path = tmp_path / "example.yaml"
+    path.write_text(contract_example_config(free_port(), free_port(), upstream.url, redis.url))
+    rc, out, err = run_bin(["-t", "-c", str(path)])
+    assert rc == 0 and "configuration OK" in out + err, (out, err)
+    p = start_proxy(config_text=contract_example_config(0, 0, "{upstream}", "{redis}")
+                    .replace("127.0.0.1:0                 #", "127.0.0.1:{port}  #")
+                    .replace("127.0.0.1:0         #", "127.0.0.1:{admin_port}  #")
+                    .replace("${REDIS_PASSWORD}", "${{REDIS_PASSWORD}}"),
+                    env={"REDIS_PASSWORD": ""})
+    assert_problem(p.post(key=None), 400, "missing-key")
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201
+    assert_replay_of(p.post(key=key), first)
+
+
+@pytest.mark.parametrize("name", ["idempotency-proxy.yaml", "webhooks.yaml"])
+def test_shipped_configs_are_valid(name):
+    require_binary()
+    path = os.path.join(REPO, "conf", name)
+    if not os.path.exists(path):
+        pytest.skip("%s not shipped" % name)
+    env = {"STRIPE_WEBHOOK_SECRET": "whsec_dGVzdA==", "GITHUB_WEBHOOK_SECRET": "gh",
+           "WEBHOOK_SECRET": "whsec_dGVzdA==", "WEBHOOK_SECRET_PREVIOUS": "whsec_b2xk"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        rc, out, err = run_bin(["-t", "-c", path])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert rc == 0 and "configuration OK" in out + err, (out, err)
+
+
+# --------------------------------------------------------------------------
+# clients that go away at awkward moments, load
+# --------------------------------------------------------------------------
+
+def _send_and_abandon(port, key, headers=(), body=b"{}", after=0.2):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(build_request("POST", "/v1/payments", [("Idempotency-Key", key)] + list(headers),
+                            body))
+    time.sleep(after)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()  # RST
+
+
+def test_waiting_clients_that_disconnect(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1000")]
+    f = in_background(proxy.post, key=key, body=b"{}", headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    with ThreadPoolExecutor(5) as ex:
+        list(ex.map(lambda i: _send_and_abandon(proxy.port, key, hs, after=0.1 * i),
+                    range(5)))
+    first = f.result()
+    assert first.status == 201
+    assert_replay_of(proxy.post(key=key, body=b"{}", headers=hs), first)
+    assert proxy.alive()
+    assert upstream.total() == 1
+
+
+def test_clients_that_disconnect_before_the_answer_is_read(start_proxy, upstream):
+    p = start_proxy(limits={"max_request_body": "1KiB"})
+    key = new_key()
+    size = [("X-Demo-Size", str(800 * 1024))]
+    first = p.post(key=key, headers=size)
+    assert first.status == 201
+    for _ in range(3):  # a big replay nobody reads
+        _send_and_abandon(p.port, key, size, after=0.05)
+    _send_and_abandon(p.port, new_key(), body=b"x" * 5000, after=0.0)   # a 413
+    _send_and_abandon(p.port, new_key(), after=0.0)                     # mid-claim
+    _send_and_abandon(p.port, key, body=b"other", after=0.0)            # a mismatch
+    time.sleep(0.3)
+    assert p.alive()
+    assert_replay_of(p.post(key=key, headers=size), first)
+    assert upstream.total() <= 2
+
+
+def test_many_keys_many_retries_two_proxies(start_proxy, upstream):
+    p1, p2 = start_proxy(), start_proxy()
+    keys = [new_key() for _ in range(10)]
+    rs = concurrently(60, lambda i: (p1 if i % 2 else p2).post(
+        key=keys[i % 10], body=('{"k": %d}' % (i % 10)).encode(),
+        headers=[("X-Demo-Delay-Ms", "200")]))
+    assert upstream.total() == 10
+    for k in range(10):
+        group = [r for i, r in enumerate(rs) if i % 10 == k]
+        assert {r.status for r in group} == {201}, group
+        assert len({r.body for r in group}) == 1
+        assert sum(not r.has_header("Idempotent-Replayed") for r in group) == 1
+
+
+def test_sigterm_with_idle_keep_alive_connections_exits_promptly(start_proxy, upstream):
+    p = start_proxy()
+    conns = [Connection(p.port) for _ in range(3)]
+    try:
+        for c in conns:
+            assert c.request("POST", "/v1/payments", [("Idempotency-Key", new_key())],
+                             b"{}").status == 201
+        t = time.monotonic()
+        p.signal(signal.SIGTERM)
+        assert p.wait(15) == 0
+        assert time.monotonic() - t < 3, "idle keep-alive connections held up the drain"
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_redis_stopping_while_duplicates_wait(start_proxy, upstream, redis):
+    p = start_proxy(wait_timeout="5s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1500")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    waiter = in_background(p.post, key=key, headers=hs)
+    time.sleep(0.3)
+    redis.stop()
+    first, second = f.result(), waiter.result()
+    assert first.status == 201  # the upstream answered: the client gets it
+    assert second.status in (409, 503), second
+    assert second.is_problem()
+    assert second.elapsed < 6.5
+    assert upstream.total() == 1

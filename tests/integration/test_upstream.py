@@ -1,7 +1,6 @@
 """Self-tests of the demo upstream and of the harness (no proxy involved)."""
 
 import hashlib
-import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor

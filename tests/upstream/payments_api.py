@@ -22,6 +22,7 @@ headers behaves the same:
   X-Demo-Set-Cookie: 1  add "Set-Cookie: session=abc; Path=/" and "X-Demo-Order: ord_N"
   X-Demo-Size: N        a body of exactly N bytes
   X-Demo-Header: Name: value   add that response header line (repeatable, in order)
+  X-Demo-Gzip: 1        gzip the body and say Content-Encoding: gzip
   X-Demo-Fault: hang    count, never answer (until the client closes)
   X-Demo-Fault: reset   count, send half an answer, then RST the connection
   X-Demo-Fault: close   count, close the connection without a byte
@@ -42,6 +43,7 @@ Inspection (never counted):
 """
 
 import argparse
+import gzip
 import hashlib
 import http.server
 import json
@@ -367,6 +369,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             }, sort_keys=True) + "\n").encode()
             ctype = "application/json"
 
+        if self.headers.get("X-Demo-Gzip") == "1":
+            out = gzip.compress(out, mtime=0)
+            extra.append(("Content-Encoding", "gzip"))
         chunked = self.headers.get("X-Demo-Chunked") == "1"
         self._send(status, out, ctype, extra, chunked=chunked)
 
