@@ -122,6 +122,8 @@ int worker_init(struct worker *w, struct event_base *base, struct worker_config 
     evhttp_set_max_headers_size(w->http, SERVER_MAX_HEADERS_SIZE);
     evhttp_set_default_content_type(w->http, NULL);
     evhttp_set_timeout(w->http, SERVER_CLIENT_IDLE_S);
+    /* read the rest of an oversized body before answering, so the client sees the 413 */
+    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
 
     if (cfg->admin_listen.host != NULL) {
         w->admin_http = server_listen(base, &cfg->admin_listen, &admin_bound, err, errlen);
