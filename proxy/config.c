@@ -72,6 +72,7 @@ struct config_key {
     size_t offset;                         /* of the field, for generic setters */
     unsigned flags;
     const struct config_section *section;  /* CONFIG_SECTION, CONFIG_ROUTES */
+    const struct config_enum *names;       /* config_set_enum: the allowed values */
 };
 
 struct config_section {
@@ -115,63 +116,82 @@ struct config_unit {
 static config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_string, config_set_bool,
     config_set_route_path, config_set_key_header, config_set_methods,
-    config_set_key_max_length, config_set_fingerprint, config_set_scope_headers,
-    config_set_in_flight, config_set_mismatch_status, config_set_release_statuses,
-    config_set_on_ambiguous, config_set_on_store_error, config_set_key_from,
-    config_set_verify, config_set_secret;
+    config_set_key_max_length, config_set_enum, config_set_scope_headers,
+    config_set_release_statuses, config_set_key_from, config_set_secret;
 
 #define CFG(field) offsetof(struct config, field)
 #define POL(field) offsetof(struct route_policy, field)
 
+/* Values of the enum-valued policy keys; config_set_enum stores them as int. */
+static const struct config_enum config_fingerprint_names[] = {
+    { "request", FINGERPRINT_REQUEST }, { "none", FINGERPRINT_NONE }, { NULL, 0 },
+};
+static const struct config_enum config_in_flight_names[] = {
+    { "wait", IN_FLIGHT_WAIT }, { "reject", IN_FLIGHT_REJECT }, { NULL, 0 },
+};
+static const struct config_enum config_ambiguous_names[] = {
+    { "hold", AMBIGUOUS_HOLD }, { "release", AMBIGUOUS_RELEASE }, { NULL, 0 },
+};
+static const struct config_enum config_store_error_names[] = {
+    { "reject", STORE_ERROR_REJECT }, { "pass", STORE_ERROR_PASS }, { NULL, 0 },
+};
+static const struct config_enum config_verify_names[] = {
+    { "standard-webhooks", VERIFY_STANDARD_WEBHOOKS }, { "github", VERIFY_GITHUB },
+    { "stripe", VERIFY_STRIPE }, { "none", VERIFY_NONE }, { NULL, 0 },
+};
+static const struct config_enum config_mismatch_names[] = {
+    { "409", 409 }, { "422", 422 }, { NULL, 0 },
+};
+
 /* The schema (CONTRACT section 3). Each table ends with { NULL }. */
 
 static const struct config_key config_upstream_keys[] = {
-    { "url", CONFIG_SCALAR, config_set_upstream_url, 0, 0, NULL },
-    { "connect_timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_connect_timeout_ms), CONFIG_POSITIVE, NULL },
-    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_timeout_ms), CONFIG_POSITIVE, NULL },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "url", CONFIG_SCALAR, config_set_upstream_url, 0, 0, NULL, NULL },
+    { "connect_timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_connect_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
+    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 static const struct config_key config_redis_keys[] = {
-    { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL },
-    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), 0, NULL },
-    { "key_prefix", CONFIG_SCALAR, config_set_string, CFG(key_prefix), CONFIG_NONEMPTY, NULL },
-    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL },
+    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), 0, NULL, NULL },
+    { "key_prefix", CONFIG_SCALAR, config_set_string, CFG(key_prefix), CONFIG_NONEMPTY, NULL, NULL },
+    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 static const struct config_key config_limits_keys[] = {
-    { "max_request_body", CONFIG_SCALAR, config_set_size, CFG(max_request_body), 0, NULL },
-    { "max_stored_response", CONFIG_SCALAR, config_set_size, CFG(max_stored_response), 0, NULL },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "max_request_body", CONFIG_SCALAR, config_set_size, CFG(max_request_body), 0, NULL, NULL },
+    { "max_stored_response", CONFIG_SCALAR, config_set_size, CFG(max_stored_response), 0, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 /* `defaults:` takes these without the route-only (webhook) ones; a route takes all. */
 static const struct config_key config_policy_keys[] = {
-    { "key_header", CONFIG_SCALAR, config_set_key_header, 0, 0, NULL },
-    { "methods", CONFIG_LIST, config_set_methods, 0, 0, NULL },
-    { "require_key", CONFIG_SCALAR, config_set_bool, POL(require_key), 0, NULL },
-    { "key_max_length", CONFIG_SCALAR, config_set_key_max_length, 0, 0, NULL },
-    { "fingerprint", CONFIG_SCALAR, config_set_fingerprint, 0, 0, NULL },
-    { "scope_headers", CONFIG_LIST, config_set_scope_headers, 0, 0, NULL },
-    { "lease", CONFIG_SCALAR, config_set_duration, POL(lease_ms), CONFIG_POSITIVE, NULL },
-    { "retention", CONFIG_SCALAR, config_set_duration, POL(retention_ms), CONFIG_POSITIVE, NULL },
-    { "in_flight", CONFIG_SCALAR, config_set_in_flight, 0, 0, NULL },
-    { "wait_timeout", CONFIG_SCALAR, config_set_duration, POL(wait_timeout_ms), CONFIG_POSITIVE, NULL },
-    { "mismatch_status", CONFIG_SCALAR, config_set_mismatch_status, 0, 0, NULL },
-    { "release_statuses", CONFIG_LIST, config_set_release_statuses, 0, 0, NULL },
-    { "on_ambiguous", CONFIG_SCALAR, config_set_on_ambiguous, 0, 0, NULL },
-    { "on_store_error", CONFIG_SCALAR, config_set_on_store_error, 0, 0, NULL },
-    { "key_from", CONFIG_SCALAR, config_set_key_from, 0, CONFIG_ROUTE_ONLY, NULL },
-    { "verify", CONFIG_SCALAR, config_set_verify, 0, CONFIG_ROUTE_ONLY, NULL },
-    { "secret", CONFIG_SCALAR_OR_LIST, config_set_secret, 0, CONFIG_ROUTE_ONLY, NULL },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "key_header", CONFIG_SCALAR, config_set_key_header, 0, 0, NULL, NULL },
+    { "methods", CONFIG_LIST, config_set_methods, 0, 0, NULL, NULL },
+    { "require_key", CONFIG_SCALAR, config_set_bool, POL(require_key), 0, NULL, NULL },
+    { "key_max_length", CONFIG_SCALAR, config_set_key_max_length, 0, 0, NULL, NULL },
+    { "fingerprint", CONFIG_SCALAR, config_set_enum, POL(fingerprint), 0, NULL, config_fingerprint_names },
+    { "scope_headers", CONFIG_LIST, config_set_scope_headers, 0, 0, NULL, NULL },
+    { "lease", CONFIG_SCALAR, config_set_duration, POL(lease_ms), CONFIG_POSITIVE, NULL, NULL },
+    { "retention", CONFIG_SCALAR, config_set_duration, POL(retention_ms), CONFIG_POSITIVE, NULL, NULL },
+    { "in_flight", CONFIG_SCALAR, config_set_enum, POL(in_flight), 0, NULL, config_in_flight_names },
+    { "wait_timeout", CONFIG_SCALAR, config_set_duration, POL(wait_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
+    { "mismatch_status", CONFIG_SCALAR, config_set_enum, POL(mismatch_status), 0, NULL, config_mismatch_names },
+    { "release_statuses", CONFIG_LIST, config_set_release_statuses, 0, 0, NULL, NULL },
+    { "on_ambiguous", CONFIG_SCALAR, config_set_enum, POL(on_ambiguous), 0, NULL, config_ambiguous_names },
+    { "on_store_error", CONFIG_SCALAR, config_set_enum, POL(on_store_error), 0, NULL, config_store_error_names },
+    { "key_from", CONFIG_SCALAR, config_set_key_from, 0, CONFIG_ROUTE_ONLY, NULL, NULL },
+    { "verify", CONFIG_SCALAR, config_set_enum, POL(verify), CONFIG_ROUTE_ONLY, NULL, config_verify_names },
+    { "secret", CONFIG_SCALAR_OR_LIST, config_set_secret, 0, CONFIG_ROUTE_ONLY, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 /* A route is `path` plus any key of config_policy_keys. */
 static const struct config_key config_route_keys[] = {
-    { "path", CONFIG_SCALAR, config_set_route_path, 0, 0, NULL },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "path", CONFIG_SCALAR, config_set_route_path, 0, 0, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 _Static_assert(CONFIG_ARRAY_SIZE(config_policy_keys) - 1 <= 32, "set masks are 32 bits");
@@ -188,14 +208,14 @@ static const struct config_section config_route_section = {
     "a route", { config_route_keys, config_policy_keys }, 0 };
 
 static const struct config_key config_root_keys[] = {
-    { "listen", CONFIG_SCALAR, config_set_endpoint, CFG(listen), 0, NULL },
-    { "admin_listen", CONFIG_SCALAR, config_set_endpoint, CFG(admin_listen), CONFIG_EMPTY_OFF, NULL },
-    { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section },
-    { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section },
-    { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section },
-    { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section },
-    { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section },
-    { NULL, 0, NULL, 0, 0, NULL },
+    { "listen", CONFIG_SCALAR, config_set_endpoint, CFG(listen), 0, NULL, NULL },
+    { "admin_listen", CONFIG_SCALAR, config_set_endpoint, CFG(admin_listen), CONFIG_EMPTY_OFF, NULL, NULL },
+    { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section, NULL },
+    { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL },
+    { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL },
+    { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section, NULL },
+    { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
 static const struct config_section config_root_section = {
@@ -247,26 +267,6 @@ static const struct config_enum config_method_names[] = {
     { "PUT", METHOD_PUT }, { "PATCH", METHOD_PATCH }, { "DELETE", METHOD_DELETE },
     { "OPTIONS", METHOD_OPTIONS }, { NULL, 0 },
 };
-static const struct config_enum config_fingerprint_names[] = {
-    { "request", FINGERPRINT_REQUEST }, { "none", FINGERPRINT_NONE }, { NULL, 0 },
-};
-static const struct config_enum config_in_flight_names[] = {
-    { "wait", IN_FLIGHT_WAIT }, { "reject", IN_FLIGHT_REJECT }, { NULL, 0 },
-};
-static const struct config_enum config_ambiguous_names[] = {
-    { "hold", AMBIGUOUS_HOLD }, { "release", AMBIGUOUS_RELEASE }, { NULL, 0 },
-};
-static const struct config_enum config_store_error_names[] = {
-    { "reject", STORE_ERROR_REJECT }, { "pass", STORE_ERROR_PASS }, { NULL, 0 },
-};
-static const struct config_enum config_verify_names[] = {
-    { "standard-webhooks", VERIFY_STANDARD_WEBHOOKS }, { "github", VERIFY_GITHUB },
-    { "stripe", VERIFY_STRIPE }, { "none", VERIFY_NONE }, { NULL, 0 },
-};
-static const struct config_enum config_mismatch_names[] = {
-    { "409", 409 }, { "422", 422 }, { NULL, 0 },
-};
-
 static const struct config_unit config_duration_units[] = {
     { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 60 * 60 * 1000 },
     { "d", 24 * 60 * 60 * 1000 }, { NULL, 0 },
@@ -1080,69 +1080,17 @@ static int config_set_release_statuses(struct config_loader *ld, const struct co
     return 0;
 }
 
-static int config_set_fingerprint(struct config_loader *ld, const struct config_key *key,
-                                  yaml_node_t *node, void *obj)
+/* Every enum-valued key (fingerprint, in_flight, mismatch_status, ...): one of key->names. */
+static int config_set_enum(struct config_loader *ld, const struct config_key *key,
+                           yaml_node_t *node, void *obj)
 {
+    _Static_assert(sizeof(enum fingerprint_mode) == sizeof(int) &&
+                   sizeof(enum verify_scheme) == sizeof(int), "enums are stored as int");
     int v;
 
-    if (config_scalar_enum(ld, key, node, config_fingerprint_names, &v) < 0)
+    if (config_scalar_enum(ld, key, node, key->names, &v) < 0)
         return -1;
-    ((struct route_policy *)obj)->fingerprint = (enum fingerprint_mode)v;
-    return 0;
-}
-
-static int config_set_in_flight(struct config_loader *ld, const struct config_key *key,
-                                yaml_node_t *node, void *obj)
-{
-    int v;
-
-    if (config_scalar_enum(ld, key, node, config_in_flight_names, &v) < 0)
-        return -1;
-    ((struct route_policy *)obj)->in_flight = (enum in_flight_mode)v;
-    return 0;
-}
-
-static int config_set_mismatch_status(struct config_loader *ld, const struct config_key *key,
-                                      yaml_node_t *node, void *obj)
-{
-    int v;
-
-    if (config_scalar_enum(ld, key, node, config_mismatch_names, &v) < 0)
-        return -1;
-    ((struct route_policy *)obj)->mismatch_status = v;
-    return 0;
-}
-
-static int config_set_on_ambiguous(struct config_loader *ld, const struct config_key *key,
-                                   yaml_node_t *node, void *obj)
-{
-    int v;
-
-    if (config_scalar_enum(ld, key, node, config_ambiguous_names, &v) < 0)
-        return -1;
-    ((struct route_policy *)obj)->on_ambiguous = (enum ambiguous_mode)v;
-    return 0;
-}
-
-static int config_set_on_store_error(struct config_loader *ld, const struct config_key *key,
-                                     yaml_node_t *node, void *obj)
-{
-    int v;
-
-    if (config_scalar_enum(ld, key, node, config_store_error_names, &v) < 0)
-        return -1;
-    ((struct route_policy *)obj)->on_store_error = (enum store_error_mode)v;
-    return 0;
-}
-
-static int config_set_verify(struct config_loader *ld, const struct config_key *key,
-                             yaml_node_t *node, void *obj)
-{
-    int v;
-
-    if (config_scalar_enum(ld, key, node, config_verify_names, &v) < 0)
-        return -1;
-    ((struct route_policy *)obj)->verify = (enum verify_scheme)v;
+    memcpy((char *)obj + key->offset, &v, sizeof(v));
     return 0;
 }
 
