@@ -59,6 +59,17 @@ void log_access(json_t *entry)
         return;
     fputs(line, stdout);
     fputc('\n', stdout);
-    fflush(stdout);
     free(line);
+}
+
+void log_init(void)
+{
+    static char buf[64 * 1024];
+
+    setvbuf(stdout, buf, _IOFBF, sizeof(buf));
+}
+
+void log_flush(void)
+{
+    fflush(stdout);
 }

@@ -16,7 +16,19 @@ void log_set_level(enum log_level level);
 /* One line "TIME LEVEL message" on stderr. printf-style; never pass request data. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Print the object as one JSON line on stdout with a "time" member added; steals entry. */
+/*
+ * Print the object as one JSON line on stdout with a "time" member added;
+ * steals entry. stdout is block-buffered (log_init): lines reach it at the
+ * next log_flush, which the event loop calls every LOG_FLUSH_INTERVAL_MS.
+ */
 void log_access(json_t *entry);
+
+#define LOG_FLUSH_INTERVAL_MS 100
+
+/* Make stdout block-buffered (64 KiB), so the access log costs no write per request. */
+void log_init(void);
+
+/* Write out buffered access-log lines. */
+void log_flush(void);
 
 #endif

@@ -69,6 +69,14 @@ static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
     main_on_drain_tick(-1, 0, m);
 }
 
+static void main_on_flush_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    log_flush();
+}
+
 static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct main_state *m = arg;
@@ -85,7 +93,8 @@ int main(int argc, char **argv)
     bool test_only = false;
     struct worker_config *wc;
     struct main_state m;
-    struct event *sigterm, *sigint, *sighup;
+    struct event *sigterm, *sigint, *sighup, *flush;
+    struct timeval flush_interval = { 0, LOG_FLUSH_INTERVAL_MS * 1000 };
     char err[1024];
     int opt;
 
@@ -114,6 +123,7 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    log_init();
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
         return 1;
@@ -135,6 +145,8 @@ int main(int argc, char **argv)
     event_add(sigterm, NULL);
     event_add(sigint, NULL);
     event_add(sighup, NULL);
+    flush = event_new(m.base, -1, EV_PERSIST, main_on_flush_tick, NULL);
+    event_add(flush, &flush_interval);
     log_msg(LOG_INFO, "listening on %s:%u, upstream %s, %zu routes", wc->cfg.listen.host,
             wc->cfg.listen.port, wc->cfg.upstream_url, wc->cfg.n_routes);
     worker_config_put(wc); /* the worker holds its own references */
@@ -144,6 +156,8 @@ int main(int argc, char **argv)
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
+    event_free(flush);
+    log_flush();
     if (m.drain_timer != NULL)
         event_free(m.drain_timer);
     worker_deinit(&m.worker);
