@@ -10,7 +10,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-"$root/tests/install-deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
+"$root/tests/install-deps.sh" --tests || { echo "0 passed, 1 failed"; exit 1; }
 
 variants=("$@")
 ((${#variants[@]})) || variants=(plain asan)

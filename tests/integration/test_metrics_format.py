@@ -1,0 +1,204 @@
+"""GET /metrics is valid Prometheus text exposition and counts what happened.
+
+Issue 4, "Done when" #2: after a forward, a replay and a mismatch went through the
+proxy, `promtool check metrics` (Debian package `prometheus`, /usr/bin/promtool)
+accepts the admin listener's /metrics with no lint finding, the request counter
+has exactly one sample per outcome, the latency histograms counted the exchanges,
+and /readyz follows Redis going away and coming back.
+"""
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+PROMTOOL_PACKAGE = "prometheus"  # Debian 12: /usr/bin/promtool is in package prometheus
+ROUTE = "/v1/payments"           # the route pattern /v1/payments* as the metrics label it
+
+# the README's "Metrics" table: name -> type
+DOCUMENTED = {
+    "idempotency_proxy_requests_total": "counter",
+    "idempotency_proxy_upstream_duration_seconds": "histogram",
+    "idempotency_proxy_redis_duration_seconds": "histogram",
+    "idempotency_proxy_in_flight_requests": "gauge",
+    "idempotency_proxy_waiting_requests": "gauge",
+    "idempotency_proxy_upstream_in_flight": "gauge",
+    "idempotency_proxy_redis_up": "gauge",
+    "idempotency_proxy_store_errors_total": "counter",
+    "idempotency_proxy_store_error_passes_total": "counter",
+    "idempotency_proxy_config_reloads_total": "counter",
+    "idempotency_proxy_config_reload_failures_total": "counter",
+    "idempotency_proxy_build_info": "gauge",
+}
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def promtool_path():
+    path = shutil.which("promtool")
+    if path is None and os.path.exists("/usr/bin/promtool"):
+        path = "/usr/bin/promtool"
+    if path is None:
+        pytest.fail("promtool is not installed: it comes with the Debian package %r "
+                    "(apt-get install -y %s); tests/install-deps.sh should install it"
+                    % (PROMTOOL_PACKAGE, PROMTOOL_PACKAGE), pytrace=False)
+    return path
+
+
+def promtool_check(text_bytes):
+    """`promtool check metrics` on the exposition; fails the test on any finding."""
+    p = subprocess.run([promtool_path(), "check", "metrics"], input=text_bytes,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    out = (p.stdout + p.stderr).decode(errors="replace").strip()
+    # exit 1: unparsable, 3: lint problems; a lint finding counts as a failure too
+    assert p.returncode == 0 and not out, (
+        "promtool check metrics: exit %d\n%s\n--- exposition ---\n%s"
+        % (p.returncode, out, text_bytes.decode(errors="replace")))
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?\d+))?$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def _unescape(v):
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
+
+
+def _value(s):
+    if s in ("+Inf", "Inf"):
+        return math.inf
+    if s == "-Inf":
+        return -math.inf
+    return float(s)
+
+
+def parse_exposition(text):
+    """Text format 0.0.4 -> (types {family: type}, samples [(name, {labels}, value)])."""
+    types, samples = {}, []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] == "TYPE":
+                assert parts[2] not in types, "line %d: second TYPE for %s" % (n, parts[2])
+                types[parts[2]] = parts[3].strip()
+            continue
+        m = _SAMPLE.match(line)
+        assert m, "line %d is not a sample: %r" % (n, line)
+        labels = {}
+        raw = m.group(2) or ""
+        pos = 0
+        while pos < len(raw):
+            lm = _LABEL.match(raw, pos)
+            assert lm, "line %d: bad labels %r" % (n, raw)
+            assert lm.group(1) not in labels, "line %d: label %s twice" % (n, lm.group(1))
+            labels[lm.group(1)] = _unescape(lm.group(2))
+            pos = lm.end()
+        samples.append((m.group(1), labels, _value(m.group(3))))
+    return types, samples
+
+
+def values(samples, name, **labels):
+    return [v for n, l, v in samples if n == name and all(l.get(k) == x for k, x in labels.items())]
+
+
+def one_value(samples, name, **labels):
+    vs = values(samples, name, **labels)
+    assert len(vs) == 1, "expected one sample %s%r, found %r" % (name, labels, vs)
+    return vs[0]
+
+
+def check_histogram(samples, family):
+    buckets = [(l["le"], v) for n, l, v in samples if n == family + "_bucket"]
+    assert buckets, "histogram %s has no buckets" % family
+    les = [_value(le) for le, _ in buckets]
+    assert les == sorted(les) and les[-1] == math.inf, "%s: bucket bounds %r" % (family, les)
+    counts = [v for _, v in buckets]
+    assert counts == sorted(counts), "%s: buckets not cumulative %r" % (family, buckets)
+    count = one_value(samples, family + "_count")
+    assert counts[-1] == count, "%s: +Inf bucket %r != _count %r" % (family, counts[-1], count)
+    total = one_value(samples, family + "_sum")
+    assert total >= 0 and (count > 0 or total == 0), "%s: _sum %r, _count %r" % (family, total,
+                                                                                count)
+    return count
+
+
+def scrape(proxy):
+    r = proxy.admin("GET", "/metrics")
+    assert r.status == 200, r
+    ctype = r.header("Content-Type") or ""
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype, r
+    return r.body
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError("not within %.0f s: %s (last: %r)" % (timeout, what, last))
+
+
+# --------------------------------------------------------------------------
+# the test
+# --------------------------------------------------------------------------
+
+def test_metrics_pass_promtool_and_count_forward_replay_mismatch(proxy, upstream, redis):
+    promtool_path()  # before anything else: a missing promtool is a failure, not a skip
+    key = "metrics-%s" % uuid.uuid4().hex
+    first = proxy.post(key=key, body=b'{"amount": 100}')
+    assert first.status == 201 and not first.replayed, first
+    replay = proxy.post(key=key, body=b'{"amount": 100}')
+    assert replay.status == 201 and replay.replayed and replay.body == first.body, replay
+    mismatch = proxy.post(key=key, body=b'{"amount": 999}')
+    assert mismatch.status == 409, mismatch
+    assert upstream.executions(key) == 1
+
+    body = scrape(proxy)
+    promtool_check(body)
+    types, samples = parse_exposition(body.decode("utf-8"))
+
+    for name, typ in DOCUMENTED.items():
+        assert types.get(name) == typ, "README documents %s as a %s; # TYPE says %r" % (
+            name, typ, types.get(name))
+
+    req = "idempotency_proxy_requests_total"
+    assert one_value(samples, req, route=ROUTE, outcome="forwarded") == 1
+    assert one_value(samples, req, route=ROUTE, outcome="replayed") == 1
+    assert one_value(samples, req, route=ROUTE, outcome="mismatch") == 1
+    counted = [(l, v) for n, l, v in samples if n == req and v]
+    assert sum(v for _, v in counted) == 3, "three client requests were made: %r" % counted
+
+    assert check_histogram(samples, "idempotency_proxy_upstream_duration_seconds") >= 1
+    assert check_histogram(samples, "idempotency_proxy_redis_duration_seconds") >= 3
+    assert one_value(samples, "idempotency_proxy_redis_up") == 1
+    assert one_value(samples, "idempotency_proxy_in_flight_requests") == 0
+
+    # readiness follows Redis: gone -> 503, back on the same port -> 200
+    assert proxy.admin("GET", "/readyz").status == 200
+    redis.kill()
+    wait_for(lambda: proxy.admin("GET", "/readyz").status == 503, 10,
+             "/readyz 503 after redis-server was killed")
+    assert one_value(parse_exposition(scrape(proxy).decode())[1],
+                     "idempotency_proxy_redis_up") == 0
+    redis.start()
+    wait_for(lambda: proxy.admin("GET", "/readyz").status == 200, 15,
+             "/readyz 200 after redis-server came back")
+
+    # still well-formed after the store errors and the reconnect
+    body = scrape(proxy)
+    promtool_check(body)
+    _, samples = parse_exposition(body.decode("utf-8"))
+    assert one_value(samples, "idempotency_proxy_redis_up") == 1
+    assert one_value(samples, req, route=ROUTE, outcome="forwarded") == 1
