@@ -35,6 +35,24 @@ static void main_usage(FILE *out)
             "       idempotency-proxy -h            this help\n");
 }
 
+/*
+ * epoll with libevent's changelist: curl and evhttp switch a socket's events
+ * several times per request; the changelist folds those into at most one
+ * epoll_ctl per socket per loop iteration.
+ */
+static struct event_base *main_event_base_new(void)
+{
+    struct event_config *ec = event_config_new();
+    struct event_base *base;
+
+    if (ec == NULL)
+        return NULL;
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    base = event_base_new_with_config(ec);
+    event_config_free(ec);
+    return base;
+}
+
 static void main_on_drain_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct main_state *m = arg;
@@ -130,7 +148,7 @@ int main(int argc, char **argv)
     }
     memset(&m, 0, sizeof(m));
     m.file = file;
-    m.base = event_base_new();
+    m.base = main_event_base_new();
     if (m.base == NULL || worker_init(&m.worker, m.base, wc, err, sizeof(err)) != 0) {
         fprintf(stderr, "idempotency-proxy: %s\n", m.base == NULL ? "cannot create the event loop" : err);
         if (m.base != NULL)

@@ -31,6 +31,14 @@
  * keep-alive timeouts (Node.js 5 s, nginx 75 s).
  */
 #define UPSTREAM_MAX_IDLE_S 4L
+#define UPSTREAM_MAX_IDLE_CONNECTIONS 1024L
+
+/*
+ * Easy handles kept for reuse: curl_easy_reset keeps a handle's buffers, so a
+ * reused handle spares the per-request allocation of curl's 16 KiB receive
+ * and 64 KiB upload buffers.
+ */
+#define UPSTREAM_HANDLE_POOL 256
 
 struct upstream_call {
     struct upstream *up;
@@ -60,6 +68,8 @@ struct upstream {
     struct event timer;
     unsigned in_flight;
     TAILQ_HEAD(, upstream_call) calls;
+    CURL *pool[UPSTREAM_HANDLE_POOL];   /* idle, reset easy handles */
+    size_t n_pool;
 };
 
 static void upstream_check_done(struct upstream *up);
@@ -170,10 +180,25 @@ static size_t upstream_on_write(char *data, size_t size, size_t nmemb, void *use
     return size * nmemb;
 }
 
+static CURL *upstream_handle_get(struct upstream *up)
+{
+    return up->n_pool > 0 ? up->pool[--up->n_pool] : curl_easy_init();
+}
+
+static void upstream_handle_put(struct upstream *up, CURL *easy)
+{
+    if (up->n_pool < UPSTREAM_HANDLE_POOL) {
+        curl_easy_reset(easy);
+        up->pool[up->n_pool++] = easy;
+    } else {
+        curl_easy_cleanup(easy);
+    }
+}
+
 static void upstream_call_free(struct upstream_call *call)
 {
     curl_multi_remove_handle(call->up->multi, call->easy);
-    curl_easy_cleanup(call->easy);
+    upstream_handle_put(call->up, call->easy);
     curl_slist_free_all(call->request_headers);
     evhttp_clear_headers(&call->response_headers);
     evbuffer_free(call->response_body);
@@ -265,6 +290,8 @@ struct upstream *upstream_create(struct event_base *base, const struct config *c
     curl_multi_setopt(up->multi, CURLMOPT_SOCKETDATA, up);
     curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, upstream_on_timer_change);
     curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
+    /* keep every idle keep-alive connection: a fresh connect per request costs more than the fd */
+    curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS, UPSTREAM_MAX_IDLE_CONNECTIONS);
     return up;
 }
 
@@ -274,6 +301,8 @@ void upstream_destroy(struct upstream *up)
         return;
     while (!TAILQ_EMPTY(&up->calls))
         upstream_call_free(TAILQ_FIRST(&up->calls));
+    while (up->n_pool > 0)
+        curl_easy_cleanup(up->pool[--up->n_pool]);
     curl_multi_cleanup(up->multi);
     evtimer_del(&up->timer);
     free(up);
@@ -370,7 +399,7 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     call->arg = arg;
     TAILQ_INIT(&call->response_headers);
     call->response_body = evbuffer_new();
-    call->easy = e = curl_easy_init();
+    call->easy = e = upstream_handle_get(up);
     if (call->response_body == NULL || e == NULL || asprintf(&url, "%s%s", cfg->upstream_base, target) < 0)
         goto failed;
 
@@ -423,7 +452,7 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
 failed:
     free(url);
     if (call->easy != NULL)
-        curl_easy_cleanup(call->easy);
+        upstream_handle_put(up, call->easy);
     curl_slist_free_all(call->request_headers);
     if (call->response_body != NULL)
         evbuffer_free(call->response_body);
