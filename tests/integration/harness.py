@@ -753,18 +753,10 @@ class Proxy:
                 pass
 
     def stderr_text(self):
-        try:
-            with open(self.stderr_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return read_text(self.stderr_path)
 
     def stdout_text(self):
-        try:
-            with open(self.stdout_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return read_text(self.stdout_path)
 
     def sanitizer_report(self):
         text = self.stderr_text() + self.stdout_text()
@@ -788,3 +780,24 @@ class Proxy:
     def admin(self, method, path, **kw):
         assert self.admin_port, "admin listener disabled"
         return http_request(self.admin_port, method, path, **kw)
+
+
+def read_text(path):
+    """A log file's text so far ("" when it does not exist yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def wait_until(pred, timeout=5.0, interval=0.02, what="condition"):
+    """pred()'s first truthy value within timeout seconds, else AssertionError."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("not within %.1f s: %s (last: %r)" % (timeout, what, last))

@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+from harness import wait_until
+
 PROMTOOL_PACKAGE = "prometheus"  # Debian 12: /usr/bin/promtool is in package prometheus
 ROUTE = "/v1/payments"           # the route pattern /v1/payments* as the metrics label it
 
@@ -139,15 +141,6 @@ def scrape(proxy):
     return r.body
 
 
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError("not within %.0f s: %s (last: %r)" % (timeout, what, last))
 
 
 # --------------------------------------------------------------------------
@@ -188,13 +181,13 @@ def test_metrics_pass_promtool_and_count_forward_replay_mismatch(proxy, upstream
     # readiness follows Redis: gone -> 503, back on the same port -> 200
     assert proxy.admin("GET", "/readyz").status == 200
     redis.kill()
-    wait_for(lambda: proxy.admin("GET", "/readyz").status == 503, 10,
-             "/readyz 503 after redis-server was killed")
+    wait_until(lambda: proxy.admin("GET", "/readyz").status == 503, 10,
+               what="/readyz 503 after redis-server was killed")
     assert one_value(parse_exposition(scrape(proxy).decode())[1],
                      "idempotency_proxy_redis_up") == 0
     redis.start()
-    wait_for(lambda: proxy.admin("GET", "/readyz").status == 200, 15,
-             "/readyz 200 after redis-server came back")
+    wait_until(lambda: proxy.admin("GET", "/readyz").status == 200, 15,
+               what="/readyz 200 after redis-server came back")
 
     # still well-formed after the store errors and the reconnect
     body = scrape(proxy)

@@ -24,7 +24,7 @@ import pytest
 
 from harness import (
     REPO, Connection, HTTPError, _Reader, build_config, build_request, free_port,
-    http_request, port_accepts, proxy_binary, read_response, to_yaml,
+    http_request, port_accepts, proxy_binary, read_response, to_yaml, wait_until,
 )
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
@@ -39,16 +39,6 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", 
 def new_key(tag="k"):
     return "%s-%s" % (tag, uuid.uuid4().hex)
 
-
-def wait_until(pred, timeout=5.0, interval=0.02, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out after %.1fs waiting for %s (last=%r)" % (timeout, what, last))
 
 
 def assert_problem(r, status, cause):
