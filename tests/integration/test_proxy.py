@@ -1124,6 +1124,48 @@ def test_stripe_webhook_key_from_json_and_tolerance(start_proxy, upstream):
     assert upstream.total() == 2
 
 
+def stripe_delivery(p, secret, body, path="/hooks/stripe", headers=()):
+    t = int(time.time())
+    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
+    return p.request("POST", path, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
+                                    ("Content-Type", "application/json")] + list(headers), body)
+
+
+def test_webhook_without_a_usable_event_id_is_400_and_nothing_claimed(start_proxy, upstream,
+                                                                      redis):
+    secret = "whsec_" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
+                             "verify": "stripe", "secret": secret},
+                            {"path": "/hooks/github", "key_from": "header:X-GitHub-Delivery",
+                             "verify": "github", "secret": secret}])
+    assert_problem(stripe_delivery(p, secret, b'{"type": "charge.succeeded"}'), 400,
+                   "missing-key")
+    assert_problem(stripe_delivery(p, secret, b'{"id": 42}'), 400, "invalid-key")
+    assert_problem(stripe_delivery(p, secret, b'{"id": ""}'), 400, "invalid-key")
+    assert_problem(stripe_delivery(p, secret, b'not json'), 400, "missing-key")
+    body = b'{"action": "opened"}'
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    no_id = p.request("POST", "/hooks/github", [("X-Hub-Signature-256", sig)], body)
+    assert_problem(no_id, 400, "missing-key")
+    assert upstream.total() == 0
+    assert prefixed_keys(redis) == []
+
+
+def test_webhook_failure_answer_is_not_recorded_so_the_redelivery_executes(start_proxy,
+                                                                           upstream):
+    """A receiver's 500 must not be replayed to the provider's retries (CONTRACT 8)."""
+    secret = "whsec_" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
+                             "verify": "stripe", "secret": secret}])
+    body = json.dumps({"id": "evt_" + uuid.uuid4().hex}).encode()
+    failed = stripe_delivery(p, secret, body, headers=[("X-Demo-Status", "500")])
+    assert failed.status == 500 and not failed.replayed
+    ok = stripe_delivery(p, secret, body)
+    assert ok.status == 201 and not ok.replayed
+    assert_replay_of(stripe_delivery(p, secret, body), ok)
+    assert upstream.total() == 2
+
+
 def test_standard_webhooks_secret_rotation(start_proxy, upstream):
     old_raw, new_raw = os.urandom(24), os.urandom(24)
     old = "whsec_" + base64.b64encode(old_raw).decode()
