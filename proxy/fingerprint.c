@@ -69,10 +69,24 @@ void record_id_compute(const char *route, const char *const *scope_values, size_
 
 int owner_token_create(char *hex)
 {
+    /*
+     * 64 random bits drawn once per process, then a counter: unique across
+     * instances and requests without a system call per claim.
+     */
+    static unsigned char prefix[8];
+    static uint64_t counter;
+    static int seeded;
     unsigned char bytes[16];
 
-    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-        return -1;
+    if (!seeded) {
+        if (getrandom(prefix, sizeof(prefix), 0) != (ssize_t)sizeof(prefix))
+            return -1;
+        seeded = 1;
+    }
+    counter++;
+    memcpy(bytes, prefix, sizeof(prefix));
+    for (int i = 0; i < 8; i++)
+        bytes[8 + i] = (unsigned char)(counter >> (56 - 8 * i));
     fingerprint_to_hex(bytes, sizeof(bytes), hex);
     return 0;
 }

@@ -35,7 +35,11 @@ void fingerprint_none(char *hex);
 void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex);
 
-/* 128 random bits from the OS as 32 hex chars + NUL: a claim's owner token. Returns 0 / -1. */
+/*
+ * A claim's owner token as 32 hex chars + NUL: 64 random bits drawn once per
+ * process and a 64-bit counter, so unique across instances and claims.
+ * Not thread-safe (one event loop). Returns 0, or -1 when the OS has no randomness.
+ */
 int owner_token_create(char *hex);
 
 #endif

@@ -2,7 +2,9 @@
  * main.c - command line (CONTRACT 2), signals, the event loop.
  */
 #include <getopt.h>
+#include <sys/resource.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,29 @@ static struct event_base *main_event_base_new(void)
     base = event_base_new_with_config(ec);
     event_config_free(ec);
     return base;
+}
+
+/* Every connection is a descriptor: take the hard limit, not the 1024 soft default. */
+static void main_raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_msg(LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
+    }
+}
+
+/* libevent's own messages go to our log, with our levels. */
+static void main_on_libevent_log(int severity, const char *msg)
+{
+    enum log_level level = severity >= EVENT_LOG_ERR    ? LOG_ERROR
+                           : severity == EVENT_LOG_WARN ? LOG_WARN
+                           : severity == EVENT_LOG_MSG  ? LOG_INFO
+                                                        : LOG_DEBUG;
+
+    log_msg(level, "libevent: %s", msg);
 }
 
 static void main_on_drain_tick(evutil_socket_t fd, short what, void *arg)
@@ -142,6 +167,8 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     log_init();
+    event_set_log_callback(main_on_libevent_log);
+    main_raise_fd_limit();
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
         return 1;

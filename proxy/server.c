@@ -12,6 +12,9 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/event_struct.h>
+#include <event2/listener.h>
+#include <event2/util.h>
 
 #include "admin.h"
 #include "exchange.h"
@@ -60,23 +63,111 @@ void worker_config_put(struct worker_config *wc)
     free(wc);
 }
 
+/*
+ * A listener that hit its file-descriptor limit: accept() keeps failing while
+ * the socket stays readable, so pause accepting for a moment instead of
+ * spinning (libevent 2.1 evhttp has no connection limit of its own).
+ */
+#define SERVER_ACCEPT_PAUSE_MS 100
+#define SERVER_BACKLOG 511
+#define SERVER_MAX_LISTENERS 4
+
+static struct server_listener {
+    struct evconnlistener *lev;
+    struct event resume;
+    uint64_t paused;                /* times accepting was paused, for the log */
+} server_listeners[SERVER_MAX_LISTENERS];
+
+static void server_on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct server_listener *sl = arg;
+
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(sl->lev);
+}
+
+static void server_on_accept_error(struct evconnlistener *lev, void *ctx)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval pause = { 0, SERVER_ACCEPT_PAUSE_MS * 1000 };
+
+    (void)ctx;
+    for (size_t i = 0; i < SERVER_MAX_LISTENERS; i++) {
+        struct server_listener *sl = &server_listeners[i];
+        if (sl->lev != lev)
+            continue;
+        if (sl->paused++ % 1000 == 0)
+            log_msg(LOG_ERROR, "accept: %s; pausing new connections for %d ms (%llu times)",
+                    evutil_socket_error_to_string(err), SERVER_ACCEPT_PAUSE_MS,
+                    (unsigned long long)sl->paused);
+        evconnlistener_disable(lev);
+        evtimer_add(&sl->resume, &pause);
+        return;
+    }
+}
+
 static struct evhttp *server_listen(struct event_base *base, const struct endpoint *ep,
                                     struct evhttp_bound_socket **bound, char *err, size_t errlen)
 {
-    struct evhttp *http = evhttp_new(base);
+    struct evutil_addrinfo hints, *ai = NULL;
+    struct server_listener *sl = NULL;
+    struct evconnlistener *lev;
+    struct evhttp *http;
+    char port[8];
+    int rc;
 
-    if (http == NULL) {
-        snprintf(err, errlen, "cannot create the HTTP server");
+    for (size_t i = 0; i < SERVER_MAX_LISTENERS && sl == NULL; i++)
+        if (server_listeners[i].lev == NULL)
+            sl = &server_listeners[i];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = EVUTIL_AI_PASSIVE;
+    snprintf(port, sizeof(port), "%u", ep->port);
+    rc = evutil_getaddrinfo(ep->host, port, &hints, &ai);
+    if (rc != 0 || sl == NULL) {
+        snprintf(err, errlen, "cannot listen on %s:%u: %s", ep->host, ep->port,
+                 rc != 0 ? evutil_gai_strerror(rc) : "too many listeners");
+        if (ai != NULL)
+            evutil_freeaddrinfo(ai);
         return NULL;
     }
-    *bound = evhttp_bind_socket_with_handle(http, ep->host, ep->port);
-    if (*bound == NULL) {
+    lev = evconnlistener_new_bind(base, NULL, NULL,
+                                  LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                      LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
+                                  SERVER_BACKLOG, ai->ai_addr, (int)ai->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+    if (lev == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%u: %s", ep->host, ep->port,
                  strerror(errno));
-        evhttp_free(http);
         return NULL;
     }
+    http = evhttp_new(base);
+    *bound = http != NULL ? evhttp_bind_listener(http, lev) : NULL;
+    if (*bound == NULL) {
+        snprintf(err, errlen, "cannot create the HTTP server");
+        evconnlistener_free(lev);
+        if (http != NULL)
+            evhttp_free(http);
+        return NULL;
+    }
+    sl->lev = lev;
+    sl->paused = 0;
+    evtimer_assign(&sl->resume, base, server_on_resume, sl);
+    evconnlistener_set_error_cb(lev, server_on_accept_error);
+    evconnlistener_enable(lev);
     return http;
+}
+
+/* Forget the pause timers of every listener of base (their evhttp is being freed). */
+static void server_forget_listeners(void)
+{
+    for (size_t i = 0; i < SERVER_MAX_LISTENERS; i++) {
+        if (server_listeners[i].lev != NULL)
+            event_del(&server_listeners[i].resume);
+        server_listeners[i].lev = NULL;
+    }
 }
 
 /*
@@ -206,6 +297,13 @@ int worker_reload(struct worker *w, const char *file)
 void worker_stop_accepting(struct worker *w)
 {
     if (w->listener != NULL) {
+        struct evconnlistener *lev = evhttp_bound_socket_get_listener(w->listener);
+        for (size_t i = 0; i < SERVER_MAX_LISTENERS; i++) {
+            if (server_listeners[i].lev == lev) {
+                event_del(&server_listeners[i].resume);
+                server_listeners[i].lev = NULL;
+            }
+        }
         evhttp_del_accept_socket(w->http, w->listener);
         w->listener = NULL;
     }
@@ -222,6 +320,7 @@ void worker_deinit(struct worker *w)
     w->store = NULL;
     upstream_destroy(w->upstream);
     w->upstream = NULL;
+    server_forget_listeners();
     if (w->http != NULL)
         evhttp_free(w->http);
     w->http = NULL;
