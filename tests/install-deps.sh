@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build and the demo need; with --tests,
-# also what only the test suite uses (promtool, from Debian's prometheus).
+# also what only the test suite uses (promtool, from Debian's prometheus;
+# nginx and wrk for the benchmark smoke run).
 # Idempotent: does nothing when every package is already installed.
 set -euo pipefail
 packages=(
@@ -8,7 +9,7 @@ packages=(
   libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
   redis-server redis-tools python3 python3-pytest python3-yaml curl git
 )
-[[ ${1:-} == --tests ]] && packages+=(prometheus)
+[[ ${1:-} == --tests ]] && packages+=(prometheus nginx wrk)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -41,6 +41,21 @@ for v in "${variants[@]}"; do
     -o junit_suite_name="integration-$v"
 done
 
+# The benchmark's smoke run (no thresholds), so tests/bench/run cannot rot.
+if [[ -x build-test-plain/proxy/idempotency-proxy ]]; then
+  echo "=== benchmark smoke run"
+  start=$(date +%s)
+  if PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" tests/bench/run --smoke \
+      >"$results/bench.log" 2>&1; then bench_ok=1; else bench_ok=0; tail -30 "$results/bench.log"; fi
+  /usr/bin/python3 - "$results/bench-smoke.xml" "$bench_ok" "$(( $(date +%s) - start ))" <<'PY'
+import sys
+path, ok, secs = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+case = '<testcase classname="bench" name="smoke" time="%s">%s</testcase>' % (
+    secs, "" if ok else '<failure message="tests/bench/run --smoke failed"/>')
+open(path, "w").write('<testsuite name="bench">%s</testsuite>\n' % case)
+PY
+fi
+
 /usr/bin/python3 - "$results" "$build_failures" <<'PY'
 import glob, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
