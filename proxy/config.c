@@ -1759,8 +1759,9 @@ const struct route *config_match_route(const struct config *cfg, const char *pat
     for (size_t i = 0; i < cfg->n_routes; i++) {
         const struct route *route = &cfg->routes[i];
 
-        if (route->prefix ? len >= route->path_len && memcmp(path, route->path, route->path_len) == 0
-                          : len == route->path_len && memcmp(path, route->path, len) == 0)
+        if (route->prefix
+                ? len >= route->path_len && strncasecmp(path, route->path, route->path_len) == 0
+                : len == route->path_len && strncasecmp(path, route->path, len) == 0)
             return route;
     }
     return NULL;

@@ -125,7 +125,8 @@ int config_load_string(struct config *cfg, const char *yaml, size_t len,
 void config_deinit(struct config *cfg);
 
 /*
- * The first route whose pattern matches path (path only, no query);
+ * The first route whose pattern matches path (path only, no query; callers
+ * pass it through path_normalize first), compared case-insensitively;
  * NULL when none does (then the request is a plain pass-through, section 4.1).
  * A pattern matches exactly, or, when it ended in '*', every path that starts
  * with the rest ("/v1/payments*" matches /v1/payments, /v1/payments/1 and

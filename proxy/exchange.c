@@ -36,6 +36,7 @@
 #include "headers.h"
 #include "key.h"
 #include "log.h"
+#include "path.h"
 #include "problem.h"
 #include "record.h"
 #include "server.h"
@@ -47,6 +48,7 @@
 #define EXCHANGE_POLL_MAX_MS 250
 #define EXCHANGE_KEY_MAX 4096
 #define EXCHANGE_RECORD_KEY_MAX 256
+#define EXCHANGE_PATH_MAX 4096
 
 enum exchange_state {
     X_NEW,
@@ -68,6 +70,7 @@ struct exchange {
     const struct route_policy *policy;
     const char *method;                 /* static string */
     char *target;                       /* path with query, as received; owned */
+    char *path;                         /* the target's path (no query), raw; owned */
     struct evbuffer *body;              /* the request body, moved from evhttp; owned */
     const char *body_bytes;             /* contiguous view of body */
     size_t body_len;                    /* bytes */
@@ -129,6 +132,7 @@ static void exchange_free(struct exchange *x)
     if (x->body != NULL)
         evbuffer_free(x->body);
     free(x->target);
+    free(x->path);
     worker_config_put(x->conf);
     x->w->active--;
     free(x);
@@ -151,16 +155,22 @@ static double exchange_elapsed_ms(const struct exchange *x)
     return (double)d.tv_sec * 1000.0 + (double)d.tv_usec / 1000.0;
 }
 
+static bool exchange_utf8(const char *text)
+{
+    json_t *probe = json_string(text); /* jansson validates UTF-8 */
+
+    json_decref(probe);
+    return probe != NULL;
+}
+
 static void exchange_log(const struct exchange *x)
 {
-    const struct evhttp_uri *uri = NULL;
-    const char *path = NULL;
+    const char *path = x->path;
     json_t *entry;
 
-    if (x->req != NULL)
-        uri = evhttp_request_get_evhttp_uri(x->req);
-    if (uri != NULL)
-        path = evhttp_uri_get_path(uri);
+    /* a path that is not UTF-8 cannot be a JSON string; the line must still be written */
+    if (path != NULL && !exchange_utf8(path))
+        path = "(not UTF-8)";
     entry = json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:s?, s:f, s:f}",
                       "route", x->route != NULL ? x->route->path : NULL,
                       "method", x->method,
@@ -183,6 +193,8 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
             evbuffer_free(body);
         return;
     }
+    if (x->w->draining) /* move keep-alive clients to another instance */
+        evhttp_add_header(evhttp_request_get_output_headers(x->req), "Connection", "close");
     x->status = status;
     metrics_count_request(&x->w->metrics, x->route != NULL ? x->route->path : NULL,
                           x->outcome != NULL ? x->outcome : "unknown");
@@ -660,6 +672,88 @@ void exchange_wake_waiters(struct worker *w, const char *record_key)
             event_active(&x->wait_timer, EV_TIMEOUT, 0);
 }
 
+/* ---- claims that may have landed after we gave up on them -------------- */
+
+/*
+ * A claim that timed out (or whose connection dropped) may still reach Redis
+ * after the client got its 503, leaving a claim nobody forwards: retries
+ * would wait, then read it as "outcome unknown". Nothing was sent upstream,
+ * so release it (compare-and-set on our owner token) once Redis answers again.
+ */
+#define ORPHAN_RETRY_MS 1000
+
+struct orphan_claim {
+    struct worker *w;
+    char record_key[EXCHANGE_RECORD_KEY_MAX];
+    char owner[33];
+    unsigned attempts_left;
+    struct event timer;
+    TAILQ_ENTRY(orphan_claim) link;
+};
+
+static void orphan_free(struct orphan_claim *o)
+{
+    event_del(&o->timer);
+    TAILQ_REMOVE(&o->w->orphans, o, link);
+    free(o);
+}
+
+static void orphan_on_released(enum store_status st, bool applied, void *arg);
+
+static void orphan_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct orphan_claim *o = arg;
+
+    (void)fd;
+    (void)what;
+    if (o->w->store == NULL) /* shutting down: exchange_forget_orphans frees it */
+        return;
+    store_release_owned(o->w->store, o->record_key, o->owner, orphan_on_released, o);
+}
+
+static void orphan_on_released(enum store_status st, bool applied, void *arg)
+{
+    struct orphan_claim *o = arg;
+    struct timeval tv = { ORPHAN_RETRY_MS / 1000, (ORPHAN_RETRY_MS % 1000) * 1000 };
+
+    if (st == STORE_OK) {
+        if (applied)
+            log_msg(LOG_INFO, "released a claim that reached Redis after its request was "
+                    "refused (record key %s)", o->record_key);
+        exchange_wake_waiters(o->w, o->record_key);
+        orphan_free(o);
+    } else if (o->attempts_left-- > 0) {
+        evtimer_add(&o->timer, &tv);
+    } else {
+        log_msg(LOG_WARN, "gave up releasing a possibly orphaned claim (record key %s); "
+                "it ends with its lease", o->record_key);
+        orphan_free(o);
+    }
+}
+
+static void exchange_release_orphan(struct exchange *x)
+{
+    struct orphan_claim *o = calloc(1, sizeof(*o));
+    struct timeval tv = { ORPHAN_RETRY_MS / 1000, (ORPHAN_RETRY_MS % 1000) * 1000 };
+
+    if (o == NULL)
+        return;
+    o->w = x->w;
+    memcpy(o->record_key, x->record_key, sizeof(o->record_key));
+    memcpy(o->owner, x->owner, sizeof(o->owner));
+    /* until the claim's lease would have ended anyway */
+    o->attempts_left = (unsigned)(x->policy->lease_ms / ORPHAN_RETRY_MS) + 1;
+    evtimer_assign(&o->timer, x->w->base, orphan_on_timer, o);
+    TAILQ_INSERT_TAIL(&x->w->orphans, o, link);
+    evtimer_add(&o->timer, &tv);
+}
+
+void exchange_forget_orphans(struct worker *w)
+{
+    while (!TAILQ_EMPTY(&w->orphans))
+        orphan_free(TAILQ_FIRST(&w->orphans));
+}
+
 /* ---- the claim and what an existing record means ----------------------- */
 
 static void exchange_on_takeover(enum store_status st, bool applied, void *arg);
@@ -731,6 +825,8 @@ static void exchange_on_claim(enum store_status st, const char *value, size_t le
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
+        if (st == STORE_TIMEOUT || st == STORE_LOST)
+            exchange_release_orphan(x);
         exchange_store_failed(x, st);
     } else if (value == NULL) {
         x->state = X_FORWARDING;
@@ -890,11 +986,20 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     gettimeofday(&x->started, NULL);
     x->method = exchange_method_name(evhttp_request_get_command(req));
     x->target = strdup(target != NULL ? target : "/");
+    if (x->target != NULL && x->target[0] == '/') {
+        /* origin-form: the path is everything before '?'; "//x" is a path here, not an authority */
+        x->path = strndup(x->target, strcspn(x->target, "?#"));
+    } else {
+        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+        const char *p = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+        x->path = strdup(p != NULL && p[0] != '\0' ? p : "/");
+    }
     TAILQ_INIT(&x->resp_headers);
     x->body = evbuffer_new();
-    if (x->target == NULL || x->body == NULL) {
+    if (x->target == NULL || x->path == NULL || x->body == NULL) {
         worker_config_put(x->conf);
         free(x->target);
+        free(x->path);
         if (x->body != NULL)
             evbuffer_free(x->body);
         free(x);
@@ -923,10 +1028,10 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     struct exchange *x = exchange_create(w, req);
     const struct config *cfg;
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+    const char *path;
     const char *raw_key;
     char key[EXCHANGE_KEY_MAX];
+    char normalized[EXCHANGE_PATH_MAX];
     size_t key_len = 0;
     int key_lines;
     enum key_status ks;
@@ -936,12 +1041,24 @@ void exchange_handle(struct evhttp_request *req, void *arg)
         return;
     }
     cfg = x->cfg;
+    if (w->draining) {
+        /*
+         * A new request on a kept-alive connection after SIGTERM: refuse it
+         * unforwarded, or the drain could end with it sent and unanswered.
+         */
+        exchange_problem(x, PROBLEM_SHUTTING_DOWN, 503,
+                         "this proxy instance is shutting down; retry", 1, false);
+        return;
+    }
+    path = x->path;
+    if (path_normalize(path, normalized, sizeof(normalized)) == 0)
+        path = normalized;
+    x->route = config_match_route(cfg, path);
     if (x->body_len > cfg->max_request_body) {
         exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
                          "the request body is larger than the configured limit", 0, false);
         return;
     }
-    x->route = config_match_route(cfg, path != NULL && path[0] != '\0' ? path : "/");
     if (x->route == NULL ||
         !(x->route->policy.methods & config_method_bit(x->method))) {
         x->route = NULL;

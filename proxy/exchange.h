@@ -22,4 +22,7 @@ void exchange_handle(struct evhttp_request *req, void *arg);
  */
 void exchange_wake_waiters(struct worker *w, const char *record_key);
 
+/* Free the orphan-claim releases still pending (at exit, after the store is gone). */
+void exchange_forget_orphans(struct worker *w);
+
 #endif

@@ -29,6 +29,7 @@ static const struct problem_kind {
     [PROBLEM_RESPONSE_NOT_REPLAYABLE] = { "response-not-replayable", 502,
                                           "Original response cannot be replayed" },
     [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid" },
+    [PROBLEM_SHUTTING_DOWN] = { "shutting-down", 503, "Proxy shutting down" },
 };
 
 int problem_status(enum problem p)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 
 #include <event2/buffer.h>
@@ -201,6 +202,7 @@ int worker_init(struct worker *w, struct event_base *base, struct worker_config 
     w->conf = worker_config_get(wc);
     w->boot = worker_config_get(wc);
     TAILQ_INIT(&w->waiters);
+    TAILQ_INIT(&w->orphans);
 
     w->http = server_listen(base, &cfg->listen, &w->listener, err, errlen);
     if (w->http == NULL)
@@ -245,6 +247,33 @@ static bool server_same(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
+/*
+ * What a record id is made of (route pattern, key source, scope headers)
+ * must not change under running clients: their retries would land on new
+ * records and execute again. Existing routes keep their order and identity;
+ * new routes may only be appended. Returns what changed, or NULL.
+ */
+static const char *server_identity_changed(const struct config *old, const struct config *new)
+{
+    if (new->n_routes < old->n_routes)
+        return "routes (a route was removed; retries of its keys would execute again)";
+    for (size_t i = 0; i < old->n_routes; i++) {
+        const struct route *a = &old->routes[i], *b = &new->routes[i];
+        const struct route_policy *pa = &a->policy, *pb = &b->policy;
+        if (a->prefix != b->prefix || strcmp(a->path, b->path) != 0)
+            return "routes (a route's path or position changed)";
+        if (pa->key_from != pb->key_from || strcasecmp(pa->key_header, pb->key_header) != 0 ||
+            !server_same(pa->key_json_pointer, pb->key_json_pointer))
+            return "routes (a route's key source changed)";
+        if (pa->n_scope_headers != pb->n_scope_headers)
+            return "scope_headers";
+        for (size_t j = 0; j < pa->n_scope_headers; j++)
+            if (strcasecmp(pa->scope_headers[j], pb->scope_headers[j]) != 0)
+                return "scope_headers";
+    }
+    return NULL;
+}
+
 /* The first setting that differs and needs a restart, or NULL. */
 static const char *server_restart_needed(const struct config *old, const struct config *new)
 {
@@ -264,7 +293,7 @@ static const char *server_restart_needed(const struct config *old, const struct 
     /* a new prefix would hide every record: retries would execute again */
     if (!server_same(old->key_prefix, new->key_prefix))
         return "redis.key_prefix";
-    return NULL;
+    return server_identity_changed(old, new);
 }
 
 int worker_reload(struct worker *w, const char *file)
@@ -281,7 +310,7 @@ int worker_reload(struct worker *w, const char *file)
     changed = server_restart_needed(&w->boot->cfg, &wc->cfg);
     if (changed != NULL) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
-                "needs a restart", changed);
+                "changes record identity or needs a restart", changed);
         worker_config_put(wc);
         w->metrics.reload_failures++;
         return -1;
@@ -318,6 +347,7 @@ void worker_deinit(struct worker *w)
      */
     store_destroy(w->store);
     w->store = NULL;
+    exchange_forget_orphans(w);
     upstream_destroy(w->upstream);
     w->upstream = NULL;
     server_forget_listeners();

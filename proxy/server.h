@@ -19,6 +19,7 @@ struct evhttp_bound_socket;
 struct store;
 struct upstream;
 struct exchange;
+struct orphan_claim;
 
 /*
  * A loaded configuration shared by the worker and the exchanges that started
@@ -42,6 +43,7 @@ struct worker {
     unsigned active;                        /* exchanges not yet freed */
     unsigned waiting;                       /* exchanges in `waiters` */
     TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
+    TAILQ_HEAD(, orphan_claim) orphans;     /* claims that may have landed unanswered */
     bool draining;
     struct metrics metrics;
 };

@@ -181,7 +181,7 @@ static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
     cmd->in_redis = false;
     if (r == NULL) {
-        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+        store_cmd_report(cmd, STORE_LOST, NULL);
     } else if (r->type == REDIS_REPLY_ERROR && cmd->script >= 0 && !cmd->reported &&
                strncmp(r->str, "NOSCRIPT", 8) == 0 && s != NULL && s->ac == ac) {
         /* A restarted or replaced Redis has an empty script cache: send the body once. */

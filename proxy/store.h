@@ -23,6 +23,7 @@ enum store_status {
     STORE_UNAVAILABLE = -1, /* not connected, or the connection dropped */
     STORE_TIMEOUT = -2,     /* no reply within redis.timeout */
     STORE_ERROR = -3,       /* Redis answered an error, or an unexpected reply */
+    STORE_LOST = -4,        /* sent, then the connection dropped: it may have been applied */
 };
 
 /*

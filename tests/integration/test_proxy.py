@@ -824,9 +824,88 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(start_proxy, upstream):
     assert not port_accepts(p.port)
 
 
+def test_sigterm_refuses_new_requests_on_kept_alive_connections(start_proxy, upstream):
+    """After SIGTERM a request on an open connection is refused unforwarded (503 +
+    Connection: close), so the drain never ends with a request sent and unanswered."""
+    p = start_proxy()
+    slow = in_background(p.post, key=new_key(), headers=[("X-Demo-Delay-Ms", "1500")])
+    wait_until(lambda: upstream.total() == 1)
+    with Connection(p.port) as c:
+        assert c.request("GET", "/v1/payments").status == 200
+        p.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        late = c.request("POST", "/v1/payments", [("Idempotency-Key", new_key()),
+                                                  ("Content-Type", "application/json")],
+                         b'{"amount": 1}')
+    assert_problem(late, 503, "shutting-down")
+    assert (late.header("Connection") or "").lower() == "close"
+    assert late.header("Retry-After")
+    assert slow.result().status == 201
+    assert upstream.total() == 1
+    assert p.wait(15) == 0
+
+
+@pytest.mark.parametrize("spelling", ["//v1/payments", "/V1/payments", "/v1/x/../payments",
+                                      "/v1/payment%73", "/v1/payments/", "/v1/./payments"])
+def test_other_spellings_of_a_protected_path_are_protected(start_proxy, upstream, spelling):
+    p = start_proxy(routes=[{"path": "/v1/payments", "require_key": True}])
+    assert_problem(p.post(path=spelling), 400, "missing-key")
+    key = new_key()
+    assert p.post(key=key).status == 201
+    again = p.post(path=spelling, key=key)
+    # same record: a replay, or a mismatch when the raw target differs; never a second run
+    assert again.status in (201, 409), again
+    assert again.status == 409 or again.replayed
+    assert upstream.executions(key) == 1
+
+
+def test_unsigned_webhook_on_another_spelling_is_refused(start_proxy, upstream):
+    p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
+                             "verify": "stripe", "secret": "whsec_x"}])
+    for path in ("/hooks/stripe/", "//hooks/stripe", "/Hooks/stripe", "/hooks/stripe;x",
+                 "/hooks/%73tripe"):
+        assert_problem(p.request("POST", path, [("Content-Type", "application/json")],
+                                 b'{"id": "evt_forged"}'), 401, "signature-invalid")
+    assert upstream.total() == 0
+
+
+def test_sighup_refuses_a_change_of_record_identity(start_proxy, upstream, redis):
+    p = start_proxy(routes=[{"path": "/v1/payments*"}])
+    key = new_key()
+    first = p.post(key=key, headers=[("Authorization", "Bearer a")])
+    assert first.status == 201
+    for routes, scope in (([{"path": "/v1/payments*"}], ["Authorization", "X-Tenant"]),
+                          ([{"path": "/v1/pay*"}], ["Authorization"])):
+        cfg = build_config(p.port, p.admin_port, upstream.url, redis.url, routes=routes)
+        cfg.setdefault("defaults", {})["scope_headers"] = scope
+        with open(p.config_path, "w") as f:
+            f.write(to_yaml(cfg) + "\n")
+        p.signal(signal.SIGHUP)
+        wait_until(lambda: "reload refused" in p.stderr_text(), what="reload refused")
+        assert_replay_of(p.post(key=key, headers=[("Authorization", "Bearer a")]), first)
+    assert upstream.executions(key) == 1
+
+
 # --------------------------------------------------------------------------
 # Redis trouble
 # --------------------------------------------------------------------------
+
+def test_claim_that_lands_after_a_redis_stall_is_released(proxy, upstream, redis):
+    """The claim of a request refused with 503 (Redis stalled past redis.timeout) reaches
+    Redis when it resumes; nothing was forwarded, so the proxy releases it and the retry
+    executes, instead of waiting out the lease and then reading "outcome unknown"."""
+    key = new_key()
+    redis.pause()
+    try:
+        assert_problem(proxy.post(key=key), 503, "store-unavailable")
+    finally:
+        redis.resume()
+    time.sleep(0.3)
+    wait_until(lambda: proxy.post(key=key).status == 201, timeout=8, interval=0.5,
+               what="the retry executes once the orphaned claim is released")
+    assert upstream.executions(key) == 1
+    assert_replay_of(proxy.post(key=key), proxy.post(key=key))
+
 
 def test_redis_keys_have_a_hash_tag_and_never_the_raw_key(proxy, upstream, redis):
     key = "RAW-CLIENT-KEY-" + uuid.uuid4().hex

@@ -485,7 +485,7 @@ static const struct config_match_case config_match_cases[] = {
     { "exact route refuses a suffix", "/healthz", -1, true },
     { "no match", "/v2/payments", -1, true },
     { "shorter than the prefix", "/v1/pay", -1, true },
-    { "match is case-sensitive", "/V1/payments", -1, true },
+    { "match ignores case (a spelling must not skip protection)", "/V1/payments", 1, true },
     { "catch-all prefix", "/anything", 4, false },
 };
 

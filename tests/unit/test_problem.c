@@ -12,7 +12,7 @@ int main(void)
     static const char *const slugs[] = {
         "missing-key", "invalid-key", "body-too-large", "key-reuse-mismatch",
         "request-in-progress", "outcome-unknown", "store-unavailable", "upstream-unavailable",
-        "upstream-timeout", "response-not-replayable", "signature-invalid",
+        "upstream-timeout", "response-not-replayable", "signature-invalid", "shutting-down",
     };
 
     for (int p = 0; p < PROBLEM_COUNT; p++) {
