@@ -141,6 +141,32 @@ static void admin_on_delete(enum store_status st, long long deleted, void *arg)
     admin_lookup_free(l);
 }
 
+/*
+ * DELETE looks first: purging a claim whose lease is live would let a retry
+ * execute while the first request is still at the upstream.
+ */
+static void admin_on_get_before_delete(enum store_status st, const char *value, size_t len,
+                                       void *arg)
+{
+    struct admin_lookup *l = arg;
+    struct record rec;
+
+    if (st != STORE_OK) {
+        admin_reply_error(l->req, 503, "redis unavailable");
+    } else if (value == NULL) {
+        admin_reply_error(l->req, 404, "no such record");
+    } else if (record_decode(value, len, &rec) == 0 && rec.state == RECORD_CLAIMED &&
+               worker_now_ms() < rec.lease_deadline_ms) {
+        admin_reply_error(l->req, 409, "the record is claimed by a request still in flight "
+                                       "(its lease is live); purging it would let a retry "
+                                       "execute again");
+    } else {
+        store_delete(l->w->store, l->record_key, admin_on_delete, l);
+        return;
+    }
+    admin_lookup_free(l);
+}
+
 static void admin_records(struct worker *w, struct evhttp_request *req, const char *id)
 {
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
@@ -166,7 +192,7 @@ static void admin_records(struct worker *w, struct evhttp_request *req, const ch
     if (cmd == EVHTTP_REQ_GET)
         store_get(w->store, l->record_key, admin_on_get, l);
     else
-        store_delete(w->store, l->record_key, admin_on_delete, l);
+        store_get(w->store, l->record_key, admin_on_get_before_delete, l);
 }
 
 static void admin_metrics(struct worker *w, struct evhttp_request *req)

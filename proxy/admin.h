@@ -13,7 +13,7 @@ struct evhttp_request;
  *   GET /metrics          Prometheus text format 0.0.4
  *   GET /records/<id>     a record's state, fingerprint, status, times and TTL as
  *                         JSON; never its body or header values (404 if none)
- *   DELETE /records/<id>  purge the record (404 if none)
+ *   DELETE /records/<id>  purge the record (404 if none; 409 while a claim's lease is live)
  * <id> is the 32-hex record id the access log prints. Redis failures give 503.
  */
 void admin_handle(struct evhttp_request *req, void *arg);

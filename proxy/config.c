@@ -730,7 +730,8 @@ static int config_set_upstream_url(struct config_loader *ld, const struct config
     uri = evhttp_uri_parse(text);
     why = uri ? config_upstream_split(uri, &base, &unix_path) : config_upstream_expected;
     if (why != NULL) {
-        config_error(ld, node, "bad upstream url '%s': %s", text, why);
+        /* the url itself is not repeated: it may carry credentials */
+        config_error(ld, node, "bad upstream url: %s", why);
         goto failed;
     }
     evhttp_uri_free(uri);

@@ -297,6 +297,21 @@ static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privd
                 r->str);
 }
 
+/* Evicted records re-execute their retries: say so when Redis may evict. */
+static void store_on_policy_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+
+    (void)ac;
+    (void)privdata;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return; /* CONFIG may be disabled (managed Redis): nothing to check */
+    if (strcmp(r->element[1]->str, "noeviction") != 0)
+        log_msg(LOG_WARN, "redis: maxmemory-policy is %s; an evicted record lets a retry "
+                "execute again: use noeviction", r->element[1]->str);
+}
+
 static void store_on_connect(const redisAsyncContext *ac, int status)
 {
     struct store *s = ac->data;
@@ -355,6 +370,11 @@ static void store_connect(struct store *s)
         const char *argv[] = { "AUTH", cfg->redis_password };
         const size_t argvlen[] = { 4, strlen(cfg->redis_password) };
         redisAsyncCommandArgv(ac, store_on_setup_reply, "AUTH", 2, argv, argvlen);
+    }
+    {
+        const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
+        const size_t argvlen[] = { 6, 3, 16 };
+        redisAsyncCommandArgv(ac, store_on_policy_reply, NULL, 3, argv, argvlen);
     }
     if (cfg->redis_db != 0) {
         char db[16];

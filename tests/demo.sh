@@ -54,7 +54,7 @@ pids+=($!)
 pids+=($!)
 wait_port 3000
 wait_port 8080
-echo "upstream: demo payments API on 127.0.0.1:3000; proxy on 127.0.0.1:8080 (admin 127.0.0.1:9901)"
+echo "upstream: demo payments API on 127.0.0.1:3000; proxy on 0.0.0.0:8080 as conf/ says (admin 127.0.0.1:9901)"
 
 key="demo-$(date +%s)-$RANDOM"
 body='{"amount":4200,"currency":"eur","customer":"cus_demo","description":"order 42"}'

@@ -1784,6 +1784,20 @@ def test_metrics_cover_requests_latency_and_store(proxy, upstream):
     assert re.search(r"^# TYPE \S+ gauge$", text, re.M), "no gauge:\n" + text[:2000]
 
 
+def test_admin_purge_refuses_a_claim_still_in_flight(proxy, upstream, redis):
+    key = new_key()
+    slow = in_background(proxy.post, key=key, headers=[("X-Demo-Delay-Ms", "1500")])
+    wait_until(lambda: upstream.total() == 1)
+    (record_key,) = prefixed_keys(redis)
+    rid = str(record_key).split("{", 1)[1].rstrip("}")
+    refused = proxy.admin("DELETE", "/records/" + rid)
+    assert refused.status == 409, refused
+    assert slow.result().status == 201
+    assert proxy.post(key=key).replayed
+    assert upstream.executions(key) == 1
+    assert proxy.admin("DELETE", "/records/" + rid).status == 200
+
+
 def test_admin_records_unknown_id_is_404(proxy):
     assert proxy.admin("GET", "/records/" + "0" * 32).status == 404
     assert proxy.admin("DELETE", "/records/" + "0" * 32).status == 404
