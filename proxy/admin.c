@@ -3,6 +3,7 @@
  */
 #include "admin.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,15 +97,25 @@ static void admin_on_pttl(enum store_status st, long long ttl_ms, void *arg)
     admin_lookup_free(l);
 }
 
+/* Answer 503 or 404 when a lookup found no record; false when there is one. */
+static bool admin_lookup_failed(struct admin_lookup *l, enum store_status st, const char *value)
+{
+    if (st != STORE_OK)
+        admin_reply_error(l->req, 503, "redis unavailable");
+    else if (value == NULL)
+        admin_reply_error(l->req, 404, "no such record");
+    else
+        return false;
+    return true;
+}
+
 static void admin_on_get(enum store_status st, const char *value, size_t len, void *arg)
 {
     struct admin_lookup *l = arg;
     struct record rec;
 
-    if (st != STORE_OK) {
-        admin_reply_error(l->req, 503, "redis unavailable");
-    } else if (value == NULL) {
-        admin_reply_error(l->req, 404, "no such record");
+    if (admin_lookup_failed(l, st, value)) {
+        /* answered */
     } else if (record_decode(value, len, &rec) != 0) {
         admin_reply_error(l->req, 500, "malformed record");
     } else {
@@ -151,10 +162,8 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
     struct admin_lookup *l = arg;
     struct record rec;
 
-    if (st != STORE_OK) {
-        admin_reply_error(l->req, 503, "redis unavailable");
-    } else if (value == NULL) {
-        admin_reply_error(l->req, 404, "no such record");
+    if (admin_lookup_failed(l, st, value)) {
+        /* answered */
     } else if (record_decode(value, len, &rec) == 0 && rec.state == RECORD_CLAIMED &&
                worker_now_ms() < rec.lease_deadline_ms) {
         admin_reply_error(l->req, 409, "the record is claimed by a request still in flight "
