@@ -825,7 +825,9 @@ static void exchange_on_claim(enum store_status st, const char *value, size_t le
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
-        if (st == STORE_TIMEOUT || st == STORE_LOST)
+        /* under on_store_error: pass the request is forwarded: its claim must stay */
+        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
+            x->policy->on_store_error == STORE_ERROR_REJECT)
             exchange_release_orphan(x);
         exchange_store_failed(x, st);
     } else if (value == NULL) {
