@@ -85,7 +85,6 @@ struct exchange {
     unsigned pending;                   /* callbacks that can still reach us */
     struct event lease_timer;
     struct event wait_timer;
-    bool timers_assigned;
     uint64_t wait_deadline_ms;
     unsigned poll_delay_ms;
     bool waiting_listed;
@@ -121,10 +120,8 @@ static void exchange_unlist_waiter(struct exchange *x)
 
 static void exchange_free(struct exchange *x)
 {
-    if (x->timers_assigned) {
-        event_del(&x->lease_timer);
-        event_del(&x->wait_timer);
-    }
+    event_del(&x->lease_timer);
+    event_del(&x->wait_timer);
     exchange_unlist_waiter(x);
     evhttp_clear_headers(&x->resp_headers);
     if (x->resp_body != NULL)
@@ -155,31 +152,26 @@ static double exchange_elapsed_ms(const struct exchange *x)
     return (double)d.tv_sec * 1000.0 + (double)d.tv_usec / 1000.0;
 }
 
-static bool exchange_utf8(const char *text)
+static json_t *exchange_log_entry(const struct exchange *x, const char *path)
 {
-    json_t *probe = json_string(text); /* jansson validates UTF-8 */
-
-    json_decref(probe);
-    return probe != NULL;
+    return json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:s?, s:f, s:f}",
+                     "route", x->route != NULL ? x->route->path : NULL,
+                     "method", x->method,
+                     "path", path,
+                     "outcome", x->outcome != NULL ? x->outcome : "unknown",
+                     "status", x->status,
+                     "record_id", x->record_id[0] != '\0' ? x->record_id : NULL,
+                     "upstream_ms", x->upstream_ms,
+                     "total_ms", exchange_elapsed_ms(x));
 }
 
 static void exchange_log(const struct exchange *x)
 {
-    const char *path = x->path;
-    json_t *entry;
+    json_t *entry = exchange_log_entry(x, x->path);
 
-    /* a path that is not UTF-8 cannot be a JSON string; the line must still be written */
-    if (path != NULL && !exchange_utf8(path))
-        path = "(not UTF-8)";
-    entry = json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:s?, s:f, s:f}",
-                      "route", x->route != NULL ? x->route->path : NULL,
-                      "method", x->method,
-                      "path", path,
-                      "outcome", x->outcome != NULL ? x->outcome : "unknown",
-                      "status", x->status,
-                      "record_id", x->record_id[0] != '\0' ? x->record_id : NULL,
-                      "upstream_ms", x->upstream_ms,
-                      "total_ms", exchange_elapsed_ms(x));
+    /* jansson refuses a path that is not UTF-8; the line must still be written */
+    if (entry == NULL)
+        entry = exchange_log_entry(x, "(not UTF-8)");
     if (entry != NULL)
         log_access(entry);
 }
@@ -424,11 +416,6 @@ static void exchange_on_recorded(enum store_status st, bool applied, void *arg)
 }
 
 /* The claim was released or marked unknown after an upstream failure: answer the problem. */
-struct exchange_failure {
-    enum problem problem;
-    const char *detail;
-};
-
 static void exchange_on_failure_recorded(enum store_status st, bool applied, void *arg)
 {
     struct exchange *x = arg;
@@ -551,8 +538,7 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
 
     x->upstream_ms = upstream_ms;
     metrics_observe(&x->w->metrics.upstream_latency, upstream_ms / 1000.0);
-    if (x->timers_assigned)
-        event_del(&x->lease_timer);
+    event_del(&x->lease_timer);
     if (outcome == UPSTREAM_ANSWERED) {
         const struct evkeyval *h;
         x->resp_status = resp->status;
@@ -1019,7 +1005,6 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     }
     evtimer_assign(&x->lease_timer, w->base, exchange_on_lease_timer, x);
     evtimer_assign(&x->wait_timer, w->base, exchange_on_wait_timer, x);
-    x->timers_assigned = true;
     w->active++;
     return x;
 }

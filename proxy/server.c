@@ -342,7 +342,7 @@ void worker_stop_accepting(struct worker *w)
 void worker_deinit(struct worker *w)
 {
     /*
-     * Store first: its pending callbacks still run (STORE_UNAVAILABLE) and may
+     * Store first: its pending callbacks still run (STORE_LOST) and may
      * answer or forward, so the upstream and listeners must still exist.
      */
     store_destroy(w->store);

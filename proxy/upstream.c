@@ -313,11 +313,25 @@ unsigned upstream_in_flight(const struct upstream *up)
     return up->in_flight;
 }
 
-/* "Name: value" lines for curl; "Name;" sends an empty value. NULL on allocation failure. */
+/*
+ * Append one raw header line; after a failed allocation *failed stays set and
+ * the list is returned unchanged. "Name:" alone tells curl not to send a
+ * field it would add itself.
+ */
+static struct curl_slist *upstream_header_line(struct curl_slist *list, const char *line,
+                                               bool *failed)
+{
+    struct curl_slist *next = *failed ? NULL : curl_slist_append(list, line);
+
+    if (next == NULL)
+        *failed = true;
+    return next != NULL ? next : list;
+}
+
+/* "Name: value"; "Name;" sends an empty value. */
 static struct curl_slist *upstream_header_add(struct curl_slist *list, const char *name,
                                               const char *value, bool *failed)
 {
-    struct curl_slist *next;
     char *line;
 
     if (*failed)
@@ -327,22 +341,9 @@ static struct curl_slist *upstream_header_add(struct curl_slist *list, const cha
         *failed = true;
         return list;
     }
-    next = curl_slist_append(list, line);
+    list = upstream_header_line(list, line, failed);
     free(line);
-    if (next == NULL)
-        *failed = true;
-    return next != NULL ? next : list;
-}
-
-/* "Name:" with nothing after it tells curl not to send a field it would add itself. */
-static struct curl_slist *upstream_header_suppress(struct curl_slist *list, const char *line,
-                                                   bool *failed)
-{
-    struct curl_slist *next = *failed ? NULL : curl_slist_append(list, line);
-
-    if (next == NULL)
-        *failed = true;
-    return next != NULL ? next : list;
+    return list;
 }
 
 static struct curl_slist *upstream_request_headers(const struct evkeyvalq *headers,
@@ -372,11 +373,11 @@ static struct curl_slist *upstream_request_headers(const struct evkeyvalq *heade
         list = upstream_header_add(list, "X-Forwarded-For", xff, failed);
     }
     /* Stop curl from adding fields the client did not send. */
-    list = upstream_header_suppress(list, "Expect:", failed);
+    list = upstream_header_line(list, "Expect:", failed);
     if (evhttp_find_header(headers, "Accept") == NULL)
-        list = upstream_header_suppress(list, "Accept:", failed);
+        list = upstream_header_line(list, "Accept:", failed);
     if (has_body && evhttp_find_header(headers, "Content-Type") == NULL)
-        list = upstream_header_suppress(list, "Content-Type:", failed);
+        list = upstream_header_line(list, "Content-Type:", failed);
     return list;
 }
 
