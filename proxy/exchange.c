@@ -152,28 +152,20 @@ static double exchange_elapsed_ms(const struct exchange *x)
     return (double)d.tv_sec * 1000.0 + (double)d.tv_usec / 1000.0;
 }
 
-static json_t *exchange_log_entry(const struct exchange *x, const char *path)
-{
-    return json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:s?, s:f, s:f}",
-                     "route", x->route != NULL ? x->route->path : NULL,
-                     "method", x->method,
-                     "path", path,
-                     "outcome", x->outcome != NULL ? x->outcome : "unknown",
-                     "status", x->status,
-                     "record_id", x->record_id[0] != '\0' ? x->record_id : NULL,
-                     "upstream_ms", x->upstream_ms,
-                     "total_ms", exchange_elapsed_ms(x));
-}
-
 static void exchange_log(const struct exchange *x)
 {
-    json_t *entry = exchange_log_entry(x, x->path);
+    struct access_entry e = {
+        .route = x->route != NULL ? x->route->path : NULL,
+        .method = x->method,
+        .path = x->path,
+        .outcome = x->outcome != NULL ? x->outcome : "unknown",
+        .status = x->status,
+        .record_id = x->record_id[0] != '\0' ? x->record_id : NULL,
+        .upstream_ms = x->upstream_ms,
+        .total_ms = exchange_elapsed_ms(x),
+    };
 
-    /* jansson refuses a path that is not UTF-8; the line must still be written */
-    if (entry == NULL)
-        entry = exchange_log_entry(x, "(not UTF-8)");
-    if (entry != NULL)
-        log_access(entry);
+    log_access(&e);
 }
 
 /* Send the answer; exactly once per exchange. Takes ownership of body (may be NULL). */
@@ -229,17 +221,25 @@ static void exchange_problem(struct exchange *x, enum problem p, int status, con
 
 /* ---- answering with an upstream or a stored response ------------------- */
 
-static void exchange_copy_response_headers(struct exchange *x, const struct evkeyvalq *from)
+/*
+ * Move the end-to-end fields of the upstream answer into the client answer
+ * (RFC 9110 7.6.1: hop-by-hop ones stay behind); from keeps the rest. A
+ * moved entry is freed with the request, as evhttp_add_header's would be. A
+ * value with a bare CR or LF is dropped, as evhttp_add_header would refuse it.
+ */
+static void exchange_move_response_headers(struct exchange *x, struct evkeyvalq *from)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
     const char *connection = evhttp_find_header(from, "Connection");
-    const struct evkeyval *h;
+    struct evkeyval *h, *next;
 
-    TAILQ_FOREACH(h, from, next) {
+    for (h = TAILQ_FIRST(from); h != NULL; h = next) {
+        next = TAILQ_NEXT(h, next);
         if (header_is_hop_by_hop(h->key) || strcasecmp(h->key, "Content-Length") == 0 ||
-            header_named_by_connection(connection, h->key))
+            header_named_by_connection(connection, h->key) || strpbrk(h->value, "\r\n") != NULL)
             continue;
-        evhttp_add_header(out, h->key, h->value);
+        TAILQ_REMOVE(from, h, next);
+        TAILQ_INSERT_TAIL(out, h, next);
     }
 }
 
@@ -248,7 +248,7 @@ static void exchange_reply_upstream(struct exchange *x)
 {
     struct evbuffer *body = x->resp_body;
 
-    exchange_copy_response_headers(x, &x->resp_headers);
+    exchange_move_response_headers(x, &x->resp_headers);
     x->resp_body = NULL;
     exchange_reply(x, x->resp_status, body);
 }
@@ -258,19 +258,20 @@ static void exchange_reply_replay(struct exchange *x, const struct record *rec)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
     struct evbuffer *body = evbuffer_new();
-    char name[256];
+    char name[256], small[1024];
 
     for (size_t i = 0; i < rec->n_headers; i++) {
         const struct record_field *f = &rec->headers[i];
-        char *value = strndup(f->value, f->value_len);
-        if (f->name_len >= sizeof(name) || value == NULL) {
-            free(value);
-            continue;
+        char *value = f->value_len < sizeof(small) ? small : malloc(f->value_len + 1);
+        if (f->name_len < sizeof(name) && value != NULL) {
+            memcpy(name, f->name, f->name_len);
+            name[f->name_len] = '\0';
+            memcpy(value, f->value, f->value_len);
+            value[f->value_len] = '\0';
+            evhttp_add_header(out, name, value);
         }
-        memcpy(name, f->name, f->name_len);
-        name[f->name_len] = '\0';
-        evhttp_add_header(out, name, value);
-        free(value);
+        if (value != small)
+            free(value);
     }
     evhttp_add_header(out, "Idempotent-Replayed", "true");
     if (body != NULL)
@@ -540,10 +541,9 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
     metrics_observe(&x->w->metrics.upstream_latency, upstream_ms / 1000.0);
     event_del(&x->lease_timer);
     if (outcome == UPSTREAM_ANSWERED) {
-        const struct evkeyval *h;
+        /* take the answer over without a copy (upstream.h allows it) */
         x->resp_status = resp->status;
-        TAILQ_FOREACH(h, resp->headers, next)
-            evhttp_add_header(&x->resp_headers, h->key, h->value);
+        TAILQ_CONCAT(&x->resp_headers, resp->headers, next);
         x->resp_body = evbuffer_new();
         evbuffer_add_buffer(x->resp_body, resp->body);
     } else {

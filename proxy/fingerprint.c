@@ -3,6 +3,8 @@
  */
 #include "fingerprint.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -46,11 +48,21 @@ void fingerprint_none(char *hex)
 void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex)
 {
+    /* fetched once, reused: an implicit fetch and a context per call cost more than the hash */
+    static EVP_MD *sha256;
+    static EVP_MD_CTX *ctx;
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    if (sha256 == NULL)
+        sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (ctx == NULL)
+        ctx = EVP_MD_CTX_new();
+    if (sha256 == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, sha256, NULL) != 1) {
+        /* no id is better than a wrong one shared by every key */
+        fputs("record_id_compute: OpenSSL SHA-256 unavailable\n", stderr);
+        abort();
+    }
     EVP_DigestUpdate(ctx, route, strlen(route) + 1);
     for (size_t i = 0; i < n_scope; i++) {
         /* "0" for an absent header, "1value\0" for a present one */
@@ -63,7 +75,6 @@ void record_id_compute(const char *route, const char *const *scope_values, size_
     }
     EVP_DigestUpdate(ctx, key, key_len);
     EVP_DigestFinal_ex(ctx, digest, &digest_len);
-    EVP_MD_CTX_free(ctx);
     fingerprint_to_hex(digest, RECORD_ID_HEX_LEN / 2, hex);
 }
 

@@ -31,6 +31,8 @@ void fingerprint_none(char *hex);
  * cryptographic hash, so a client cannot craft a key that lands on another
  * scope's record; the raw key never reaches Redis or the logs.
  * scope_values[i] may be NULL (header absent). hex: RECORD_ID_HEX_LEN + 1 bytes.
+ * Keeps one digest context for the process (one event loop, one thread);
+ * aborts if OpenSSL cannot provide SHA-256, as no id is safe to make up.
  */
 void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex);

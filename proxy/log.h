@@ -16,12 +16,26 @@ void log_set_level(enum log_level level);
 /* One line "TIME LEVEL message" on stderr. printf-style; never pass request data. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* One access-log line. Strings are borrowed for the call. */
+struct access_entry {
+    const char *route;      /* the matched route's path pattern, or NULL (printed as null) */
+    const char *method;
+    const char *path;       /* printed as "(not UTF-8)" when it is not UTF-8 */
+    const char *outcome;
+    int status;
+    const char *record_id;  /* or NULL (printed as null) */
+    double upstream_ms;     /* ms */
+    double total_ms;        /* ms */
+};
+
 /*
- * Print the object as one JSON line on stdout with a "time" member added;
- * steals entry. stdout is block-buffered (log_init): lines reach it at the
- * next log_flush, which the event loop calls every LOG_FLUSH_INTERVAL_MS.
+ * Print e as one JSON line (jansson) on stdout with a "time" member added.
+ * The line's JSON object is kept and refilled, so a line costs no object
+ * building. stdout is block-buffered (log_init): lines reach it at the next
+ * log_flush, which the event loop calls every LOG_FLUSH_INTERVAL_MS. Not
+ * thread-safe (one event loop per process).
  */
-void log_access(json_t *entry);
+void log_access(const struct access_entry *e);
 
 #define LOG_FLUSH_INTERVAL_MS 100
 

@@ -44,8 +44,6 @@ struct upstream_call {
     struct upstream *up;
     CURL *easy;
     struct curl_slist *request_headers;
-    const char *body;               /* borrowed from the caller */
-    size_t body_len, body_off;      /* bytes */
     int transmissions;              /* PREREQFUNCTION calls: request send attempts */
     bool resend_refused;
     struct evkeyvalq response_headers;
@@ -157,18 +155,6 @@ static int upstream_on_prereq(void *clientp, char *conn_primary_ip, char *conn_l
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
-}
-
-static size_t upstream_on_read(char *buf, size_t size, size_t nitems, void *userp)
-{
-    struct upstream_call *call = userp;
-    size_t n = size * nitems, left = call->body_len - call->body_off;
-
-    if (n > left)
-        n = left;
-    memcpy(buf, call->body + call->body_off, n);
-    call->body_off += n;
-    return n;
 }
 
 static size_t upstream_on_write(char *data, size_t size, size_t nmemb, void *userp)
@@ -328,21 +314,31 @@ static struct curl_slist *upstream_header_line(struct curl_slist *list, const ch
     return next != NULL ? next : list;
 }
 
-/* "Name: value"; "Name;" sends an empty value. */
+/* "Name: value"; "Name;" sends an empty value. Lines up to 1 KiB are built on the stack. */
 static struct curl_slist *upstream_header_add(struct curl_slist *list, const char *name,
                                               const char *value, bool *failed)
 {
-    char *line;
+    size_t name_len = strlen(name), value_len = strlen(value);
+    size_t need = name_len + 2 + value_len + 1;
+    char small[1024], *line;
 
     if (*failed)
         return list;
-    if (value[0] == '\0' ? asprintf(&line, "%s;", name) < 0
-                         : asprintf(&line, "%s: %s", name, value) < 0) {
+    line = need <= sizeof(small) ? small : malloc(need);
+    if (line == NULL) {
         *failed = true;
         return list;
     }
+    memcpy(line, name, name_len);
+    if (value_len == 0) {
+        memcpy(line + name_len, ";", 2);
+    } else {
+        memcpy(line + name_len, ": ", 2);
+        memcpy(line + name_len + 2, value, value_len + 1);
+    }
     list = upstream_header_line(list, line, failed);
-    free(line);
+    if (line != small)
+        free(line);
     return list;
 }
 
@@ -394,8 +390,6 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     if (call == NULL)
         return -1;
     call->up = up;
-    call->body = body;
-    call->body_len = len;
     call->cb = cb;
     call->arg = arg;
     TAILQ_INIT(&call->response_headers);
@@ -429,11 +423,13 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     if (strcmp(method, "HEAD") == 0) {
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     } else if (with_body) {
-        /* A read callback with no seek callback: curl cannot rewind, so cannot resend. */
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, upstream_on_read);
-        curl_easy_setopt(e, CURLOPT_READDATA, call);
+        /*
+         * The body in memory: curl writes a body under 64 KiB in the same send as
+         * the head (one segment, one upstream wakeup). curl could rewind it, so
+         * the resend guard is upstream_on_prereq alone.
+         */
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, len > 0 ? body : "");
         if (strcmp(method, "POST") != 0)
             curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     } else if (strcmp(method, "GET") != 0) {

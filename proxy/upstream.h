@@ -6,8 +6,8 @@
  * 7.88 silently resends a request whose reused keep-alive connection dies
  * before any answer ("Connection died, retrying a fresh connect"); we refuse
  * that resend in CURLOPT_PREREQFUNCTION (called once per transmission
- * attempt) and give no seek callback for the body, so the attempt fails and
- * is reported as UPSTREAM_BROKEN: an ambiguous outcome, not a retry.
+ * attempt), so the attempt fails and is reported as UPSTREAM_BROKEN: an
+ * ambiguous outcome, not a retry.
  */
 #ifndef IDEM_UPSTREAM_H
 #define IDEM_UPSTREAM_H
@@ -35,7 +35,10 @@ struct upstream_response {
 
 /*
  * Done callback, run once from the event loop (never inside a curl callback).
- * resp is valid only during the callback (NULL unless UPSTREAM_ANSWERED);
+ * resp is valid only during the callback (NULL unless UPSTREAM_ANSWERED); the
+ * callback may move entries out of resp->headers (each allocated with
+ * malloc, freed by evhttp_clear_headers) and drain resp->body to keep them
+ * without a copy;
  * detail is a static human string for logs. upstream_ms is the exchange time.
  */
 typedef void upstream_done_cb(enum upstream_outcome outcome, const struct upstream_response *resp,
