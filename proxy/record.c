@@ -4,7 +4,6 @@
 #include "record.h"
 
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 static const char record_magic[3] = { 'I', 'R', '1' };
@@ -26,13 +25,11 @@ size_t record_encoded_size(const struct record *rec)
 /* Fixed-width zero-padded decimal; width digits, no NUL. False if it does not fit. */
 static bool record_put_decimal(char *out, size_t width, uint64_t v)
 {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof(tmp), "%0*" PRIu64, (int)width, v);
-
-    if (n < 0 || (size_t)n != width)
-        return false;
-    memcpy(out, tmp, width);
-    return true;
+    for (size_t i = width; i > 0; i--) {
+        out[i - 1] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return v == 0;
 }
 
 static bool record_get_decimal(const char *in, size_t width, uint64_t *v)

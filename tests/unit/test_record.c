@@ -85,6 +85,17 @@ int main(void)
     r.status = 1000;
     UNIT_CHECK("status out of range refused", record_encode(&r, buf) == 0, "encoded");
     record_base(&r, RECORD_DONE);
+    r.status = 7;
+    r.created_ms = 0;
+    r.completed_ms = 9999999999999999ull;
+    round_trip("zero and the widest time round trip", &r);
+    UNIT_CHECK("times are zero-padded decimals at their offsets",
+               record_encode(&r, buf) > 0 && memcmp(buf + 84, "0000000000000000", 16) == 0 &&
+                   memcmp(buf + 100, "9999999999999999", 16) == 0 && memcmp(buf + 116, "007", 3) == 0,
+               "head %.51s", buf + 68);
+    r.completed_ms = 10000000000000000ull;
+    UNIT_CHECK("a time wider than 16 digits refused", record_encode(&r, buf) == 0, "encoded");
+    record_base(&r, RECORD_DONE);
     strcpy(r.owner, "short");
     UNIT_CHECK("bad owner token refused", record_encode(&r, buf) == 0, "encoded");
     record_base(&r, (enum record_state)'X');
