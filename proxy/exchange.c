@@ -69,8 +69,9 @@ struct exchange {
     const struct route *route;
     const struct route_policy *policy;
     const char *method;                 /* static string */
-    char *target;                       /* path with query, as received; owned */
+    char *target;                       /* path with query, origin-form; owned */
     char *path;                         /* the target's path (no query), raw; owned */
+    bool invalid_target;                /* control characters, or not a form we forward */
     struct evbuffer *body;              /* the request body, moved from evhttp; owned */
     const char *body_bytes;             /* contiguous view of body */
     size_t body_len;                    /* bytes */
@@ -973,15 +974,26 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     x->state = X_NEW;
     gettimeofday(&x->started, NULL);
     x->method = exchange_method_name(evhttp_request_get_command(req));
-    x->target = strdup(target != NULL ? target : "/");
-    if (x->target != NULL && x->target[0] == '/') {
+    if (target != NULL && target[0] == '/') {
         /* origin-form: the path is everything before '?'; "//x" is a path here, not an authority */
-        x->path = strndup(x->target, strcspn(x->target, "?#"));
+        x->target = strdup(target);
+        x->path = x->target != NULL ? strndup(x->target, strcspn(x->target, "?#")) : NULL;
     } else {
+        /*
+         * absolute-form (RFC 9112 3.2.2), or "*": the upstream gets, and the
+         * routes and the fingerprint see, the origin-form path and query.
+         */
         const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
         const char *p = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
-        x->path = strdup(p != NULL && p[0] != '\0' ? p : "/");
+        const char *q = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
+        x->path = strdup(p != NULL && p[0] == '/' ? p : "/");
+        if (x->path != NULL && asprintf(&x->target, "%s%s%s", x->path, q != NULL ? "?" : "",
+                                        q != NULL ? q : "") < 0)
+            x->target = NULL;
+        x->invalid_target = target == NULL || uri == NULL || evhttp_uri_get_host(uri) == NULL;
     }
+    for (const char *c = x->target; c != NULL && *c != '\0' && !x->invalid_target; c++)
+        x->invalid_target = (unsigned char)*c < 0x20 || *c == 0x7f;
     TAILQ_INIT(&x->resp_headers);
     x->body = evbuffer_new();
     if (x->target == NULL || x->path == NULL || x->body == NULL) {
@@ -1035,6 +1047,12 @@ void exchange_handle(struct evhttp_request *req, void *arg)
          */
         exchange_problem(x, PROBLEM_SHUTTING_DOWN, 503,
                          "this proxy instance is shutting down; retry", 1, false);
+        return;
+    }
+    if (x->invalid_target) {
+        exchange_problem(x, PROBLEM_INVALID_TARGET, 400,
+                         "the request target has a control character or an unsupported form", 0,
+                         false);
         return;
     }
     path = x->path;

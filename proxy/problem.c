@@ -30,6 +30,7 @@ static const struct problem_kind {
                                           "Original response cannot be replayed" },
     [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid" },
     [PROBLEM_SHUTTING_DOWN] = { "shutting-down", 503, "Proxy shutting down" },
+    [PROBLEM_INVALID_TARGET] = { "invalid-target", 400, "Invalid request target" },
 };
 
 int problem_status(enum problem p)

@@ -861,6 +861,28 @@ def test_other_spellings_of_a_protected_path_are_protected(start_proxy, upstream
     assert upstream.executions(key) == 1
 
 
+def test_absolute_form_target_is_protected_and_forwarded_in_origin_form(proxy, upstream):
+    """RFC 9112 3.2.2: a server must accept absolute-form; the upstream gets origin-form."""
+    key = new_key()
+    target = "http://payments.example/v1/payments?currency=eur"
+    first = proxy.post(path=target, key=key)
+    assert first.status == 201, first
+    last = upstream.last_request()
+    assert (last["path"], last["query"]) == ("/v1/payments", "currency=eur"), last
+    # the same request in origin-form is the same record: a replay, not a second run
+    assert_replay_of(proxy.post(path="/v1/payments?currency=eur", key=key), first)
+    assert upstream.executions(key) == 1
+
+
+@pytest.mark.parametrize("target", [b"/v1/pay\x01ments", b"/v1/payments?a=\x7f", b"*"])
+def test_control_character_or_asterisk_target_is_a_problem(proxy, upstream, target):
+    raw = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " +
+           new_key().encode() + b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+    r = http_request(proxy.port, raw=raw)
+    assert_problem(r, 400, "invalid-target")
+    assert upstream.total() == 0
+
+
 def test_unsigned_webhook_on_another_spelling_is_refused(start_proxy, upstream):
     p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
                              "verify": "stripe", "secret": "whsec_x"}])
