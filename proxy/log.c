@@ -77,15 +77,15 @@ static int access_line_create(void)
     return 0;
 }
 
-/* Member i becomes s, or null when s is NULL; fallback when s is not UTF-8. */
-static void access_set_string(int i, const char *s, const char *fallback)
+/* Member i becomes s, or null when s is NULL, or "(not UTF-8)" when s is not UTF-8. */
+static void access_set_string(int i, const char *s)
 {
     if (s == NULL) {
         json_object_set_new(access_line, access_names[i], json_null());
         return;
     }
     if (json_string_set(access_value[i], s) != 0)
-        json_string_set(access_value[i], fallback);
+        json_string_set(access_value[i], "(not UTF-8)");
     if (json_object_get(access_line, access_names[i]) != access_value[i])
         json_object_set(access_line, access_names[i], access_value[i]);
 }
@@ -101,15 +101,15 @@ void log_access(const struct access_entry *e)
         return;
     }
     log_timestamp(ts, sizeof(ts));
-    access_set_string(F_ROUTE, e->route, "(not UTF-8)");
-    access_set_string(F_METHOD, e->method, "(not UTF-8)");
-    access_set_string(F_PATH, e->path, "(not UTF-8)");
-    access_set_string(F_OUTCOME, e->outcome, "(not UTF-8)");
+    access_set_string(F_ROUTE, e->route);
+    access_set_string(F_METHOD, e->method);
+    access_set_string(F_PATH, e->path);
+    access_set_string(F_OUTCOME, e->outcome);
     json_integer_set(access_value[F_STATUS], e->status);
-    access_set_string(F_RECORD_ID, e->record_id, "(not UTF-8)");
+    access_set_string(F_RECORD_ID, e->record_id);
     json_real_set(access_value[F_UPSTREAM_MS], e->upstream_ms);
     json_real_set(access_value[F_TOTAL_MS], e->total_ms);
-    access_set_string(F_TIME, ts, "");
+    access_set_string(F_TIME, ts);
 
     n = json_dumpb(access_line, small, sizeof(small), JSON_COMPACT | JSON_REAL_PRECISION(6));
     if (n > 0 && n <= sizeof(small)) {
