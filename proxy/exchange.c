@@ -169,6 +169,40 @@ static void exchange_log(const struct exchange *x)
     log_access(&e);
 }
 
+/*
+ * An answer is out of our hands only once evhttp has written it all, or its
+ * connection has closed: until then a SIGTERM drain must not end (it would
+ * free the connection with the answer unsent). One answer at a time is
+ * written per connection, so the connection's close callback is ours until
+ * the answer completes.
+ */
+static void exchange_on_flushed(struct evhttp_request *req, void *arg)
+{
+    struct worker *w = arg;
+
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
+    w->unflushed--;
+}
+
+static void exchange_on_closed_unflushed(struct evhttp_connection *conn, void *arg)
+{
+    struct worker *w = arg;
+
+    evhttp_connection_set_closecb(conn, NULL, NULL);
+    w->unflushed--;
+}
+
+static void exchange_track_flush(struct worker *w, struct evhttp_request *req)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+
+    if (conn == NULL) /* the client is gone: evhttp_send_reply just frees req */
+        return;
+    w->unflushed++;
+    evhttp_request_set_on_complete_cb(req, exchange_on_flushed, w);
+    evhttp_connection_set_closecb(conn, exchange_on_closed_unflushed, w);
+}
+
 /* Send the answer; exactly once per exchange. Takes ownership of body (may be NULL). */
 static void exchange_reply(struct exchange *x, int status, struct evbuffer *body)
 {
@@ -184,6 +218,7 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
     metrics_count_request(&x->w->metrics, x->route != NULL ? x->route->path : NULL,
                           x->outcome != NULL ? x->outcome : "unknown");
     exchange_log(x);
+    exchange_track_flush(x->w, x->req);
     evhttp_send_reply(x->req, status, NULL, body);
     if (body != NULL)
         evbuffer_free(body);

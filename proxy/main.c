@@ -84,12 +84,12 @@ static void main_on_drain_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (m->worker.active == 0) {
+    if (m->worker.active == 0 && m->worker.unflushed == 0) {
         log_msg(LOG_INFO, "drained; exiting");
         event_base_loopexit(m->base, NULL);
     } else if (worker_now_ms() >= m->drain_deadline_ms) {
-        log_msg(LOG_WARN, "drain time is up with %u requests in flight; exiting",
-                m->worker.active);
+        log_msg(LOG_WARN, "drain time is up with %u requests in flight, %u answers unsent; exiting",
+                m->worker.active, m->worker.unflushed);
         event_base_loopexit(m->base, NULL);
     }
 }

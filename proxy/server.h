@@ -41,6 +41,7 @@ struct worker {
     struct evhttp_bound_socket *listener;
     struct evhttp *admin_http;
     unsigned active;                        /* exchanges not yet freed */
+    unsigned unflushed;                     /* answers evhttp is still writing */
     unsigned waiting;                       /* exchanges in `waiters` */
     TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
     TAILQ_HEAD(, orphan_claim) orphans;     /* claims that may have landed unanswered */

@@ -826,6 +826,30 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(start_proxy, upstream):
     assert not port_accepts(p.port)
 
 
+def test_sigterm_drain_waits_until_an_answer_is_written_out(start_proxy, upstream):
+    """A large answer still queued for a slow reader when the last exchange ends: the drain
+    must not exit (and close the connection) before it is written whole."""
+    size = 8 * 1024 * 1024
+    p = start_proxy()
+    with socket.create_connection(("127.0.0.1", p.port), timeout=30) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(build_request("POST", "/v1/exports", [("X-Demo-Size", str(size)),
+                                                        ("X-Demo-Delay-Ms", "300")], b"{}"))
+        wait_until(lambda: upstream.total() == 1)
+        p.signal(signal.SIGTERM)
+        time.sleep(1.5)  # the answer is queued; nothing reads it yet
+        got = b""
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201"), head[:200]
+    assert len(body) == size, len(body)
+    assert p.wait(15) == 0
+
+
 def test_sigterm_refuses_new_requests_on_kept_alive_connections(start_proxy, upstream):
     """After SIGTERM a request on an open connection is refused unforwarded (503 +
     Connection: close), so the drain never ends with a request sent and unanswered."""
