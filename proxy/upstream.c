@@ -228,8 +228,11 @@ static void upstream_call_finish(struct upstream_call *call, CURLcode rc)
     if (outcome == UPSTREAM_ANSWERED) {
         struct curl_header *h = NULL;
         curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
-        while ((h = curl_easy_nextheader(call->easy, CURLH_HEADER, -1, h)) != NULL)
-            evhttp_add_header(&call->response_headers, h->name, h->value);
+        while ((h = curl_easy_nextheader(call->easy, CURLH_HEADER, -1, h)) != NULL) {
+            /* curl 7.88 gives "\r" for an empty field value, which evhttp would refuse */
+            bool empty = h->value[strspn(h->value, " \t\r\n")] == '\0';
+            evhttp_add_header(&call->response_headers, h->name, empty ? "" : h->value);
+        }
         resp.status = (int)status;
         resp.headers = &call->response_headers;
         resp.body = call->response_body;

@@ -885,6 +885,18 @@ def test_other_spellings_of_a_protected_path_are_protected(start_proxy, upstream
     assert upstream.executions(key) == 1
 
 
+def test_an_empty_response_field_value_reaches_the_client_and_the_replay(proxy, upstream):
+    key = new_key()
+    hs = [("X-Demo-Header", "X-Empty:"), ("X-Demo-Header", "X-After: 1")]
+    first = proxy.post(key=key, headers=hs)
+    assert first.status == 201, first
+    assert first.header_all("X-Empty") == [""], first
+    assert first.header("X-After") == "1", first
+    replay = proxy.post(key=key, headers=hs)
+    assert replay.replayed and replay.header_all("X-Empty") == [""], replay
+    assert upstream.executions(key) == 1
+
+
 def test_absolute_form_target_is_protected_and_forwarded_in_origin_form(proxy, upstream):
     """RFC 9112 3.2.2: a server must accept absolute-form; the upstream gets origin-form."""
     key = new_key()
