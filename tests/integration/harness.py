@@ -36,11 +36,23 @@ def proxy_binary():
                           os.path.join(REPO, "build", "proxy", "idempotency-proxy"))
 
 
+_ports_handed_out = set()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that nobody listened on a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nobody listened on a moment ago.
+
+    The kernel may give the same ephemeral port to two binds in a row once
+    the first socket is closed, so a port is never handed out twice in one
+    test run: two calls for a proxy's listen and admin_listen must differ.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_handed_out:
+            _ports_handed_out.add(port)
+            return port
 
 
 def port_accepts(port, host="127.0.0.1", timeout=0.2):
