@@ -167,6 +167,8 @@ fi
 declare -A path_of=()
 while read -r soname _ path _; do
   [[ $path == /* ]] && path_of[$soname]=$path
+  # the dynamic loader is listed by its path alone: "/lib64/ld-linux-x86-64.so.2 (0x...)"
+  [[ $soname == /* ]] && path_of[${soname##*/}]=$soname
 done <<<"$ldd_out"
 
 declare -A needed_pkg=()

@@ -4,6 +4,7 @@
 #include "admin.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,9 +208,10 @@ static void admin_records(struct worker *w, struct evhttp_request *req, const ch
 static void admin_metrics(struct worker *w, struct evhttp_request *req)
 {
     struct evbuffer *body = evbuffer_new();
+    struct metrics_gauges g;
 
-    metrics_render(&w->metrics, body, w->active, w->waiting, upstream_in_flight(w->upstream),
-                   store_ready(w->store));
+    worker_pool_gauges(w->pool, &g);
+    metrics_render(w->metrics, body, &g);
     admin_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", body);
     evbuffer_free(body);
 }
@@ -231,12 +233,10 @@ void admin_handle(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/healthz") == 0) {
         admin_reply_text(req, 200, "ok\n");
     } else if (strcmp(path, "/readyz") == 0) {
-        if (w->draining)
-            admin_reply_text(req, 503, "draining\n");
-        else if (!store_ready(w->store))
-            admin_reply_text(req, 503, "redis unreachable\n");
-        else
-            admin_reply_text(req, 200, "ready\n");
+        const char *why = worker_pool_unready(w->pool);
+        char text[64];
+        snprintf(text, sizeof(text), "%s\n", why != NULL ? why : "ready");
+        admin_reply_text(req, why != NULL ? 503 : 200, text);
     } else if (strcmp(path, "/metrics") == 0) {
         admin_metrics(w, req);
     } else {

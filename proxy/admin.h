@@ -7,9 +7,11 @@
 struct evhttp_request;
 
 /*
- * evhttp callback of the admin listener; arg is the struct worker.
+ * evhttp callback of the admin listener; arg is worker 0, whose thread runs it
+ * (the metrics and readiness cover every worker of its pool).
  *   GET /healthz          200 while the process runs
- *   GET /readyz           200 when Redis is connected and not draining, else 503
+ *   GET /readyz           200 when every worker's Redis is connected and the
+ *                         process is not draining, else 503
  *   GET /metrics          Prometheus text format 0.0.4
  *   GET /records/<id>     a record's state, fingerprint, status, times and TTL as
  *                         JSON; never its body or header values (404 if none)

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +118,7 @@ static config_setter config_set_endpoint, config_set_upstream_url, config_set_re
     config_set_duration, config_set_size, config_set_string, config_set_bool,
     config_set_route_path, config_set_key_header, config_set_methods,
     config_set_key_max_length, config_set_enum, config_set_scope_headers,
-    config_set_release_statuses, config_set_key_from, config_set_secret;
+    config_set_release_statuses, config_set_key_from, config_set_secret, config_set_workers;
 
 #define CFG(field) offsetof(struct config, field)
 #define POL(field) offsetof(struct route_policy, field)
@@ -210,6 +211,7 @@ static const struct config_section config_route_section = {
 static const struct config_key config_root_keys[] = {
     { "listen", CONFIG_SCALAR, config_set_endpoint, CFG(listen), 0, NULL, NULL },
     { "admin_listen", CONFIG_SCALAR, config_set_endpoint, CFG(admin_listen), CONFIG_EMPTY_OFF, NULL, NULL },
+    { "workers", CONFIG_SCALAR, config_set_workers, CFG(workers), 0, NULL, NULL },
     { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section, NULL },
     { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL },
     { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL },
@@ -235,6 +237,7 @@ static const struct config_section *const config_sections[] = {
 static const char config_builtin_yaml[] =
     "listen: 0.0.0.0:8080\n"
     "admin_listen: 127.0.0.1:9901\n"
+    "workers: 1\n"
     "upstream:\n"
     "  url: http://127.0.0.1:3000\n"
     "  connect_timeout: 2s\n"
@@ -877,6 +880,27 @@ static int config_set_size(struct config_loader *ld, const struct config_key *ke
     if (config_parse_size(text, field) < 0)
         rc = config_error(ld, node, "bad size '%s' for %s: expected a whole number and a unit "
                           "(B, KiB, MiB, GiB), e.g. 1MiB", text, key->name);
+    free(text);
+    return rc;
+}
+
+static int config_set_workers(struct config_loader *ld, const struct config_key *key,
+                              yaml_node_t *node, void *obj)
+{
+    unsigned *field = (unsigned *)((char *)obj + key->offset);
+    char *text = config_scalar(ld, node);
+    uint64_t n = 0;
+    int rc = 0;
+
+    if (text == NULL)
+        return -1;
+    if (strcmp(text, "auto") == 0)
+        *field = 0;
+    else if (config_parse_uint(text, CONFIG_MAX_WORKERS, &n) < 0 || n == 0)
+        rc = config_error(ld, node, "bad %s '%s': expected a whole number from 1 to %d, or auto "
+                          "(one per CPU)", key->name, text, CONFIG_MAX_WORKERS);
+    else
+        *field = (unsigned)n;
     free(text);
     return rc;
 }
@@ -1752,6 +1776,19 @@ void config_deinit(struct config *cfg)
 }
 
 /* ---- queries ----------------------------------------------------------- */
+
+unsigned config_workers(const struct config *cfg)
+{
+    cpu_set_t cpus;
+    int n;
+
+    if (cfg->workers > 0)
+        return cfg->workers;
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+        return 1;
+    n = CPU_COUNT(&cpus);
+    return n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (unsigned)n;
+}
 
 const struct route *config_match_route(const struct config *cfg, const char *path)
 {

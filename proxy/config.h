@@ -77,9 +77,14 @@ struct endpoint {
     uint16_t port;
 };
 
+/* Most worker threads `workers:` may ask for. */
+#define CONFIG_MAX_WORKERS 64
+
 struct config {
     struct endpoint listen;
     struct endpoint admin_listen;   /* host NULL: admin listener disabled */
+    unsigned workers;               /* threads serving `listen`, 1..CONFIG_MAX_WORKERS;
+                                       0 for `auto` (config_workers resolves it) */
 
     char *upstream_url;             /* as written; owned */
     char *upstream_base;            /* scheme://host:port[/path] without a trailing '/'
@@ -133,6 +138,13 @@ void config_deinit(struct config *cfg);
  * /v1/paymentsX). Case-sensitive, no decoding. Returned pointer is owned by cfg.
  */
 const struct route *config_match_route(const struct config *cfg, const char *path);
+
+/*
+ * The number of worker threads cfg asks for: `workers:` as written, or for
+ * `auto` the CPUs this process may run on (sched_getaffinity), at most
+ * CONFIG_MAX_WORKERS. Always at least 1.
+ */
+unsigned config_workers(const struct config *cfg);
 
 /* The method_bit for an HTTP method name, or 0 if unknown. Case-sensitive (RFC 9110 9.1). */
 unsigned config_method_bit(const char *name);

@@ -47,7 +47,6 @@
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
 #define EXCHANGE_KEY_MAX 4096
-#define EXCHANGE_RECORD_KEY_MAX 256
 #define EXCHANGE_PATH_MAX 4096
 
 enum exchange_state {
@@ -104,6 +103,7 @@ struct exchange {
 };
 
 static void exchange_claim(struct exchange *x);
+static void exchange_record_changed(struct worker *w, const char *record_key);
 static void exchange_forward(struct exchange *x);
 static void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
                              const char *key, size_t key_len);
@@ -215,7 +215,7 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
     if (x->w->draining) /* move keep-alive clients to another instance */
         evhttp_add_header(evhttp_request_get_output_headers(x->req), "Connection", "close");
     x->status = status;
-    metrics_count_request(&x->w->metrics, x->route != NULL ? x->route->path : NULL,
+    metrics_count_request(x->w->metrics, x->route != NULL ? x->route->path : NULL,
                           x->outcome != NULL ? x->outcome : "unknown");
     exchange_log(x);
     exchange_track_flush(x->w, x->req);
@@ -326,7 +326,7 @@ static void exchange_store_failed(struct exchange *x, enum store_status st)
     log_msg(LOG_WARN, "exchange %s: store %s", x->record_id,
             st == STORE_TIMEOUT ? "timeout" : st == STORE_ERROR ? "error" : "unavailable");
     if (x->policy->on_store_error == STORE_ERROR_PASS) {
-        x->w->metrics.store_error_passes++;
+        metrics_count(x->w->metrics, METRICS_STORE_ERROR_PASSES);
         x->outcome = "store-error-passed";
         x->state = X_PASSING;
         exchange_forward(x);
@@ -446,7 +446,7 @@ static void exchange_on_recorded(enum store_status st, bool applied, void *arg)
     else if (!applied)
         log_msg(LOG_WARN, "exchange %s: record no longer ours; answer not recorded",
                 x->record_id);
-    exchange_wake_waiters(x->w, x->record_key);
+    exchange_record_changed(x->w, x->record_key);
     if (x->state == X_RECORDING)
         exchange_reply_upstream(x);
     exchange_unref(x);
@@ -461,7 +461,7 @@ static void exchange_on_failure_recorded(enum store_status st, bool applied, voi
     if (st != STORE_OK)
         log_msg(LOG_ERROR, "exchange %s: could not update the record after an upstream failure",
                 x->record_id);
-    exchange_wake_waiters(x->w, x->record_key);
+    exchange_record_changed(x->w, x->record_key);
     if (x->state == X_RECORDING) {
         enum problem p = x->resp_status == 504 ? PROBLEM_UPSTREAM_TIMEOUT
                                                : PROBLEM_UPSTREAM_UNAVAILABLE;
@@ -561,7 +561,7 @@ static void exchange_on_released_after_answer(enum store_status st, bool applied
     if (st != STORE_OK)
         log_msg(LOG_WARN, "exchange %s: release failed; the claim ends with its lease",
                 x->record_id);
-    exchange_wake_waiters(x->w, x->record_key);
+    exchange_record_changed(x->w, x->record_key);
     if (x->state == X_RECORDING)
         exchange_reply_upstream(x);
     exchange_unref(x);
@@ -574,7 +574,7 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
     struct exchange *x = arg;
 
     x->upstream_ms = upstream_ms;
-    metrics_observe(&x->w->metrics.upstream_latency, upstream_ms / 1000.0);
+    metrics_observe(x->w->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
     event_del(&x->lease_timer);
     if (outcome == UPSTREAM_ANSWERED) {
         /* take the answer over without a copy (upstream.h allows it) */
@@ -694,6 +694,13 @@ void exchange_wake_waiters(struct worker *w, const char *record_key)
             event_active(&x->wait_timer, EV_TIMEOUT, 0);
 }
 
+/* The record at record_key changed: wake its waiters here and in the other workers. */
+static void exchange_record_changed(struct worker *w, const char *record_key)
+{
+    exchange_wake_waiters(w, record_key);
+    worker_wake_others(w, record_key);
+}
+
 /* ---- claims that may have landed after we gave up on them -------------- */
 
 /*
@@ -742,7 +749,7 @@ static void orphan_on_released(enum store_status st, bool applied, void *arg)
         if (applied)
             log_msg(LOG_INFO, "released a claim that reached Redis after its request was "
                     "refused (record key %s)", o->record_key);
-        exchange_wake_waiters(o->w, o->record_key);
+        exchange_record_changed(o->w, o->record_key);
         orphan_free(o);
     } else if (o->attempts_left-- > 0) {
         evtimer_add(&o->timer, &tv);

@@ -10,6 +10,9 @@
 struct evhttp_request;
 struct worker;
 
+/* Longest Redis key of a record ("PREFIX:{RECORD_ID}") plus its NUL, in bytes. */
+#define EXCHANGE_RECORD_KEY_MAX 256
+
 /*
  * The evhttp request callback of the client listener (CONTRACT 4 and 5).
  * Takes over req until it has been answered; arg is the struct worker.
@@ -18,7 +21,8 @@ void exchange_handle(struct evhttp_request *req, void *arg);
 
 /*
  * A record changed (completed, released): let this worker's requests waiting
- * on record_key look again now instead of at their next poll.
+ * on record_key look again now instead of at their next poll. This worker
+ * only: the exchange tells the others through worker_wake_others.
  */
 void exchange_wake_waiters(struct worker *w, const char *record_key);
 

@@ -3,6 +3,7 @@
  */
 #include "fingerprint.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,20 +46,39 @@ void fingerprint_none(char *hex)
     hex[FINGERPRINT_HEX_LEN] = '\0';
 }
 
+/*
+ * Fetched once, reused: an implicit fetch and a context per call cost more
+ * than the hash. The algorithm is shared (OpenSSL's EVP_MD is thread-safe);
+ * a context is per thread.
+ */
+static EVP_MD *fingerprint_sha256;
+static pthread_once_t fingerprint_sha256_once = PTHREAD_ONCE_INIT;
+static _Thread_local EVP_MD_CTX *fingerprint_ctx;
+
+static void fingerprint_fetch_sha256(void)
+{
+    fingerprint_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+void fingerprint_thread_end(void)
+{
+    EVP_MD_CTX_free(fingerprint_ctx);
+    fingerprint_ctx = NULL;
+}
+
 void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex)
 {
-    /* fetched once, reused: an implicit fetch and a context per call cost more than the hash */
-    static EVP_MD *sha256;
-    static EVP_MD_CTX *ctx;
+    EVP_MD_CTX *ctx;
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
 
-    if (sha256 == NULL)
-        sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-    if (ctx == NULL)
-        ctx = EVP_MD_CTX_new();
-    if (sha256 == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, sha256, NULL) != 1) {
+    pthread_once(&fingerprint_sha256_once, fingerprint_fetch_sha256);
+    if (fingerprint_ctx == NULL)
+        fingerprint_ctx = EVP_MD_CTX_new();
+    ctx = fingerprint_ctx;
+    if (fingerprint_sha256 == NULL || ctx == NULL ||
+        EVP_DigestInit_ex(ctx, fingerprint_sha256, NULL) != 1) {
         /* no id is better than a wrong one shared by every key */
         fputs("record_id_compute: OpenSSL SHA-256 unavailable\n", stderr);
         abort();
@@ -78,24 +98,32 @@ void record_id_compute(const char *route, const char *const *scope_values, size_
     fingerprint_to_hex(digest, RECORD_ID_HEX_LEN / 2, hex);
 }
 
+/*
+ * 64 random bits drawn once per process, then a counter every thread draws
+ * from atomically: unique across instances, threads and requests without a
+ * system call per claim. Two threads must never get one token: the claim's
+ * compare-and-set tells owners apart by it.
+ */
+static unsigned char owner_prefix[8];
+static int owner_prefix_ok;
+static pthread_once_t owner_prefix_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t owner_counter;
+
+static void owner_draw_prefix(void)
+{
+    owner_prefix_ok = getrandom(owner_prefix, sizeof(owner_prefix), 0) == (ssize_t)sizeof(owner_prefix);
+}
+
 int owner_token_create(char *hex)
 {
-    /*
-     * 64 random bits drawn once per process, then a counter: unique across
-     * instances and requests without a system call per claim.
-     */
-    static unsigned char prefix[8];
-    static uint64_t counter;
-    static int seeded;
     unsigned char bytes[16];
+    uint64_t counter;
 
-    if (!seeded) {
-        if (getrandom(prefix, sizeof(prefix), 0) != (ssize_t)sizeof(prefix))
-            return -1;
-        seeded = 1;
-    }
-    counter++;
-    memcpy(bytes, prefix, sizeof(prefix));
+    pthread_once(&owner_prefix_once, owner_draw_prefix);
+    if (!owner_prefix_ok)
+        return -1;
+    counter = ++owner_counter;
+    memcpy(bytes, owner_prefix, sizeof(owner_prefix));
     for (int i = 0; i < 8; i++)
         bytes[8 + i] = (unsigned char)(counter >> (56 - 8 * i));
     fingerprint_to_hex(bytes, sizeof(bytes), hex);

@@ -31,16 +31,19 @@ void fingerprint_none(char *hex);
  * cryptographic hash, so a client cannot craft a key that lands on another
  * scope's record; the raw key never reaches Redis or the logs.
  * scope_values[i] may be NULL (header absent). hex: RECORD_ID_HEX_LEN + 1 bytes.
- * Keeps one digest context for the process (one event loop, one thread);
+ * Keeps one digest context per thread (free it with fingerprint_thread_end);
  * aborts if OpenSSL cannot provide SHA-256, as no id is safe to make up.
  */
 void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex);
 
+/* Free the calling thread's digest context; call as a thread that hashed ends. */
+void fingerprint_thread_end(void);
+
 /*
  * A claim's owner token as 32 hex chars + NUL: 64 random bits drawn once per
- * process and a 64-bit counter, so unique across instances and claims.
- * Not thread-safe (one event loop). Returns 0, or -1 when the OS has no randomness.
+ * process and a 64-bit counter shared by its threads, so unique across
+ * instances, threads and claims. Returns 0, or -1 when the OS has no randomness.
  */
 int owner_token_create(char *hex);
 

@@ -20,9 +20,9 @@ void log_set_level(enum log_level level)
 /* RFC 3339 UTC with milliseconds into buf (at least 32 bytes); the seconds are formatted once per second. */
 static void log_timestamp(char *buf, size_t len)
 {
-    static time_t cached_s = -1;
-    static char cached[24];
-    static size_t cached_len;
+    static _Thread_local time_t cached_s = -1;
+    static _Thread_local char cached[24];
+    static _Thread_local size_t cached_len;
     struct timeval tv;
 
     gettimeofday(&tv, NULL);
@@ -54,14 +54,14 @@ void log_msg(enum log_level level, const char *fmt, ...)
     funlockfile(stderr);
 }
 
-/* The access-log line: one object, its members kept in this order and refilled per line. */
+/* The access-log line: one object per thread, its members kept in this order and refilled per line. */
 enum { F_ROUTE, F_METHOD, F_PATH, F_OUTCOME, F_STATUS, F_RECORD_ID, F_UPSTREAM_MS, F_TOTAL_MS,
        F_TIME, F_COUNT };
 static const char *const access_names[F_COUNT] = {
     "route", "method", "path", "outcome", "status", "record_id", "upstream_ms", "total_ms", "time",
 };
-static json_t *access_line;
-static json_t *access_value[F_COUNT];   /* our own reference to each member's value */
+static _Thread_local json_t *access_line;
+static _Thread_local json_t *access_value[F_COUNT]; /* our own reference to each member's value */
 
 static int access_line_create(void)
 {
@@ -90,14 +90,23 @@ static void access_set_string(int i, const char *s)
         json_object_set(access_line, access_names[i], access_value[i]);
 }
 
+void log_thread_end(void)
+{
+    for (int i = 0; i < F_COUNT; i++) {
+        json_decref(access_value[i]);
+        access_value[i] = NULL;
+    }
+    json_decref(access_line);
+    access_line = NULL;
+}
+
 void log_access(const struct access_entry *e)
 {
     char ts[40], small[2048];
     size_t n;
 
     if (access_line == NULL && access_line_create() != 0) {
-        json_decref(access_line);
-        access_line = NULL;
+        log_thread_end();
         return;
     }
     log_timestamp(ts, sizeof(ts));
@@ -112,14 +121,16 @@ void log_access(const struct access_entry *e)
     access_set_string(F_TIME, ts);
 
     n = json_dumpb(access_line, small, sizeof(small), JSON_COMPACT | JSON_REAL_PRECISION(6));
-    if (n > 0 && n <= sizeof(small)) {
-        fwrite(small, 1, n, stdout);
-        fputc('\n', stdout);
-    } else if (n > sizeof(small)) {
+    if (n > 0 && n < sizeof(small)) {
+        small[n++] = '\n';
+        fwrite(small, 1, n, stdout); /* one call: stdout's lock keeps the line whole */
+    } else if (n >= sizeof(small)) {
         char *line = json_dumps(access_line, JSON_COMPACT | JSON_REAL_PRECISION(6));
         if (line != NULL) {
+            flockfile(stdout);
             fputs(line, stdout);
             fputc('\n', stdout);
+            funlockfile(stdout);
             free(line);
         }
     }

@@ -30,12 +30,15 @@ struct access_entry {
 
 /*
  * Print e as one JSON line (jansson) on stdout with a "time" member added.
- * The line's JSON object is kept and refilled, so a line costs no object
- * building. stdout is block-buffered (log_init): lines reach it at the next
- * log_flush, which the event loop calls every LOG_FLUSH_INTERVAL_MS. Not
- * thread-safe (one event loop per process).
+ * The line's JSON object is kept (one per thread) and refilled, so a line
+ * costs no object building; lines of different threads never interleave.
+ * stdout is block-buffered (log_init): lines reach it at the next log_flush,
+ * which the event loop calls every LOG_FLUSH_INTERVAL_MS.
  */
 void log_access(const struct access_entry *e);
+
+/* Free the calling thread's access-log object; call as a thread that logged ends. */
+void log_thread_end(void);
 
 #define LOG_FLUSH_INTERVAL_MS 100
 

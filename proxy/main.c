@@ -1,7 +1,8 @@
 /*
- * main.c - command line (CONTRACT 2), signals, the event loop.
+ * main.c - command line (CONTRACT 2), signals, the worker threads.
  */
 #include <getopt.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <signal.h>
 #include <errno.h>
@@ -13,19 +14,17 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "fingerprint.h"
 #include "log.h"
 #include "server.h"
-#include "upstream.h"
 
 /* Longest a SIGTERM drain waits for in-flight exchanges beyond the upstream timeout. */
 #define MAIN_DRAIN_SLACK_MS 5000
 
 struct main_state {
     const char *file;
-    struct event_base *base;
-    struct worker worker;
-    struct event *drain_timer;
-    uint64_t drain_deadline_ms;
+    struct worker_pool pool;
+    bool stopping;
 };
 
 static void main_usage(FILE *out)
@@ -35,24 +34,6 @@ static void main_usage(FILE *out)
             "       idempotency-proxy -t -c FILE    check FILE and exit (0 ok, 1 error)\n"
             "       idempotency-proxy -V            print the version\n"
             "       idempotency-proxy -h            this help\n");
-}
-
-/*
- * epoll with libevent's changelist: curl and evhttp switch a socket's events
- * several times per request; the changelist folds those into at most one
- * epoll_ctl per socket per loop iteration.
- */
-static struct event_base *main_event_base_new(void)
-{
-    struct event_config *ec = event_config_new();
-    struct event_base *base;
-
-    if (ec == NULL)
-        return NULL;
-    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-    base = event_base_new_with_config(ec);
-    event_config_free(ec);
-    return base;
 }
 
 /* Every connection is a descriptor: take the hard limit, not the 1024 soft default. */
@@ -78,38 +59,17 @@ static void main_on_libevent_log(int severity, const char *msg)
     log_msg(level, "libevent: %s", msg);
 }
 
-static void main_on_drain_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct main_state *m = arg;
-
-    (void)fd;
-    (void)what;
-    if (m->worker.active == 0 && m->worker.unflushed == 0) {
-        log_msg(LOG_INFO, "drained; exiting");
-        event_base_loopexit(m->base, NULL);
-    } else if (worker_now_ms() >= m->drain_deadline_ms) {
-        log_msg(LOG_WARN, "drain time is up with %u requests in flight, %u answers unsent; exiting",
-                m->worker.active, m->worker.unflushed);
-        event_base_loopexit(m->base, NULL);
-    }
-}
-
 static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct main_state *m = arg;
-    struct timeval tick = { 0, 50 * 1000 };
 
     (void)what;
-    if (m->drain_timer != NULL)
+    if (m->stopping)
         return;
+    m->stopping = true;
     log_msg(LOG_INFO, "%s: draining %u requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-            m->worker.active);
-    worker_stop_accepting(&m->worker);
-    m->drain_deadline_ms =
-        worker_now_ms() + m->worker.boot->cfg.upstream_timeout_ms + MAIN_DRAIN_SLACK_MS;
-    m->drain_timer = event_new(m->base, -1, EV_PERSIST, main_on_drain_tick, m);
-    event_add(m->drain_timer, &tick);
-    main_on_drain_tick(-1, 0, m);
+            worker_pool_active(&m->pool));
+    worker_pool_drain(&m->pool, MAIN_DRAIN_SLACK_MS);
 }
 
 static void main_on_flush_tick(evutil_socket_t fd, short what, void *arg)
@@ -126,8 +86,12 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
 
     (void)sig;
     (void)what;
+    if (m->stopping) {
+        log_msg(LOG_WARN, "SIGHUP while draining: ignored");
+        return;
+    }
     log_msg(LOG_INFO, "SIGHUP: reloading %s", m->file);
-    worker_reload(&m->worker, m->file);
+    worker_pool_reload(&m->pool, m->file);
 }
 
 int main(int argc, char **argv)
@@ -136,10 +100,12 @@ int main(int argc, char **argv)
     bool test_only = false;
     struct worker_config *wc;
     struct main_state m;
+    struct event_base *base;
     struct event *sigterm, *sigint, *sighup, *flush;
     struct timeval flush_interval = { 0, LOG_FLUSH_INTERVAL_MS * 1000 };
+    sigset_t stop_and_reload;
     char err[1024];
-    int opt;
+    int opt, rc = 0;
 
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {
@@ -166,47 +132,64 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    /*
+     * The listeners accept from worker_pool_init on, so a supervisor may
+     * signal from then: hold SIGTERM, SIGINT and SIGHUP pending until the
+     * event loop handles them (their default action would kill us).
+     */
+    sigemptyset(&stop_and_reload);
+    sigaddset(&stop_and_reload, SIGTERM);
+    sigaddset(&stop_and_reload, SIGINT);
+    sigaddset(&stop_and_reload, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop_and_reload, NULL);
     log_init();
     event_set_log_callback(main_on_libevent_log);
     main_raise_fd_limit();
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) { /* once, before any thread */
         fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
+        worker_config_put(wc);
         return 1;
     }
     memset(&m, 0, sizeof(m));
     m.file = file;
-    m.base = main_event_base_new();
-    if (m.base == NULL || worker_init(&m.worker, m.base, wc, err, sizeof(err)) != 0) {
-        fprintf(stderr, "idempotency-proxy: %s\n", m.base == NULL ? "cannot create the event loop" : err);
-        if (m.base != NULL)
-            event_base_free(m.base);
+    if (worker_pool_init(&m.pool, wc, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: %s\n", err);
         worker_config_put(wc);
         curl_global_cleanup();
         return 1;
     }
-    sigterm = evsignal_new(m.base, SIGTERM, main_on_stop_signal, &m);
-    sigint = evsignal_new(m.base, SIGINT, main_on_stop_signal, &m);
-    sighup = evsignal_new(m.base, SIGHUP, main_on_reload_signal, &m);
+    base = m.pool.workers[0].base;
+    sigterm = evsignal_new(base, SIGTERM, main_on_stop_signal, &m);
+    sigint = evsignal_new(base, SIGINT, main_on_stop_signal, &m);
+    sighup = evsignal_new(base, SIGHUP, main_on_reload_signal, &m);
     event_add(sigterm, NULL);
     event_add(sigint, NULL);
     event_add(sighup, NULL);
-    flush = event_new(m.base, -1, EV_PERSIST, main_on_flush_tick, NULL);
+    flush = event_new(base, -1, EV_PERSIST, main_on_flush_tick, NULL);
     event_add(flush, &flush_interval);
-    log_msg(LOG_INFO, "listening on %s:%u, upstream %s, %zu routes", wc->cfg.listen.host,
-            wc->cfg.listen.port, wc->cfg.upstream_url, wc->cfg.n_routes);
-    worker_config_put(wc); /* the worker holds its own references */
-
-    event_base_dispatch(m.base);
+    if (worker_pool_start(&m.pool, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: %s\n", err);
+        rc = 1;
+    } else {
+        log_msg(LOG_INFO, "listening on %s:%u with %u workers, upstream %s, %zu routes",
+                wc->cfg.listen.host, wc->cfg.listen.port, m.pool.n, wc->cfg.upstream_url,
+                wc->cfg.n_routes);
+        pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers keep them blocked */
+        event_base_dispatch(base);
+    }
+    worker_config_put(wc); /* the workers hold their own references */
+    worker_pool_join(&m.pool);
+    if (rc == 0)
+        log_msg(LOG_INFO, "all workers stopped; exiting");
 
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
     event_free(flush);
     log_flush();
-    if (m.drain_timer != NULL)
-        event_free(m.drain_timer);
-    worker_deinit(&m.worker);
-    event_base_free(m.base);
+    worker_pool_deinit(&m.pool);
+    fingerprint_thread_end();
+    log_thread_end();
     curl_global_cleanup();
-    return 0;
+    return rc;
 }

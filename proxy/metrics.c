@@ -13,40 +13,70 @@ static const double metrics_bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 
-void metrics_count_request(struct metrics *m, const char *route, const char *outcome)
+int metrics_init(struct metrics *m)
 {
-    const char *r = route != NULL ? route : "";
+    memset(m, 0, sizeof(*m));
+    return pthread_mutex_init(&m->lock, NULL) == 0 ? 0 : -1;
+}
+
+/* The count of route and outcome, added when new; NULL when out of memory. Lock held. */
+static struct metrics_request_count *metrics_request_slot(struct metrics *m, const char *route,
+                                                          const char *outcome)
+{
+    struct metrics_request_count *c;
+    char *copy;
 
     for (size_t i = 0; i < m->n_requests; i++) {
-        struct metrics_request_count *c = &m->requests[i];
-        if (strcmp(c->outcome, outcome) == 0 && strcmp(c->route, r) == 0) {
-            c->count++;
-            return;
-        }
+        c = &m->requests[i];
+        if (strcmp(c->outcome, outcome) == 0 && strcmp(c->route, route) == 0)
+            return c;
     }
     if (m->n_requests == m->cap_requests) {
         size_t cap = m->cap_requests ? m->cap_requests * 2 : 32;
         struct metrics_request_count *grown = realloc(m->requests, cap * sizeof(*grown));
         if (grown == NULL)
-            return;
+            return NULL;
         m->requests = grown;
         m->cap_requests = cap;
     }
-    char *copy = strdup(r);
+    copy = strdup(route);
     if (copy == NULL)
-        return;
-    m->requests[m->n_requests++] = (struct metrics_request_count){ copy, outcome, 1 };
+        return NULL;
+    c = &m->requests[m->n_requests++];
+    *c = (struct metrics_request_count){ copy, outcome, 0 };
+    return c;
 }
 
-void metrics_observe(struct metrics_histogram *h, double seconds)
+void metrics_count_request(struct metrics *m, const char *route, const char *outcome)
 {
+    struct metrics_request_count *c;
+
+    pthread_mutex_lock(&m->lock);
+    c = metrics_request_slot(m, route != NULL ? route : "", outcome);
+    if (c != NULL)
+        c->count++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count(struct metrics *m, enum metrics_counter c)
+{
+    pthread_mutex_lock(&m->lock);
+    m->counters[c]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_observe(struct metrics *m, enum metrics_latency which, double seconds)
+{
+    struct metrics_histogram *h = &m->latency[which];
     size_t i = 0;
 
     while (i < METRICS_BUCKETS && seconds > metrics_bounds[i])
         i++;
+    pthread_mutex_lock(&m->lock);
     h->counts[i]++;
     h->sum += seconds;
     h->count++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 /* A label value with \ " and newline escaped, as the format requires. */
@@ -86,9 +116,9 @@ static void metrics_render_scalar(struct evbuffer *out, const char *name, const 
                         name, value);
 }
 
-void metrics_render(const struct metrics *m, struct evbuffer *out, unsigned in_flight,
-                    unsigned waiting, unsigned upstream_in_flight, int redis_up)
+void metrics_render(struct metrics *m, struct evbuffer *out, const struct metrics_gauges *g)
 {
+    pthread_mutex_lock(&m->lock);
     evbuffer_add_printf(out,
                         "# HELP idempotency_proxy_build_info Version of the running proxy.\n"
                         "# TYPE idempotency_proxy_build_info gauge\n"
@@ -104,28 +134,32 @@ void metrics_render(const struct metrics *m, struct evbuffer *out, unsigned in_f
     }
     metrics_render_histogram(out, "idempotency_proxy_upstream_duration_seconds",
                              "Upstream exchange time, request sent to answer read.",
-                             &m->upstream_latency);
+                             &m->latency[METRICS_UPSTREAM_LATENCY]);
     metrics_render_histogram(out, "idempotency_proxy_redis_duration_seconds",
-                             "Redis command round-trip time.", &m->redis_latency);
+                             "Redis command round-trip time.",
+                             &m->latency[METRICS_REDIS_LATENCY]);
     metrics_render_scalar(out, "idempotency_proxy_in_flight_requests", "gauge",
-                          "Client requests being handled.", in_flight);
+                          "Client requests being handled.", g->in_flight);
     metrics_render_scalar(out, "idempotency_proxy_waiting_requests", "gauge",
-                          "Requests waiting for another request's answer.", waiting);
+                          "Requests waiting for another request's answer.", g->waiting);
     metrics_render_scalar(out, "idempotency_proxy_upstream_in_flight", "gauge",
-                          "Upstream exchanges in flight.", upstream_in_flight);
+                          "Upstream exchanges in flight.", g->upstream_in_flight);
     metrics_render_scalar(out, "idempotency_proxy_redis_up", "gauge",
-                          "1 when the Redis connection is up.", redis_up);
+                          "1 when the Redis connection of every worker is up.", g->redis_up);
     metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
                           "Redis commands that failed, timed out or found no connection.",
-                          (double)m->store_errors);
+                          (double)m->counters[METRICS_STORE_ERRORS]);
     metrics_render_scalar(out, "idempotency_proxy_store_error_passes_total", "counter",
                           "Requests forwarded unprotected because Redis failed "
                           "(on_store_error: pass).",
-                          (double)m->store_error_passes);
+                          (double)m->counters[METRICS_STORE_ERROR_PASSES]);
     metrics_render_scalar(out, "idempotency_proxy_config_reloads_total", "counter",
-                          "Configuration reloads applied (SIGHUP).", (double)m->reloads);
+                          "Configuration reloads applied (SIGHUP).",
+                          (double)m->counters[METRICS_RELOADS]);
     metrics_render_scalar(out, "idempotency_proxy_config_reload_failures_total", "counter",
-                          "Configuration reloads refused.", (double)m->reload_failures);
+                          "Configuration reloads refused.",
+                          (double)m->counters[METRICS_RELOAD_FAILURES]);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_deinit(struct metrics *m)
@@ -133,5 +167,6 @@ void metrics_deinit(struct metrics *m)
     for (size_t i = 0; i < m->n_requests; i++)
         free(m->requests[i].route);
     free(m->requests);
+    pthread_mutex_destroy(&m->lock);
     memset(m, 0, sizeof(*m));
 }

@@ -1,10 +1,12 @@
 /*
  * metrics.h - counters, gauges and histograms for GET /metrics, in the
- * Prometheus text exposition format 0.0.4. One set per worker; no locking.
+ * Prometheus text exposition format 0.0.4. One set per process, shared by
+ * the worker threads: every function takes the set's lock.
  */
 #ifndef IDEM_METRICS_H
 #define IDEM_METRICS_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,31 +26,48 @@ struct metrics_request_count {
     uint64_t count;
 };
 
+enum metrics_counter {
+    METRICS_STORE_ERRORS,           /* Redis unavailable, timed out or erroring */
+    METRICS_STORE_ERROR_PASSES,     /* requests forwarded unprotected because of it */
+    METRICS_RELOADS,
+    METRICS_RELOAD_FAILURES,
+    METRICS_COUNTERS
+};
+
+enum metrics_latency { METRICS_UPSTREAM_LATENCY, METRICS_REDIS_LATENCY, METRICS_LATENCIES };
+
 struct metrics {
+    pthread_mutex_t lock;                   /* guards everything below */
     struct metrics_request_count *requests; /* owned array */
     size_t n_requests, cap_requests;
-    uint64_t store_errors;                  /* Redis unavailable, timed out or erroring */
-    uint64_t store_error_passes;            /* requests forwarded unprotected because of it */
-    uint64_t reloads, reload_failures;
-    struct metrics_histogram upstream_latency;
-    struct metrics_histogram redis_latency;
+    uint64_t counters[METRICS_COUNTERS];
+    struct metrics_histogram latency[METRICS_LATENCIES];
 };
+
+/* The gauges, summed over the workers by the caller of metrics_render. */
+struct metrics_gauges {
+    unsigned in_flight;             /* exchanges not yet answered and freed */
+    unsigned waiting;               /* requests waiting for another's answer */
+    unsigned upstream_in_flight;    /* upstream transfers */
+    int redis_up;                   /* 1 when every worker's Redis connection is up */
+};
+
+/* An empty set. Returns 0, or -1 when the lock cannot be created. */
+int metrics_init(struct metrics *m);
 
 /* Count one request of route (NULL: none) with outcome (a static string). */
 void metrics_count_request(struct metrics *m, const char *route, const char *outcome);
 
-/* Record one latency observation, in seconds. */
-void metrics_observe(struct metrics_histogram *h, double seconds);
+/* Add one to counter c. */
+void metrics_count(struct metrics *m, enum metrics_counter c);
 
-/*
- * Append the exposition text to out. The gauges are passed in: exchanges in
- * flight, requests waiting for another's answer, upstream transfers in flight,
- * and whether Redis is connected (0/1).
- */
-void metrics_render(const struct metrics *m, struct evbuffer *out, unsigned in_flight,
-                    unsigned waiting, unsigned upstream_in_flight, int redis_up);
+/* Record one latency observation of histogram h, in seconds. */
+void metrics_observe(struct metrics *m, enum metrics_latency h, double seconds);
 
-/* Free what metrics_count_request allocated. */
+/* Append the exposition text of m and the gauges g to out. */
+void metrics_render(struct metrics *m, struct evbuffer *out, const struct metrics_gauges *g);
+
+/* Free what metrics_init and metrics_count_request allocated. */
 void metrics_deinit(struct metrics *m);
 
 #endif

@@ -60,7 +60,8 @@ struct store {
     struct event_base *base;
     const struct config *cfg;
     redisAsyncContext *ac;      /* NULL while disconnected */
-    bool connected;             /* connect callback said OK */
+    _Atomic bool connected;     /* connect callback said OK; ac is set while it holds;
+                                   read by other threads (metrics, readiness) */
     bool destroying;
     unsigned backoff_ms;
     struct event reconnect_ev;
@@ -435,7 +436,7 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg)
 
 bool store_ready(const struct store *s)
 {
-    return s->connected && s->ac != NULL;
+    return s->connected;
 }
 
 static void store_eval(struct store *s, enum store_script script, store_cas_cb *cb, void *arg,

@@ -58,7 +58,7 @@ typedef void store_observer(double seconds, bool ok, void *arg);
 /* Install the observer (metrics); fn may be NULL. */
 void store_set_observer(struct store *s, store_observer *fn, void *arg);
 
-/* Whether the connection is up (for /readyz). */
+/* Whether the connection is up (for /readyz and metrics); any thread may ask while s exists. */
 bool store_ready(const struct store *s);
 
 /*

@@ -64,7 +64,7 @@ struct upstream {
     const struct config *cfg;
     CURLM *multi;
     struct event timer;
-    unsigned in_flight;
+    _Atomic unsigned in_flight; /* read by other threads (metrics) */
     TAILQ_HEAD(, upstream_call) calls;
     CURL *pool[UPSTREAM_HANDLE_POOL];   /* idle, reset easy handles */
     size_t n_pool;

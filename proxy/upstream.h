@@ -62,7 +62,7 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
                   const struct evkeyvalq *headers, const char *client_addr, const char *body,
                   size_t len, upstream_done_cb *cb, void *arg);
 
-/* Transfers in flight, for drain and metrics. */
+/* Transfers in flight, for drain and metrics; any thread may ask while up exists. */
 unsigned upstream_in_flight(const struct upstream *up);
 
 #endif

@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what it needs, then builds and
-# tests twice (plain with -Werror, and under AddressSanitizer +
-# UndefinedBehaviorSanitizer): unit tests via meson, integration tests via
-# pytest against the real binary, a real redis-server and the demo upstream.
-# Ends with one line "N passed, N failed".
+# tests three times: plain with -Werror; under AddressSanitizer +
+# UndefinedBehaviorSanitizer; under ThreadSanitizer with every proxy running
+# two worker threads (IDEM_TEST_WORKERS=2). Each: unit tests via meson,
+# integration tests via pytest against the real binary, a real redis-server
+# and the demo upstream. Ends with one line "N passed, N failed".
 #
-#   tests/run.sh            both variants
-#   tests/run.sh plain      one variant (plain | asan)
+#   tests/run.sh            all variants
+#   tests/run.sh plain      one variant (plain | asan | tsan)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/tests/install-deps.sh" --tests || { echo "0 passed, 1 failed"; exit 1; }
 
 variants=("$@")
-((${#variants[@]})) || variants=(plain asan)
+((${#variants[@]})) || variants=(plain asan tsan)
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 build_failures=0
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=0}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:report_signal_unsafe=0:suppressions=$root/tests/tsan.supp}
 
 for v in "${variants[@]}"; do
   dir="build-test-$v"
   opts=(-Dwerror=true -Dbuildtype=debugoptimized)
   [[ $v == asan ]] && opts+=(-Db_sanitize=address,undefined -Db_lundef=false)
+  [[ $v == tsan ]] && opts+=(-Db_sanitize=thread -Db_lundef=false)
+  workers=
+  [[ $v == tsan ]] && workers=2
   echo "=== $v: build"
   if ! { [[ -d $dir ]] || meson setup "$dir" "${opts[@]}" >/dev/null; } || ! ninja -C "$dir" >/dev/null; then
     echo "build $v failed"
@@ -36,7 +41,7 @@ for v in "${variants[@]}"; do
   meson test -C "$dir" --suite unit --print-errorlogs --no-rebuild
   cp "$dir/meson-logs/testlog.junit.xml" "$results/unit-$v.xml" 2>/dev/null
   echo "=== $v: integration tests"
-  IDEM_PROXY_BIN="$root/$dir/proxy/idempotency-proxy" \
+  IDEM_PROXY_BIN="$root/$dir/proxy/idempotency-proxy" IDEM_TEST_WORKERS="$workers" \
     /usr/bin/python3 -m pytest -q tests/integration --junitxml="$results/integration-$v.xml" \
     -o junit_suite_name="integration-$v"
 done

@@ -28,7 +28,8 @@ UPSTREAM_SCRIPT = os.path.join(REPO, "tests", "upstream", "payments_api.py")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 DEFAULT_TIMEOUT = 15.0
 
-SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
 
 
 def proxy_binary():
@@ -630,7 +631,12 @@ DEFAULT_ROUTES = [
     {"path": "/v1/strict*", "require_key": True},
 ]
 
-TOP_LEVEL = ("listen", "admin_listen", "upstream", "redis", "limits", "defaults", "routes")
+TOP_LEVEL = ("listen", "admin_listen", "workers", "upstream", "redis", "limits", "defaults",
+             "routes")
+
+# IDEM_TEST_WORKERS=N runs every proxy that build_config writes with `workers: N`
+# (tests/run.sh runs the suite once that way); a test's own workers= wins.
+TEST_WORKERS = os.environ.get("IDEM_TEST_WORKERS")
 
 
 def deep_merge(base, over):
@@ -654,6 +660,7 @@ def build_config(port, admin_port, upstream_url, redis_url, routes=None, **overr
     cfg = {
         "listen": "127.0.0.1:%d" % port,
         "admin_listen": "127.0.0.1:%d" % admin_port if admin_port else "",
+        "workers": int(TEST_WORKERS) if TEST_WORKERS else None,
         "upstream": {"url": upstream_url, "connect_timeout": "2s", "timeout": "30s"},
         "redis": {"url": redis_url, "key_prefix": "idem", "timeout": "500ms"},
         "limits": {"max_request_body": "1MiB", "max_stored_response": "1MiB"},

@@ -42,6 +42,7 @@ static const char *check_defaults(const struct config *cfg)
 
     EXPECT(STREQ(cfg->listen.host, "0.0.0.0") && cfg->listen.port == 8080);
     EXPECT(STREQ(cfg->admin_listen.host, "127.0.0.1") && cfg->admin_listen.port == 9901);
+    EXPECT(cfg->workers == 1 && config_workers(cfg) == 1);
     EXPECT(STREQ(cfg->upstream_url, "http://127.0.0.1:3000"));
     EXPECT(STREQ(cfg->upstream_base, "http://127.0.0.1:3000"));
     EXPECT(cfg->upstream_unix_path == NULL);
@@ -92,6 +93,19 @@ static const char *check_size_units(const struct config *cfg)
 {
     EXPECT(cfg->max_request_body == 512);
     EXPECT(cfg->max_stored_response == 64 * 1024);
+    return NULL;
+}
+
+static const char *check_workers_4(const struct config *cfg)
+{
+    EXPECT(cfg->workers == 4 && config_workers(cfg) == 4);
+    return NULL;
+}
+
+static const char *check_workers_auto(const struct config *cfg)
+{
+    EXPECT(cfg->workers == 0);
+    EXPECT(config_workers(cfg) >= 1 && config_workers(cfg) <= CONFIG_MAX_WORKERS);
     return NULL;
 }
 
@@ -281,6 +295,13 @@ static const struct config_case config_cases[] = {
       0, NULL, check_size_units },
     { "sizes take MiB and GiB", "limits:\n  max_request_body: 2MiB\n  max_stored_response: 1GiB\n",
       0, NULL, check_size_mib },
+
+    /* workers */
+    { "workers takes a number", "workers: 4\n", 0, NULL, check_workers_4 },
+    { "workers takes auto", "workers: auto\n", 0, NULL, check_workers_auto },
+    { "workers at least 1", "listen: 0.0.0.0:8080\nworkers: 0\n", 2, "from 1 to 64", NULL },
+    { "workers at most 64", "workers: 65\n", 1, "from 1 to 64", NULL },
+    { "workers is a number", "workers: -2\n", 1, "or auto", NULL },
 
     /* ${VAR} */
     { "env vars expand in strings", "upstream:\n  url: http://${TEST_IDEM_HOST}:3000\n"

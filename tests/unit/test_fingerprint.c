@@ -1,4 +1,6 @@
-/* Fingerprints (XXH3-128 over method, target, body) and record ids (SHA-256). */
+/* Fingerprints (XXH3-128 over method, target, body), record ids (SHA-256), owner tokens. */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fingerprint.h"
@@ -7,6 +9,44 @@
 static void fp(const char *method, const char *target, const void *body, size_t len, char *out)
 {
     fingerprint_request(method, target, body, len, out);
+}
+
+/* Owner tokens drawn by worker threads at once (server.c runs one event loop per thread). */
+#define TOKEN_THREADS 4
+#define TOKENS_PER_THREAD 20000
+
+static char tokens[TOKEN_THREADS * TOKENS_PER_THREAD][33];
+
+static void *draw_tokens(void *arg)
+{
+    char (*mine)[33] = arg;
+
+    for (int i = 0; i < TOKENS_PER_THREAD; i++)
+        if (owner_token_create(mine[i]) != 0)
+            mine[i][0] = '\0';
+    return NULL;
+}
+
+static int token_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* Returns the number of duplicate or failed tokens. */
+static int tokens_from_threads(void)
+{
+    pthread_t t[TOKEN_THREADS];
+    int bad = 0;
+
+    for (int i = 0; i < TOKEN_THREADS; i++)
+        pthread_create(&t[i], NULL, draw_tokens, tokens[i * TOKENS_PER_THREAD]);
+    for (int i = 0; i < TOKEN_THREADS; i++)
+        pthread_join(t[i], NULL);
+    qsort(tokens, TOKEN_THREADS * TOKENS_PER_THREAD, sizeof(tokens[0]), token_cmp);
+    for (int i = 0; i < TOKEN_THREADS * TOKENS_PER_THREAD; i++)
+        if (strlen(tokens[i]) != 32 || (i > 0 && strcmp(tokens[i], tokens[i - 1]) == 0))
+            bad++;
+    return bad;
 }
 
 int main(void)
@@ -55,5 +95,9 @@ int main(void)
     UNIT_CHECK("owner token", owner_token_create(a) == 0 && strlen(a) == 32, "failed");
     owner_token_create(b);
     UNIT_CHECK("owner tokens differ", strcmp(a, b) != 0, "equal");
+    int bad = tokens_from_threads();
+    UNIT_CHECK("owner tokens of 4 threads at once are all distinct", bad == 0,
+               "%d duplicate or failed of %d", bad, TOKEN_THREADS * TOKENS_PER_THREAD);
+    fingerprint_thread_end();
     UNIT_DONE();
 }
