@@ -304,7 +304,6 @@ static const char *server_restart_needed(const struct config *old, const struct 
     return server_identity_changed(old, new);
 }
 
-
 /* ---- one worker ------------------------------------------------------------ */
 
 /*
