@@ -62,13 +62,15 @@ static void main_on_libevent_log(int severity, const char *msg)
 static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct main_state *m = arg;
+    unsigned in_flight, unsent;
 
     (void)what;
     if (m->stopping)
         return;
     m->stopping = true;
-    log_msg(LOG_INFO, "%s: draining %u requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-            worker_pool_active(&m->pool));
+    in_flight = worker_pool_in_flight(&m->pool, &unsent);
+    log_msg(LOG_INFO, "%s: draining %u requests in flight and %u answers being written",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", in_flight, unsent);
     worker_pool_drain(&m->pool, MAIN_DRAIN_SLACK_MS);
 }
 

@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -155,10 +157,41 @@ static void server_listener_release(struct server_listener *sl)
 }
 
 /*
- * With SO_REUSEPORT every socket that sets it may bind the port, a second
- * proxy by mistake included. Bind it once without, so a port someone holds
- * is refused as before. 0 free, -1 with err.
+ * With SO_REUSEPORT every socket of the same user that sets it may bind the
+ * port, a second proxy started by mistake included. Two guards keep the port
+ * ours alone, as with one worker. A port someone already holds: bind it once
+ * without SO_REUSEPORT first (server_port_free). Two proxies starting at the
+ * same moment, both past that check before either binds: the first to bind
+ * an abstract unix socket named after the endpoint holds it until it exits
+ * (the name lives in the network namespace, like the port), the other is
+ * refused. Returns the lock's descriptor, or -1 with err.
  */
+static int server_lock_endpoint(const struct endpoint *ep, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    int fd, n;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    /* sun_path[0] = '\0': the abstract namespace; no file, gone with the process */
+    n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "idempotency-proxy listen %s:%u",
+                 ep->host, ep->port);
+    if (n < 0 || (size_t)n >= sizeof(sa.sun_path) - 1)
+        n = (int)sizeof(sa.sun_path) - 2;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%u: %s", ep->host, ep->port,
+                 errno == EADDRINUSE ? "Address already in use (another idempotency-proxy "
+                                       "holds it)" : strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Bind the port once without SO_REUSEPORT: 0 when nobody holds it, else -1 with err. */
 static int server_port_free(const struct sockaddr *sa, socklen_t len, const struct endpoint *ep,
                             char *err, size_t errlen)
 {
@@ -370,11 +403,9 @@ static void worker_stop_accepting(struct worker *w)
 /* Exchanges in flight and answers unsent, summed over the pool (any thread). */
 static unsigned worker_pool_busy(struct worker_pool *p)
 {
-    unsigned n = 0;
+    unsigned unsent, in_flight = worker_pool_in_flight(p, &unsent);
 
-    for (unsigned i = 0; i < p->n; i++)
-        n += p->workers[i].active + p->workers[i].unflushed;
-    return n;
+    return in_flight + unsent;
 }
 
 /*
@@ -598,8 +629,13 @@ int worker_pool_init(struct worker_pool *p, struct worker_config *wc, char *err,
     unsigned n = config_workers(&wc->cfg);
 
     memset(p, 0, sizeof(*p));
+    p->port_lock = -1;
     if (metrics_init(&p->metrics) != 0) {
         snprintf(err, errlen, "cannot create the metrics lock");
+        return -1;
+    }
+    if (n > 1 && (p->port_lock = server_lock_endpoint(&wc->cfg.listen, err, errlen)) < 0) {
+        metrics_deinit(&p->metrics);
         return -1;
     }
     p->workers = calloc(n, sizeof(*p->workers));
@@ -716,15 +752,21 @@ void worker_pool_deinit(struct worker_pool *p)
     free(p->workers);
     free(p->threads);
     metrics_deinit(&p->metrics);
+    if (p->port_lock >= 0)
+        close(p->port_lock);
     memset(p, 0, sizeof(*p));
+    p->port_lock = -1;
 }
 
-unsigned worker_pool_active(struct worker_pool *p)
+unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent)
 {
     unsigned n = 0;
 
-    for (unsigned i = 0; i < p->n; i++)
+    *unsent = 0;
+    for (unsigned i = 0; i < p->n; i++) {
         n += p->workers[i].active;
+        *unsent += p->workers[i].unflushed;
+    }
     return n;
 }
 

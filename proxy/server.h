@@ -73,6 +73,7 @@ struct worker_pool {
     unsigned n;
     pthread_t *threads;                     /* workers[1..n-1]'s; owned */
     unsigned started;                       /* threads running or to be joined */
+    int port_lock;                          /* with several workers: the endpoint's lock, or -1 */
     struct metrics metrics;
 };
 
@@ -91,7 +92,9 @@ void worker_config_put(struct worker_config *wc);
  * client listener, store and upstream client (each takes its own references
  * to wc); worker 0 also gets the admin listener. With more than one worker
  * the client listeners share the port through SO_REUSEPORT, after a check
- * that no other socket holds it. Nothing runs yet. Returns 0, or -1 with one
+ * that no other socket holds it and with a lock on the endpoint (an abstract
+ * unix socket) that a second proxy starting at the same moment cannot take.
+ * Nothing runs yet. Returns 0, or -1 with one
  * line in err (errlen bytes), e.g. the port in use; then p is left empty.
  */
 int worker_pool_init(struct worker_pool *p, struct worker_config *wc, char *err, size_t errlen);
@@ -131,8 +134,8 @@ void worker_pool_join(struct worker_pool *p);
 /* Free what worker_pool_init made; after worker_pool_join. */
 void worker_pool_deinit(struct worker_pool *p);
 
-/* Exchanges in flight, summed over the workers (any thread). */
-unsigned worker_pool_active(struct worker_pool *p);
+/* Exchanges in flight, summed over the workers; *unsent: answers evhttp is still writing (any thread). */
+unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent);
 
 /* The gauges of /metrics, summed over the workers (any thread). */
 void worker_pool_gauges(struct worker_pool *p, struct metrics_gauges *g);

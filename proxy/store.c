@@ -60,8 +60,10 @@ struct store {
     struct event_base *base;
     const struct config *cfg;
     redisAsyncContext *ac;      /* NULL while disconnected */
-    _Atomic bool connected;     /* connect callback said OK; ac is set while it holds;
-                                   read by other threads (metrics, readiness) */
+    _Atomic bool connected;     /* Redis answered on ac (the setup command's reply came
+                                   back): a TCP connect alone is not enough, the kernel
+                                   completes it for a stalled Redis too; ac is set while
+                                   it holds; read by other threads (metrics, readiness) */
     bool destroying;
     unsigned backoff_ms;
     struct event reconnect_ev;
@@ -298,13 +300,18 @@ static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privd
                 r->str);
 }
 
-/* Evicted records re-execute their retries: say so when Redis may evict. */
+/*
+ * The first reply on a new connection: Redis answers, so the store is ready.
+ * Evicted records re-execute their retries: say so when Redis may evict.
+ */
 static void store_on_policy_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
+    struct store *s = ac->data;
 
-    (void)ac;
     (void)privdata;
+    if (r != NULL && s != NULL && s->ac == ac)
+        s->connected = true;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return; /* CONFIG may be disabled (managed Redis): nothing to check */
@@ -327,8 +334,7 @@ static void store_on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     log_msg(LOG_INFO, "redis: connected");
-    s->connected = true;
-    s->backoff_ms = STORE_BACKOFF_MIN_MS;
+    s->backoff_ms = STORE_BACKOFF_MIN_MS; /* ready once it answers: store_on_policy_reply */
 }
 
 static void store_on_disconnect(const redisAsyncContext *ac, int status)

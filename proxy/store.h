@@ -58,7 +58,11 @@ typedef void store_observer(double seconds, bool ok, void *arg);
 /* Install the observer (metrics); fn may be NULL. */
 void store_set_observer(struct store *s, store_observer *fn, void *arg);
 
-/* Whether the connection is up (for /readyz and metrics); any thread may ask while s exists. */
+/*
+ * Whether the connection is up and Redis answered on it (for /readyz and
+ * metrics): false from a timeout, which drops the connection, until a new
+ * one gets a reply. Any thread may ask while s exists.
+ */
 bool store_ready(const struct store *s);
 
 /*

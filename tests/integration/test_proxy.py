@@ -950,6 +950,26 @@ def test_sighup_refuses_a_change_of_record_identity(start_proxy, upstream, redis
 # Redis trouble
 # --------------------------------------------------------------------------
 
+def test_readyz_stays_503_while_redis_is_stalled(start_proxy, redis):
+    """A command that times out drops the connection; the kernel completes the new one's
+    TCP handshake for a stopped Redis too, but the instance is ready only once Redis answers."""
+    p = start_proxy(redis={"timeout": "300ms"})
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    redis.pause()
+    try:
+        assert_problem(p.post(key=new_key()), 503, "store-unavailable")
+        seen = set()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # reconnects happen in here
+            seen.add(p.admin("GET", "/readyz").status)
+            time.sleep(0.05)
+        assert seen == {503}, seen
+    finally:
+        redis.resume()
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, timeout=10, what="ready again")
+    assert p.post(key=new_key()).status == 201
+
+
 def test_claim_that_lands_after_a_redis_stall_is_released(proxy, upstream, redis):
     """The claim of a request refused with 503 (Redis stalled past redis.timeout) reaches
     Redis when it resumes; nothing was forwarded, so the proxy releases it and the retry
@@ -2272,6 +2292,36 @@ def test_a_second_proxy_cannot_share_the_port_of_a_running_one(start_proxy, tmp_
     assert "in use" in err.lower(), err
     assert listening_sockets(p.port) == 2
     assert p.post(key=new_key()).status == 201
+
+
+def test_two_proxies_starting_at_once_on_one_port_cannot_both_run(tmp_path, upstream, redis):
+    """Both could pass the "is the port free" check before either binds its SO_REUSEPORT
+    sockets; the endpoint lock lets exactly one of them run, every time."""
+    require_binary()
+    port = free_port()
+    path = tmp_path / "twins.yaml"
+    path.write_text(to_yaml(build_config(port, None, upstream.url, redis.url, workers=4)) + "\n")
+    for attempt in range(10):
+        twins = [subprocess.Popen([proxy_binary(), "-c", str(path)], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        try:
+            wait_until(lambda: any(t.poll() is not None for t in twins), timeout=10,
+                       what="one of the two proxies to give up (attempt %d)" % attempt)
+            time.sleep(0.2)
+            running = [t for t in twins if t.poll() is None]
+            refused = [t for t in twins if t.poll() is not None]
+            assert len(running) == 1 and len(refused) == 1, [t.poll() for t in twins]
+            assert refused[0].returncode == 1
+            assert b"in use" in refused[0].stderr.read()
+            wait_until(lambda: listening_sockets(port) == 4, what="the survivor's 4 sockets")
+        finally:
+            for t in twins:
+                if t.poll() is None:
+                    t.send_signal(signal.SIGTERM)
+                t.wait(15)
+                t.stderr.close()
+        wait_until(lambda: listening_sockets(port) == 0, what="the port to close")
 
 
 def test_concurrent_identical_requests_across_workers_execute_once(start_proxy, upstream):
