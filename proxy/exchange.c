@@ -724,6 +724,7 @@ static void orphan_free(struct orphan_claim *o)
 {
     event_del(&o->timer);
     TAILQ_REMOVE(&o->w->orphans, o, link);
+    o->w->orphaned--;
     free(o);
 }
 
@@ -774,6 +775,7 @@ static void exchange_release_orphan(struct exchange *x)
     o->attempts_left = (unsigned)(x->policy->lease_ms / ORPHAN_RETRY_MS) + 1;
     evtimer_assign(&o->timer, x->w->base, orphan_on_timer, o);
     TAILQ_INSERT_TAIL(&x->w->orphans, o, link);
+    x->w->orphaned++;
     evtimer_add(&o->timer, &tv);
 }
 
@@ -820,8 +822,12 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
     case DECIDE_OUTCOME_UNKNOWN:
         x->outcome = "outcome-unknown";
         exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
-                         "the original request was sent upstream but its outcome is unknown; "
-                         "an operator must check and purge the record",
+                         rec.state == RECORD_UNKNOWN
+                             ? "the original request was sent upstream but its outcome is "
+                               "unknown; an operator must check and purge the record"
+                             : "the request that claimed this key stopped without an answer (its "
+                               "lease ran out), so it may or may not have reached the upstream; "
+                               "an operator must check and purge the record",
                          0, true);
         return;
     case DECIDE_NOT_REPLAYABLE:

@@ -62,15 +62,15 @@ static void main_on_libevent_log(int severity, const char *msg)
 static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct main_state *m = arg;
-    unsigned in_flight, unsent;
+    unsigned in_flight, unsent, unreleased;
 
     (void)what;
     if (m->stopping)
         return;
     m->stopping = true;
-    in_flight = worker_pool_in_flight(&m->pool, &unsent);
-    log_msg(LOG_INFO, "%s: draining %u requests in flight and %u answers being written",
-            sig == SIGTERM ? "SIGTERM" : "SIGINT", in_flight, unsent);
+    in_flight = worker_pool_in_flight(&m->pool, &unsent, &unreleased);
+    log_msg(LOG_INFO, "%s: draining %u requests in flight, %u answers being written, %u claims "
+            "to release", sig == SIGTERM ? "SIGTERM" : "SIGINT", in_flight, unsent, unreleased);
     worker_pool_drain(&m->pool, MAIN_DRAIN_SLACK_MS);
 }
 

@@ -400,12 +400,12 @@ static void worker_stop_accepting(struct worker *w)
     w->draining = true;
 }
 
-/* Exchanges in flight and answers unsent, summed over the pool (any thread). */
+/* Exchanges in flight, answers unsent and claims unreleased, summed over the pool (any thread). */
 static unsigned worker_pool_busy(struct worker_pool *p)
 {
-    unsigned unsent, in_flight = worker_pool_in_flight(p, &unsent);
+    unsigned unsent, unreleased, in_flight = worker_pool_in_flight(p, &unsent, &unreleased);
 
-    return in_flight + unsent;
+    return in_flight + unsent + unreleased;
 }
 
 /*
@@ -423,7 +423,9 @@ static void worker_on_drain_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(w->base, NULL);
     } else if (worker_now_ms() >= w->drain_deadline_ms) {
         log_msg(LOG_WARN, "worker %u: drain time is up with %u requests in flight, %u answers "
-                "unsent; exiting", w->index, (unsigned)w->active, (unsigned)w->unflushed);
+                "unsent, %u claims of refused requests unreleased (they end with their lease, "
+                "then read as outcome unknown); exiting", w->index, (unsigned)w->active,
+                (unsigned)w->unflushed, (unsigned)w->orphaned);
         event_base_loopexit(w->base, NULL);
     }
 }
@@ -758,14 +760,15 @@ void worker_pool_deinit(struct worker_pool *p)
     p->port_lock = -1;
 }
 
-unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent)
+unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned *unreleased)
 {
     unsigned n = 0;
 
-    *unsent = 0;
+    *unsent = *unreleased = 0;
     for (unsigned i = 0; i < p->n; i++) {
         n += p->workers[i].active;
         *unsent += p->workers[i].unflushed;
+        *unreleased += p->workers[i].orphaned;
     }
     return n;
 }

@@ -59,6 +59,7 @@ struct worker {
     _Atomic unsigned waiting;               /* exchanges in `waiters` */
     TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
     TAILQ_HEAD(, orphan_claim) orphans;     /* claims that may have landed unanswered */
+    _Atomic unsigned orphaned;              /* entries in `orphans` */
     bool draining;
     struct event *drain_timer;
     uint64_t drain_deadline_ms;             /* ms since the epoch */
@@ -121,8 +122,9 @@ int worker_pool_reload(struct worker_pool *p, const char *file);
 
 /*
  * SIGTERM, on the main thread: every worker stops accepting and answers
- * what it has in flight; once no worker has an exchange in flight or an
- * answer unwritten, every loop ends (until then a late request on a kept-alive
+ * what it has in flight; once no worker has an exchange in flight, an
+ * answer unwritten or a refused request's claim to release (a claim left
+ * behind would read as "outcome unknown" once its lease ends), every loop ends (until then a late request on a kept-alive
  * connection gets 503 shutting-down, whichever worker holds it); at the latest
  * slack_ms after the upstream timeout.
  */
@@ -134,8 +136,12 @@ void worker_pool_join(struct worker_pool *p);
 /* Free what worker_pool_init made; after worker_pool_join. */
 void worker_pool_deinit(struct worker_pool *p);
 
-/* Exchanges in flight, summed over the workers; *unsent: answers evhttp is still writing (any thread). */
-unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent);
+/*
+ * Exchanges in flight, summed over the workers; *unsent: answers evhttp is
+ * still writing; *unreleased: claims of refused requests not yet released
+ * (Redis stalled). Any thread.
+ */
+unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned *unreleased);
 
 /* The gauges of /metrics, summed over the workers (any thread). */
 void worker_pool_gauges(struct worker_pool *p, struct metrics_gauges *g);

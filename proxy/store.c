@@ -5,6 +5,8 @@
  * timer. A command that times out is reported at once; its late reply is
  * swallowed. A timeout also drops the connection (a stalled Redis would
  * otherwise pile up commands forever) and the store reconnects with backoff.
+ * A connection that has carried no reply for STORE_HEALTH_MS gets a timed
+ * PING, so a stalled Redis is noticed (readiness) without client traffic.
  */
 #include "store.h"
 
@@ -25,6 +27,7 @@
 
 #define STORE_BACKOFF_MIN_MS 100
 #define STORE_BACKOFF_MAX_MS 2000
+#define STORE_HEALTH_MS 1000
 
 enum store_script { SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_COUNT };
 
@@ -65,14 +68,17 @@ struct store {
                                    completes it for a stalled Redis too; ac is set while
                                    it holds; read by other threads (metrics, readiness) */
     bool destroying;
-    unsigned backoff_ms;
+    unsigned backoff_ms;        /* reset once Redis answers on a new connection */
     struct event reconnect_ev;
+    struct event health_ev;     /* every STORE_HEALTH_MS: PING an idle connection */
+    struct timeval last_reply;  /* when a reply last came back */
+    bool health_in_flight;
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
     store_observer *observer;
     void *observer_arg;
 };
 
-enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT };
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH };
 
 struct store_cmd {
     struct store *s;
@@ -133,6 +139,10 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
     case REPLY_INT:
         cmd->cb.integer(st, st == STORE_OK ? r->integer : 0, cmd->arg);
         break;
+    case REPLY_HEALTH:
+        if (cmd->s != NULL)
+            cmd->s->health_in_flight = false;
+        break;
     }
 }
 
@@ -144,6 +154,8 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
     case REPLY_CAS:
     case REPLY_INT:
         return r->type == REDIS_REPLY_INTEGER;
+    case REPLY_HEALTH:
+        return r->type == REDIS_REPLY_STATUS;
     }
     return false;
 }
@@ -183,6 +195,8 @@ static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct store *s = ac->data;
 
     cmd->in_redis = false;
+    if (r != NULL && s != NULL && s->ac == ac)
+        gettimeofday(&s->last_reply, NULL);
     if (r == NULL) {
         store_cmd_report(cmd, STORE_LOST, NULL);
     } else if (r->type == REDIS_REPLY_ERROR && cmd->script >= 0 && !cmd->reported &&
@@ -310,8 +324,11 @@ static void store_on_policy_reply(redisAsyncContext *ac, void *reply, void *priv
     struct store *s = ac->data;
 
     (void)privdata;
-    if (r != NULL && s != NULL && s->ac == ac)
+    if (r != NULL && s != NULL && s->ac == ac) {
         s->connected = true;
+        s->backoff_ms = STORE_BACKOFF_MIN_MS;
+        gettimeofday(&s->last_reply, NULL);
+    }
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return; /* CONFIG may be disabled (managed Redis): nothing to check */
@@ -333,8 +350,9 @@ static void store_on_connect(const redisAsyncContext *ac, int status)
         store_schedule_reconnect(s);
         return;
     }
+    /* ready, and the backoff reset, once Redis answers: store_on_policy_reply */
     log_msg(LOG_INFO, "redis: connected");
-    s->backoff_ms = STORE_BACKOFF_MIN_MS; /* ready once it answers: store_on_policy_reply */
+    gettimeofday(&s->last_reply, NULL); /* the health PING waits one period for the setup */
 }
 
 static void store_on_disconnect(const redisAsyncContext *ac, int status)
@@ -399,8 +417,27 @@ static void store_on_reconnect(evutil_socket_t fd, short what, void *arg)
     store_connect(arg);
 }
 
+static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct store *s = arg;
+    struct timeval now, idle;
+    static const char *const argv[] = { "PING" };
+    static const size_t argvlen[] = { 4 };
+
+    (void)fd;
+    (void)what;
+    gettimeofday(&now, NULL);
+    timersub(&now, &s->last_reply, &idle);
+    if (s->ac == NULL || s->health_in_flight ||
+        (uint64_t)idle.tv_sec * 1000 + (uint64_t)idle.tv_usec / 1000 < STORE_HEALTH_MS)
+        return;
+    s->health_in_flight = true;
+    store_submit(store_cmd_new(s, REPLY_HEALTH, NULL), 1, (const char **)argv, argvlen);
+}
+
 struct store *store_create(struct event_base *base, const struct config *cfg)
 {
+    struct timeval health = { STORE_HEALTH_MS / 1000, (STORE_HEALTH_MS % 1000) * 1000 };
     struct store *s = calloc(1, sizeof(*s));
 
     if (s == NULL)
@@ -409,6 +446,8 @@ struct store *store_create(struct event_base *base, const struct config *cfg)
     s->cfg = cfg;
     s->backoff_ms = STORE_BACKOFF_MIN_MS;
     evtimer_assign(&s->reconnect_ev, base, store_on_reconnect, s);
+    event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
+    event_add(&s->health_ev, &health);
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         unsigned char digest[SHA_DIGEST_LENGTH];
         SHA1((const unsigned char *)store_script_text[i], strlen(store_script_text[i]), digest);
@@ -425,6 +464,7 @@ void store_destroy(struct store *s)
         return;
     s->destroying = true;
     event_del(&s->reconnect_ev);
+    event_del(&s->health_ev);
     if (s->ac != NULL) {
         redisAsyncContext *ac = s->ac;
         s->ac = NULL;

@@ -970,6 +970,41 @@ def test_readyz_stays_503_while_redis_is_stalled(start_proxy, redis):
     assert p.post(key=new_key()).status == 201
 
 
+def test_readyz_notices_a_stalled_redis_without_traffic(start_proxy, redis):
+    """An idle connection gets a timed PING every second, so readiness does not wait for a
+    client request to find out."""
+    p = start_proxy(redis={"timeout": "300ms"})
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    redis.pause()
+    try:
+        wait_until(lambda: p.admin("GET", "/readyz").status == 503, timeout=5,
+                   what="503 with no client traffic")
+    finally:
+        redis.resume()
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, timeout=10, what="ready again")
+
+
+def test_sigterm_waits_to_release_the_claim_of_a_refused_request(start_proxy, upstream, redis):
+    """A request refused with 503 while Redis stalled leaves a claim that lands when Redis
+    resumes. Exiting before releasing it would leave a record that reads as "outcome
+    unknown" once its lease ends, for a request that never reached the upstream."""
+    p = start_proxy(redis={"timeout": "300ms"})
+    key = new_key()
+    redis.pause()
+    try:
+        assert_problem(p.post(key=key), 503, "store-unavailable")
+        p.signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert p.alive(), "exited with a claim still to release"
+    finally:
+        redis.resume()
+    assert p.wait(15) == 0
+    assert redis.keys("idem:*") == []
+    retry = start_proxy().post(key=key)
+    assert retry.status == 201 and not retry.replayed, retry
+    assert upstream.executions(key) == 1
+
+
 def test_claim_that_lands_after_a_redis_stall_is_released(proxy, upstream, redis):
     """The claim of a request refused with 503 (Redis stalled past redis.timeout) reaches
     Redis when it resumes; nothing was forwarded, so the proxy releases it and the retry
