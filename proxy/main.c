@@ -176,7 +176,7 @@ int main(int argc, char **argv)
         log_msg(LOG_INFO, "listening on %s:%u with %u workers, upstream %s, %zu routes",
                 wc->cfg.listen.host, wc->cfg.listen.port, m.pool.n, wc->cfg.upstream_url,
                 wc->cfg.n_routes);
-        pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers keep them blocked */
+        pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }
     worker_config_put(wc); /* the workers hold their own references */

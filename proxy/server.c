@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,14 +669,8 @@ static void *worker_thread_main(void *arg)
 
 int worker_pool_start(struct worker_pool *p, char *err, size_t errlen)
 {
-    sigset_t block, old;
     int rc = 0;
 
-    sigemptyset(&block);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old); /* the threads inherit the mask */
     for (unsigned i = 1; i < p->n && rc == 0; i++) {
         rc = pthread_create(&p->threads[i], NULL, worker_thread_main, &p->workers[i]);
         if (rc == 0)
@@ -685,7 +678,6 @@ int worker_pool_start(struct worker_pool *p, char *err, size_t errlen)
         else
             snprintf(err, errlen, "cannot start worker thread %u: %s", i, strerror(rc));
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         worker_pool_drain(p, 0);
         return -1;

@@ -101,11 +101,11 @@ void worker_config_put(struct worker_config *wc);
 int worker_pool_init(struct worker_pool *p, struct worker_config *wc, char *err, size_t errlen);
 
 /*
- * Start a thread running the loop of each of workers[1..n-1], with SIGTERM,
- * SIGINT and SIGHUP blocked (the main thread takes signals; it should block
- * them before worker_pool_init binds the listeners, and unblock them once
- * its loop handles them). The caller runs
- * workers[0].base itself. Returns 0, or -1 with err when a thread cannot be
+ * Start a thread running the loop of each of workers[1..n-1]. The threads
+ * inherit the caller's signal mask: the caller blocks SIGTERM, SIGINT and
+ * SIGHUP before worker_pool_init binds the listeners, and unblocks them in
+ * its own thread only once its loop handles them, so the main thread alone
+ * takes them. The caller runs workers[0].base itself. Returns 0, or -1 with err when a thread cannot be
  * started (the started ones are told to drain, then joined by worker_pool_join).
  */
 int worker_pool_start(struct worker_pool *p, char *err, size_t errlen);
