@@ -13,18 +13,20 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "clock.h"
+#include "config.h"
+#include "exchange.h"
 #include "fingerprint.h"
+#include "metrics.h"
 #include "record.h"
-#include "server.h"
 #include "store.h"
-#include "upstream.h"
 
 #define ADMIN_RECORDS_PATH "/records/"
 
 /* One admin request waiting on Redis. */
 struct admin_lookup {
     struct evhttp_request *req;
-    struct worker *w;
+    const struct admin_env *env;
     char record_id[RECORD_ID_HEX_LEN + 1];
     char record_key[256];
     json_t *doc;                /* GET: the answer being built */
@@ -129,11 +131,11 @@ static void admin_on_get(enum store_status st, const char *value, size_t len, vo
                            "completed_ms", (json_int_t)rec.completed_ms,
                            "lease_deadline_ms", (json_int_t)rec.lease_deadline_ms,
                            "lease_expired", rec.state == RECORD_CLAIMED &&
-                                                worker_now_ms() >= rec.lease_deadline_ms,
+                                                clock_now_ms() >= rec.lease_deadline_ms,
                            "status", rec.status,
                            "stored_headers", (int)rec.n_headers,
                            "body_bytes", (json_int_t)rec.body_len);
-        store_pttl(l->w->store, l->record_key, admin_on_pttl, l);
+        store_pttl(l->env->set->store, l->record_key, admin_on_pttl, l);
         return;
     }
     admin_lookup_free(l);
@@ -166,18 +168,18 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
     if (admin_lookup_failed(l, st, value)) {
         /* answered */
     } else if (record_decode(value, len, &rec) == 0 && rec.state == RECORD_CLAIMED &&
-               worker_now_ms() < rec.lease_deadline_ms) {
+               clock_now_ms() < rec.lease_deadline_ms) {
         admin_reply_error(l->req, 409, "the record is claimed by a request still in flight "
                                        "(its lease is live); purging it would let a retry "
                                        "execute again");
     } else {
-        store_delete(l->w->store, l->record_key, admin_on_delete, l);
+        store_delete(l->env->set->store, l->record_key, admin_on_delete, l);
         return;
     }
     admin_lookup_free(l);
 }
 
-static void admin_records(struct worker *w, struct evhttp_request *req, const char *id)
+static void admin_records(const struct admin_env *env, struct evhttp_request *req, const char *id)
 {
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     struct admin_lookup *l;
@@ -196,36 +198,36 @@ static void admin_records(struct worker *w, struct evhttp_request *req, const ch
         return;
     }
     l->req = req;
-    l->w = w;
+    l->env = env;
     memcpy(l->record_id, id, RECORD_ID_HEX_LEN + 1);
-    snprintf(l->record_key, sizeof(l->record_key), "%s:{%s}", w->conf->cfg.key_prefix, id);
+    snprintf(l->record_key, sizeof(l->record_key), "%s:{%s}", env->set->conf->key_prefix, id);
     if (cmd == EVHTTP_REQ_GET)
-        store_get(w->store, l->record_key, admin_on_get, l);
+        store_get(env->set->store, l->record_key, admin_on_get, l);
     else
-        store_get(w->store, l->record_key, admin_on_get_before_delete, l);
+        store_get(env->set->store, l->record_key, admin_on_get_before_delete, l);
 }
 
-static void admin_metrics(struct worker *w, struct evhttp_request *req)
+static void admin_metrics(const struct admin_env *env, struct evhttp_request *req)
 {
     struct evbuffer *body = evbuffer_new();
     struct metrics_gauges g;
 
-    worker_pool_gauges(w->pool, &g);
-    metrics_render(w->metrics, body, &g);
+    env->gauges(env->arg, &g);
+    metrics_render(env->metrics, body, &g);
     admin_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", body);
     evbuffer_free(body);
 }
 
 void admin_handle(struct evhttp_request *req, void *arg)
 {
-    struct worker *w = arg;
+    const struct admin_env *env = arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
 
     if (path == NULL)
         path = "";
     if (strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0) {
-        admin_records(w, req, path + strlen(ADMIN_RECORDS_PATH));
+        admin_records(env, req, path + strlen(ADMIN_RECORDS_PATH));
         return;
     }
     if (evhttp_request_get_command(req) == EVHTTP_REQ_DELETE) {
@@ -233,12 +235,12 @@ void admin_handle(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/healthz") == 0) {
         admin_reply_text(req, 200, "ok\n");
     } else if (strcmp(path, "/readyz") == 0) {
-        const char *why = worker_pool_unready(w->pool);
+        const char *why = env->unready(env->arg);
         char text[64];
         snprintf(text, sizeof(text), "%s\n", why != NULL ? why : "ready");
         admin_reply_text(req, why != NULL ? 503 : 200, text);
     } else if (strcmp(path, "/metrics") == 0) {
-        admin_metrics(w, req);
+        admin_metrics(env, req);
     } else {
         admin_reply_text(req, 404, "not found\n");
     }

@@ -5,10 +5,25 @@
 #define IDEM_ADMIN_H
 
 struct evhttp_request;
+struct exchange_set;
+struct metrics;
+struct metrics_gauges;
 
 /*
- * evhttp callback of the admin listener; arg is worker 0, whose thread runs it
- * (the metrics and readiness cover every worker of its pool).
+ * What the admin listener reads, filled in by the worker that runs it (the
+ * arrow runs one way: worker -> admin). The callbacks cover the whole pool.
+ */
+struct admin_env {
+    const struct exchange_set *set;         /* its store and running config (key_prefix) */
+    struct metrics *metrics;                /* the process's */
+    void (*gauges)(void *arg, struct metrics_gauges *g);   /* summed over the workers */
+    const char *(*unready)(void *arg);      /* why not ready ("draining", ...), or NULL */
+    void *arg;
+};
+
+/*
+ * evhttp callback of the admin listener; arg is the struct admin_env, on the
+ * thread of the worker that owns set.
  *   GET /healthz          200 while the process runs
  *   GET /readyz           200 when every worker's Redis is connected and the
  *                         process is not draining, else 503

@@ -40,8 +40,6 @@
 
 /* Kept below 2^63 ms so a duration fits Redis PX and signed time arithmetic. */
 #define CONFIG_MAX_DURATION_MS ((uint64_t)INT64_MAX)
-/* Far above any real key; it only bounds what a route will buffer. */
-#define CONFIG_MAX_KEY_LENGTH 8192
 #define CONFIG_REDIS_PORT 6379
 
 struct config_loader;
@@ -1773,6 +1771,36 @@ void config_deinit(struct config *cfg)
     }
     free(cfg->routes);
     memset(cfg, 0, sizeof(*cfg));
+}
+
+struct config *config_create(const char *file, char *err, size_t errlen)
+{
+    struct config *cfg = malloc(sizeof(*cfg));
+
+    if (cfg == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (config_load(cfg, file, err, errlen) != 0) {
+        free(cfg);
+        return NULL;
+    }
+    cfg->refs = 1;
+    return cfg;
+}
+
+struct config *config_ref(struct config *cfg)
+{
+    cfg->refs++;
+    return cfg;
+}
+
+void config_unref(struct config *cfg)
+{
+    if (cfg == NULL || --cfg->refs > 0)
+        return;
+    config_deinit(cfg);
+    free(cfg);
 }
 
 /* ---- queries ----------------------------------------------------------- */

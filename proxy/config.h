@@ -13,56 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* HTTP methods a route may protect, as a bit set. */
-enum method_bit {
-    METHOD_GET = 1u << 0,
-    METHOD_HEAD = 1u << 1,
-    METHOD_POST = 1u << 2,
-    METHOD_PUT = 1u << 3,
-    METHOD_PATCH = 1u << 4,
-    METHOD_DELETE = 1u << 5,
-    METHOD_OPTIONS = 1u << 6,
-};
-
-enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
-enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
-enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
-enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
-
-/* Where a webhook route takes its idempotency key from (CONTRACT section 8). */
-enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
-enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
-
-#define CONFIG_MAX_SCOPE_HEADERS 8
-#define CONFIG_MAX_RELEASE_STATUSES 16
-#define CONFIG_MAX_SECRETS 2
-
-/* Everything a route decides; `defaults:` fills one, each route copies and overrides it. */
-struct route_policy {
-    char *key_header;               /* "Idempotency-Key"; owned */
-    unsigned methods;               /* enum method_bit set */
-    bool require_key;
-    size_t key_max_length;          /* bytes, after unquoting */
-    enum fingerprint_mode fingerprint;
-    char *scope_headers[CONFIG_MAX_SCOPE_HEADERS]; /* owned */
-    size_t n_scope_headers;
-    uint64_t lease_ms;
-    uint64_t retention_ms;
-    enum in_flight_mode in_flight;
-    uint64_t wait_timeout_ms;
-    int mismatch_status;            /* 409 or 422 */
-    int release_statuses[CONFIG_MAX_RELEASE_STATUSES];
-    size_t n_release_statuses;
-    enum ambiguous_mode on_ambiguous;
-    enum store_error_mode on_store_error;
-    /* webhook receivers */
-    bool webhook;                   /* the route set key_from: a webhook receiver */
-    enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
-    char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
-    enum verify_scheme verify;
-    char *secrets[CONFIG_MAX_SECRETS]; /* owned, after ${VAR} expansion */
-    size_t n_secrets;
-};
+#include "policy.h"
 
 struct route {
     char *path;                     /* pattern without the trailing '*'; owned */
@@ -81,6 +32,7 @@ struct endpoint {
 #define CONFIG_MAX_WORKERS 64
 
 struct config {
+    _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
     struct endpoint listen;
     struct endpoint admin_listen;   /* host NULL: admin listener disabled */
     unsigned workers;               /* threads serving `listen`, 1..CONFIG_MAX_WORKERS;
@@ -128,6 +80,20 @@ int config_load_string(struct config *cfg, const char *yaml, size_t len,
 
 /* Free everything config_load allocated; safe on a zeroed or failed config. */
 void config_deinit(struct config *cfg);
+
+/*
+ * Load FILE into a new heap config holding one reference: shared by the
+ * worker threads and the exchanges that started under it, freed with the
+ * last reference on whichever thread drops it. NULL on error, with
+ * "FILE:LINE: what" in err (errlen bytes).
+ */
+struct config *config_create(const char *file, char *err, size_t errlen);
+
+/* Take a reference (atomically: any thread); returns cfg. */
+struct config *config_ref(struct config *cfg);
+
+/* Drop a reference; the last frees cfg. NULL is fine. */
+void config_unref(struct config *cfg);
 
 /*
  * The first route whose pattern matches path (path only, no query; callers

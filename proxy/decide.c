@@ -26,16 +26,26 @@ enum decision decide_existing(const struct record *rec, const char *fp, uint64_t
     return policy->on_ambiguous == AMBIGUOUS_HOLD ? DECIDE_OUTCOME_UNKNOWN : DECIDE_TAKEOVER;
 }
 
-const char *decision_name(enum decision d)
+enum outcome decision_outcome(enum decision d)
 {
     switch (d) {
-    case DECIDE_REPLAY: return "replayed";
-    case DECIDE_MISMATCH: return "mismatch";
-    case DECIDE_WAIT: return "waited";
-    case DECIDE_REJECT_IN_FLIGHT: return "in_flight_rejected";
-    case DECIDE_OUTCOME_UNKNOWN: return "outcome_unknown";
-    case DECIDE_NOT_REPLAYABLE: return "not_replayable";
-    case DECIDE_TAKEOVER: return "takeover";
+    case DECIDE_REPLAY: return OUTCOME_REPLAYED;
+    case DECIDE_MISMATCH: return OUTCOME_MISMATCH;
+    case DECIDE_WAIT: return OUTCOME_WAITED;
+    case DECIDE_REJECT_IN_FLIGHT: return OUTCOME_IN_FLIGHT_REJECTED;
+    case DECIDE_OUTCOME_UNKNOWN: return OUTCOME_OUTCOME_UNKNOWN;
+    case DECIDE_NOT_REPLAYABLE: return OUTCOME_NOT_REPLAYABLE;
+    case DECIDE_TAKEOVER: return OUTCOME_FORWARDED;
     }
-    return "unknown";
+    return OUTCOME_UNKNOWN;
+}
+
+bool decide_releases(const struct route_policy *policy, int status)
+{
+    if (policy->webhook && (status < 200 || status > 299))
+        return true;
+    for (size_t i = 0; i < policy->n_release_statuses; i++)
+        if (policy->release_statuses[i] == status)
+            return true;
+    return false;
 }

@@ -5,9 +5,11 @@
 #ifndef IDEM_DECIDE_H
 #define IDEM_DECIDE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "policy.h"
+#include "outcome.h"
 #include "record.h"
 
 enum decision {
@@ -28,7 +30,15 @@ enum decision {
 enum decision decide_existing(const struct record *rec, const char *fp, uint64_t now_ms,
                               const struct route_policy *policy);
 
-/* Stable lowercase name for logs and metrics. Static string. */
-const char *decision_name(enum decision d);
+/* The outcome a decision ends in (DECIDE_TAKEOVER: forwarded, once it wins). */
+enum outcome decision_outcome(enum decision d);
+
+/*
+ * Whether an upstream answer of status releases the claim instead of being
+ * recorded (CONTRACT 5 "Which answers are recorded"): a status in
+ * release_statuses, or on a webhook route anything but 2xx (CONTRACT 8: the
+ * provider's redelivery must reach the receiver again).
+ */
+bool decide_releases(const struct route_policy *policy, int status);
 
 #endif

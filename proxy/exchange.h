@@ -3,30 +3,80 @@
  * forward once, record, answer; or replay, refuse, wait. One owner, one
  * explicit state; it answers exactly once and is freed only when no Redis,
  * upstream or timer callback can still reach it.
+ *
+ * The exchanges of one worker thread form an exchange set: the I/O objects
+ * they use, the configuration new requests start under, the lists and the
+ * counters. The worker owns the set and fills it in; the exchange never
+ * learns what a worker is (the arrow runs one way: worker -> exchange), and
+ * tells other threads about a changed record through the wake callback the
+ * worker installs.
  */
 #ifndef IDEM_EXCHANGE_H
 #define IDEM_EXCHANGE_H
 
-struct evhttp_request;
-struct worker;
+#include <stdbool.h>
+#include <sys/queue.h>
 
-/* Longest Redis key of a record ("PREFIX:{RECORD_ID}") plus its NUL, in bytes. */
-#define EXCHANGE_RECORD_KEY_MAX 256
+#include "janitor.h"
+
+struct evhttp_request;
+struct event_base;
+struct config;
+struct store;
+struct upstream;
+struct metrics;
+struct exchange;
+
+/* Tell the other threads that the record at record_key changed (best effort). */
+typedef void exchange_wake_cb(const char *record_key, void *arg);
+
+struct exchange_set {
+    struct event_base *base;
+    struct store *store;                    /* borrowed from the worker */
+    struct upstream *upstream;              /* borrowed */
+    struct metrics *metrics;                /* the process's, shared */
+    struct config *conf;                    /* new requests start under it; one reference */
+    bool draining;                          /* after SIGTERM: refuse new requests */
+    _Atomic unsigned active;                /* exchanges not yet freed */
+    _Atomic unsigned unflushed;             /* answers evhttp is still writing */
+    _Atomic unsigned waiting;               /* exchanges in `waiters` */
+    TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
+    struct janitor janitor;                 /* claims of refused requests to release */
+    exchange_wake_cb *wake_others;
+    void *wake_arg;
+};
+
+/*
+ * Set up set (embedded) for base and its store and upstream client, taking a
+ * reference to conf; wake_others (may be NULL) is told of every record this
+ * set's exchanges change.
+ */
+void exchange_set_init(struct exchange_set *set, struct event_base *base, struct store *store,
+                       struct upstream *upstream, struct metrics *metrics, struct config *conf,
+                       exchange_wake_cb *wake_others, void *wake_arg);
+
+/* New requests start under conf (a reference is taken); those in flight keep theirs. */
+void exchange_set_config(struct exchange_set *set, struct config *conf);
+
+/*
+ * Exchanges in flight, answers unsent, and claims of refused requests not
+ * yet released; any thread may read them (the SIGTERM drain sums them).
+ */
+unsigned exchange_set_busy(const struct exchange_set *set);
+
+/* Drop the configuration and forget pending releases: at exit, after the store is gone. */
+void exchange_set_deinit(struct exchange_set *set);
 
 /*
  * The evhttp request callback of the client listener (CONTRACT 4 and 5).
- * Takes over req until it has been answered; arg is the struct worker.
+ * Takes over req until it has been answered; arg is the struct exchange_set.
  */
 void exchange_handle(struct evhttp_request *req, void *arg);
 
 /*
- * A record changed (completed, released): let this worker's requests waiting
- * on record_key look again now instead of at their next poll. This worker
- * only: the exchange tells the others through worker_wake_others.
+ * A record changed (completed, released): let this set's requests waiting on
+ * record_key look again now instead of at their next poll.
  */
-void exchange_wake_waiters(struct worker *w, const char *record_key);
-
-/* Free the orphan-claim releases still pending (at exit, after the store is gone). */
-void exchange_forget_orphans(struct worker *w);
+void exchange_wake_waiters(struct exchange_set *set, const char *record_key);
 
 #endif

@@ -3,6 +3,8 @@
  */
 #include "log.h"
 
+#include <jansson.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

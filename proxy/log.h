@@ -6,8 +6,6 @@
 #ifndef IDEM_LOG_H
 #define IDEM_LOG_H
 
-#include <jansson.h>
-
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /* Set the lowest level printed (default LOG_INFO). */

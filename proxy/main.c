@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <event2/event.h>
 
+#include "clock.h"
 #include "config.h"
 #include "fingerprint.h"
 #include "log.h"
-#include "server.h"
+#include "upstream.h"
+#include "worker.h"
 
 /* Longest a SIGTERM drain waits for in-flight exchanges beyond the upstream timeout. */
 #define MAIN_DRAIN_SLACK_MS 5000
@@ -100,11 +101,11 @@ int main(int argc, char **argv)
 {
     const char *file = NULL;
     bool test_only = false;
-    struct worker_config *wc;
+    struct config *cfg;
     struct main_state m;
     struct event_base *base;
     struct event *sigterm, *sigint, *sighup, *flush;
-    struct timeval flush_interval = { 0, LOG_FLUSH_INTERVAL_MS * 1000 };
+    struct timeval flush_interval = clock_ms_to_timeval(LOG_FLUSH_INTERVAL_MS);
     sigset_t stop_and_reload;
     char err[1024];
     int opt, rc = 0;
@@ -122,14 +123,14 @@ int main(int argc, char **argv)
         main_usage(stderr);
         return 2;
     }
-    wc = worker_config_load(file, err, sizeof(err));
-    if (wc == NULL) {
+    cfg = config_create(file, err, sizeof(err));
+    if (cfg == NULL) {
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         return 1;
     }
     if (test_only) {
         printf("configuration OK\n");
-        worker_config_put(wc);
+        config_unref(cfg);
         return 0;
     }
 
@@ -147,17 +148,17 @@ int main(int argc, char **argv)
     log_init();
     event_set_log_callback(main_on_libevent_log);
     main_raise_fd_limit();
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) { /* once, before any thread */
+    if (upstream_global_init() != 0) { /* once, before any thread */
         fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
-        worker_config_put(wc);
+        config_unref(cfg);
         return 1;
     }
     memset(&m, 0, sizeof(m));
     m.file = file;
-    if (worker_pool_init(&m.pool, wc, err, sizeof(err)) != 0) {
+    if (worker_pool_init(&m.pool, cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "idempotency-proxy: %s\n", err);
-        worker_config_put(wc);
-        curl_global_cleanup();
+        config_unref(cfg);
+        upstream_global_cleanup();
         return 1;
     }
     base = m.pool.workers[0].base;
@@ -174,12 +175,12 @@ int main(int argc, char **argv)
         rc = 1;
     } else {
         log_msg(LOG_INFO, "listening on %s:%u with %u workers, upstream %s, %zu routes",
-                wc->cfg.listen.host, wc->cfg.listen.port, m.pool.n, wc->cfg.upstream_url,
-                wc->cfg.n_routes);
+                cfg->listen.host, cfg->listen.port, m.pool.n, cfg->upstream_url,
+                cfg->n_routes);
         pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }
-    worker_config_put(wc); /* the workers hold their own references */
+    config_unref(cfg); /* the workers hold their own references */
     worker_pool_join(&m.pool);
     if (rc == 0)
         log_msg(LOG_INFO, "all workers stopped; exiting");
@@ -192,6 +193,6 @@ int main(int argc, char **argv)
     worker_pool_deinit(&m.pool);
     fingerprint_thread_end();
     log_thread_end();
-    curl_global_cleanup();
+    upstream_global_cleanup();
     return rc;
 }

@@ -1,10 +1,18 @@
 /*
- * record.c - the record codec. Pure: no I/O, no allocation.
+ * record.c - the record codec, and the records an exchange writes. Pure: no
+ * I/O; only record_encode_alloc allocates.
  */
 #include "record.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "headers.h"
 
 static const char record_magic[3] = { 'I', 'R', '1' };
 
@@ -137,4 +145,61 @@ int record_decode(const char *buf, size_t len, struct record *rec)
     rec->body = buf + off;
     rec->body_len = len - off;
     return 0;
+}
+
+void record_init(struct record *rec, enum record_state state, const char *owner,
+                 const char *fingerprint, uint64_t created_ms)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->state = state;
+    memcpy(rec->owner, owner, sizeof(rec->owner) - 1);
+    memcpy(rec->fingerprint, fingerprint, sizeof(rec->fingerprint) - 1);
+    rec->created_ms = created_ms;
+}
+
+enum record_state record_set_answer(struct record *rec, int status,
+                                    const struct evkeyvalq *headers, const char *body,
+                                    size_t body_len, size_t max_stored)
+{
+    const char *connection = evhttp_find_header(headers, "Connection");
+    const struct evkeyval *h;
+
+    rec->status = status;
+    /* Executed, but too large to keep: retries must learn that, not execute again. */
+    if (body_len > max_stored)
+        rec->state = RECORD_TOMBSTONE;
+    TAILQ_FOREACH(h, headers, next) {
+        if (rec->state == RECORD_TOMBSTONE)
+            break;
+        if (!header_is_stored(h->key) || header_named_by_connection(connection, h->key))
+            continue;
+        if (rec->n_headers == RECORD_MAX_HEADERS) {
+            rec->state = RECORD_TOMBSTONE;
+            break;
+        }
+        rec->headers[rec->n_headers++] = (struct record_field){
+            h->key, strlen(h->key), h->value, strlen(h->value)
+        };
+    }
+    if (rec->state == RECORD_TOMBSTONE) {
+        rec->n_headers = 0;
+    } else {
+        rec->body = body;
+        rec->body_len = body_len;
+    }
+    return rec->state;
+}
+
+char *record_encode_alloc(const struct record *rec, size_t *len)
+{
+    char *buf = malloc(record_encoded_size(rec));
+
+    if (buf == NULL)
+        return NULL;
+    *len = record_encode(rec, buf);
+    if (*len == 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -57,6 +57,31 @@ struct record {
     size_t body_len;          /* bytes */
 };
 
+struct evkeyvalq;
+
+/*
+ * Start rec as a record of state for the claim of owner (32 hex chars) on a
+ * request with fingerprint (32 hex chars), created at created_ms (ms since
+ * the epoch); every other field zero.
+ */
+void record_init(struct record *rec, enum record_state state, const char *owner,
+                 const char *fingerprint, uint64_t created_ms);
+
+/*
+ * Fill rec (from record_init) with an upstream answer (CONTRACT 5 "Which
+ * answers are recorded"): status, the stored fields of headers (not
+ * hop-by-hop, not named by Connection, see header_is_stored) and the body
+ * (body_len bytes). An answer over max_stored bytes, or with more than
+ * RECORD_MAX_HEADERS stored fields, makes rec a tombstone without fields or
+ * body. rec borrows headers and body. Returns the state written.
+ */
+enum record_state record_set_answer(struct record *rec, int status,
+                                    const struct evkeyvalq *headers, const char *body,
+                                    size_t body_len, size_t max_stored);
+
+/* Encode rec into a new malloc'd buffer of *len bytes; NULL when unencodable or out of memory. */
+char *record_encode_alloc(const struct record *rec, size_t *len);
+
 /* Bytes record_encode will write for rec. */
 size_t record_encoded_size(const struct record *rec);
 

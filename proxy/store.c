@@ -22,6 +22,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 
@@ -179,8 +180,7 @@ static void store_schedule_reconnect(struct store *s)
 
     if (s->destroying || event_pending(&s->reconnect_ev, EV_TIMEOUT, NULL))
         return;
-    tv.tv_sec = s->backoff_ms / 1000;
-    tv.tv_usec = (s->backoff_ms % 1000) * 1000;
+    tv = clock_ms_to_timeval(s->backoff_ms);
     evtimer_add(&s->reconnect_ev, &tv);
     s->backoff_ms = s->backoff_ms * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
                                                                : s->backoff_ms * 2;
@@ -298,8 +298,7 @@ static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
         event_active(&cmd->timer, EV_TIMEOUT, 0);
         return;
     }
-    tv.tv_sec = (time_t)(s->cfg->redis_timeout_ms / 1000);
-    tv.tv_usec = (suseconds_t)(s->cfg->redis_timeout_ms % 1000) * 1000;
+    tv = clock_ms_to_timeval(s->cfg->redis_timeout_ms);
     evtimer_add(&cmd->timer, &tv);
     cmd->timer_armed = true;
 }
@@ -437,7 +436,7 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
 
 struct store *store_create(struct event_base *base, const struct config *cfg)
 {
-    struct timeval health = { STORE_HEALTH_MS / 1000, (STORE_HEALTH_MS % 1000) * 1000 };
+    struct timeval health = clock_ms_to_timeval(STORE_HEALTH_MS);
     struct store *s = calloc(1, sizeof(*s));
 
     if (s == NULL)

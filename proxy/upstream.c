@@ -20,6 +20,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "clock.h"
 #include "config.h"
 #include "headers.h"
 #include "log.h"
@@ -134,8 +135,7 @@ static int upstream_on_timer_change(CURLM *multi, long timeout_ms, void *userp)
         evtimer_del(&up->timer);
         return 0;
     }
-    tv.tv_sec = timeout_ms / 1000;
-    tv.tv_usec = (timeout_ms % 1000) * 1000;
+    tv = clock_ms_to_timeval((uint64_t)timeout_ms);
     evtimer_add(&up->timer, &tv);
     return 0;
 }
@@ -258,6 +258,16 @@ static void upstream_check_done(struct upstream *up)
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
         upstream_call_finish(call, rc);
     }
+}
+
+int upstream_global_init(void)
+{
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
+}
+
+void upstream_global_cleanup(void)
+{
+    curl_global_cleanup();
 }
 
 struct upstream *upstream_create(struct event_base *base, const struct config *cfg)

@@ -44,6 +44,16 @@ struct upstream_response {
 typedef void upstream_done_cb(enum upstream_outcome outcome, const struct upstream_response *resp,
                               const char *detail, double upstream_ms, void *arg);
 
+/*
+ * Initialise libcurl for the process: once, on the main thread, before any
+ * worker thread starts (curl_global_init is not thread-safe). Returns 0, or
+ * -1 when libcurl cannot be initialised.
+ */
+int upstream_global_init(void);
+
+/* Undo upstream_global_init, after every upstream client is destroyed. */
+void upstream_global_cleanup(void);
+
 /* Create the client for base; cfg must outlive it. NULL on failure. */
 struct upstream *upstream_create(struct event_base *base, const struct config *cfg);
 

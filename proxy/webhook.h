@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "policy.h"
 
 /* Signatures older or newer than this are refused (Standard Webhooks, Stripe: 5 minutes). */
 #define WEBHOOK_TOLERANCE_S 300

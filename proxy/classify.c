@@ -1,0 +1,161 @@
+/*
+ * classify.c - a request's route, key and limits, before any I/O; see classify.h.
+ */
+#include "classify.h"
+
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "key.h"
+#include "path.h"
+#include "webhook.h"
+
+#define CLASSIFY_PATH_MAX 4096
+
+static void classify_refuse(struct classify_result *out, enum problem p, int status,
+                            const char *detail)
+{
+    out->verdict = CLASSIFY_REFUSE;
+    out->problem = p;
+    out->status = status;
+    out->detail = detail;
+}
+
+/* The key header's value; *count says how many lines carried it (two is an error). */
+static const char *classify_key_header(const struct evkeyvalq *headers, const char *name,
+                                       int *count)
+{
+    const struct evkeyval *h;
+    const char *value = NULL;
+
+    *count = 0;
+    TAILQ_FOREACH(h, headers, next) {
+        if (strcasecmp(h->key, name) == 0) {
+            (*count)++;
+            value = h->value;
+        }
+    }
+    return value;
+}
+
+/*
+ * CONTRACT 8: the provider's signature over the raw body, before anything is
+ * claimed, so nobody can pre-claim an event id. False after a 401 refusal.
+ */
+static bool classify_signature(const struct route_policy *policy,
+                               const struct classify_input *in, struct classify_result *out)
+{
+    const struct evkeyvalq *headers = in->headers;
+    const struct webhook_headers wh = {
+        .webhook_id = evhttp_find_header(headers, "webhook-id"),
+        .webhook_timestamp = evhttp_find_header(headers, "webhook-timestamp"),
+        .webhook_signature = evhttp_find_header(headers, "webhook-signature"),
+        .hub_signature_256 = evhttp_find_header(headers, "X-Hub-Signature-256"),
+        .stripe_signature = evhttp_find_header(headers, "Stripe-Signature"),
+    };
+    const char *reason = NULL;
+
+    if (webhook_verify(policy->verify, policy->secrets, policy->n_secrets, &wh, in->body,
+                       in->body_len, in->now_s, &reason) == WEBHOOK_OK)
+        return true;
+    classify_refuse(out, PROBLEM_SIGNATURE_INVALID, 401,
+                    reason != NULL ? reason : "the webhook signature does not verify");
+    return false;
+}
+
+/* key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
+static bool classify_key_from_body(const struct route_policy *policy,
+                                   const struct classify_input *in, char *key, size_t keysize,
+                                   struct classify_result *out)
+{
+    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
+    char checked[CLASSIFY_KEY_MAX];
+    int rc = webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
+                                   policy->key_json_pointer, key, max, &out->key_len);
+
+    if (rc == -1) {
+        classify_refuse(out, PROBLEM_MISSING_KEY, 400,
+                        "the JSON body has no event id at the configured pointer");
+        return false;
+    }
+    if (rc != 0 || key_parse(key, policy->key_max_length, checked, sizeof(checked),
+                             &out->key_len) != KEY_OK ||
+        strcmp(checked, key) != 0) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                        "the event id in the JSON body is not a non-empty printable string "
+                        "within the configured length");
+        return false;
+    }
+    return true;
+}
+
+/* The key from its header (CONTRACT 4.2, 4.3). */
+static void classify_key_from_header(const struct route_policy *policy,
+                                     const struct classify_input *in, char *key, size_t keysize,
+                                     struct classify_result *out)
+{
+    int lines;
+    const char *raw = classify_key_header(in->headers, policy->key_header, &lines);
+    size_t max = keysize < policy->key_max_length + 1 ? keysize : policy->key_max_length + 1;
+    enum key_status ks;
+
+    if (lines == 0 && policy->webhook) {
+        /* a signed delivery without its event id is malformed, whatever require_key says */
+        classify_refuse(out, PROBLEM_MISSING_KEY, 400,
+                        "the webhook delivery carries no event id header");
+    } else if (lines == 0 && policy->require_key) {
+        classify_refuse(out, PROBLEM_MISSING_KEY, 400,
+                        "this route requires an idempotency key header");
+    } else if (lines == 0) {
+        out->verdict = CLASSIFY_UNPROTECTED;
+    } else if (lines > 1) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                        "the idempotency key header appears more than once");
+    } else if ((ks = key_parse(raw, policy->key_max_length, key, max, &out->key_len)) !=
+               KEY_OK) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400, key_status_reason(ks));
+    } else {
+        out->verdict = CLASSIFY_PROTECT;
+    }
+}
+
+void classify_request(const struct config *cfg, const struct classify_input *in, char *key,
+                      size_t keysize, struct classify_result *out)
+{
+    char normalized[CLASSIFY_PATH_MAX];
+    const char *path = in->path;
+    const struct route_policy *policy;
+
+    memset(out, 0, sizeof(*out));
+    if (in->invalid_target) {
+        classify_refuse(out, PROBLEM_INVALID_TARGET, 400,
+                        "the request target has a control character or an unsupported form");
+        return;
+    }
+    if (path_normalize(path, normalized, sizeof(normalized)) == 0)
+        path = normalized;
+    out->route = config_match_route(cfg, path);
+    if (in->body_len > cfg->max_request_body) {
+        classify_refuse(out, PROBLEM_BODY_TOO_LARGE, 413,
+                        "the request body is larger than the configured limit");
+        return;
+    }
+    if (out->route == NULL || !(out->route->policy.methods & config_method_bit(in->method))) {
+        out->route = NULL;
+        out->verdict = CLASSIFY_PASS_THROUGH;
+        return;
+    }
+    policy = &out->route->policy;
+    if (policy->verify != VERIFY_NONE && !classify_signature(policy, in, out))
+        return;
+    if (policy->key_from == KEY_FROM_JSON) {
+        if (classify_key_from_body(policy, in, key, keysize, out))
+            out->verdict = CLASSIFY_PROTECT;
+        return;
+    }
+    classify_key_from_header(policy, in, key, keysize, out);
+}

@@ -1,0 +1,58 @@
+/*
+ * classify.h - what the proxy does with a request before any I/O: the route,
+ * whether the method is protected, the idempotency key, the limits, and a
+ * webhook's signature (CONTRACT 4 and 8). Pure: no I/O, no clock (the caller
+ * passes the time), unit-tested by a table of requests.
+ */
+#ifndef IDEM_CLASSIFY_H
+#define IDEM_CLASSIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "problem.h"
+
+struct evkeyvalq;
+
+/* Bytes of a key buffer that holds any configurable key and its NUL. */
+#define CLASSIFY_KEY_MAX (CONFIG_MAX_KEY_LENGTH + 1)
+
+enum classify_verdict {
+    CLASSIFY_REFUSE,        /* answer the problem; nothing claimed, nothing forwarded */
+    CLASSIFY_PASS_THROUGH,  /* no route, or a method the route does not protect (4.1) */
+    CLASSIFY_UNPROTECTED,   /* protected route, no key, require_key false (4.2) */
+    CLASSIFY_PROTECT,       /* a valid key: claim it (section 5) */
+};
+
+struct classify_input {
+    const char *method;             /* "POST", ...; static or outliving the call */
+    const char *path;               /* the target's path as sent, no query */
+    bool invalid_target;            /* control characters, or not a form we forward */
+    const struct evkeyvalq *headers;
+    const char *body;               /* raw bytes, may be NULL when body_len is 0 */
+    size_t body_len;                /* bytes */
+    int64_t now_s;                  /* wall clock, unix seconds (signature timestamps) */
+};
+
+struct classify_result {
+    enum classify_verdict verdict;
+    const struct route *route;      /* matched route (owned by cfg), even for a method it
+                                       does not protect; NULL when none matched */
+    enum problem problem;           /* REFUSE: the cause */
+    int status;                     /* REFUSE: the HTTP status */
+    const char *detail;             /* REFUSE: static human string */
+    size_t key_len;                 /* PROTECT: bytes of the key in the caller's buffer */
+};
+
+/*
+ * Classify in under cfg. key: caller-owned, keysize bytes, at least the
+ * route's key_max_length + 1 (CLASSIFY_KEY_MAX covers every configurable
+ * length); on PROTECT it holds the key, NUL-terminated. Never fails: an
+ * input it cannot classify with certainty is a REFUSE.
+ */
+void classify_request(const struct config *cfg, const struct classify_input *in, char *key,
+                      size_t keysize, struct classify_result *out);
+
+#endif

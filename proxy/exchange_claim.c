@@ -1,0 +1,285 @@
+/*
+ * exchange_claim.c - the protected path of one exchange (CONTRACT 5): its
+ * record identity, the claim, what an existing record means, taking over an
+ * expired lease, waiting for another request's answer, and renewing the
+ * lease while the upstream works. See exchange.c for the state machine.
+ */
+#include "exchange_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "clock.h"
+#include "config.h"
+#include "decide.h"
+#include "log.h"
+
+#define EXCHANGE_POLL_MIN_MS 10
+#define EXCHANGE_POLL_MAX_MS 250
+
+/* ---- lease renewal ----------------------------------------------------- */
+
+static void exchange_on_renewed(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK)
+        log_msg(LOG_WARN, "exchange %s: lease renewal failed", x->record_id);
+    else if (!applied)
+        log_msg(LOG_WARN, "exchange %s: lease lost: another request took the record over",
+                x->record_id);
+    exchange_unref(x);
+}
+
+struct timeval exchange_lease_interval(const struct exchange *x)
+{
+    uint64_t ms = x->policy->lease_ms / 3;
+
+    return clock_ms_to_timeval(ms < 10 ? 10 : ms);
+}
+
+void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct exchange *x = arg;
+    struct timeval tv = exchange_lease_interval(x);
+    size_t len;
+    char *value;
+
+    (void)fd;
+    (void)what;
+    if (x->state != X_FORWARDING)
+        return;
+    value = exchange_claim_value(x, &len);
+    if (value != NULL) {
+        x->pending++;
+        store_replace_owned(x->set->store, x->record_key, x->owner, value, len, 0,
+                            exchange_on_renewed, x);
+        free(value);
+    }
+    evtimer_add(&x->lease_timer, &tv);
+}
+
+/* ---- waiting for another request's answer ------------------------------ */
+
+static void exchange_wait(struct exchange *x)
+{
+    uint64_t now = clock_now_ms();
+    uint64_t delay;
+    struct timeval tv;
+
+    if (!x->waited) {
+        x->waited = true;
+        x->wait_deadline_ms = now + x->policy->wait_timeout_ms;
+        x->poll_delay_ms = EXCHANGE_POLL_MIN_MS;
+    }
+    if (now >= x->wait_deadline_ms) {
+        x->outcome = OUTCOME_IN_FLIGHT_REJECTED;
+        exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
+                         "a request with this idempotency key is still in progress; retry later",
+                         1, false);
+        return;
+    }
+    if (!exchange_set_state(x, X_WAITING))
+        return;
+    /* bounded exponential backoff, never past the deadline */
+    delay = x->poll_delay_ms;
+    if (now + delay > x->wait_deadline_ms)
+        delay = x->wait_deadline_ms - now;
+    x->poll_delay_ms = x->poll_delay_ms * 2 > EXCHANGE_POLL_MAX_MS ? EXCHANGE_POLL_MAX_MS
+                                                                   : x->poll_delay_ms * 2;
+    tv = clock_ms_to_timeval(delay);
+    evtimer_add(&x->wait_timer, &tv);
+}
+
+void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)fd;
+    (void)what;
+    event_del(&x->wait_timer); /* a wake-up may have run it early */
+    if (x->state == X_WAITING)
+        exchange_claim(x); /* the record may be gone (released): claim it again, else read it */
+}
+
+void exchange_wake_waiters(struct exchange_set *set, const char *record_key)
+{
+    struct exchange *x;
+
+    TAILQ_FOREACH(x, &set->waiters, wait_link)
+        if (strcmp(x->record_key, record_key) == 0)
+            event_active(&x->wait_timer, EV_TIMEOUT, 0);
+}
+
+/* ---- the claim and what an existing record means ----------------------- */
+
+static void exchange_on_takeover(enum store_status st, bool applied, void *arg);
+
+static void exchange_takeover(struct exchange *x, const char *value, size_t len)
+{
+    size_t claim_len;
+    char *claim = exchange_claim_value(x, &claim_len);
+
+    if (claim == NULL) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    if (!exchange_set_state(x, X_CLAIMING)) {
+        free(claim);
+        return;
+    }
+    x->pending++;
+    store_takeover(x->set->store, x->record_key, value, len, claim, claim_len,
+                   x->policy->retention_ms, exchange_on_takeover, x);
+    free(claim);
+}
+
+static void exchange_on_existing(struct exchange *x, const char *value, size_t len)
+{
+    struct record rec;
+    enum decision d;
+    char detail[160];
+
+    if (record_decode(value, len, &rec) != 0) {
+        log_msg(LOG_ERROR, "exchange %s: the stored record is malformed", x->record_id);
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    d = decide_existing(&rec, x->fingerprint, clock_now_ms(), x->policy);
+    switch (d) {
+    case DECIDE_REPLAY:
+        exchange_reply_replay(x, &rec);
+        return;
+    case DECIDE_WAIT:
+        exchange_wait(x);
+        return;
+    case DECIDE_TAKEOVER:
+        exchange_takeover(x, value, len);
+        return;
+    default:
+        break;
+    }
+    x->outcome = decision_outcome(d);
+    if (d == DECIDE_NOT_REPLAYABLE) {
+        snprintf(detail, sizeof(detail),
+                 "the original request was executed (upstream status %d) but its response was "
+                 "too large to store; it will not be executed again",
+                 rec.status);
+        exchange_problem(x, PROBLEM_RESPONSE_NOT_REPLAYABLE, 502, detail, 0, true);
+    } else if (d == DECIDE_OUTCOME_UNKNOWN) {
+        exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
+                         rec.state == RECORD_UNKNOWN
+                             ? "the original request was sent upstream but its outcome is "
+                               "unknown; an operator must check and purge the record"
+                             : "the request that claimed this key stopped without an answer (its "
+                               "lease ran out), so it may or may not have reached the upstream; "
+                               "an operator must check and purge the record",
+                         0, true);
+    } else if (d == DECIDE_REJECT_IN_FLIGHT) {
+        exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
+                         "a request with this idempotency key is in progress; retry later", 1,
+                         false);
+    } else {
+        exchange_problem(x, PROBLEM_KEY_REUSE_MISMATCH, x->policy->mismatch_status,
+                         "this idempotency key was already used with a different request "
+                         "(method, path, query or body)",
+                         0, false);
+    }
+}
+
+/* We hold the claim: forward. */
+static void exchange_won(struct exchange *x)
+{
+    if (exchange_set_state(x, X_FORWARDING))
+        exchange_forward(x);
+}
+
+static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK) {
+        /* under on_store_error: pass the request is forwarded: its claim must stay */
+        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
+            x->policy->on_store_error == STORE_ERROR_REJECT)
+            janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
+        exchange_store_failed(x, st);
+    } else if (value == NULL) {
+        exchange_won(x);
+    } else {
+        exchange_on_existing(x, value, len);
+    }
+    exchange_unref(x);
+}
+
+static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK) {
+        exchange_store_failed(x, st);
+    } else if (applied) {
+        log_msg(LOG_WARN, "exchange %s: took over a record whose lease expired", x->record_id);
+        exchange_won(x);
+    } else {
+        exchange_claim(x); /* it changed under us: look again */
+    }
+    exchange_unref(x);
+}
+
+void exchange_claim(struct exchange *x)
+{
+    size_t len;
+    char *value = exchange_claim_value(x, &len);
+
+    if (value == NULL) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    if (!exchange_set_state(x, X_CLAIMING)) {
+        free(value);
+        return;
+    }
+    x->pending++;
+    store_claim(x->set->store, x->record_key, value, len, x->policy->retention_ms,
+                exchange_on_claim, x);
+    free(value);
+}
+
+/* ---- identity ----------------------------------------------------------- */
+
+/* Fill record_id and record_key from route, scope header values and the key. */
+static void exchange_identify(struct exchange *x, const struct evkeyvalq *headers,
+                              const char *key, size_t key_len)
+{
+    const char *scope[CONFIG_MAX_SCOPE_HEADERS];
+
+    for (size_t i = 0; i < x->policy->n_scope_headers; i++)
+        scope[i] = evhttp_find_header(headers, x->policy->scope_headers[i]);
+    record_id_compute(x->route->path, scope, x->policy->n_scope_headers, key, key_len,
+                      x->record_id);
+    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->conf->key_prefix,
+             x->record_id);
+}
+
+/* The key is valid: compute the record identity and fingerprint, then claim. */
+void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
+                             const char *key, size_t key_len)
+{
+    exchange_identify(x, headers, key, key_len);
+    if (x->policy->fingerprint == FINGERPRINT_REQUEST)
+        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len, x->fingerprint);
+    else
+        fingerprint_none(x->fingerprint);
+    if (owner_token_create(x->owner) != 0) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    x->created_ms = clock_now_ms();
+    exchange_claim(x);
+}
+

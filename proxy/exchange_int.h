@@ -1,0 +1,133 @@
+/*
+ * exchange_int.h - what the two files of the exchange module share:
+ * exchange.c (a request's life: states, answers, forwarding, writing the
+ * record, the set) and exchange_claim.c (the protected path of CONTRACT 5:
+ * identity, claim, existing records, takeover, waiting, the lease). Nothing
+ * outside the module includes it.
+ */
+#ifndef IDEM_EXCHANGE_INT_H
+#define IDEM_EXCHANGE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/time.h>
+
+#include <event2/event_struct.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
+
+#include "exchange.h"
+#include "fingerprint.h"
+#include "outcome.h"
+#include "problem.h"
+#include "record.h"
+#include "request.h"
+#include "store.h"
+#include "upstream.h"
+
+#define EXCHANGE_RECORD_KEY_MAX 256
+
+enum exchange_state {
+    X_NEW,
+    X_PASSING,      /* forwarded unprotected */
+    X_CLAIMING,     /* SET NX / takeover / re-read in flight */
+    X_WAITING,      /* another request holds the claim */
+    X_FORWARDING,   /* we own the claim; upstream call in flight */
+    X_WRITING,      /* upstream done; writing the record (see enum exchange_write) */
+    X_ANSWERED,
+    X_STATES
+};
+
+/* What WRITING writes to the record once the upstream is done. */
+enum exchange_write {
+    WRITE_ANSWER,   /* the upstream's answer (or a tombstone): then send it */
+    WRITE_RELEASE,  /* delete the claim: the upstream did nothing, or said so */
+    WRITE_UNKNOWN,  /* mark the outcome unknown (on_ambiguous: hold) */
+};
+
+struct exchange {
+    struct exchange_set *set;
+    struct config *conf;                /* one reference: routes and policies it started under */
+    struct evhttp_request *req;         /* NULL once answered */
+    enum exchange_state state;
+    const struct route *route;
+    const struct route_policy *policy;
+    struct request_view rq;             /* method, target, path, body, client */
+
+    char record_key[EXCHANGE_RECORD_KEY_MAX];
+    char record_id[RECORD_ID_HEX_LEN + 1];
+    char fingerprint[FINGERPRINT_HEX_LEN + 1];
+    char owner[33];
+    uint64_t created_ms;
+
+    unsigned pending;                   /* callbacks that can still reach us */
+    struct event lease_timer;
+    struct event wait_timer;
+    uint64_t wait_deadline_ms;
+    unsigned poll_delay_ms;
+    bool waited;
+    TAILQ_ENTRY(exchange) wait_link;
+
+    /* the upstream's verdict and answer, kept while the record is written */
+    enum upstream_outcome upstream;
+    enum exchange_write write;
+    int resp_status;
+    struct evkeyvalq resp_headers;
+    struct evbuffer *resp_body;
+
+    enum outcome outcome;               /* for the access log and metrics */
+    enum problem refusal;               /* OUTCOME_REFUSED: named by this problem */
+    int status;
+    double upstream_ms;
+    double started_ms;                  /* monotonic */
+};
+
+/* ---- exchange.c ---- */
+
+/* The one place a state changes; false (logged) for an illegal transition. */
+bool exchange_set_state(struct exchange *x, enum exchange_state to);
+
+/* Drop one pending callback's hold; frees the exchange when nothing else can reach it. */
+void exchange_unref(struct exchange *x);
+
+/* The proxy's own answer (CONTRACT 7). */
+void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
+                      int retry_after_s, bool replayed);
+
+/* Replay a finished record (CONTRACT 5 "Replay"). */
+void exchange_reply_replay(struct exchange *x, const struct record *rec);
+
+/* Redis failed: the on_store_error policy (503, or forward unprotected). */
+void exchange_store_failed(struct exchange *x, enum store_status st);
+
+/* Start rec as a record of x's claim. */
+void exchange_record_init(const struct exchange *x, struct record *rec, enum record_state state);
+
+/* The claim value (state C, lease deadline now + lease), malloc'd; NULL on failure. */
+char *exchange_claim_value(const struct exchange *x, size_t *len);
+
+/* The record at record_key changed: wake its waiters in every thread. */
+void exchange_record_changed(struct exchange_set *set, const char *record_key);
+
+/* Send the request upstream: protected (state FORWARDING) or passing. */
+void exchange_forward(struct exchange *x);
+
+/* ---- exchange_claim.c ---- */
+
+/* The key is valid: record identity, fingerprint, owner token, then the claim. */
+void exchange_protect(struct exchange *x, const struct evkeyvalq *headers, const char *key,
+                      size_t key_len);
+
+/* Claim (again): SET NX GET (CONTRACT 5 "Claim"). */
+void exchange_claim(struct exchange *x);
+
+/* How often a held lease is renewed: lease/3, at least 10 ms. */
+struct timeval exchange_lease_interval(const struct exchange *x);
+
+/* The timer callbacks of x->lease_timer and x->wait_timer. */
+void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg);
+void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * janitor.h - claims that may have landed in Redis after their request was
+ * refused (the claim command timed out, or its connection dropped).
+ *
+ * Such a claim holds a key nobody forwards: retries would wait, then read it
+ * as "outcome unknown". Nothing was sent upstream, so the janitor releases it
+ * (compare-and-set on the owner token, CONTRACT 5 "Claim") once Redis answers
+ * again, retrying every JANITOR_RETRY_MS until the claim's lease would have
+ * ended anyway. One janitor per worker, on the worker's event_base.
+ */
+#ifndef IDEM_JANITOR_H
+#define IDEM_JANITOR_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+struct event_base;
+struct store;
+struct orphan_claim;
+
+#define JANITOR_RETRY_MS 1000
+
+/* A claim was released: the record at record_key changed (wake its waiters). */
+typedef void janitor_released_cb(const char *record_key, void *arg);
+
+struct janitor {
+    struct event_base *base;
+    struct store *store;                    /* borrowed */
+    TAILQ_HEAD(, orphan_claim) claims;
+    _Atomic unsigned pending;               /* claims not yet released; any thread may read */
+    janitor_released_cb *released;
+    void *arg;
+};
+
+/* Set up j (embedded, zeroed or not); store must outlive every janitor_release. */
+void janitor_init(struct janitor *j, struct event_base *base, struct store *store,
+                  janitor_released_cb *released, void *arg);
+
+/*
+ * Release the claim at record_key (copied) owned by owner (32 hex chars,
+ * copied) once Redis answers, for up to lease_ms. Out of memory: the claim
+ * ends with its lease, as if the janitor had given up.
+ */
+void janitor_release(struct janitor *j, const char *record_key, const char *owner,
+                     uint64_t lease_ms);
+
+/* Forget every pending release (at exit, after the store is gone). */
+void janitor_deinit(struct janitor *j);
+
+#endif

@@ -1,0 +1,66 @@
+/*
+ * policy.h - what a route decides (CONTRACT section 3, `defaults:` and each
+ * route), as plain values. Its own small header so that the pure modules
+ * that read a policy (decide, webhook, classify) need not see the loader.
+ */
+#ifndef IDEM_POLICY_H
+#define IDEM_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* HTTP methods a route may protect, as a bit set. */
+enum method_bit {
+    METHOD_GET = 1u << 0,
+    METHOD_HEAD = 1u << 1,
+    METHOD_POST = 1u << 2,
+    METHOD_PUT = 1u << 3,
+    METHOD_PATCH = 1u << 4,
+    METHOD_DELETE = 1u << 5,
+    METHOD_OPTIONS = 1u << 6,
+};
+
+enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
+enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
+enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
+enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
+
+/* Where a webhook route takes its idempotency key from (CONTRACT section 8). */
+enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
+enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
+
+#define CONFIG_MAX_SCOPE_HEADERS 8
+#define CONFIG_MAX_RELEASE_STATUSES 16
+#define CONFIG_MAX_SECRETS 2
+/* Longest key_max_length a route may set, bytes. */
+#define CONFIG_MAX_KEY_LENGTH 8192
+
+/* Everything a route decides; `defaults:` fills one, each route copies and overrides it. */
+struct route_policy {
+    char *key_header;               /* "Idempotency-Key"; owned */
+    unsigned methods;               /* enum method_bit set */
+    bool require_key;
+    size_t key_max_length;          /* bytes, after unquoting */
+    enum fingerprint_mode fingerprint;
+    char *scope_headers[CONFIG_MAX_SCOPE_HEADERS]; /* owned */
+    size_t n_scope_headers;
+    uint64_t lease_ms;
+    uint64_t retention_ms;
+    enum in_flight_mode in_flight;
+    uint64_t wait_timeout_ms;
+    int mismatch_status;            /* 409 or 422 */
+    int release_statuses[CONFIG_MAX_RELEASE_STATUSES];
+    size_t n_release_statuses;
+    enum ambiguous_mode on_ambiguous;
+    enum store_error_mode on_store_error;
+    /* webhook receivers */
+    bool webhook;                   /* the route set key_from: a webhook receiver */
+    enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
+    char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
+    enum verify_scheme verify;
+    char *secrets[CONFIG_MAX_SECRETS]; /* owned, after ${VAR} expansion */
+    size_t n_secrets;
+};
+
+#endif

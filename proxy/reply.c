@@ -1,0 +1,121 @@
+/*
+ * reply.c - the answers of the client listener; see reply.h.
+ */
+#include "reply.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "headers.h"
+#include "record.h"
+
+struct evbuffer *reply_problem(struct evhttp_request *req, enum problem p, int status,
+                               const char *detail, int retry_after_s, bool replayed)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    struct evbuffer *body = evbuffer_new();
+    size_t len = 0;
+    char *json = problem_json(p, status, detail, &len);
+
+    evhttp_add_header(out, "Content-Type", PROBLEM_CONTENT_TYPE);
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    if (retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", retry_after_s);
+        evhttp_add_header(out, "Retry-After", v);
+    }
+    if (replayed)
+        evhttp_add_header(out, "Idempotent-Replayed", "true");
+    if (body != NULL && json != NULL)
+        evbuffer_add(body, json, len);
+    free(json);
+    return body;
+}
+
+void reply_move_headers(struct evhttp_request *req, struct evkeyvalq *from)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    const char *connection = evhttp_find_header(from, "Connection");
+    struct evkeyval *h, *next;
+
+    for (h = TAILQ_FIRST(from); h != NULL; h = next) {
+        next = TAILQ_NEXT(h, next);
+        if (header_is_hop_by_hop(h->key) || strcasecmp(h->key, "Content-Length") == 0 ||
+            header_named_by_connection(connection, h->key) || strpbrk(h->value, "\r\n") != NULL)
+            continue;
+        TAILQ_REMOVE(from, h, next);
+        TAILQ_INSERT_TAIL(out, h, next);
+    }
+}
+
+struct evbuffer *reply_replay(struct evhttp_request *req, const struct record *rec)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    struct evbuffer *body = evbuffer_new();
+    char name[256], small[1024];
+
+    for (size_t i = 0; i < rec->n_headers; i++) {
+        const struct record_field *f = &rec->headers[i];
+        char *value = f->value_len < sizeof(small) ? small : malloc(f->value_len + 1);
+        if (f->name_len < sizeof(name) && value != NULL) {
+            memcpy(name, f->name, f->name_len);
+            name[f->name_len] = '\0';
+            memcpy(value, f->value, f->value_len);
+            value[f->value_len] = '\0';
+            evhttp_add_header(out, name, value);
+        }
+        if (value != small)
+            free(value);
+    }
+    evhttp_add_header(out, "Idempotent-Replayed", "true");
+    if (body != NULL)
+        evbuffer_add(body, rec->body, rec->body_len);
+    return body;
+}
+
+/*
+ * An answer is out of our hands only once evhttp has written it all, or its
+ * connection has closed: until then a SIGTERM drain must not end (it would
+ * free the connection with the answer unsent). One answer at a time is
+ * written per connection, so the connection's close callback is ours until
+ * the answer completes.
+ */
+static void reply_on_flushed(struct evhttp_request *req, void *arg)
+{
+    _Atomic unsigned *unflushed = arg;
+
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
+    (*unflushed)--;
+}
+
+static void reply_on_closed_unflushed(struct evhttp_connection *conn, void *arg)
+{
+    _Atomic unsigned *unflushed = arg;
+
+    evhttp_connection_set_closecb(conn, NULL, NULL);
+    (*unflushed)--;
+}
+
+void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
+                _Atomic unsigned *unflushed)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+
+    if (close)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    if (conn != NULL) { /* else the client is gone: evhttp_send_reply just frees req */
+        (*unflushed)++;
+        evhttp_request_set_on_complete_cb(req, reply_on_flushed, unflushed);
+        evhttp_connection_set_closecb(conn, reply_on_closed_unflushed, unflushed);
+    }
+    evhttp_send_reply(req, status, NULL, body);
+    if (body != NULL)
+        evbuffer_free(body);
+}

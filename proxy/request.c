@@ -1,0 +1,84 @@
+/*
+ * request.c - the client request as the proxy sees it; see request.h.
+ */
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+static const char *request_method_name(enum evhttp_cmd_type cmd)
+{
+    switch (cmd) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    }
+    return "GET";
+}
+
+/* The target as forwarded (origin-form) and its path; invalid_target for what we refuse. */
+static int request_take_target(struct request_view *v, struct evhttp_request *req)
+{
+    const char *target = evhttp_request_get_uri(req);
+
+    if (target != NULL && target[0] == '/') {
+        /* origin-form: the path is everything before '?'; "//x" is a path here, not an authority */
+        v->target = strdup(target);
+        v->path = v->target != NULL ? strndup(v->target, strcspn(v->target, "?#")) : NULL;
+    } else {
+        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+        const char *p = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+        const char *q = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
+        v->path = strdup(p != NULL && p[0] == '/' ? p : "/");
+        if (v->path != NULL && asprintf(&v->target, "%s%s%s", v->path, q != NULL ? "?" : "",
+                                        q != NULL ? q : "") < 0)
+            v->target = NULL;
+        v->invalid_target = target == NULL || uri == NULL || evhttp_uri_get_host(uri) == NULL;
+    }
+    for (const char *c = v->target; c != NULL && *c != '\0' && !v->invalid_target; c++)
+        v->invalid_target = (unsigned char)*c < 0x20 || *c == 0x7f;
+    return v->target != NULL && v->path != NULL ? 0 : -1;
+}
+
+int request_view_init(struct request_view *v, struct evhttp_request *req)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+
+    memset(v, 0, sizeof(*v));
+    v->method = request_method_name(evhttp_request_get_command(req));
+    v->body = evbuffer_new();
+    if (request_take_target(v, req) != 0 || v->body == NULL) {
+        request_view_deinit(v);
+        return -1;
+    }
+    evbuffer_add_buffer(v->body, evhttp_request_get_input_buffer(req));
+    v->body_len = evbuffer_get_length(v->body);
+    v->body_bytes = v->body_len > 0 ? (const char *)evbuffer_pullup(v->body, -1) : NULL;
+    if (conn != NULL) {
+        char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(conn, &addr, &port);
+        if (addr != NULL)
+            snprintf(v->client_addr, sizeof(v->client_addr), "%s", addr);
+    }
+    return 0;
+}
+
+void request_view_deinit(struct request_view *v)
+{
+    if (v->body != NULL)
+        evbuffer_free(v->body);
+    free(v->target);
+    free(v->path);
+    memset(v, 0, sizeof(*v));
+}

@@ -1,0 +1,37 @@
+/*
+ * request.h - a client request as the proxy forwards, routes and
+ * fingerprints it: the method, the target in origin-form (RFC 9112 3.2.1),
+ * its path, the body and the client's address.
+ */
+#ifndef IDEM_REQUEST_H
+#define IDEM_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct evhttp_request;
+struct evbuffer;
+
+struct request_view {
+    const char *method;             /* static string */
+    char *target;                   /* path with query, origin-form; owned */
+    char *path;                     /* the target's path (no query), as sent; owned */
+    bool invalid_target;            /* a control character, or neither origin- nor absolute-form */
+    struct evbuffer *body;          /* the body, moved out of evhttp's input buffer; owned */
+    const char *body_bytes;         /* contiguous view of body, NULL when empty */
+    size_t body_len;                /* bytes */
+    char client_addr[64];           /* the peer's address, "" when unknown */
+};
+
+/*
+ * Fill v from req (taking its body over). An absolute-form target
+ * (RFC 9112 3.2.2) is rewritten to origin-form: the upstream gets, and the
+ * routes and the fingerprint see, its path and query. Returns 0, or -1 when
+ * out of memory (v is then empty). Release with request_view_deinit.
+ */
+int request_view_init(struct request_view *v, struct evhttp_request *req);
+
+/* Free what request_view_init allocated; safe on a zeroed view. */
+void request_view_deinit(struct request_view *v);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * worker.h - the worker threads: each one thread with one event_base, its
+ * client listener, Redis store, upstream client and exchange set. Between
+ * threads: an inbox pipe per worker for reloads, the drain and wake-ups.
+ */
+#ifndef IDEM_WORKER_H
+#define IDEM_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "admin.h"
+#include "config.h"
+#include "exchange.h"
+#include "metrics.h"
+
+struct event_base;
+struct evhttp;
+struct evhttp_bound_socket;
+struct store;
+struct upstream;
+struct listener_slot;
+struct worker_pool;
+
+/*
+ * One worker thread's world. Only its own thread touches it, except the
+ * exchange set's atomic counters, which other threads sum (drain, metrics).
+ */
+struct worker {
+    struct event_base *base;                /* owned */
+    struct worker_pool *pool;
+    unsigned index;                         /* 0: the main thread, admin listener, signals */
+    struct config *boot;                    /* listeners, Redis, upstream: fixed until restart; one ref */
+    struct store *store;
+    struct upstream *upstream;
+    struct exchange_set xs;                 /* its requests; xs.conf is the running config */
+    struct evhttp *http;
+    struct evhttp_bound_socket *listener;
+    struct listener_slot *listener_slot;
+    struct evhttp *admin_http;              /* worker 0 only */
+    struct listener_slot *admin_slot;
+    struct admin_env admin;                 /* worker 0 only */
+    struct event *drain_timer;
+    uint64_t drain_deadline_ms;             /* ms since the epoch */
+    int inbox[2];                           /* pipe: messages from other threads */
+    struct event *inbox_event;
+};
+
+/* The workers of the process; workers[0] runs on the main thread. */
+struct worker_pool {
+    struct worker *workers;                 /* n, owned */
+    unsigned n;
+    pthread_t *threads;                     /* workers[1..n-1]'s; owned */
+    unsigned started;                       /* threads running or to be joined */
+    int port_lock;                          /* with several workers: the endpoint's lock, or -1 */
+    struct metrics metrics;
+};
+
+/*
+ * Set up config_workers(cfg) workers, each with its own event_base, client
+ * listener, store and upstream client (each takes its own references to
+ * cfg); worker 0 also gets the admin listener. With more than one worker the
+ * client listeners share the port through SO_REUSEPORT, after a check that
+ * no other socket holds it and with a lock on the endpoint
+ * (listener_lock_endpoint). Nothing runs yet. Returns 0, or -1 with one line
+ * in err (errlen bytes), e.g. the port in use; then p is left empty.
+ */
+int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_t errlen);
+
+/*
+ * Start a thread running the loop of each of workers[1..n-1]. The threads
+ * inherit the caller's signal mask: the caller blocks SIGTERM, SIGINT and
+ * SIGHUP before worker_pool_init binds the listeners, and unblocks them in
+ * its own thread only once its loop handles them, so the main thread alone
+ * takes them. The caller runs workers[0].base itself. Returns 0, or -1 with
+ * err when a thread cannot be started (the started ones are told to drain,
+ * then joined by worker_pool_join).
+ */
+int worker_pool_start(struct worker_pool *p, char *err, size_t errlen);
+
+/*
+ * SIGHUP, on the main thread: load FILE and hand its routes, policies and
+ * limits to every worker for new requests (requests in flight finish under
+ * the old ones). Refused, with the reason logged and the running
+ * configuration kept, when FILE is invalid or changes what needs a restart
+ * (listeners, workers, upstream, redis, record identity). Returns 0 applied,
+ * -1 refused.
+ */
+int worker_pool_reload(struct worker_pool *p, const char *file);
+
+/*
+ * SIGTERM, on the main thread: every worker stops accepting and answers
+ * what it has in flight; once no worker has an exchange in flight, an
+ * answer unwritten or a refused request's claim to release (a claim left
+ * behind would read as "outcome unknown" once its lease ends), every loop
+ * ends (until then a late request on a kept-alive connection gets 503
+ * shutting-down, whichever worker holds it); at the latest slack_ms after
+ * the upstream timeout.
+ */
+void worker_pool_drain(struct worker_pool *p, uint64_t slack_ms);
+
+/* Wait for the threads worker_pool_start started; after workers[0]'s loop has ended. */
+void worker_pool_join(struct worker_pool *p);
+
+/* Free what worker_pool_init made; after worker_pool_join. */
+void worker_pool_deinit(struct worker_pool *p);
+
+/*
+ * Exchanges in flight, summed over the workers; *unsent: answers evhttp is
+ * still writing; *unreleased: claims of refused requests not yet released
+ * (Redis stalled). Any thread.
+ */
+unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned *unreleased);
+
+#endif

@@ -1,0 +1,123 @@
+/*
+ * Request classification (CONTRACT 4 and 8): one case per rule, each a
+ * request against one configuration, checked for its verdict, problem and
+ * route.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "classify.h"
+#include "unit.h"
+
+static const char config_yaml[] =
+    "limits: {max_request_body: 64B}\n"
+    "routes:\n"
+    "  - path: /v1/payments*\n"
+    "  - path: /v1/strict*\n"
+    "    require_key: true\n"
+    "    key_max_length: 8\n"
+    "  - path: /hooks/gh\n"
+    "    methods: [POST]\n"
+    "    key_from: header:X-GitHub-Delivery\n"
+    "  - path: /hooks/json\n"
+    "    methods: [POST]\n"
+    "    key_from: json:/id\n";
+
+struct header { const char *name, *value; };
+
+static const struct {
+    const char *name;
+    const char *method, *path;
+    struct header headers[3];
+    const char *body;
+    bool invalid_target;
+    enum classify_verdict want;
+    enum problem problem;           /* REFUSE */
+    const char *route;              /* matched route path, NULL for none */
+    const char *key;                /* PROTECT */
+} cases[] = {
+    { "no route: pass-through", "POST", "/v2/x", { { NULL, NULL } }, "{}", false,
+      CLASSIFY_PASS_THROUGH, 0, NULL, NULL },
+    { "unprotected method on a route: pass-through", "GET", "/v1/payments/1",
+      { { "Idempotency-Key", "k" } }, NULL, false, CLASSIFY_PASS_THROUGH, 0, NULL, NULL },
+    { "no key, key optional: unprotected", "POST", "/v1/payments", { { NULL, NULL } }, "{}",
+      false, CLASSIFY_UNPROTECTED, 0, "/v1/payments", NULL },
+    { "a key: protect", "POST", "/v1/payments", { { "Idempotency-Key", "k-1" } }, "{}", false,
+      CLASSIFY_PROTECT, 0, "/v1/payments", "k-1" },
+    { "sf-string key unquoted", "POST", "/v1/payments", { { "Idempotency-Key", "\"k-1\"" } },
+      "{}", false, CLASSIFY_PROTECT, 0, "/v1/payments", "k-1" },
+    { "path spelling matches the route", "POST", "//V1/x/../payments/",
+      { { "Idempotency-Key", "k" } }, "{}", false, CLASSIFY_PROTECT, 0, "/v1/payments", "k" },
+    { "require_key without a key: 400 missing-key", "POST", "/v1/strict", { { NULL, NULL } },
+      "{}", false, CLASSIFY_REFUSE, PROBLEM_MISSING_KEY, "/v1/strict", NULL },
+    { "key longer than key_max_length: invalid-key", "POST", "/v1/strict",
+      { { "Idempotency-Key", "123456789" } }, "{}", false, CLASSIFY_REFUSE, PROBLEM_INVALID_KEY,
+      "/v1/strict", NULL },
+    { "two key lines: invalid-key", "POST", "/v1/payments",
+      { { "Idempotency-Key", "a" }, { "Idempotency-Key", "b" } }, "{}", false, CLASSIFY_REFUSE,
+      PROBLEM_INVALID_KEY, "/v1/payments", NULL },
+    { "empty key: invalid-key", "POST", "/v1/payments", { { "Idempotency-Key", "" } }, "{}",
+      false, CLASSIFY_REFUSE, PROBLEM_INVALID_KEY, "/v1/payments", NULL },
+    { "body over the limit: 413", "POST", "/v1/payments", { { "Idempotency-Key", "k" } },
+      "0123456789012345678901234567890123456789012345678901234567890123456789", false,
+      CLASSIFY_REFUSE, PROBLEM_BODY_TOO_LARGE, "/v1/payments", NULL },
+    { "invalid target: 400", "POST", "/v1/payments", { { "Idempotency-Key", "k" } }, "{}", true,
+      CLASSIFY_REFUSE, PROBLEM_INVALID_TARGET, NULL, NULL },
+    { "webhook without its event id header: missing-key", "POST", "/hooks/gh",
+      { { NULL, NULL } }, "{}", false, CLASSIFY_REFUSE, PROBLEM_MISSING_KEY, "/hooks/gh", NULL },
+    { "webhook event id from a header", "POST", "/hooks/gh",
+      { { "X-GitHub-Delivery", "d-1" } }, "{}", false, CLASSIFY_PROTECT, 0, "/hooks/gh", "d-1" },
+    { "webhook event id from the JSON body", "POST", "/hooks/json", { { NULL, NULL } },
+      "{\"id\":\"evt_1\"}", false, CLASSIFY_PROTECT, 0, "/hooks/json", "evt_1" },
+    { "JSON body without the id: missing-key", "POST", "/hooks/json", { { NULL, NULL } },
+      "{\"x\":1}", false, CLASSIFY_REFUSE, PROBLEM_MISSING_KEY, "/hooks/json", NULL },
+    { "JSON id not a string: invalid-key", "POST", "/hooks/json", { { NULL, NULL } },
+      "{\"id\":7}", false, CLASSIFY_REFUSE, PROBLEM_INVALID_KEY, "/hooks/json", NULL },
+};
+
+int main(void)
+{
+    struct config cfg;
+    char err[512];
+
+    if (config_load_string(&cfg, config_yaml, strlen(config_yaml), "test", err,
+                           sizeof(err)) != 0) {
+        printf("FAIL config: %s\n", err);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct evkeyvalq headers;
+        struct classify_input in;
+        struct classify_result out;
+        char key[CLASSIFY_KEY_MAX];
+        bool ok;
+
+        TAILQ_INIT(&headers);
+        for (size_t h = 0; h < 3 && cases[i].headers[h].name != NULL; h++)
+            evhttp_add_header(&headers, cases[i].headers[h].name, cases[i].headers[h].value);
+        in = (struct classify_input){
+            .method = cases[i].method, .path = cases[i].path,
+            .invalid_target = cases[i].invalid_target, .headers = &headers,
+            .body = cases[i].body, .body_len = cases[i].body ? strlen(cases[i].body) : 0,
+            .now_s = 1700000000,
+        };
+        classify_request(&cfg, &in, key, sizeof(key), &out);
+        ok = out.verdict == cases[i].want &&
+             (cases[i].want != CLASSIFY_REFUSE || out.problem == cases[i].problem) &&
+             (cases[i].route == NULL ? out.route == NULL
+                                     : out.route != NULL && strcmp(out.route->path,
+                                                                   cases[i].route) == 0) &&
+             (cases[i].key == NULL ||
+              (out.key_len == strlen(cases[i].key) && strcmp(key, cases[i].key) == 0));
+        UNIT_CHECK(cases[i].name, ok, "verdict %d problem %d route %s key_len %zu",
+                   (int)out.verdict, (int)out.problem,
+                   out.route != NULL ? out.route->path : "(none)", out.key_len);
+        evhttp_clear_headers(&headers);
+    }
+    config_deinit(&cfg);
+    UNIT_DONE();
+}
