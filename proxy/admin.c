@@ -26,7 +26,7 @@ struct admin_lookup {
     struct evhttp_request *req;
     struct worker *w;
     char record_id[RECORD_ID_HEX_LEN + 1];
-    char record_key[256];
+    char record_key[RECORD_KEY_MAX];
     json_t *doc;                /* GET: the answer being built */
 };
 
@@ -198,7 +198,11 @@ static void admin_records(struct worker *w, struct evhttp_request *req, const ch
     l->req = req;
     l->w = w;
     memcpy(l->record_id, id, RECORD_ID_HEX_LEN + 1);
-    snprintf(l->record_key, sizeof(l->record_key), "%s:{%s}", w->conf->cfg.key_prefix, id);
+    if (record_key_format(w->conf->cfg.key_prefix, id, l->record_key, sizeof(l->record_key)) != 0) {
+        free(l);
+        admin_reply_error(req, 500, "the record key does not fit");
+        return;
+    }
     if (cmd == EVHTTP_REQ_GET)
         store_get(w->store, l->record_key, admin_on_get, l);
     else

@@ -949,10 +949,12 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
 
     for (size_t i = 0; i < x->policy->n_scope_headers; i++)
         scope[i] = evhttp_find_header(headers, x->policy->scope_headers[i]);
-    record_id_compute(x->route->path, scope, x->policy->n_scope_headers, key, key_len,
-                      x->record_id);
-    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->cfg->key_prefix,
-             x->record_id);
+    record_id_compute(x->policy->record_source, x->policy->scope_headers, scope,
+                      x->policy->n_scope_headers, key, key_len, x->record_id);
+    /* config_load bounds key_prefix so this cannot fail; a cut key would merge records */
+    if (record_key_format(x->cfg->key_prefix, x->record_id, x->record_key,
+                          sizeof(x->record_key)) != 0)
+        abort();
 }
 
 /*

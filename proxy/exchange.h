@@ -10,8 +10,10 @@
 struct evhttp_request;
 struct worker;
 
+#include "fingerprint.h"
+
 /* Longest Redis key of a record ("PREFIX:{RECORD_ID}") plus its NUL, in bytes. */
-#define EXCHANGE_RECORD_KEY_MAX 256
+#define EXCHANGE_RECORD_KEY_MAX RECORD_KEY_MAX
 
 /*
  * The evhttp request callback of the client listener (CONTRACT 4 and 5).
