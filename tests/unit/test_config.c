@@ -780,6 +780,85 @@ static int run_file_cases(const char *sample)
     return failed;
 }
 
+/* config_reload_refusal: what SIGHUP may change (README "Reload"). */
+struct config_reload_case {
+    const char *name;
+    const char *running;
+    const char *next;
+    const char *word;           /* NULL: accepted; else a word of the reason */
+};
+
+#define R_PAY "  - path: /v1/payments*\n"
+#define R_REF "  - path: /v1/refunds\n"
+#define R_HOOK "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n"
+
+static const struct config_reload_case config_reload_cases[] = {
+    { "same config", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY R_REF, NULL },
+    { "a route appended", "routes:\n" R_PAY, "routes:\n" R_PAY R_REF, NULL },
+    { "a route inserted in front", "routes:\n" R_PAY, "routes:\n" R_REF R_PAY, NULL },
+    { "a route removed", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY, NULL },
+    { "routes reordered", "routes:\n" R_PAY R_REF R_HOOK, "routes:\n" R_HOOK R_REF R_PAY, NULL },
+    { "no routes at all any more", "routes:\n" R_PAY, "", NULL },
+    { "other policy keys change", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    lease: 5s\n    require_key: true\n    fingerprint: none\n", NULL },
+    { "key_header case only", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    key_header: idempotency-key\n", NULL },
+    { "scope header case only", "routes:\n" R_PAY "    scope_headers: [Authorization]\n",
+      "routes:\n" R_PAY "    scope_headers: [authorization]\n", NULL },
+    { "pattern case only is the same route", "routes:\n" R_PAY,
+      "routes:\n  - path: /V1/Payments*\n    scope_headers: [X-Tenant]\n", "scope_headers" },
+    { "scope_headers of a route", "routes:\n" R_PAY R_REF,
+      "routes:\n" R_PAY R_REF "    scope_headers: [Authorization, X-Tenant]\n", "scope_headers" },
+    { "scope_headers emptied", "routes:\n" R_PAY, "routes:\n" R_PAY "    scope_headers: []\n",
+      "scope_headers" },
+    { "scope_headers through defaults", "routes:\n" R_PAY,
+      "defaults:\n  scope_headers: [X-Tenant]\nroutes:\n" R_PAY, "scope_headers" },
+    { "key_header of a route", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    key_header: X-Request-Id\n", "key source" },
+    { "key_from of a webhook route", "routes:\n" R_HOOK,
+      "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n", "key source" },
+    { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
+      "redis.key_prefix" },
+    { "a route of another pattern may differ", "routes:\n" R_PAY,
+      "routes:\n  - path: /v1/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
+};
+
+static int run_reload_cases(void)
+{
+    int failed = 0;
+
+    for (size_t i = 0; i < sizeof(config_reload_cases) / sizeof(config_reload_cases[0]); i++) {
+        const struct config_reload_case *c = &config_reload_cases[i];
+        struct config running, next;
+        char err[512];
+        const char *why;
+
+        if (config_load_string(&running, c->running, strlen(c->running), FILE_NAME, err,
+                               sizeof(err)) != 0) {
+            printf("FAIL reload %s: running did not load: %s\n", c->name, err);
+            failed++;
+            continue;
+        }
+        if (config_load_string(&next, c->next, strlen(c->next), FILE_NAME, err, sizeof(err)) != 0) {
+            printf("FAIL reload %s: next did not load: %s\n", c->name, err);
+            config_deinit(&running);
+            failed++;
+            continue;
+        }
+        why = config_reload_refusal(&running, &next);
+        if (c->word == NULL ? why != NULL : (why == NULL || strstr(why, c->word) == NULL)) {
+            printf("FAIL reload %s: got %s, want %s\n", c->name, why ? why : "accepted",
+                   c->word ? c->word : "accepted");
+            failed++;
+        } else {
+            printf("ok reload %s\n", c->name);
+        }
+        config_deinit(&running);
+        config_deinit(&next);
+    }
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     int failed = 0;
@@ -792,6 +871,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
         failed += run_case(&config_cases[i]);
     failed += run_match_cases();
+    failed += run_reload_cases();
     failed += run_unit_cases();
     failed += run_file_cases(argc > 1 ? argv[1] : NULL);
 
