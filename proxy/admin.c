@@ -139,14 +139,15 @@ static void admin_on_get(enum store_status st, const char *value, size_t len, vo
     admin_lookup_free(l);
 }
 
-static void admin_on_delete(enum store_status st, long long deleted, void *arg)
+static void admin_on_delete(enum store_status st, bool applied, void *arg)
 {
     struct admin_lookup *l = arg;
 
     if (st != STORE_OK)
         admin_reply_error(l->req, 503, "redis unavailable");
-    else if (deleted == 0)
-        admin_reply_error(l->req, 404, "no such record");
+    else if (!applied)
+        admin_reply_error(l->req, 409, "the record changed (or went away) since it was read; "
+                                       "nothing was deleted: look at it again");
     else
         admin_reply_json(l->req, 200, json_pack("{s:s, s:b}", "record_id", l->record_id,
                                                 "deleted", 1));
@@ -155,7 +156,9 @@ static void admin_on_delete(enum store_status st, long long deleted, void *arg)
 
 /*
  * DELETE looks first: purging a claim whose lease is live would let a retry
- * execute while the first request is still at the upstream.
+ * execute while the first request is still at the upstream. The delete is a
+ * compare-and-set on the record just read, so a retry that claims or takes
+ * the record over between the look and the delete keeps its claim (409).
  */
 static void admin_on_get_before_delete(enum store_status st, const char *value, size_t len,
                                        void *arg)
@@ -171,7 +174,7 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
                                        "(its lease is live); purging it would let a retry "
                                        "execute again");
     } else {
-        store_delete(l->w->store, l->record_key, admin_on_delete, l);
+        store_delete_if_unchanged(l->w->store, l->record_key, value, len, admin_on_delete, l);
         return;
     }
     admin_lookup_free(l);

@@ -704,10 +704,11 @@ static void exchange_record_changed(struct worker *w, const char *record_key)
 /* ---- claims that may have landed after we gave up on them -------------- */
 
 /*
- * A claim that timed out (or whose connection dropped) may still reach Redis
- * after the client got its 503, leaving a claim nobody forwards: retries
- * would wait, then read it as "outcome unknown". Nothing was sent upstream,
- * so release it (compare-and-set on our owner token) once Redis answers again.
+ * A claim or a takeover that timed out (or whose connection dropped) may
+ * still reach Redis after the client got its 503, leaving a claim nobody
+ * forwards: retries would wait (or get 409 under in_flight: reject), then read
+ * it as "outcome unknown" or take it over. Nothing was sent upstream, so
+ * release it (compare-and-set on our owner token) once Redis answers again.
  */
 #define ORPHAN_RETRY_MS 1000
 
@@ -879,6 +880,10 @@ static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
+        /* a takeover that may have landed wrote our claim: released like a claim's */
+        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
+            x->policy->on_store_error == STORE_ERROR_REJECT)
+            exchange_release_orphan(x);
         exchange_store_failed(x, st);
     } else if (applied) {
         log_msg(LOG_WARN, "exchange %s: took over a record whose lease expired", x->record_id);
