@@ -28,7 +28,7 @@ struct admin_lookup {
     struct evhttp_request *req;
     const struct admin_env *env;
     char record_id[RECORD_ID_HEX_LEN + 1];
-    char record_key[256];
+    char record_key[RECORD_KEY_MAX];
     json_t *doc;                /* GET: the answer being built */
 };
 
@@ -141,14 +141,15 @@ static void admin_on_get(enum store_status st, const char *value, size_t len, vo
     admin_lookup_free(l);
 }
 
-static void admin_on_delete(enum store_status st, long long deleted, void *arg)
+static void admin_on_delete(enum store_status st, bool applied, void *arg)
 {
     struct admin_lookup *l = arg;
 
     if (st != STORE_OK)
         admin_reply_error(l->req, 503, "redis unavailable");
-    else if (deleted == 0)
-        admin_reply_error(l->req, 404, "no such record");
+    else if (!applied)
+        admin_reply_error(l->req, 409, "the record changed (or went away) since it was read; "
+                                       "nothing was deleted: look at it again");
     else
         admin_reply_json(l->req, 200, json_pack("{s:s, s:b}", "record_id", l->record_id,
                                                 "deleted", 1));
@@ -157,7 +158,9 @@ static void admin_on_delete(enum store_status st, long long deleted, void *arg)
 
 /*
  * DELETE looks first: purging a claim whose lease is live would let a retry
- * execute while the first request is still at the upstream.
+ * execute while the first request is still at the upstream. The delete is a
+ * compare-and-set on the record just read, so a retry that claims or takes
+ * the record over between the look and the delete keeps its claim (409).
  */
 static void admin_on_get_before_delete(enum store_status st, const char *value, size_t len,
                                        void *arg)
@@ -173,7 +176,7 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
                                        "(its lease is live); purging it would let a retry "
                                        "execute again");
     } else {
-        store_delete(l->env->set->store, l->record_key, admin_on_delete, l);
+        store_delete_if_unchanged(l->env->set->store, l->record_key, value, len, admin_on_delete, l);
         return;
     }
     admin_lookup_free(l);
@@ -200,7 +203,11 @@ static void admin_records(const struct admin_env *env, struct evhttp_request *re
     l->req = req;
     l->env = env;
     memcpy(l->record_id, id, RECORD_ID_HEX_LEN + 1);
-    snprintf(l->record_key, sizeof(l->record_key), "%s:{%s}", env->set->conf->key_prefix, id);
+    if (record_key_format(env->set->conf->key_prefix, id, l->record_key, sizeof(l->record_key)) != 0) {
+        free(l);
+        admin_reply_error(req, 500, "the record key does not fit");
+        return;
+    }
     if (cmd == EVHTTP_REQ_GET)
         store_get(env->set->store, l->record_key, admin_on_get, l);
     else

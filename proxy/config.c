@@ -38,8 +38,6 @@
 
 #define CONFIG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Kept below 2^63 ms so a duration fits Redis PX and signed time arithmetic. */
-#define CONFIG_MAX_DURATION_MS ((uint64_t)INT64_MAX)
 #define CONFIG_REDIS_PORT 6379
 
 struct config_loader;
@@ -63,6 +61,8 @@ enum config_kind {
 #define CONFIG_POSITIVE   0x2u  /* durations: 0 is an error */
 #define CONFIG_EMPTY_OFF  0x4u  /* endpoints: "" disables the listener */
 #define CONFIG_NONEMPTY   0x8u  /* strings: "" is an error */
+#define CONFIG_UNSET_EMPTY 0x10u /* an unset ${VAR} reads as "" (documented optional values);
+                                    elsewhere it is an error that names VAR */
 
 struct config_key {
     const char *name;
@@ -116,7 +116,8 @@ static config_setter config_set_endpoint, config_set_upstream_url, config_set_re
     config_set_duration, config_set_size, config_set_string, config_set_bool,
     config_set_route_path, config_set_key_header, config_set_methods,
     config_set_key_max_length, config_set_enum, config_set_scope_headers,
-    config_set_release_statuses, config_set_key_from, config_set_secret, config_set_workers;
+    config_set_release_statuses, config_set_key_from, config_set_secret, config_set_workers,
+    config_set_key_prefix;
 
 #define CFG(field) offsetof(struct config, field)
 #define POL(field) offsetof(struct route_policy, field)
@@ -153,8 +154,8 @@ static const struct config_key config_upstream_keys[] = {
 
 static const struct config_key config_redis_keys[] = {
     { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL },
-    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), 0, NULL, NULL },
-    { "key_prefix", CONFIG_SCALAR, config_set_string, CFG(key_prefix), CONFIG_NONEMPTY, NULL, NULL },
+    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL },
+    { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL },
     { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
@@ -521,10 +522,14 @@ static int config_append(struct config_loader *ld, yaml_node_t *node, char **out
 }
 
 /*
- * The scalar's text, malloc'd, with each ${NAME} replaced by getenv(NAME)
- * (unset -> ""); YAML null reads as "". NULL after config_error.
+ * The scalar's text, malloc'd, with each ${NAME} replaced by getenv(NAME);
+ * YAML null reads as "". An unset NAME is an error naming it unless key
+ * (NULL: none) has CONFIG_UNSET_EMPTY: a silent "" would turn
+ * http://127.0.0.1:${PORT} into port 80, or a Redis URL into someone
+ * else's Redis. NULL after config_error.
  */
-static char *config_scalar(struct config_loader *ld, yaml_node_t *node)
+static char *config_scalar(struct config_loader *ld, const struct config_key *key,
+                           yaml_node_t *node)
 {
     const char *text = (const char *)node->data.scalar.value;
     const char *in = text;
@@ -563,6 +568,12 @@ static char *config_scalar(struct config_loader *ld, yaml_node_t *node)
             goto failed;
         }
         value = getenv(var);
+        if (value == NULL && (key == NULL || !(key->flags & CONFIG_UNSET_EMPTY))) {
+            config_error(ld, node, "%s%s${%s} is not set (export it, or write the value "
+                         "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "", var);
+            free(var);
+            goto failed;
+        }
         free(var);
         if (value == NULL)
             value = "";
@@ -580,7 +591,7 @@ static int config_scalar_enum(struct config_loader *ld, const struct config_key 
                               yaml_node_t *node, const struct config_enum *names, int *out)
 {
     char allowed[256];
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
 
     if (text == NULL)
         return -1;
@@ -643,7 +654,7 @@ static int config_set_endpoint(struct config_loader *ld, const struct config_key
                                yaml_node_t *node, void *obj)
 {
     struct endpoint *ep = (struct endpoint *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     const char *why;
 
     if (text == NULL)
@@ -721,7 +732,7 @@ static int config_set_upstream_url(struct config_loader *ld, const struct config
 {
     struct config *cfg = obj;
     struct evhttp_uri *uri = NULL;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     char *base = NULL, *unix_path = NULL;
     const char *why;
 
@@ -807,7 +818,7 @@ static int config_set_redis_url(struct config_loader *ld, const struct config_ke
     struct config *cfg = obj;
     struct config_redis_target t = { NULL, 0, NULL, 0, NULL };
     struct evhttp_uri *uri = NULL;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     const char *why;
 
     (void)key;
@@ -846,13 +857,13 @@ static int config_set_duration(struct config_loader *ld, const struct config_key
                                yaml_node_t *node, void *obj)
 {
     uint64_t *field = (uint64_t *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
 
     if (text == NULL)
         return -1;
     if (config_parse_duration_ms(text, field) < 0) {
         config_error(ld, node, "bad duration '%s' for %s: expected a whole number and a unit "
-                     "(ms, s, m, h, d), e.g. 250ms or 24h", text, key->name);
+                     "(ms, s, m, h, d) of at most 3650d, e.g. 250ms or 24h", text, key->name);
         goto failed;
     }
     if (*field == 0 && (key->flags & CONFIG_POSITIVE)) {
@@ -870,7 +881,7 @@ static int config_set_size(struct config_loader *ld, const struct config_key *ke
                            yaml_node_t *node, void *obj)
 {
     size_t *field = (size_t *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     int rc = 0;
 
     if (text == NULL)
@@ -886,7 +897,7 @@ static int config_set_workers(struct config_loader *ld, const struct config_key 
                               yaml_node_t *node, void *obj)
 {
     unsigned *field = (unsigned *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     uint64_t n = 0;
     int rc = 0;
 
@@ -907,7 +918,7 @@ static int config_set_string(struct config_loader *ld, const struct config_key *
                              yaml_node_t *node, void *obj)
 {
     char **field = (char **)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
 
     if (text == NULL)
         return -1;
@@ -920,21 +931,59 @@ static int config_set_string(struct config_loader *ld, const struct config_key *
     return 0;
 }
 
+/*
+ * redis.key_prefix: 1..CONFIG_MAX_KEY_PREFIX bytes of printable ASCII
+ * without spaces, '{' or '}'. The length bounds the record key so it is
+ * never cut (record_key_format); a brace would move the Redis Cluster hash
+ * tag away from {RECORD_ID}.
+ */
+static int config_set_key_prefix(struct config_loader *ld, const struct config_key *key,
+                                 yaml_node_t *node, void *obj)
+{
+    char **field = (char **)((char *)obj + key->offset);
+    char *text = config_scalar(ld, key, node);
+    size_t len;
+
+    if (text == NULL)
+        return -1;
+    len = strlen(text);
+    if (len == 0 || len > CONFIG_MAX_KEY_PREFIX) {
+        free(text);
+        return config_error(ld, node, "%s must be 1 to %d bytes long, not %zu", key->name,
+                            CONFIG_MAX_KEY_PREFIX, len);
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+
+        if (c <= ' ' || c >= 0x7f || c == '{' || c == '}') {
+            free(text);
+            return config_error(ld, node, "bad %s: printable ASCII without spaces, '{' or '}' "
+                                "(braces would break the Redis Cluster hash tag)", key->name);
+        }
+    }
+    free(*field);
+    *field = text;
+    return 0;
+}
+
 static int config_set_bool(struct config_loader *ld, const struct config_key *key,
                            yaml_node_t *node, void *obj)
 {
     bool *field = (bool *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
+    /* only YAML's plain true/false: "true" quoted is a string, True a spelling we refuse */
+    bool plain = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
     int rc = 0;
 
     if (text == NULL)
         return -1;
-    if (strcmp(text, "true") == 0 || strcmp(text, "True") == 0 || strcmp(text, "TRUE") == 0)
+    if (plain && strcmp(text, "true") == 0)
         *field = true;
-    else if (strcmp(text, "false") == 0 || strcmp(text, "False") == 0 || strcmp(text, "FALSE") == 0)
+    else if (plain && strcmp(text, "false") == 0)
         *field = false;
     else
-        rc = config_error(ld, node, "bad %s '%s': expected true or false", key->name, text);
+        rc = config_error(ld, node, "bad %s %s%s%s: expected true or false (lower case, "
+                          "unquoted)", key->name, plain ? "'" : "", text, plain ? "'" : " (quoted)");
     free(text);
     return rc;
 }
@@ -944,7 +993,7 @@ static int config_set_route_path(struct config_loader *ld, const struct config_k
                                  yaml_node_t *node, void *obj)
 {
     struct route *route = obj;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     size_t len;
 
     (void)key;
@@ -980,7 +1029,7 @@ static int config_set_key_header(struct config_loader *ld, const struct config_k
                                  yaml_node_t *node, void *obj)
 {
     struct route_policy *policy = obj;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
 
     if (text == NULL)
         return -1;
@@ -1004,7 +1053,7 @@ static int config_set_methods(struct config_loader *ld, const struct config_key 
     config_enum_list(config_method_names, allowed, sizeof(allowed));
     for (size_t i = 0; i < config_items(node); i++) {
         yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, item);
+        char *text = config_scalar(ld, key, item);
         unsigned bit;
 
         if (text == NULL)
@@ -1029,7 +1078,7 @@ static int config_set_key_max_length(struct config_loader *ld, const struct conf
                                      yaml_node_t *node, void *obj)
 {
     struct route_policy *policy = obj;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     uint64_t n;
     int rc = 0;
 
@@ -1060,7 +1109,7 @@ static int config_set_scope_headers(struct config_loader *ld, const struct confi
     policy->n_scope_headers = 0;
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, item);
+        char *text = config_scalar(ld, key, item);
 
         if (text == NULL)
             return -1;
@@ -1085,7 +1134,7 @@ static int config_set_release_statuses(struct config_loader *ld, const struct co
                             CONFIG_MAX_RELEASE_STATUSES);
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, item);
+        char *text = config_scalar(ld, key, item);
         uint64_t status;
 
         if (text == NULL)
@@ -1122,7 +1171,7 @@ static int config_set_key_from(struct config_loader *ld, const struct config_key
                                yaml_node_t *node, void *obj)
 {
     struct route_policy *policy = obj;
-    char *text = config_scalar(ld, node);
+    char *text = config_scalar(ld, key, node);
     char *value;
 
     if (text == NULL)
@@ -1176,13 +1225,13 @@ static int config_set_secret(struct config_loader *ld, const struct config_key *
     policy->n_secrets = 0;
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, item);
+        char *text = config_scalar(ld, key, item);
 
         if (text == NULL)
             return -1;
         if (text[0] == '\0') {
             free(text);
-            return config_error(ld, item, "%s is empty (is its ${VAR} unset?)", key->name);
+            return config_error(ld, item, "%s is empty", key->name);
         }
         policy->secrets[policy->n_secrets++] = text;
     }
@@ -1479,6 +1528,31 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
 }
 
 /*
+ * The key source record ids hash (fingerprint.h): "header:" and the key
+ * header lowercased (header names are case-insensitive, RFC 9110 5.1), or
+ * "json:" and the pointer as written.
+ */
+static int config_set_record_source(struct config_loader *ld, struct route_policy *policy,
+                                    yaml_node_t *map)
+{
+    char *source;
+
+    if (policy->webhook && policy->key_from == KEY_FROM_JSON) {
+        source = config_printf_dup("json:%s", policy->key_json_pointer);
+    } else {
+        source = config_printf_dup("header:%s", policy->key_header);
+        for (char *c = source ? source : ""; *c != '\0'; c++)
+            if (*c >= 'A' && *c <= 'Z')
+                *c = (char)(*c - 'A' + 'a');
+    }
+    if (source == NULL)
+        return config_oom(ld, map);
+    free(policy->record_source);
+    policy->record_source = source;
+    return 0;
+}
+
+/*
  * Webhook rules, then inheritance: `defaults:` first, the built-in
  * defaults for what neither sets. Then the checks of the whole policy.
  */
@@ -1520,6 +1594,8 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     if (policy->verify == VERIFY_NONE && secret != NULL)
         return config_error(ld, secret, "secret without verify: set verify to "
                             "standard-webhooks, github or stripe");
+    if (config_set_record_source(ld, policy, map) < 0)
+        return -1;
     for (size_t i = 0; i < policy->n_secrets; i++) {
         const char *why = NULL;
         /* a mistyped secret fails here, not as a 401 on every delivery */
@@ -1748,6 +1824,7 @@ static void config_policy_deinit(struct route_policy *policy)
     for (size_t i = 0; i < policy->n_scope_headers; i++)
         free(policy->scope_headers[i]);
     free(policy->key_json_pointer);
+    free(policy->record_source);
     for (size_t i = 0; i < policy->n_secrets; i++)
         free(policy->secrets[i]);
 }
@@ -1829,6 +1906,47 @@ const struct route *config_match_route(const struct config *cfg, const char *pat
                 ? len >= route->path_len && strncasecmp(path, route->path, route->path_len) == 0
                 : len == route->path_len && strncasecmp(path, route->path, len) == 0)
             return route;
+    }
+    return NULL;
+}
+
+static bool config_same_string(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* The route of cfg with pattern's path and '*', case-insensitively as matching is; or NULL. */
+static const struct route *config_route_by_pattern(const struct config *cfg,
+                                                   const struct route *pattern)
+{
+    for (size_t i = 0; i < cfg->n_routes; i++) {
+        const struct route *r = &cfg->routes[i];
+
+        if (r->prefix == pattern->prefix && strcasecmp(r->path, pattern->path) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+const char *config_reload_refusal(const struct config *running, const struct config *next)
+{
+    /* a new prefix would hide every record: retries would execute again */
+    if (!config_same_string(running->key_prefix, next->key_prefix))
+        return "redis.key_prefix";
+    for (size_t i = 0; i < next->n_routes; i++) {
+        const struct route *b = &next->routes[i];
+        const struct route *a = config_route_by_pattern(running, b);
+
+        if (a == NULL)
+            continue;
+        if (!config_same_string(a->policy.record_source, b->policy.record_source))
+            return "the key source (key_header or key_from) of a route";
+        if (a->policy.n_scope_headers != b->policy.n_scope_headers)
+            return "the scope_headers of a route";
+        for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
+            if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
+                return "the scope_headers of a route";
+        }
     }
     return NULL;
 }

@@ -15,6 +15,20 @@
 
 #include "policy.h"
 
+/*
+ * Longest redis.key_prefix, in bytes. A record's Redis key is
+ * "PREFIX:{RECORD_ID}" and must never be cut (two identities would share
+ * one record): RECORD_KEY_MAX (fingerprint.h) is derived from this.
+ */
+#define CONFIG_MAX_KEY_PREFIX 128
+
+/*
+ * Longest duration any key takes, in ms: 3650d. A lease deadline is
+ * written as 16 decimal digits in the record (record.h) and Redis PX
+ * must not overflow, so now + any duration has to stay far below both.
+ */
+#define CONFIG_MAX_DURATION_MS (3650ull * 24 * 60 * 60 * 1000)
+
 struct route {
     char *path;                     /* pattern without the trailing '*'; owned */
     size_t path_len;                /* bytes of path */
@@ -70,7 +84,8 @@ struct config {
  * On error returns -1, leaves *cfg empty, and writes one line into err
  * (errlen bytes, truncated to fit) of the form "FILE:LINE: what is wrong"
  * ("FILE: ..." when no line applies, e.g. the file cannot be read).
- * ${VAR} in strings is expanded from the environment (unset -> empty).
+ * ${VAR} in values is expanded from the environment; an unset VAR is an
+ * error that names it, except in redis.password (unset reads as empty).
  */
 int config_load(struct config *cfg, const char *file, char *err, size_t errlen);
 
@@ -117,11 +132,24 @@ unsigned config_method_bit(const char *name);
 
 /*
  * Parse "250ms", "30s", "5m", "24h", "7d" into milliseconds: a whole number
- * and a required unit, no sign or spaces, at most INT64_MAX ms. Returns 0 or -1.
+ * and a required unit, no sign or spaces, at most CONFIG_MAX_DURATION_MS (3650d).
+ * Returns 0 or -1.
  * Parse "512B", "64KiB", "1MiB", "1GiB" into bytes (powers of 1024), at most
  * SIZE_MAX. Returns 0 or -1 (*out untouched on -1 for both).
  */
 int config_parse_duration_ms(const char *text, uint64_t *out_ms);
 int config_parse_size(const char *text, size_t *out_bytes);
+
+/*
+ * Whether SIGHUP may swap running for next without changing the record id
+ * of any key a client may still retry (README "Reload"). Pure: compares the
+ * two configs only. Route insertions, removals and reordering are fine (a
+ * record id does not depend on which route matched, fingerprint.h); refused:
+ * redis.key_prefix changing, and for a route pattern present in both (same
+ * path and '*', compared case-insensitively as matching does) its key
+ * source (key_header / key_from) or its scope_headers changing.
+ * Returns NULL, or a static string naming what changed, for the log line.
+ */
+const char *config_reload_refusal(const struct config *running, const struct config *next);
 
 #endif

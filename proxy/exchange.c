@@ -49,7 +49,6 @@
 
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
-#define EXCHANGE_RECORD_KEY_MAX 256
 
 
 static const char *const exchange_state_names[X_STATES] = {

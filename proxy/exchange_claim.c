@@ -221,6 +221,10 @@ static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
+        /* a takeover that may have landed wrote our claim: released like a claim's */
+        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
+            x->policy->on_store_error == STORE_ERROR_REJECT)
+            janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
         exchange_store_failed(x, st);
     } else if (applied) {
         log_msg(LOG_WARN, "exchange %s: took over a record whose lease expired", x->record_id);
@@ -260,10 +264,12 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
 
     for (size_t i = 0; i < x->policy->n_scope_headers; i++)
         scope[i] = evhttp_find_header(headers, x->policy->scope_headers[i]);
-    record_id_compute(x->route->path, scope, x->policy->n_scope_headers, key, key_len,
-                      x->record_id);
-    snprintf(x->record_key, sizeof(x->record_key), "%s:{%s}", x->conf->key_prefix,
-             x->record_id);
+    record_id_compute(x->policy->record_source, x->policy->scope_headers, scope,
+                      x->policy->n_scope_headers, key, key_len, x->record_id);
+    /* config_load bounds key_prefix so this cannot fail; a cut key would merge records */
+    if (record_key_format(x->conf->key_prefix, x->record_id, x->record_key,
+                          sizeof(x->record_key)) != 0)
+        abort();
 }
 
 /* The key is valid: compute the record identity and fingerprint, then claim. */

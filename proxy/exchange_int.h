@@ -27,8 +27,6 @@
 #include "store.h"
 #include "upstream.h"
 
-#define EXCHANGE_RECORD_KEY_MAX 256
-
 enum exchange_state {
     X_NEW,
     X_PASSING,      /* forwarded unprotected */
@@ -56,7 +54,7 @@ struct exchange {
     const struct route_policy *policy;
     struct request_view rq;             /* method, target, path, body, client */
 
-    char record_key[EXCHANGE_RECORD_KEY_MAX];
+    char record_key[RECORD_KEY_MAX];
     char record_id[RECORD_ID_HEX_LEN + 1];
     char fingerprint[FINGERPRINT_HEX_LEN + 1];
     char owner[33];

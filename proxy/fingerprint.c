@@ -66,12 +66,34 @@ void fingerprint_thread_end(void)
     fingerprint_ctx = NULL;
 }
 
-void record_id_compute(const char *route, const char *const *scope_values, size_t n_scope,
+/* Feeds s lowercased (ASCII) and its NUL: header names are case-insensitive (RFC 9110 5.1). */
+static void record_id_update_lower(EVP_MD_CTX *ctx, const char *s)
+{
+    char chunk[64];
+    size_t n = 0;
+
+    for (;; s++) {
+        char c = *s;
+
+        chunk[n++] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+        if (c == '\0' || n == sizeof(chunk)) {
+            EVP_DigestUpdate(ctx, chunk, n);
+            n = 0;
+        }
+        if (c == '\0')
+            return;
+    }
+}
+
+void record_id_compute(const char *source, char *const *scope_names,
+                       const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex)
 {
     EVP_MD_CTX *ctx;
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
+    char head[64];
+    int head_len;
 
     pthread_once(&fingerprint_sha256_once, fingerprint_fetch_sha256);
     if (fingerprint_ctx == NULL)
@@ -83,8 +105,14 @@ void record_id_compute(const char *route, const char *const *scope_values, size_
         fputs("record_id_compute: OpenSSL SHA-256 unavailable\n", stderr);
         abort();
     }
-    EVP_DigestUpdate(ctx, route, strlen(route) + 1);
+    /* version and scope count first: every later field is then NUL-delimited or last */
+    head_len = snprintf(head, sizeof(head), "record-id-v%d", RECORD_ID_VERSION);
+    EVP_DigestUpdate(ctx, head, (size_t)head_len + 1);
+    EVP_DigestUpdate(ctx, source, strlen(source) + 1);
+    head_len = snprintf(head, sizeof(head), "%zu", n_scope);
+    EVP_DigestUpdate(ctx, head, (size_t)head_len + 1);
     for (size_t i = 0; i < n_scope; i++) {
+        record_id_update_lower(ctx, scope_names[i]);
         /* "0" for an absent header, "1value\0" for a present one */
         if (scope_values[i] == NULL) {
             EVP_DigestUpdate(ctx, "0", 1);
@@ -96,6 +124,26 @@ void record_id_compute(const char *route, const char *const *scope_values, size_
     EVP_DigestUpdate(ctx, key, key_len);
     EVP_DigestFinal_ex(ctx, digest, &digest_len);
     fingerprint_to_hex(digest, RECORD_ID_HEX_LEN / 2, hex);
+}
+
+_Static_assert(RECORD_KEY_MAX == CONFIG_MAX_KEY_PREFIX + 3 + RECORD_ID_HEX_LEN + 1,
+               "a record key buffer holds the longest prefix, ':{', the id, '}' and a NUL");
+
+int record_key_format(const char *prefix, const char *record_id, char *out, size_t outsize)
+{
+    int n;
+
+    if (outsize == 0)
+        return -1;
+    out[0] = '\0';
+    if (strlen(prefix) > CONFIG_MAX_KEY_PREFIX || strlen(record_id) != RECORD_ID_HEX_LEN)
+        return -1;
+    n = snprintf(out, outsize, "%s:{%s}", prefix, record_id);
+    if (n < 0 || (size_t)n >= outsize) {
+        out[0] = '\0';
+        return -1;
+    }
+    return 0;
 }
 
 /*

@@ -1,9 +1,11 @@
 /*
  * janitor.h - claims that may have landed in Redis after their request was
- * refused (the claim command timed out, or its connection dropped).
+ * refused: a claim or a takeover command that timed out, or whose connection
+ * dropped.
  *
- * Such a claim holds a key nobody forwards: retries would wait, then read it
- * as "outcome unknown". Nothing was sent upstream, so the janitor releases it
+ * Such a claim holds a key nobody forwards: retries would wait (or get 409
+ * under in_flight: reject), then read it as "outcome unknown" or take it
+ * over. Nothing was sent upstream, so the janitor releases it
  * (compare-and-set on the owner token, CONTRACT 5 "Claim") once Redis answers
  * again, retrying every JANITOR_RETRY_MS until the claim's lease would have
  * ended anyway. One janitor per worker, on the worker's event_base.

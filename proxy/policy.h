@@ -58,6 +58,9 @@ struct route_policy {
     bool webhook;                   /* the route set key_from: a webhook receiver */
     enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
     char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
+    char *record_source;            /* what record ids hash as the key source:
+                                       "header:<lowercased name>" or "json:<pointer>";
+                                       owned (routes only; NULL in defaults) */
     enum verify_scheme verify;
     char *secrets[CONFIG_MAX_SECRETS]; /* owned, after ${VAR} expansion */
     size_t n_secrets;

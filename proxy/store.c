@@ -7,12 +7,19 @@
  * otherwise pile up commands forever) and the store reconnects with backoff.
  * A connection that has carried no reply for STORE_HEALTH_MS gets a timed
  * PING, so a stalled Redis is noticed (readiness) without client traffic.
+ *
+ * A new connection is set up first (AUTH, SELECT, CONFIG GET, PING), and the
+ * store is ready only once that succeeded: a client command sent right behind
+ * a failed AUTH or SELECT would run unauthenticated or in db 0. Client commands
+ * submitted meanwhile wait in a queue (each still bounded by redis.timeout)
+ * and are sent once the setup succeeded, or fail with STORE_UNAVAILABLE.
  */
 #include "store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/time.h>
 
 #include <event2/event.h>
@@ -30,7 +37,9 @@
 #define STORE_BACKOFF_MAX_MS 2000
 #define STORE_HEALTH_MS 1000
 
-enum store_script { SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_COUNT };
+enum store_script {
+    SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
+};
 
 /* Every later change of a record is a compare-and-set on state 'C' and the owner token. */
 static const char *const store_script_text[SCRIPT_COUNT] = {
@@ -58,16 +67,35 @@ static const char *const store_script_text[SCRIPT_COUNT] = {
         "end\n"
         "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
         "return 1\n",
+    [SCRIPT_DELETE_UNCHANGED] =
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('DEL', KEYS[1])\n"
+        "return 1\n",
 };
+
+/* The setup commands of a new connection, in the order they are sent. */
+enum store_setup_step { SETUP_AUTH, SETUP_SELECT, SETUP_POLICY, SETUP_PING };
+static const char *const store_setup_name[] = {
+    [SETUP_AUTH] = "AUTH", [SETUP_SELECT] = "SELECT", [SETUP_POLICY] = "CONFIG GET",
+    [SETUP_PING] = "PING",
+};
+
+struct store_cmd;
+TAILQ_HEAD(store_cmd_queue, store_cmd);
 
 struct store {
     struct event_base *base;
     const struct config *cfg;
+    char addr[300];             /* host:port or the unix path, for log lines */
     redisAsyncContext *ac;      /* NULL while disconnected */
-    _Atomic bool connected;     /* Redis answered on ac (the setup command's reply came
-                                   back): a TCP connect alone is not enough, the kernel
-                                   completes it for a stalled Redis too; ac is set while
-                                   it holds; read by other threads (metrics, readiness) */
+    _Atomic bool connected;     /* the setup of ac succeeded (AUTH, SELECT, PING answered):
+                                   a TCP connect alone is not enough, the kernel completes
+                                   it for a stalled Redis too; ac is set while it holds;
+                                   read by other threads (metrics, readiness) */
+    struct event setup_ev;      /* the setup's deadline, redis.timeout after connecting */
+    struct store_cmd_queue queued; /* client commands waiting for the setup, in order */
     bool destroying;
     unsigned backoff_ms;        /* reset once Redis answers on a new connection */
     struct event reconnect_ev;
@@ -94,9 +122,12 @@ struct store_cmd {
     bool timer_armed;
     bool reported;              /* the caller's callback has run */
     bool in_redis;              /* hiredis holds privdata and will call back */
+    bool queued;                /* in s->queued, waiting for the connection's setup */
+    TAILQ_ENTRY(store_cmd) link;
     int script;                 /* enum store_script, or -1 */
     struct timeval submitted;
-    int argc;                   /* saved argv of a script, for the NOSCRIPT resend */
+    int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
+                                   queued command */
     char **argv;
     size_t *argvlen;
 };
@@ -161,6 +192,25 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
     return false;
 }
 
+/*
+ * The connection is gone (or going): not ready, and the commands that waited
+ * for its setup fail, never sent. Their callbacks may submit again: s->ac is
+ * already NULL then, so those fail from the event loop.
+ */
+static void store_forget_connection(struct store *s)
+{
+    s->ac = NULL;
+    s->connected = false;
+    event_del(&s->setup_ev);
+    while (!TAILQ_EMPTY(&s->queued)) {
+        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
+        TAILQ_REMOVE(&s->queued, cmd, link);
+        cmd->queued = false;
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+        store_cmd_free(cmd);
+    }
+}
+
 /* Forget the connection; hiredis calls every pending callback with a NULL reply. */
 static void store_drop_connection(struct store *s, const char *why)
 {
@@ -168,10 +218,9 @@ static void store_drop_connection(struct store *s, const char *why)
 
     if (ac == NULL)
         return;
-    log_msg(LOG_WARN, "redis: dropping the connection: %s", why);
-    s->ac = NULL;
-    s->connected = false;
-    redisAsyncFree(ac);
+    log_msg(LOG_WARN, "redis %s: dropping the connection: %s", s->addr, why);
+    store_forget_connection(s);
+    redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
 }
 
 static void store_schedule_reconnect(struct store *s)
@@ -217,10 +266,12 @@ static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             return;
         store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
     } else if (r->type == REDIS_REPLY_ERROR) {
-        log_msg(LOG_WARN, "redis: error reply: %.*s", (int)r->len, r->str);
+        log_msg(LOG_WARN, "redis %s: error reply: %.*s", s != NULL ? s->addr : "-",
+                (int)r->len, r->str);
         store_cmd_report(cmd, STORE_ERROR, NULL);
     } else if (!store_reply_fits(cmd, r)) {
-        log_msg(LOG_WARN, "redis: unexpected reply type %d", r->type);
+        log_msg(LOG_WARN, "redis %s: unexpected reply type %d", s != NULL ? s->addr : "-",
+                r->type);
         store_cmd_report(cmd, STORE_ERROR, NULL);
     } else {
         store_cmd_report(cmd, STORE_OK, r);
@@ -236,6 +287,14 @@ static void store_on_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     cmd->timer_armed = false;
+    if (cmd->queued) {
+        /* the setup did not finish within redis.timeout: never sent, so it cannot land */
+        TAILQ_REMOVE(&s->queued, cmd, link);
+        cmd->queued = false;
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+        store_cmd_free(cmd);
+        return;
+    }
     if (!cmd->in_redis) {
         /* deferred report of a command that could not be sent */
         store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
@@ -276,14 +335,18 @@ static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind ki
     return cmd;
 }
 
-/* Send argv, or report STORE_UNAVAILABLE from the event loop; arms the timeout. */
+/*
+ * Send argv, queue it while the connection is being set up, or report
+ * STORE_UNAVAILABLE from the event loop; arms the timeout.
+ */
 static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
                          const size_t *argvlen)
 {
     struct store *s = cmd->s;
     struct timeval tv;
+    bool queue = s->ac != NULL && !s->connected;
 
-    if (cmd->script >= 0) {
+    if (cmd->script >= 0 || queue) {
         cmd->argc = argc;
         cmd->argv = calloc((size_t)argc, sizeof(char *));
         cmd->argvlen = calloc((size_t)argc, sizeof(size_t));
@@ -294,7 +357,10 @@ static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
             cmd->argvlen[i] = argvlen[i];
         }
     }
-    if (store_send(cmd, argc, argv, argvlen) != 0) {
+    if (queue) {
+        TAILQ_INSERT_TAIL(&s->queued, cmd, link);
+        cmd->queued = true;
+    } else if (store_send(cmd, argc, argv, argvlen) != 0) {
         event_active(&cmd->timer, EV_TIMEOUT, 0);
         return;
     }
@@ -303,37 +369,93 @@ static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
     cmd->timer_armed = true;
 }
 
-static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+/* The setup failed: not ready; drop the connection and reconnect with backoff. */
+static void store_setup_failed(struct store *s, const char *what)
 {
-    redisReply *r = reply;
-
-    (void)ac;
-    if (r != NULL && r->type == REDIS_REPLY_ERROR)
-        log_msg(LOG_ERROR, "redis: %s failed: %.*s", (const char *)privdata, (int)r->len,
-                r->str);
+    log_msg(LOG_ERROR, "redis %s: %s; not ready, reconnecting", s->addr, what);
+    store_drop_connection(s, "its setup failed");
+    store_schedule_reconnect(s);
 }
 
-/*
- * The first reply on a new connection: Redis answers, so the store is ready.
- * Evicted records re-execute their retries: say so when Redis may evict.
- */
-static void store_on_policy_reply(redisAsyncContext *ac, void *reply, void *privdata)
+/* The setup succeeded: ready; send the commands that waited for it, in order. */
+static void store_setup_done(struct store *s)
 {
-    redisReply *r = reply;
-    struct store *s = ac->data;
-
-    (void)privdata;
-    if (r != NULL && s != NULL && s->ac == ac) {
-        s->connected = true;
-        s->backoff_ms = STORE_BACKOFF_MIN_MS;
-        gettimeofday(&s->last_reply, NULL);
+    s->connected = true;
+    s->backoff_ms = STORE_BACKOFF_MIN_MS;
+    event_del(&s->setup_ev);
+    log_msg(LOG_INFO, "redis %s: ready", s->addr);
+    while (!TAILQ_EMPTY(&s->queued)) {
+        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
+        TAILQ_REMOVE(&s->queued, cmd, link);
+        cmd->queued = false;
+        if (store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0) {
+            if (cmd->timer_armed) {
+                event_del(&cmd->timer);
+                cmd->timer_armed = false;
+            }
+            event_active(&cmd->timer, EV_TIMEOUT, 0); /* reports STORE_UNAVAILABLE */
+        }
     }
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+}
+
+/* Evicted records re-execute their retries: say so when Redis may evict. */
+static void store_check_policy(struct store *s, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return; /* CONFIG may be disabled (managed Redis): nothing to check */
     if (strcmp(r->element[1]->str, "noeviction") != 0)
-        log_msg(LOG_WARN, "redis: maxmemory-policy is %s; an evicted record lets a retry "
-                "execute again: use noeviction", r->element[1]->str);
+        log_msg(LOG_WARN, "redis %s: maxmemory-policy is %s; an evicted record lets a retry "
+                "execute again: use noeviction", s->addr, r->element[1]->str);
+}
+
+/*
+ * A reply to a setup command. AUTH and SELECT must succeed and PING (sent
+ * last) must answer PONG; CONFIG GET may fail (managed Redis disables it).
+ * The error text of Redis never carries the password we sent.
+ */
+static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    const redisReply *r = reply;
+    struct store *s = ac->data;
+    enum store_setup_step step = (enum store_setup_step)(intptr_t)privdata;
+    char what[320];
+
+    if (r == NULL || s == NULL || s->ac != ac)
+        return; /* the connection is gone: whoever dropped it has handled the setup */
+    gettimeofday(&s->last_reply, NULL);
+    if (step == SETUP_POLICY) {
+        store_check_policy(s, r);
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (strncmp(r->str, "NOAUTH", 6) == 0 &&
+            (s->cfg->redis_password == NULL || s->cfg->redis_password[0] == '\0'))
+            snprintf(what, sizeof(what), "AUTH failed: the server requires a password and "
+                     "redis.password is not set (%s answered %.200s)", store_setup_name[step],
+                     r->str);
+        else
+            snprintf(what, sizeof(what), "%s failed: %.200s", store_setup_name[step], r->str);
+        store_setup_failed(s, what);
+    } else if (r->type != REDIS_REPLY_STATUS) {
+        snprintf(what, sizeof(what), "%s failed: unexpected reply type %d",
+                 store_setup_name[step], r->type);
+        store_setup_failed(s, what);
+    } else if (step == SETUP_PING) {
+        store_setup_done(s);
+    }
+}
+
+/* The setup did not finish within redis.timeout of connecting: a stalled Redis. */
+static void store_on_setup_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct store *s = arg;
+
+    (void)fd;
+    (void)what;
+    if (s->ac == NULL || s->connected)
+        return;
+    store_setup_failed(s, "no answer to the connection setup within redis.timeout");
 }
 
 static void store_on_connect(const redisAsyncContext *ac, int status)
@@ -343,14 +465,13 @@ static void store_on_connect(const redisAsyncContext *ac, int status)
     if (s == NULL || s->ac != ac)
         return;
     if (status != REDIS_OK) {
-        log_msg(LOG_WARN, "redis: connect failed: %s", ac->errstr);
-        s->ac = NULL; /* hiredis frees it after this callback */
-        s->connected = false;
+        log_msg(LOG_WARN, "redis %s: connect failed: %s", s->addr, ac->errstr);
+        store_forget_connection(s); /* hiredis frees ac after this callback */
         store_schedule_reconnect(s);
         return;
     }
-    /* ready, and the backoff reset, once Redis answers: store_on_policy_reply */
-    log_msg(LOG_INFO, "redis: connected");
+    /* ready, and the backoff reset, once the setup succeeded: store_setup_done */
+    log_msg(LOG_INFO, "redis %s: connected", s->addr);
     gettimeofday(&s->last_reply, NULL); /* the health PING waits one period for the setup */
 }
 
@@ -362,23 +483,32 @@ static void store_on_disconnect(const redisAsyncContext *ac, int status)
     if (s == NULL)
         return;
     if (s->ac == ac) {
-        log_msg(LOG_WARN, "redis: connection lost%s%s", ac->err ? ": " : "",
+        log_msg(LOG_WARN, "redis %s: connection lost%s%s", s->addr, ac->err ? ": " : "",
                 ac->err ? ac->errstr : "");
-        s->ac = NULL;
-        s->connected = false;
+        store_forget_connection(s);
     }
     store_schedule_reconnect(s);
+}
+
+/* Queue one setup command; its reply goes to store_on_setup_reply. */
+static void store_setup_command(redisAsyncContext *ac, enum store_setup_step step, int argc,
+                                const char **argv, const size_t *argvlen)
+{
+    redisAsyncCommandArgv(ac, store_on_setup_reply, (void *)(intptr_t)step, argc, argv,
+                          argvlen);
 }
 
 static void store_connect(struct store *s)
 {
     const struct config *cfg = s->cfg;
     redisAsyncContext *ac;
+    struct timeval tv;
 
     ac = cfg->redis_unix_path != NULL ? redisAsyncConnectUnix(cfg->redis_unix_path)
                                       : redisAsyncConnect(cfg->redis_host, cfg->redis_port);
     if (ac == NULL || ac->err) {
-        log_msg(LOG_WARN, "redis: cannot connect: %s", ac != NULL ? ac->errstr : "no memory");
+        log_msg(LOG_WARN, "redis %s: cannot connect: %s", s->addr,
+                ac != NULL ? ac->errstr : "no memory");
         if (ac != NULL)
             redisAsyncFree(ac);
         store_schedule_reconnect(s);
@@ -389,24 +519,32 @@ static void store_connect(struct store *s)
     redisLibeventAttach(ac, s->base);
     redisAsyncSetConnectCallback(ac, store_on_connect);
     redisAsyncSetDisconnectCallback(ac, store_on_disconnect);
-    /* Queued before any request's command, so Redis runs them first. */
+    /* Client commands wait in s->queued until the PING, sent last, answers. */
     if (cfg->redis_password != NULL && cfg->redis_password[0] != '\0') {
         const char *argv[] = { "AUTH", cfg->redis_password };
         const size_t argvlen[] = { 4, strlen(cfg->redis_password) };
-        redisAsyncCommandArgv(ac, store_on_setup_reply, "AUTH", 2, argv, argvlen);
-    }
-    {
-        const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
-        const size_t argvlen[] = { 6, 3, 16 };
-        redisAsyncCommandArgv(ac, store_on_policy_reply, NULL, 3, argv, argvlen);
+        store_setup_command(ac, SETUP_AUTH, 2, argv, argvlen);
     }
     if (cfg->redis_db != 0) {
         char db[16];
         int n = snprintf(db, sizeof(db), "%d", cfg->redis_db);
         const char *argv[] = { "SELECT", db };
         const size_t argvlen[] = { 6, (size_t)n };
-        redisAsyncCommandArgv(ac, store_on_setup_reply, "SELECT", 2, argv, argvlen);
+        store_setup_command(ac, SETUP_SELECT, 2, argv, argvlen);
     }
+    {
+        const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
+        const size_t argvlen[] = { 6, 3, 16 };
+        store_setup_command(ac, SETUP_POLICY, 3, argv, argvlen);
+    }
+    {
+        const char *argv[] = { "PING" };
+        const size_t argvlen[] = { 4 };
+        store_setup_command(ac, SETUP_PING, 1, argv, argvlen);
+    }
+    tv.tv_sec = (time_t)(cfg->redis_timeout_ms / 1000);
+    tv.tv_usec = (suseconds_t)(cfg->redis_timeout_ms % 1000) * 1000;
+    evtimer_add(&s->setup_ev, &tv);
 }
 
 static void store_on_reconnect(evutil_socket_t fd, short what, void *arg)
@@ -427,7 +565,7 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     gettimeofday(&now, NULL);
     timersub(&now, &s->last_reply, &idle);
-    if (s->ac == NULL || s->health_in_flight ||
+    if (!s->connected || s->health_in_flight ||
         (uint64_t)idle.tv_sec * 1000 + (uint64_t)idle.tv_usec / 1000 < STORE_HEALTH_MS)
         return;
     s->health_in_flight = true;
@@ -444,7 +582,15 @@ struct store *store_create(struct event_base *base, const struct config *cfg)
     s->base = base;
     s->cfg = cfg;
     s->backoff_ms = STORE_BACKOFF_MIN_MS;
+    TAILQ_INIT(&s->queued);
+    if (cfg->redis_unix_path != NULL)
+        snprintf(s->addr, sizeof(s->addr), "%s", cfg->redis_unix_path);
+    else if (strchr(cfg->redis_host, ':') != NULL)
+        snprintf(s->addr, sizeof(s->addr), "[%s]:%u", cfg->redis_host, cfg->redis_port);
+    else
+        snprintf(s->addr, sizeof(s->addr), "%s:%u", cfg->redis_host, cfg->redis_port);
     evtimer_assign(&s->reconnect_ev, base, store_on_reconnect, s);
+    evtimer_assign(&s->setup_ev, base, store_on_setup_timeout, s);
     event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
     event_add(&s->health_ev, &health);
     for (int i = 0; i < SCRIPT_COUNT; i++) {
@@ -466,7 +612,7 @@ void store_destroy(struct store *s)
     event_del(&s->health_ev);
     if (s->ac != NULL) {
         redisAsyncContext *ac = s->ac;
-        s->ac = NULL;
+        store_forget_connection(s);
         ac->data = NULL;
         redisAsyncFree(ac);
     }
@@ -556,15 +702,13 @@ void store_takeover(struct store *s, const char *key, const char *expected, size
     store_eval(s, SCRIPT_TAKEOVER, cb, arg, 7, argv, argvlen);
 }
 
-void store_delete(struct store *s, const char *key, store_int_cb *cb, void *arg)
+void store_delete_if_unchanged(struct store *s, const char *key, const char *expected,
+                               size_t expected_len, store_cas_cb *cb, void *arg)
 {
-    const char *argv[] = { "DEL", key };
-    const size_t argvlen[] = { 3, strlen(key) };
+    const char *argv[] = { NULL, NULL, NULL, key, expected };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len };
 
-    struct store_cmd *cmd = store_cmd_new(s, REPLY_INT, arg);
-
-    cmd->cb.integer = cb;
-    store_submit(cmd, 2, argv, argvlen);
+    store_eval(s, SCRIPT_DELETE_UNCHANGED, cb, arg, 5, argv, argvlen);
 }
 
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)

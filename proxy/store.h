@@ -59,9 +59,13 @@ typedef void store_observer(double seconds, bool ok, void *arg);
 void store_set_observer(struct store *s, store_observer *fn, void *arg);
 
 /*
- * Whether the connection is up and Redis answered on it (for /readyz and
- * metrics): false from a timeout, which drops the connection, until a new
- * one gets a reply. Any thread may ask while s exists.
+ * Whether the store can serve (for /readyz and metrics): the connection is up
+ * and its setup succeeded (AUTH and SELECT accepted, PING answered). False
+ * while connecting or setting up, after a failed setup, and from a timeout
+ * (which drops the connection) until a new connection's setup succeeds.
+ * Client commands submitted while a connection is being set up wait for it
+ * (still bounded by redis.timeout) and fail with STORE_UNAVAILABLE, unsent,
+ * when the setup fails. Any thread may ask while s exists.
  */
 bool store_ready(const struct store *s);
 
@@ -94,8 +98,14 @@ void store_release_owned(struct store *s, const char *key, const char *owner, st
 void store_takeover(struct store *s, const char *key, const char *expected, size_t expected_len,
                     const char *value, size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg);
 
-/* DEL key (operator purge); the count of deleted keys. */
-void store_delete(struct store *s, const char *key, store_int_cb *cb, void *arg);
+/*
+ * Operator purge as one compare-and-set (Lua): delete key only while its
+ * record is still byte-for-byte `expected` (expected_len bytes, copied before
+ * the call returns), the record the caller read and checked; applied is false
+ * when it changed in between (or is gone), and nothing was deleted then.
+ */
+void store_delete_if_unchanged(struct store *s, const char *key, const char *expected,
+                               size_t expected_len, store_cas_cb *cb, void *arg);
 
 /* PTTL key, ms (-2 no key, -1 no expiry). */
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);

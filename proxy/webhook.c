@@ -173,8 +173,9 @@ static int webhook_standard_key(const char *secret, unsigned char *key, size_t *
                                 const char **reason)
 {
     size_t len = strlen(secret);
+    bool prefixed = strncmp(secret, WEBHOOK_WHSEC_PREFIX, strlen(WEBHOOK_WHSEC_PREFIX)) == 0;
 
-    if (strncmp(secret, WEBHOOK_WHSEC_PREFIX, strlen(WEBHOOK_WHSEC_PREFIX)) == 0) {
+    if (prefixed) {
         secret += strlen(WEBHOOK_WHSEC_PREFIX);
         len -= strlen(WEBHOOK_WHSEC_PREFIX);
     }
@@ -183,7 +184,8 @@ static int webhook_standard_key(const char *secret, unsigned char *key, size_t *
         return -1;
     }
     if (webhook_b64_decode(secret, len, key, keylen) < 0 || *keylen == 0) {
-        *reason = "standard-webhooks secret is not base64 after whsec_";
+        *reason = prefixed ? "standard-webhooks secret is not base64 after whsec_"
+                           : "standard-webhooks secret is not base64";
         return -1;
     }
     return 0;
@@ -476,6 +478,13 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
     } else if (scheme == VERIFY_STANDARD_WEBHOOKS) {
         rc = webhook_standard_key(secret, key, &keylen, &why);
         OPENSSL_cleanse(key, sizeof(key));
+        if (rc == 0 && keylen < WEBHOOK_MIN_SECRET_BYTES) {
+            why = "standard-webhooks secret decodes to fewer than 16 bytes";
+            rc = -1;
+        }
+    } else if (strlen(secret) < WEBHOOK_MIN_SECRET_BYTES) {
+        why = "secret is shorter than 16 bytes";
+        rc = -1;
     }
     if (reason != NULL)
         *reason = why;

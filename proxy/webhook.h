@@ -82,10 +82,15 @@ enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secr
                                     const char *body, size_t body_len, int64_t now_s,
                                     const char **reason);
 
+/* Shortest webhook secret accepted, in bytes (decoded for Standard Webhooks). */
+#define WEBHOOK_MIN_SECRET_BYTES 16
+
 /*
  * Whether secret can sign anything under scheme: for Standard Webhooks it
- * must be base64 (after an optional `whsec_`) of at least one byte; for
- * GitHub and Stripe any non-empty string is a key. For the config checks
+ * must be base64 (after an optional `whsec_`) of at least
+ * WEBHOOK_MIN_SECRET_BYTES decoded bytes; for GitHub and Stripe the string
+ * itself is the key and needs that many bytes. Shorter keys can be guessed
+ * offline from one signed delivery. For the config checks
  * (`-t`), so a mistyped secret is a startup error rather than a stream of
  * 401s. Returns 0, or -1 with *reason (if not NULL) set to a static string.
  */

@@ -34,7 +34,6 @@
 
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)
 #define WORKER_CLIENT_IDLE_S 75
-#define WORKER_RECORD_KEY_MAX 256
 #define WORKER_DRAIN_TICK_MS 50
 
 /*
@@ -51,33 +50,6 @@ static void worker_set_body_limit(struct evhttp *http, size_t max_request_body)
 static bool worker_same(const char *a, const char *b)
 {
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/*
- * What a record id is made of (route pattern, key source, scope headers)
- * must not change under running clients: their retries would land on new
- * records and execute again. Existing routes keep their order and identity;
- * new routes may only be appended. Returns what changed, or NULL.
- */
-static const char *worker_identity_changed(const struct config *old, const struct config *new)
-{
-    if (new->n_routes < old->n_routes)
-        return "routes (a route was removed; retries of its keys would execute again)";
-    for (size_t i = 0; i < old->n_routes; i++) {
-        const struct route *a = &old->routes[i], *b = &new->routes[i];
-        const struct route_policy *pa = &a->policy, *pb = &b->policy;
-        if (a->prefix != b->prefix || strcmp(a->path, b->path) != 0)
-            return "routes (a route's path or position changed)";
-        if (pa->key_from != pb->key_from || strcasecmp(pa->key_header, pb->key_header) != 0 ||
-            !worker_same(pa->key_json_pointer, pb->key_json_pointer))
-            return "routes (a route's key source changed)";
-        if (pa->n_scope_headers != pb->n_scope_headers)
-            return "scope_headers";
-        for (size_t j = 0; j < pa->n_scope_headers; j++)
-            if (strcasecmp(pa->scope_headers[j], pb->scope_headers[j]) != 0)
-                return "scope_headers";
-    }
-    return NULL;
 }
 
 /* The first setting that differs and needs a restart, or NULL. */
@@ -98,10 +70,7 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         !worker_same(old->redis_password, new->redis_password) ||
         old->redis_timeout_ms != new->redis_timeout_ms)
         return "redis";
-    /* a new prefix would hide every record: retries would execute again */
-    if (!worker_same(old->key_prefix, new->key_prefix))
-        return "redis.key_prefix";
-    return worker_identity_changed(old, new);
+    return NULL;
 }
 
 /* ---- one worker ------------------------------------------------------------ */
@@ -116,7 +85,7 @@ struct worker_message {
     enum worker_message_kind kind;
     struct config *cfg;             /* RELOAD: one reference, the receiver's */
     uint64_t deadline_ms;           /* DRAIN: ms since the epoch */
-    char record_key[WORKER_RECORD_KEY_MAX]; /* WAKE */
+    char record_key[RECORD_KEY_MAX]; /* WAKE */
 };
 
 _Static_assert(sizeof(struct worker_message) <= PIPE_BUF, "a message is one atomic pipe write");
@@ -471,10 +440,20 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
         return -1;
     }
+    /* the listeners, threads and connections were made from the boot config */
     changed = worker_restart_needed(w0->boot, cfg);
     if (changed != NULL) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
-                "changes record identity or needs a restart", changed);
+                "needs a restart", changed);
+        config_unref(cfg);
+        metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
+        return -1;
+    }
+    /* identity against the running config: a second SIGHUP must not undo what a first kept */
+    changed = config_reload_refusal(w0->xs.conf, cfg);
+    if (changed != NULL) {
+        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
+                "changes record identity (retries of earlier keys would execute again)", changed);
         config_unref(cfg);
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
         return -1;

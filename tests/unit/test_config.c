@@ -36,6 +36,44 @@ static const struct route *route_at(const struct config *cfg, size_t i)
 
 /* ---- checks of loaded configurations ----------------------------------- */
 
+#define P16 "abcdefghijklmnop"
+#define P128 P16 P16 P16 P16 P16 P16 P16 P16
+
+static const char *check_prefix_128(const struct config *cfg)
+{
+    EXPECT(STREQ(cfg->key_prefix, P128));
+    return NULL;
+}
+
+static const char *check_record_source(const struct config *cfg)
+{
+    EXPECT(STREQ(route_at(cfg, 0)->policy.record_source, "header:idempotency-key"));
+    EXPECT(STREQ(route_at(cfg, 1)->policy.record_source, "header:x-request-id"));
+    EXPECT(STREQ(route_at(cfg, 2)->policy.record_source, "header:x-github-delivery"));
+    EXPECT(STREQ(route_at(cfg, 3)->policy.record_source, "json:/data/id"));
+    return NULL;
+}
+
+static const char *check_bools(const struct config *cfg)
+{
+    EXPECT(cfg->defaults.require_key == true);
+    EXPECT(route_at(cfg, 0)->policy.require_key == false);
+    return NULL;
+}
+
+static const char *check_max_durations(const struct config *cfg)
+{
+    EXPECT(cfg->defaults.lease_ms == 3650ull * 86400000);
+    EXPECT(cfg->defaults.retention_ms == 3650ull * 86400000);
+    return NULL;
+}
+
+static const char *check_unset_password_empty(const struct config *cfg)
+{
+    EXPECT(cfg->redis_password == NULL);
+    return NULL;
+}
+
 static const char *check_defaults(const struct config *cfg)
 {
     const struct route_policy *d = &cfg->defaults;
@@ -231,7 +269,7 @@ static const char *check_webhook_header(const struct config *cfg)
     EXPECT(STREQ(r->policy.key_header, "X-GitHub-Delivery"));
     EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
     EXPECT(r->policy.verify == VERIFY_GITHUB);
-    EXPECT(r->policy.n_secrets == 1 && STREQ(r->policy.secrets[0], "gh-secret"));
+    EXPECT(r->policy.n_secrets == 1 && STREQ(r->policy.secrets[0], "gh-secret-0123456789"));
     return NULL;
 }
 
@@ -244,8 +282,8 @@ static const char *check_webhook_json(const struct config *cfg)
     EXPECT(STREQ(r->policy.key_json_pointer, "/id"));
     EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
     EXPECT(r->policy.verify == VERIFY_STRIPE);
-    EXPECT(r->policy.n_secrets == 2 && STREQ(r->policy.secrets[0], "whsec_old") &&
-           STREQ(r->policy.secrets[1], "whsec_new"));
+    EXPECT(r->policy.n_secrets == 2 && STREQ(r->policy.secrets[0], "whsec_old_secret_01") &&
+           STREQ(r->policy.secrets[1], "whsec_new_secret_02"));
     EXPECT(STREQ(r->policy.key_header, "Idempotency-Key"));
     return NULL;
 }
@@ -307,8 +345,52 @@ static const struct config_case config_cases[] = {
     { "env vars expand in strings", "upstream:\n  url: http://${TEST_IDEM_HOST}:3000\n"
       "redis:\n  password: ${TEST_IDEM_PASSWORD}\n  key_prefix: idem-${TEST_IDEM_REGION}-x\n",
       0, NULL, check_env_expansion },
+    /* the record key "PREFIX:{ID}" must never be cut (two clients would share a record) */
+    { "key_prefix of 128 bytes", "redis:\n  key_prefix: " P128 "\n", 0, NULL, check_prefix_128 },
+    { "key_prefix of 129 bytes", "redis:\n  key_prefix: " P128 "x\n", 2, "1 to 128 bytes", NULL },
+    { "key_prefix of 253 bytes", "\nredis:\n  key_prefix: " P128 P16 P16 P16 P16 P16 P16 P16
+      "abcdefghijklm\n", 3, "1 to 128 bytes", NULL },
+    { "key_prefix empty", "redis:\n  key_prefix: \"\"\n", 2, "1 to 128 bytes", NULL },
+    { "key_prefix with a space", "redis:\n  key_prefix: \"a b\"\n", 2, "without spaces", NULL },
+    { "key_prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n", 2, "hash tag", NULL },
+    { "key_prefix with a closing brace", "redis:\n  key_prefix: \"a}\"\n", 2, "hash tag", NULL },
+    { "key_prefix not ASCII", "redis:\n  key_prefix: \"caf\xc3\xa9\"\n", 2, "printable ASCII",
+      NULL },
+    { "key_prefix with a tab", "redis:\n  key_prefix: \"a\\tb\"\n", 2, "printable ASCII", NULL },
+    { "record source: header lowercased, json as written",
+      "routes:\n  - path: /a\n  - path: /b\n    key_header: X-Request-ID\n"
+      "  - path: /c\n    key_from: header:X-GitHub-Delivery\n"
+      "  - path: /d\n    key_from: json:/data/id\n", 0, NULL, check_record_source },
+    /* at least 16 bytes of key (decoded for standard-webhooks) */
+    { "webhook secret of one decoded byte", "routes:\n  - path: /h\n    key_from: json:/id\n"
+      "    verify: standard-webhooks\n    secret: whsec_AA==\n", 5, "16 bytes", NULL },
+    { "stripe secret of one byte", "routes:\n  - path: /h\n    key_from: json:/id\n"
+      "    verify: stripe\n    secret: x\n", 5, "16 bytes", NULL },
+    { "stripe secret of a space", "routes:\n  - path: /h\n    key_from: json:/id\n"
+      "    verify: stripe\n    secret: \" \"\n", 5, "16 bytes", NULL },
+    { "second rotation secret too short", "routes:\n  - path: /h\n    key_from: json:/id\n"
+      "    verify: github\n    secret: [It's a Secret to Everybody, short]\n", 5, "16 bytes",
+      NULL },
+    { "standard-webhooks secret without whsec_, not base64", "routes:\n  - path: /h\n"
+      "    key_from: json:/id\n    verify: standard-webhooks\n    secret: not*base64*at*all\n",
+      5, "is not base64", NULL },
     { "unset env password means none", "redis:\n  password: ${TEST_IDEM_UNSET}\n", 0, NULL,
       check_no_password },
+    /* an unset ${VAR} silently read as "" sends traffic to port 80 or to another Redis */
+    { "unset env in upstream url names it", "upstream:\n  url: http://127.0.0.1:${TEST_IDEM_UNSET}\n",
+      2, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in redis url names it", "redis:\n  url: redis://${TEST_IDEM_UNSET}:6380/0\n",
+      2, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in key_prefix names it", "redis:\n  key_prefix: idem-${TEST_IDEM_UNSET}\n",
+      2, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in a duration names it", "defaults:\n  lease: ${TEST_IDEM_UNSET}s\n",
+      2, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in a list names it", "defaults:\n  scope_headers:\n    - X-${TEST_IDEM_UNSET}\n",
+      3, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in a route path names it", "routes:\n  - path: /v1/${TEST_IDEM_UNSET}\n",
+      2, "${TEST_IDEM_UNSET} is not set", NULL },
+    { "unset env in redis.password reads as empty", "redis:\n  password: ${TEST_IDEM_UNSET}\n",
+      0, NULL, check_unset_password_empty },
     { "bad env reference is an error", "redis:\n  key_prefix: a${1X}\n", 2, "${NAME}", NULL },
     { "unterminated env reference is an error", "redis:\n  key_prefix: a${X\n", 2, "${NAME}", NULL },
 
@@ -377,6 +459,16 @@ static const struct config_case config_cases[] = {
     { "route needs a path", "routes:\n  - require_key: true\n", 2, "needs a path", NULL },
 
     /* typed values */
+    { "booleans: plain true and false", "defaults:\n  require_key: true\n"
+      "routes:\n  - path: /a\n    require_key: false\n", 0, NULL, check_bools },
+    { "booleans: True is refused", "defaults:\n  require_key: True\n", 2, "true or false", NULL },
+    { "booleans: TRUE is refused", "defaults:\n  require_key: TRUE\n", 2, "true or false", NULL },
+    { "booleans: False is refused", "defaults:\n  require_key: False\n", 2, "true or false", NULL },
+    { "booleans: quoted true is refused", "defaults:\n  require_key: \"true\"\n", 2, "quoted",
+      NULL },
+    { "booleans: single-quoted false is refused", "defaults:\n  require_key: 'false'\n", 2,
+      "quoted", NULL },
+    { "booleans: yes is refused", "defaults:\n  require_key: yes\n", 2, "true or false", NULL },
     { "require_key maybe", "defaults:\n  require_key: maybe\n", 2, "true or false", NULL },
     { "key_max_length negative", "defaults:\n  key_max_length: -3\n", 2, "key_max_length", NULL },
     { "key_max_length zero", "defaults:\n  key_max_length: 0\n", 2, "from 1", NULL },
@@ -388,6 +480,11 @@ static const struct config_case config_cases[] = {
     { "duration unknown unit", "defaults:\n  lease: 60sec\n", 2, "ms, s, m, h, d", NULL },
     { "duration negative", "defaults:\n  lease: -5s\n", 2, "bad duration", NULL },
     { "duration without number", "defaults:\n  lease: s\n", 2, "bad duration", NULL },
+    { "durations up to 3650d", "defaults:\n  lease: 3650d\n  retention: 3650d\n", 0, NULL,
+      check_max_durations },
+    { "duration above 3650d", "defaults:\n  lease: 60s\n  retention: 3651d\n", 3, "3650d", NULL },
+    { "duration INT64_MAX ms is refused", "defaults:\n  lease: 9223372036854775807ms\n", 2,
+      "at most 3650d", NULL },
     { "duration overflow", "defaults:\n  retention: 99999999999999999999d\n", 2, "bad duration",
       NULL },
     { "duration overflow after the unit", "defaults:\n  retention: 106751991167301d\n", 2,
@@ -444,10 +541,10 @@ static const struct config_case config_cases[] = {
 
     /* webhooks */
     { "webhook header key defaults to fingerprint none", "routes:\n  - path: /hooks/github\n"
-      "    key_from: header:X-GitHub-Delivery\n    verify: github\n    secret: gh-secret\n",
+      "    key_from: header:X-GitHub-Delivery\n    verify: github\n    secret: gh-secret-0123456789\n",
       0, NULL, check_webhook_header },
     { "webhook json key with two secrets", "routes:\n  - path: /hooks/stripe\n"
-      "    key_from: json:/id\n    verify: stripe\n    secret: [whsec_old, whsec_new]\n",
+      "    key_from: json:/id\n    verify: stripe\n    secret: [whsec_old_secret_01, whsec_new_secret_02]\n",
       0, NULL, check_webhook_json },
     { "webhook keeps an explicit fingerprint", "routes:\n  - path: /hooks/std\n"
       "    fingerprint: request\n    key_from: header:webhook-id\n"
@@ -467,7 +564,7 @@ static const struct config_case config_cases[] = {
     { "verify needs a secret", "routes:\n  - path: /h\n    key_from: header:X-Id\n"
       "    verify: github\n", 4, "needs a secret", NULL },
     { "verify with an unset secret variable", "routes:\n  - path: /h\n    verify: github\n"
-      "    secret: ${TEST_IDEM_UNSET}\n", 4, "empty", NULL },
+      "    secret: ${TEST_IDEM_UNSET}\n", 4, "${TEST_IDEM_UNSET} is not set", NULL },
     { "secret without verify", "routes:\n  - path: /h\n    secret: abc\n", 3,
       "secret without verify", NULL },
     { "secret with verify none", "routes:\n  - path: /h\n    verify: none\n    secret: abc\n", 4,
@@ -601,7 +698,10 @@ static int run_unit_cases(void)
         { "7d", 0, 604800000 }, { "0s", 0, 0 }, { "007s", 0, 7000 },
         { "60", -1, 0 }, { "", -1, 0 }, { "ms", -1, 0 }, { "1.5s", -1, 0 }, { "-1s", -1, 0 },
         { "+1s", -1, 0 }, { "1 s", -1, 0 }, { "1S", -1, 0 }, { "1w", -1, 0 }, { "1sx", -1, 0 },
-        { "18446744073709551616ms", -1, 0 }, { "9223372036854775807ms", 0, 9223372036854775807ull },
+        { "18446744073709551616ms", -1, 0 }, { "9223372036854775807ms", -1, 0 },
+        /* at most 3650d: a lease deadline and Redis PX stay far from overflowing */
+        { "3650d", 0, 315360000000ull }, { "315360000000ms", 0, 315360000000ull },
+        { "315360000001ms", -1, 0 }, { "3651d", -1, 0 }, { "87601h", -1, 0 },
         { "9223372036854775808ms", -1, 0 },
     };
     static const struct config_unit_case sizes[] = {
@@ -680,6 +780,85 @@ static int run_file_cases(const char *sample)
     return failed;
 }
 
+/* config_reload_refusal: what SIGHUP may change (README "Reload"). */
+struct config_reload_case {
+    const char *name;
+    const char *running;
+    const char *next;
+    const char *word;           /* NULL: accepted; else a word of the reason */
+};
+
+#define R_PAY "  - path: /v1/payments*\n"
+#define R_REF "  - path: /v1/refunds\n"
+#define R_HOOK "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n"
+
+static const struct config_reload_case config_reload_cases[] = {
+    { "same config", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY R_REF, NULL },
+    { "a route appended", "routes:\n" R_PAY, "routes:\n" R_PAY R_REF, NULL },
+    { "a route inserted in front", "routes:\n" R_PAY, "routes:\n" R_REF R_PAY, NULL },
+    { "a route removed", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY, NULL },
+    { "routes reordered", "routes:\n" R_PAY R_REF R_HOOK, "routes:\n" R_HOOK R_REF R_PAY, NULL },
+    { "no routes at all any more", "routes:\n" R_PAY, "", NULL },
+    { "other policy keys change", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    lease: 5s\n    require_key: true\n    fingerprint: none\n", NULL },
+    { "key_header case only", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    key_header: idempotency-key\n", NULL },
+    { "scope header case only", "routes:\n" R_PAY "    scope_headers: [Authorization]\n",
+      "routes:\n" R_PAY "    scope_headers: [authorization]\n", NULL },
+    { "pattern case only is the same route", "routes:\n" R_PAY,
+      "routes:\n  - path: /V1/Payments*\n    scope_headers: [X-Tenant]\n", "scope_headers" },
+    { "scope_headers of a route", "routes:\n" R_PAY R_REF,
+      "routes:\n" R_PAY R_REF "    scope_headers: [Authorization, X-Tenant]\n", "scope_headers" },
+    { "scope_headers emptied", "routes:\n" R_PAY, "routes:\n" R_PAY "    scope_headers: []\n",
+      "scope_headers" },
+    { "scope_headers through defaults", "routes:\n" R_PAY,
+      "defaults:\n  scope_headers: [X-Tenant]\nroutes:\n" R_PAY, "scope_headers" },
+    { "key_header of a route", "routes:\n" R_PAY,
+      "routes:\n" R_PAY "    key_header: X-Request-Id\n", "key source" },
+    { "key_from of a webhook route", "routes:\n" R_HOOK,
+      "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n", "key source" },
+    { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
+      "redis.key_prefix" },
+    { "a route of another pattern may differ", "routes:\n" R_PAY,
+      "routes:\n  - path: /v1/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
+};
+
+static int run_reload_cases(void)
+{
+    int failed = 0;
+
+    for (size_t i = 0; i < sizeof(config_reload_cases) / sizeof(config_reload_cases[0]); i++) {
+        const struct config_reload_case *c = &config_reload_cases[i];
+        struct config running, next;
+        char err[512];
+        const char *why;
+
+        if (config_load_string(&running, c->running, strlen(c->running), FILE_NAME, err,
+                               sizeof(err)) != 0) {
+            printf("FAIL reload %s: running did not load: %s\n", c->name, err);
+            failed++;
+            continue;
+        }
+        if (config_load_string(&next, c->next, strlen(c->next), FILE_NAME, err, sizeof(err)) != 0) {
+            printf("FAIL reload %s: next did not load: %s\n", c->name, err);
+            config_deinit(&running);
+            failed++;
+            continue;
+        }
+        why = config_reload_refusal(&running, &next);
+        if (c->word == NULL ? why != NULL : (why == NULL || strstr(why, c->word) == NULL)) {
+            printf("FAIL reload %s: got %s, want %s\n", c->name, why ? why : "accepted",
+                   c->word ? c->word : "accepted");
+            failed++;
+        } else {
+            printf("ok reload %s\n", c->name);
+        }
+        config_deinit(&running);
+        config_deinit(&next);
+    }
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     int failed = 0;
@@ -692,6 +871,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
         failed += run_case(&config_cases[i]);
     failed += run_match_cases();
+    failed += run_reload_cases();
     failed += run_unit_cases();
     failed += run_file_cases(argc > 1 ? argv[1] : NULL);
 

@@ -6,6 +6,15 @@
 #include "fingerprint.h"
 #include "unit.h"
 
+/*
+ * record_id_compute("header:idempotency-key", [Authorization], ["Bearer one"], "k1"),
+ * which is SHA-256("record-id-v2\0header:idempotency-key\0" "1\0" "authorization\0"
+ * "1Bearer one\0" "k1") cut to 16 bytes (checked with Python hashlib).
+ */
+#define PINNED_RECORD_ID "eebfd798fc4c276e7615f6b0f78b792d"
+/* fingerprint_request("POST", "/v1/payments", {"a":1}) */
+#define PINNED_FINGERPRINT "0f7b48206eb802db104c71e8f6938e0e"
+
 static void fp(const char *method, const char *target, const void *body, size_t len, char *out)
 {
     fingerprint_request(method, target, body, len, out);
@@ -76,21 +85,64 @@ int main(void)
     fingerprint_none(a);
     UNIT_CHECK("none is all zeros", strcmp(a, "00000000000000000000000000000000") == 0, "%s", a);
 
+    char *auth[] = { "Authorization" }, *auth_lower[] = { "authorization" },
+         *tenant[] = { "X-Tenant" };
     const char *scope1[] = { "Bearer one" }, *scope2[] = { "Bearer two" }, *absent[] = { NULL },
                *empty[] = { "" };
-    record_id_compute("/v1/payments", scope1, 1, "k1", 2, a);
-    record_id_compute("/v1/payments", scope1, 1, "k1", 2, b);
+    const char *src = "header:idempotency-key";
+    record_id_compute(src, auth, scope1, 1, "k1", 2, a);
+    record_id_compute(src, auth, scope1, 1, "k1", 2, b);
     UNIT_CHECK("record id is stable", strcmp(a, b) == 0, "differ");
-    record_id_compute("/v1/payments", scope2, 1, "k1", 2, b);
+    record_id_compute(src, auth, scope2, 1, "k1", 2, b);
     UNIT_CHECK("scope value separates records", strcmp(a, b) != 0, "equal");
-    record_id_compute("/v1/refunds", scope1, 1, "k1", 2, b);
-    UNIT_CHECK("route separates records", strcmp(a, b) != 0, "equal");
-    record_id_compute("/v1/payments", scope1, 1, "K1", 2, b);
+    record_id_compute("json:/id", auth, scope1, 1, "k1", 2, b);
+    UNIT_CHECK("key source separates records", strcmp(a, b) != 0, "equal");
+    record_id_compute("header:x-request-id", auth, scope1, 1, "k1", 2, b);
+    UNIT_CHECK("key header separates records", strcmp(a, b) != 0, "equal");
+    record_id_compute(src, tenant, scope1, 1, "k1", 2, b);
+    UNIT_CHECK("scope header name separates records", strcmp(a, b) != 0, "equal");
+    record_id_compute(src, auth_lower, scope1, 1, "k1", 2, b);
+    UNIT_CHECK("scope header names are case-insensitive", strcmp(a, b) == 0, "differ");
+    record_id_compute(src, auth, scope1, 1, "K1", 2, b);
     UNIT_CHECK("keys are case-sensitive", strcmp(a, b) != 0, "equal");
-    record_id_compute("/v1/payments", absent, 1, "k1", 2, a);
-    record_id_compute("/v1/payments", empty, 1, "k1", 2, b);
+    /* absent Authorization + key "k1" vs no scope header + key "0k1": the count tells them apart */
+    record_id_compute(src, auth, absent, 1, "k1", 2, a);
+    record_id_compute(src, NULL, NULL, 0, "0k1", 3, b);
+    UNIT_CHECK("scope count is part of the id", strcmp(a, b) != 0, "equal");
+    record_id_compute(src, auth, absent, 1, "k1", 2, a);
+    record_id_compute(src, auth, empty, 1, "k1", 2, b);
     UNIT_CHECK("absent and empty scope header differ", strcmp(a, b) != 0, "equal");
     UNIT_CHECK("record id hides the key", strstr(a, "k1") == NULL, "%s", a);
+
+    /*
+     * Pinned values: a change here changes every record id in every deployed
+     * Redis (retries of earlier keys execute again). Only change them with
+     * RECORD_ID_VERSION and the README's "Redis records" section.
+     */
+    UNIT_CHECK("record id version", RECORD_ID_VERSION == 2, "%d", RECORD_ID_VERSION);
+    record_id_compute(src, auth, scope1, 1, "k1", 2, a);
+    UNIT_CHECK("pinned record id", strcmp(a, PINNED_RECORD_ID) == 0, "%s", a);
+    fp("POST", "/v1/payments", "{\"a\":1}", 7, a);
+    UNIT_CHECK("pinned fingerprint", strcmp(a, PINNED_FINGERPRINT) == 0, "%s", a);
+
+    char key[RECORD_KEY_MAX], prefix[CONFIG_MAX_KEY_PREFIX + 2];
+    memset(prefix, 'p', sizeof(prefix) - 1);
+    prefix[sizeof(prefix) - 1] = '\0';
+    UNIT_CHECK("record key is PREFIX:{ID}",
+               record_key_format("idem", PINNED_RECORD_ID, key, sizeof(key)) == 0 &&
+               strcmp(key, "idem:{" PINNED_RECORD_ID "}") == 0, "%s", key);
+    UNIT_CHECK("record key refuses a prefix over the limit",
+               record_key_format(prefix, PINNED_RECORD_ID, key, sizeof(key)) == -1 && key[0] == '\0',
+               "%s", key);
+    prefix[CONFIG_MAX_KEY_PREFIX] = '\0';
+    UNIT_CHECK("record key of the longest prefix fits RECORD_KEY_MAX",
+               record_key_format(prefix, PINNED_RECORD_ID, key, sizeof(key)) == 0 &&
+               strlen(key) == RECORD_KEY_MAX - 1, "%zu", strlen(key));
+    UNIT_CHECK("record key never cuts",
+               record_key_format("idem", PINNED_RECORD_ID, key, 20) == -1 && key[0] == '\0',
+               "%s", key);
+    UNIT_CHECK("record key needs a whole id",
+               record_key_format("idem", "abc", key, sizeof(key)) == -1, "%s", key);
 
     UNIT_CHECK("owner token", owner_token_create(a) == 0 && strlen(a) == 32, "failed");
     owner_token_create(b);

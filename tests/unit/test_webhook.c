@@ -391,17 +391,36 @@ static const struct {
     enum verify_scheme scheme;
     const char *secret;
     int want;
+    const char *word;   /* the reason must contain it; NULL: any reason */
 } secret_cases[] = {
-    { "secret check: whsec_ base64", VERIFY_STANDARD_WEBHOOKS, SW_SPEC, 0 },
-    { "secret check: padded base64", VERIFY_STANDARD_WEBHOOKS, SW_NEW, 0 },
-    { "secret check: base64 without prefix", VERIFY_STANDARD_WEBHOOKS, SW_OLD_BARE, 0 },
-    { "secret check: not base64", VERIFY_STANDARD_WEBHOOKS, "whsec_not base64!", -1 },
-    { "secret check: unpadded base64", VERIFY_STANDARD_WEBHOOKS, "whsec_QUJDRA", -1 },
-    { "secret check: padding in the middle", VERIFY_STANDARD_WEBHOOKS, "whsec_QQ==QUJD", -1 },
-    { "secret check: prefix only", VERIFY_STANDARD_WEBHOOKS, "whsec_", -1 },
-    { "secret check: github takes any string", VERIFY_GITHUB, "not base64!", 0 },
-    { "secret check: stripe takes whsec_ as-is", VERIFY_STRIPE, "whsec_not base64!", 0 },
-    { "secret check: empty", VERIFY_GITHUB, "", -1 },
+    { "secret check: whsec_ base64", VERIFY_STANDARD_WEBHOOKS, SW_SPEC, 0, NULL },
+    { "secret check: padded base64", VERIFY_STANDARD_WEBHOOKS, SW_NEW, 0, NULL },
+    { "secret check: base64 without prefix", VERIFY_STANDARD_WEBHOOKS, SW_OLD_BARE, 0, NULL },
+    { "secret check: not base64", VERIFY_STANDARD_WEBHOOKS, "whsec_not base64!", -1, NULL },
+    { "secret check: unpadded base64", VERIFY_STANDARD_WEBHOOKS, "whsec_QUJDRA", -1, NULL },
+    { "secret check: padding in the middle", VERIFY_STANDARD_WEBHOOKS, "whsec_QQ==QUJD", -1, NULL },
+    { "secret check: prefix only", VERIFY_STANDARD_WEBHOOKS, "whsec_", -1, NULL },
+    { "secret check: github takes any string of 16 bytes", VERIFY_GITHUB, "not base64! 16 b", 0, NULL },
+    { "secret check: stripe takes whsec_ as-is", VERIFY_STRIPE, "whsec_not base64!", 0, NULL },
+    { "secret check: empty", VERIFY_GITHUB, "", -1, NULL },
+    /* under 16 bytes of key: guessable offline from one signed delivery */
+    { "secret check: one decoded byte", VERIFY_STANDARD_WEBHOOKS, "whsec_AA==", -1, "16 bytes" },
+    { "secret check: 15 decoded bytes", VERIFY_STANDARD_WEBHOOKS, "whsec_MDEyMzQ1Njc4OWFiY2Rl", -1,
+      "16 bytes" },
+    { "secret check: 16 decoded bytes", VERIFY_STANDARD_WEBHOOKS, "whsec_MDEyMzQ1Njc4OWFiY2RlZg==",
+      0, NULL },
+    { "secret check: stripe one space", VERIFY_STRIPE, " ", -1, "16 bytes" },
+    { "secret check: stripe one byte", VERIFY_STRIPE, "x", -1, "16 bytes" },
+    { "secret check: github 15 bytes", VERIFY_GITHUB, "0123456789abcde", -1, "16 bytes" },
+    { "secret check: github 16 bytes", VERIFY_GITHUB, "0123456789abcdef", 0, NULL },
+    { "secret check: stripe docs secret is 17 bytes", VERIFY_STRIPE, "whsec_test_secret", 0, NULL },
+    { "secret check: github docs secret is 26 bytes", VERIFY_GITHUB, "It's a Secret to Everybody", 0,
+      NULL },
+    /* no whsec_ written: the reason must not claim there was one */
+    { "secret check: bare non-base64 says so", VERIFY_STANDARD_WEBHOOKS, "not*base64*at*all", -1,
+      "is not base64" },
+    { "secret check: whsec_ non-base64 says after whsec_", VERIFY_STANDARD_WEBHOOKS,
+      "whsec_not*base64*at*all", -1, "not base64 after whsec_" },
 };
 
 static const struct {
@@ -464,7 +483,11 @@ int main(void)
         const char *reason = NULL;
         int rc = webhook_secret_check(secret_cases[i].scheme, secret_cases[i].secret, &reason);
         UNIT_CHECK(secret_cases[i].name, rc == secret_cases[i].want &&
-                   (rc == 0 || (reason != NULL && strstr(reason, "base64!") == NULL)),
+                   (rc == 0 || (reason != NULL && strstr(reason, "base64!") == NULL)) &&
+                   (secret_cases[i].word == NULL ||
+                    (reason != NULL && strstr(reason, secret_cases[i].word) != NULL)) &&
+                   (strncmp(secret_cases[i].secret, "whsec_", 6) == 0 || reason == NULL ||
+                    strstr(reason, "whsec_") == NULL),
                    "rc %d (want %d), reason %s", rc, secret_cases[i].want,
                    reason ? reason : "(null)");
     }

@@ -1,0 +1,255 @@
+"""Integration tests of the record store under faults: a Redis the proxy cannot use
+(wrong or missing password, a database it does not have, nothing listening), an
+operator purge racing a retry's claim, and a takeover that times out but lands.
+
+Real processes over real sockets: redis-server, tests/upstream/payments_api.py, the
+proxy binary, and (for the late takeover) redis_gate.py, a TCP forwarder that holds
+one command back.
+"""
+
+import re
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import HTTPError, free_port, wait_until
+from redis_gate import RedisGate
+
+PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
+
+
+def new_key(tag="k"):
+    return "%s-%s" % (tag, uuid.uuid4().hex)
+
+
+def in_background(fn, *args, **kw):
+    ex = ThreadPoolExecutor(1)
+    f = ex.submit(fn, *args, **kw)
+    ex.shutdown(wait=False)
+    return f
+
+
+def assert_problem(r, status, cause):
+    assert r.status == status, r
+    assert r.is_problem(), "expected application/problem+json: %r" % r
+    doc = r.json()
+    assert doc["type"] == PROBLEM_PREFIX + cause or doc["type"].endswith(":" + cause), doc
+    return doc
+
+
+def redis_up(p):
+    m = re.search(r"^idempotency_proxy_redis_up (\S+)$",
+                  p.admin("GET", "/metrics").body.decode(), re.M)
+    assert m, "no idempotency_proxy_redis_up gauge"
+    return float(m.group(1))
+
+
+def assert_stays_unready(p, seconds=1.5):
+    """/readyz answers 503 and redis_up is 0 throughout (reconnects happen in here)."""
+    deadline = time.monotonic() + seconds
+    seen = set()
+    while time.monotonic() < deadline:
+        seen.add(p.admin("GET", "/readyz").status)
+        assert redis_up(p) == 0
+        time.sleep(0.05)
+    assert seen == {503}, seen
+
+
+def record_keys(redis, prefix="idem", db=0):
+    return [k for k in redis.keys("*", db=db) if str(k).startswith(prefix)]
+
+
+# --------------------------------------------------------------------------
+# (11) readiness means "can serve"
+# --------------------------------------------------------------------------
+
+def test_wrong_redis_password_is_not_ready(start_proxy, upstream, redis_factory):
+    secret = "right-" + uuid.uuid4().hex
+    wrong = "wrong-" + uuid.uuid4().hex
+    r2 = redis_factory(password=secret)
+    p = start_proxy(redis={"url": r2.url, "password": wrong})
+    time.sleep(0.3)
+    assert_stays_unready(p)
+    r = p.post(key=new_key())
+    assert_problem(r, 503, "store-unavailable")
+    assert upstream.total() == 0
+    assert record_keys(r2) == []
+    err = wait_until(lambda: (lambda t: t if "AUTH failed" in t else None)(p.stderr_text()),
+                     what="an AUTH failed log line")
+    line = [l for l in err.splitlines() if "AUTH failed" in l][0]
+    assert "127.0.0.1:%d" % r2.port in line, line
+    assert wrong not in p.stdout_text() + p.stderr_text()
+
+
+def test_missing_redis_password_on_a_requirepass_server_is_not_ready(start_proxy, upstream,
+                                                                      redis_factory):
+    r2 = redis_factory(password="right-" + uuid.uuid4().hex)
+    p = start_proxy(redis={"url": r2.url})
+    time.sleep(0.3)
+    assert_stays_unready(p)
+    assert_problem(p.post(key=new_key()), 503, "store-unavailable")
+    assert upstream.total() == 0
+    err = wait_until(lambda: (lambda t: t if "AUTH failed" in t else None)(p.stderr_text()),
+                     what="an AUTH failed log line")
+    line = [l for l in err.splitlines() if "AUTH failed" in l][0]
+    assert "127.0.0.1:%d" % r2.port in line, line
+
+
+def test_redis_database_the_server_does_not_have_is_not_ready(start_proxy, upstream, redis):
+    """SELECT 99 fails on a 16-database server: a client command pipelined behind it would
+    run in db 0. Not ready, and nothing is written anywhere."""
+    p = start_proxy(redis={"url": redis.url_db(99)})
+    time.sleep(0.3)
+    assert_stays_unready(p, seconds=1.0)
+    assert_problem(p.post(key=new_key()), 503, "store-unavailable")
+    assert upstream.total() == 0
+    assert record_keys(redis) == [], "a record landed in db 0"
+    line = wait_until(lambda: [l for l in p.stderr_text().splitlines() if "SELECT failed" in l],
+                      what="a SELECT failed log line")[0]
+    assert "127.0.0.1:%d" % redis.port in line, line
+
+
+def test_correct_redis_password_is_ready_and_serves(start_proxy, upstream, redis_factory):
+    secret = "pw-" + uuid.uuid4().hex
+    r2 = redis_factory(password=secret)
+    p = start_proxy(redis={"url": r2.url_db(2), "password": secret})
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    assert redis_up(p) == 1
+    key = new_key()
+    first = p.post(key=key)
+    assert first.status == 201, first
+    again = p.post(key=key)
+    assert again.replayed and again.body == first.body
+    assert upstream.executions(key) == 1
+    assert record_keys(r2, db=2) and record_keys(r2) == []
+    assert secret not in p.stdout_text() + p.stderr_text()
+
+
+def test_refused_redis_connect_names_the_address(start_proxy, upstream):
+    port = free_port()
+    p = start_proxy(redis={"url": "redis://127.0.0.1:%d/0" % port})
+    line = wait_until(lambda: [l for l in p.stderr_text().splitlines()
+                               if "connect failed" in l], what="a connect failed log line")[0]
+    assert "127.0.0.1:%d" % port in line, line
+    assert p.admin("GET", "/readyz").status == 503
+
+
+def test_keyed_request_during_the_connection_setup_waits_for_it(start_proxy, upstream, redis):
+    """A request that arrives while the connection is being set up is served once the
+    setup succeeded (its commands wait in the queue), not refused."""
+    redis.stop()
+    p = start_proxy(redis={"timeout": "2s"})
+    time.sleep(0.3)
+    redis.start()
+    key = new_key()
+    ok = wait_until(lambda: (lambda r: r if r.status == 201 else None)(p.post(key=key)),
+                    timeout=10, interval=0.1, what="served after Redis started")
+    assert p.post(key=key).replayed
+    assert upstream.executions(key) == 1
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    assert ok.status == 201
+
+
+# --------------------------------------------------------------------------
+# shared set-up for (12) and (13): expired claims left by a proxy that died
+# --------------------------------------------------------------------------
+
+def expired_claims(start_proxy, upstream, redis, n, delay_ms):
+    """n keys whose claims were left by a SIGKILLed proxy (lease 1s) and have expired,
+    each executed once upstream; returns [(key, record key)]."""
+    a = start_proxy(lease="1s", on_ambiguous="release", workers=1, name="dead")
+    out = []
+    futures = []
+    for i in range(n):
+        key = new_key("exp%d" % i)
+        before = set(record_keys(redis))
+        futures.append(in_background(a.post, key=key,
+                                     headers=[("X-Demo-Delay-Ms", str(delay_ms))]))
+        wait_until(lambda: upstream.executions(key) == 1, what="at the upstream")
+        (rk,) = wait_until(lambda: set(record_keys(redis)) - before, what="claimed")
+        out.append((key, rk))
+    a.kill()
+    for f in futures:
+        with pytest.raises((HTTPError, OSError)):
+            f.result()
+    time.sleep(1.5)  # the leases run out
+    return out
+
+
+# --------------------------------------------------------------------------
+# (12) a purge is one compare-and-set
+# --------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_purge_racing_a_takeover_does_not_delete_the_live_claim(start_proxy, upstream, redis):
+    """The retry's SET NX GET and the purge's GET are queued on one connection behind a
+    CLIENT PAUSE WRITE; when it ends the retry takes the expired claim over and the purge
+    deletes, in that order. The purge must see that the record changed (409), so a second
+    retry waits for the taken-over request instead of executing again."""
+    slow = [("X-Demo-Delay-Ms", "1500")]
+    (k1, _), (k2, rk2) = expired_claims(start_proxy, upstream, redis, 2, 3000)
+    b = start_proxy(lease="5s", on_ambiguous="release", workers=1, name="b",
+                    redis={"timeout": "3s"})
+    wait_until(lambda: b.admin("GET", "/readyz").status == 200, what="ready")
+    # a first takeover loads the takeover script into Redis, as on any running system
+    assert b.post(key=k1).status == 201
+    assert upstream.executions(k1) == 2
+    rid = str(rk2).split("{", 1)[1].rstrip("}")
+
+    assert redis.cmd("CLIENT", "PAUSE", "1000", "WRITE") == "OK"
+    retry = in_background(b.post, key=k2, headers=slow)
+    time.sleep(0.3)  # its SET NX GET waits in Redis on b's only connection
+    purge = in_background(b.admin, "DELETE", "/records/" + rid)
+    d = purge.result(timeout=10)
+    wait_until(lambda: upstream.executions(k2) == 2, what="the takeover at the upstream")
+    second = b.post(key=k2, headers=slow)  # while the taken-over request runs
+    first = retry.result(timeout=10)
+    assert upstream.executions(k2) == 2, "the key executed again after the purge: %r" % d
+    assert first.status == 201 and not first.replayed, first
+    assert d.status == 409, d
+    assert second.replayed and second.body == first.body, second
+
+
+def test_purge_of_an_expired_claim_still_deletes(start_proxy, upstream, redis):
+    (key, rk), = expired_claims(start_proxy, upstream, redis, 1, 3000)
+    b = start_proxy(lease="5s", on_ambiguous="hold", workers=1, name="b")
+    rid = str(rk).split("{", 1)[1].rstrip("}")
+    d = b.admin("DELETE", "/records/" + rid)
+    assert d.status == 200, d
+    assert record_keys(redis) == []
+    assert b.admin("DELETE", "/records/" + rid).status == 404
+
+
+# --------------------------------------------------------------------------
+# (13) a takeover that may have landed is released like a claim
+# --------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_takeover_that_times_out_but_lands_is_released(start_proxy, upstream, redis):
+    """The takeover's EVALSHA is held back past redis.timeout (503 store-unavailable) and
+    then reaches Redis: it wrote a claim nobody forwards. Released, a retry within that
+    claim's lease executes (under in_flight: reject it would get 409 until the lease ends)."""
+    (k1, _), (k2, rk2) = expired_claims(start_proxy, upstream, redis, 2, 3000)
+    gate = RedisGate(redis.port).start()
+    try:
+        b = start_proxy(lease="10s", on_ambiguous="release", in_flight="reject", workers=1,
+                        name="b", redis={"url": gate.url, "timeout": "200ms"})
+        wait_until(lambda: b.admin("GET", "/readyz").status == 200, what="ready")
+        assert b.post(key=k1).status == 201  # loads the takeover script into Redis
+        expired = redis.cmd("GET", rk2)
+        gate.hold_next(("EVALSHA", "EVAL"), ms=600)
+        assert_problem(b.post(key=k2), 503, "store-unavailable")
+        assert gate.delivered.wait(5), "the held takeover never reached Redis"
+        # it landed: the record is no longer the expired claim (or already released)
+        wait_until(lambda: redis.cmd("GET", rk2) != expired, timeout=2, what="landed")
+        assert upstream.executions(k2) == 1
+        r = wait_until(lambda: (lambda r: r if r.status != 409 else None)(b.post(key=k2)),
+                       timeout=4, interval=0.3, what="a retry not refused as in flight")
+        assert r.status == 201 and not r.replayed, r
+        assert upstream.executions(k2) == 2
+        assert b.post(key=k2).replayed
+    finally:
+        gate.stop()
