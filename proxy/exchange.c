@@ -213,6 +213,11 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
     }
     if (x->w->draining) /* move keep-alive clients to another instance */
         evhttp_add_header(evhttp_request_get_output_headers(x->req), "Connection", "close");
+    if (body != NULL && evhttp_request_get_command(x->req) == EVHTTP_REQ_HEAD) {
+        /* RFC 9110 9.3.2: never a body on HEAD; libevent 2.1 would write it */
+        evbuffer_free(body);
+        body = NULL;
+    }
     x->status = status;
     metrics_count_request(x->w->metrics, x->route != NULL ? x->route->path : NULL,
                           x->outcome != NULL ? x->outcome : "unknown");
