@@ -27,6 +27,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
@@ -46,8 +47,6 @@
 
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
-#define EXCHANGE_KEY_MAX 4096
-#define EXCHANGE_PATH_MAX 4096
 
 enum exchange_state {
     X_NEW,
@@ -214,6 +213,11 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
     }
     if (x->w->draining) /* move keep-alive clients to another instance */
         evhttp_add_header(evhttp_request_get_output_headers(x->req), "Connection", "close");
+    if (body != NULL && evhttp_request_get_command(x->req) == EVHTTP_REQ_HEAD) {
+        /* RFC 9110 9.3.2: never a body on HEAD; libevent 2.1 would write it */
+        evbuffer_free(body);
+        body = NULL;
+    }
     x->status = status;
     metrics_count_request(x->w->metrics, x->route != NULL ? x->route->path : NULL,
                           x->outcome != NULL ? x->outcome : "unknown");
@@ -294,20 +298,23 @@ static void exchange_reply_replay(struct exchange *x, const struct record *rec)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
     struct evbuffer *body = evbuffer_new();
-    char name[256], small[1024];
+    char small[1024];
 
+    /* name and value NUL-terminated in one buffer; no stored field is too long to replay */
     for (size_t i = 0; i < rec->n_headers; i++) {
         const struct record_field *f = &rec->headers[i];
-        char *value = f->value_len < sizeof(small) ? small : malloc(f->value_len + 1);
-        if (f->name_len < sizeof(name) && value != NULL) {
+        size_t need = f->name_len + 1 + f->value_len + 1;
+        char *name = need <= sizeof(small) ? small : malloc(need);
+        if (name != NULL) {
+            char *value = name + f->name_len + 1;
             memcpy(name, f->name, f->name_len);
             name[f->name_len] = '\0';
             memcpy(value, f->value, f->value_len);
             value[f->value_len] = '\0';
             evhttp_add_header(out, name, value);
         }
-        if (value != small)
-            free(value);
+        if (name != small)
+            free(name);
     }
     evhttp_add_header(out, "Idempotent-Replayed", "true");
     if (body != NULL)
@@ -989,22 +996,29 @@ static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq 
     return false;
 }
 
-/* key_from: json:/pointer (e.g. Stripe's event id). Answers 400 and returns false on failure. */
+/*
+ * key_from: json:/pointer (e.g. Stripe's event id). key: keysize bytes, at
+ * least key_max_length + 1. Answers 400 and returns false on failure.
+ */
 static bool exchange_key_from_body(struct exchange *x, char *key, size_t keysize, size_t *key_len)
 {
     size_t max = x->policy->key_max_length + 1 < keysize ? x->policy->key_max_length + 1 : keysize;
     int rc = webhook_key_from_json(x->body_bytes != NULL ? x->body_bytes : "", x->body_len,
                                    x->policy->key_json_pointer, key, max, key_len);
-    char checked[EXCHANGE_KEY_MAX];
+    char *checked;
+    bool valid;
 
     if (rc == -1) {
         exchange_problem(x, PROBLEM_MISSING_KEY, 400,
                          "the JSON body has no event id at the configured pointer", 0, false);
         return false;
     }
-    if (rc != 0 || key_parse(key, x->policy->key_max_length, checked, sizeof(checked),
-                             key_len) != KEY_OK ||
-        strcmp(checked, key) != 0) {
+    checked = rc == 0 ? malloc(max) : NULL;
+    valid = checked != NULL &&
+            key_parse(key, x->policy->key_max_length, checked, max, key_len) == KEY_OK &&
+            strcmp(checked, key) == 0;
+    free(checked);
+    if (!valid) {
         exchange_problem(x, PROBLEM_INVALID_KEY, 400,
                          "the event id in the JSON body is not a non-empty printable string "
                          "within the configured length",
@@ -1076,63 +1090,76 @@ static struct exchange *exchange_create(struct worker *w, struct evhttp_request 
     return x;
 }
 
-void exchange_handle(struct evhttp_request *req, void *arg)
+/*
+ * Whether libevent 2.1 reads a body for this method at all
+ * (evhttp_method_may_have_body in 2.1.12's http.c): not for HEAD or TRACE,
+ * whatever the framing headers say.
+ */
+static bool exchange_method_reads_body(enum evhttp_cmd_type cmd)
 {
-    struct worker *w = arg;
-    struct exchange *x = exchange_create(w, req);
-    const struct config *cfg;
+    return cmd != EVHTTP_REQ_HEAD && cmd != EVHTTP_REQ_TRACE;
+}
+
+/*
+ * Body framing that libevent 2.1 may have read otherwise than the client (or
+ * a proxy in front) meant, or NULL when there is none. libevent takes the
+ * first Content-Length through strtoll (a sign, leading blanks and an
+ * obs-folded line pass), dechunks only when Transfer-Encoding is exactly
+ * "chunked" (else falls back to Content-Length or to no body), and never
+ * reads a body for HEAD or TRACE: in each case the bytes it leaves unread
+ * are parsed as a next request on the connection, which is request
+ * smuggling (RFC 9112 6.1, 6.3, 11.2). Such a request is refused whole and
+ * its connection closed. A bodiless method may say "Content-Length: 0":
+ * nothing is left unread then.
+ */
+static const char *exchange_framing_fault(struct evhttp_request *req)
+{
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
-    const char *path;
+    int n_cl, n_te;
+    const char *cl = exchange_key_header(headers, "Content-Length", &n_cl);
+    const char *te = exchange_key_header(headers, "Transfer-Encoding", &n_te);
+    bool reads_body = exchange_method_reads_body(evhttp_request_get_command(req));
+
+    if (req->major != 1 || req->minor > 1)
+        return "only HTTP/1.0 and HTTP/1.1 requests are served";
+    if (n_te > 0) {
+        if (n_te > 1 || strcasecmp(te, "chunked") != 0)
+            return "Transfer-Encoding must be exactly one 'chunked'";
+        if (n_cl > 0)
+            return "a request must not carry both Transfer-Encoding and Content-Length";
+        if (req->minor == 0)
+            return "Transfer-Encoding is not defined for HTTP/1.0 requests";
+        if (!reads_body)
+            return "this method has no body, so it must not carry Transfer-Encoding";
+        return NULL;
+    }
+    if (n_cl > 1)
+        return "Content-Length must appear once";
+    if (n_cl == 1) {
+        if (cl[0] == '\0' || strspn(cl, "0123456789") != strlen(cl))
+            return "Content-Length must be decimal digits only";
+        if (!reads_body && strspn(cl, "0") != strlen(cl))
+            return "this method has no body, so its Content-Length must be 0";
+    }
+    return NULL;
+}
+
+/*
+ * Everything after routing for a protected method: signature, key, claim.
+ * key: key_size bytes (key_max_length + 1), scratch for the parsed key.
+ */
+static void exchange_handle_protected(struct exchange *x, const struct evkeyvalq *headers,
+                                      char *key, size_t key_size)
+{
     const char *raw_key;
-    char key[EXCHANGE_KEY_MAX];
-    char normalized[EXCHANGE_PATH_MAX];
     size_t key_len = 0;
     int key_lines;
     enum key_status ks;
 
-    if (x == NULL) {
-        evhttp_send_error(req, 500, NULL);
-        return;
-    }
-    cfg = x->cfg;
-    if (w->draining) {
-        /*
-         * A new request on a kept-alive connection after SIGTERM: refuse it
-         * unforwarded, or the drain could end with it sent and unanswered.
-         */
-        exchange_problem(x, PROBLEM_SHUTTING_DOWN, 503,
-                         "this proxy instance is shutting down; retry", 1, false);
-        return;
-    }
-    if (x->invalid_target) {
-        exchange_problem(x, PROBLEM_INVALID_TARGET, 400,
-                         "the request target has a control character or an unsupported form", 0,
-                         false);
-        return;
-    }
-    path = x->path;
-    if (path_normalize(path, normalized, sizeof(normalized)) == 0)
-        path = normalized;
-    x->route = config_match_route(cfg, path);
-    if (x->body_len > cfg->max_request_body) {
-        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
-                         "the request body is larger than the configured limit", 0, false);
-        return;
-    }
-    if (x->route == NULL ||
-        !(x->route->policy.methods & config_method_bit(x->method))) {
-        x->route = NULL;
-        x->outcome = "pass-through";
-        x->state = X_PASSING;
-        exchange_forward(x);
-        return;
-    }
-    x->policy = &x->route->policy;
-
     if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers))
         return;
     if (x->policy->key_from == KEY_FROM_JSON) {
-        if (!exchange_key_from_body(x, key, sizeof(key), &key_len))
+        if (!exchange_key_from_body(x, key, key_size, &key_len))
             return;
         exchange_protect(x, headers, key, key_len);
         return;
@@ -1160,16 +1187,92 @@ void exchange_handle(struct evhttp_request *req, void *arg)
                          "the idempotency key header appears more than once", 0, false);
         return;
     }
-    ks = key_parse(raw_key, x->policy->key_max_length, key,
-                   sizeof(key) < x->policy->key_max_length + 1 ? sizeof(key)
-                                                               : x->policy->key_max_length + 1,
-                   &key_len);
+    ks = key_parse(raw_key, x->policy->key_max_length, key, key_size, &key_len);
     if (ks != KEY_OK) {
         exchange_problem(x, PROBLEM_INVALID_KEY, 400, key_status_reason(ks), 0, false);
         return;
     }
-
     exchange_protect(x, headers, key, key_len);
+}
+
+/* The route for x->path, normalised (path.h); false after answering 400 when it cannot be. */
+static bool exchange_route(struct exchange *x)
+{
+    size_t size = path_normalized_size(x->path);
+    char *normalized = malloc(size);
+    enum path_status st = normalized != NULL ? path_normalize(x->path, normalized, size)
+                                             : PATH_NO_MEMORY;
+
+    /* never match the raw path instead: it is a spelling the routes were not written for */
+    if (st == PATH_OK)
+        x->route = config_match_route(x->cfg, normalized);
+    free(normalized);
+    if (st != PATH_OK) {
+        exchange_problem(x, PROBLEM_INVALID_TARGET, 400, path_status_reason(st), 0, false);
+        return false;
+    }
+    return true;
+}
+
+void exchange_handle(struct evhttp_request *req, void *arg)
+{
+    struct worker *w = arg;
+    struct exchange *x = exchange_create(w, req);
+    const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
+    const char *framing;
+    size_t key_size;
+    char *key;
+
+    if (x == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    framing = exchange_framing_fault(req);
+    if (framing != NULL) {
+        /* what libevent left unread must not be read as a request: close the connection */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        exchange_problem(x, PROBLEM_INVALID_FRAMING, 400, framing, 0, false);
+        return;
+    }
+    if (w->draining) {
+        /*
+         * A new request on a kept-alive connection after SIGTERM: refuse it
+         * unforwarded, or the drain could end with it sent and unanswered.
+         */
+        exchange_problem(x, PROBLEM_SHUTTING_DOWN, 503,
+                         "this proxy instance is shutting down; retry", 1, false);
+        return;
+    }
+    if (x->invalid_target) {
+        exchange_problem(x, PROBLEM_INVALID_TARGET, 400,
+                         "the request target has a control character or an unsupported form", 0,
+                         false);
+        return;
+    }
+    if (!exchange_route(x))
+        return;
+    if (x->body_len > x->cfg->max_request_body) {
+        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
+                         "the request body is larger than the configured limit", 0, false);
+        return;
+    }
+    if (x->route == NULL || !(x->route->policy.methods & config_method_bit(x->method))) {
+        /* the route (if any) stays for the access log and metrics: the method is not protected */
+        x->outcome = "pass-through";
+        x->state = X_PASSING;
+        exchange_forward(x);
+        return;
+    }
+    x->policy = &x->route->policy;
+    /* sized from the configured maximum, so no key the config allows is refused as too long */
+    key_size = x->policy->key_max_length + 1;
+    key = malloc(key_size);
+    if (key == NULL) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
+    exchange_handle_protected(x, headers, key, key_size);
+    free(key);
 }
 
 /* The key is valid: compute the record identity and fingerprint, then claim. */
