@@ -3,6 +3,7 @@
  */
 #include "classify.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
@@ -13,8 +14,6 @@
 #include "key.h"
 #include "path.h"
 #include "webhook.h"
-
-#define CLASSIFY_PATH_MAX 4096
 
 static void classify_refuse(struct classify_result *out, enum problem p, int status,
                             const char *detail)
@@ -123,11 +122,29 @@ static void classify_key_from_header(const struct route_policy *policy,
     }
 }
 
+/* The route for path, normalised (path.h); false after a 400 refusal when it cannot be. */
+static bool classify_route(const struct config *cfg, const char *path,
+                           struct classify_result *out)
+{
+    size_t size = path_normalized_size(path);
+    char *normalized = malloc(size);
+    enum path_status st = normalized != NULL ? path_normalize(path, normalized, size)
+                                             : PATH_NO_MEMORY;
+
+    /* never match the raw path instead: it is a spelling the routes were not written for */
+    if (st == PATH_OK)
+        out->route = config_match_route(cfg, normalized);
+    free(normalized);
+    if (st != PATH_OK) {
+        classify_refuse(out, PROBLEM_INVALID_TARGET, 400, path_status_reason(st));
+        return false;
+    }
+    return true;
+}
+
 void classify_request(const struct config *cfg, const struct classify_input *in, char *key,
                       size_t keysize, struct classify_result *out)
 {
-    char normalized[CLASSIFY_PATH_MAX];
-    const char *path = in->path;
     const struct route_policy *policy;
 
     memset(out, 0, sizeof(*out));
@@ -136,16 +153,15 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
                         "the request target has a control character or an unsupported form");
         return;
     }
-    if (path_normalize(path, normalized, sizeof(normalized)) == 0)
-        path = normalized;
-    out->route = config_match_route(cfg, path);
+    if (!classify_route(cfg, in->path, out))
+        return;
     if (in->body_len > cfg->max_request_body) {
         classify_refuse(out, PROBLEM_BODY_TOO_LARGE, 413,
                         "the request body is larger than the configured limit");
         return;
     }
     if (out->route == NULL || !(out->route->policy.methods & config_method_bit(in->method))) {
-        out->route = NULL;
+        /* the route (if any) stays for the access log and metrics: the method is not protected */
         out->verdict = CLASSIFY_PASS_THROUGH;
         return;
     }

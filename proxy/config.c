@@ -21,6 +21,7 @@
  * `static const struct config_key config_*_keys[]` arrays.
  */
 #include "config.h"
+#include "path.h"
 #include "webhook.h"
 
 #include <errno.h>
@@ -988,13 +989,21 @@ static int config_set_bool(struct config_loader *ld, const struct config_key *ke
     return rc;
 }
 
-/* "/exact" or "/prefix*": '*' only as the last character. */
+/*
+ * "/exact" or "/prefix*": '*' only as the last character. The pattern is
+ * normalised with the requests' path_normalize, so "/V1//payments/" is
+ * "/v1/payments"; a prefix written with a trailing '/' keeps it: "/v1/x/" then
+ * '*' does not match /v1/x itself. A pattern the normaliser refuses (an encoded
+ * slash, '?', '#', control character, invalid UTF-8) names a path no request
+ * is ever routed by, so it is refused.
+ */
 static int config_set_route_path(struct config_loader *ld, const struct config_key *key,
                                  yaml_node_t *node, void *obj)
 {
     struct route *route = obj;
-    char *text = config_scalar(ld, key, node);
-    size_t len;
+    char *text = config_scalar(ld, key, node), *match = NULL;
+    size_t len, size;
+    enum path_status st;
 
     (void)key;
     if (text == NULL)
@@ -1016,11 +1025,30 @@ static int config_set_route_path(struct config_loader *ld, const struct config_k
     route->prefix = text[len - 1] == '*';
     if (route->prefix)
         text[--len] = '\0';
+    size = path_normalized_size(text) + 1; /* + a prefix's trailing '/' */
+    match = malloc(size);
+    if (match == NULL) {
+        config_error(ld, node, "out of memory");
+        goto failed;
+    }
+    st = path_normalize(text, match, size);
+    if (st != PATH_OK) {
+        config_error(ld, node, "bad route path '%s%s': no request can ever match it: %s", text,
+                     route->prefix ? "*" : "", path_status_reason(st));
+        goto failed;
+    }
+    if (route->prefix && len > 0 && (text[len - 1] == '/' || text[len - 1] == '\\') &&
+        strcmp(match, "/") != 0)
+        strcat(match, "/");
     free(route->path);
+    free(route->match);
     route->path = text;
     route->path_len = len;
+    route->match = match;
+    route->match_len = strlen(match);
     return 0;
 failed:
+    free(match);
     free(text);
     return -1;
 }
@@ -1844,6 +1872,7 @@ void config_deinit(struct config *cfg)
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {
         free(cfg->routes[i].path);
+        free(cfg->routes[i].match);
         config_policy_deinit(&cfg->routes[i].policy);
     }
     free(cfg->routes);
@@ -1903,8 +1932,8 @@ const struct route *config_match_route(const struct config *cfg, const char *pat
         const struct route *route = &cfg->routes[i];
 
         if (route->prefix
-                ? len >= route->path_len && strncasecmp(path, route->path, route->path_len) == 0
-                : len == route->path_len && strncasecmp(path, route->path, len) == 0)
+                ? len >= route->match_len && strncasecmp(path, route->match, route->match_len) == 0
+                : len == route->match_len && strncasecmp(path, route->match, len) == 0)
             return route;
     }
     return NULL;
@@ -1949,6 +1978,42 @@ const char *config_reload_refusal(const struct config *running, const struct con
         }
     }
     return NULL;
+}
+
+/* Whether every path route b matches is matched by route a. */
+static bool config_route_covers(const struct route *a, const struct route *b)
+{
+    if (a->prefix)
+        return b->match_len >= a->match_len &&
+               strncasecmp(b->match, a->match, a->match_len) == 0;
+    return !b->prefix && strcasecmp(a->match, b->match) == 0;
+}
+
+size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
+                             size_t outsize)
+{
+    size_t shadowed = 0, used = 0;
+
+    out[0] = '\0';
+    for (size_t j = 0; j < cfg->n_routes; j++) {
+        const struct route *b = &cfg->routes[j];
+        for (size_t i = 0; i < j; i++) {
+            const struct route *a = &cfg->routes[i];
+            int n;
+            if (!config_route_covers(a, b))
+                continue;
+            shadowed++;
+            n = snprintf(out + used, outsize - used,
+                         "%s:%d: warning: route '%s%s' is never reached: the earlier route at "
+                         "line %d ('%s%s') matches every path it matches\n",
+                         file, b->line, b->path, b->prefix ? "*" : "", a->line, a->path,
+                         a->prefix ? "*" : "");
+            if (n > 0)
+                used += (size_t)n < outsize - used ? (size_t)n : outsize - used - 1;
+            break;
+        }
+    }
+    return shadowed;
 }
 
 unsigned config_method_bit(const char *name)

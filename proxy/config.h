@@ -30,8 +30,12 @@
 #define CONFIG_MAX_DURATION_MS (3650ull * 24 * 60 * 60 * 1000)
 
 struct route {
-    char *path;                     /* pattern without the trailing '*'; owned */
+    char *path;                     /* pattern without the trailing '*', as written (record
+                                       identity, logs, metrics); owned */
     size_t path_len;                /* bytes of path */
+    char *match;                    /* path normalised as requests are (path.h), a prefix
+                                       keeping its trailing '/'; what matching compares; owned */
+    size_t match_len;               /* bytes of match */
     bool prefix;                    /* pattern ended in '*' */
     int line;                       /* where it was defined, for messages */
     struct route_policy policy;
@@ -111,14 +115,26 @@ struct config *config_ref(struct config *cfg);
 void config_unref(struct config *cfg);
 
 /*
- * The first route whose pattern matches path (path only, no query; callers
- * pass it through path_normalize first), compared case-insensitively;
- * NULL when none does (then the request is a plain pass-through, section 4.1).
- * A pattern matches exactly, or, when it ended in '*', every path that starts
- * with the rest ("/v1/payments*" matches /v1/payments, /v1/payments/1 and
- * /v1/paymentsX). Case-sensitive, no decoding. Returned pointer is owned by cfg.
+ * The first route whose normalised pattern (route->match) matches path (path
+ * only, no query; callers pass it through path_normalize first), compared
+ * case-insensitively; NULL when none does (then the request is a plain
+ * pass-through, section 4.1). A pattern matches exactly, or, when it ended in
+ * '*', every path that starts with the rest ("/v1/payments*" matches
+ * /v1/payments, /v1/payments/1 and /v1/paymentsX). No decoding. Returned
+ * pointer is owned by cfg.
  */
 const struct route *config_match_route(const struct config *cfg, const char *path);
+
+/*
+ * Routes no request can reach because an earlier route takes every path they
+ * match (first match wins): an earlier prefix route whose prefix starts their
+ * normalised pattern, or an earlier identical pattern. Writes one line per
+ * such route into out, "FILE:LINE: warning: ...\n" (file names cfg's file),
+ * truncated to outsize bytes and always NUL-terminated (outsize > 0). Returns
+ * how many routes are shadowed. Pure; for `-t` and the startup log.
+ */
+size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
+                             size_t outsize);
 
 /*
  * The number of worker threads cfg asks for: `workers:` as written, or for

@@ -430,10 +430,18 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
     struct classify_input in;
     struct classify_result c;
+    const char *framing;
     char key[CLASSIFY_KEY_MAX];
 
     if (x == NULL) {
         evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    framing = request_framing_fault(req);
+    if (framing != NULL) {
+        /* what libevent left unread must not be read as a request: close the connection */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        exchange_problem(x, PROBLEM_INVALID_FRAMING, 400, framing, 0, false);
         return;
     }
     if (set->draining) {

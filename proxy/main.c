@@ -19,6 +19,9 @@
 #include "upstream.h"
 #include "worker.h"
 
+/* Room for the shadowed-route warnings of a config (one line each, truncated past this). */
+#define MAIN_WARNINGS_MAX 8192
+
 /* Longest a SIGTERM drain waits for in-flight exchanges beyond the upstream timeout. */
 #define MAIN_DRAIN_SLACK_MS 5000
 
@@ -58,6 +61,26 @@ static void main_on_libevent_log(int severity, const char *msg)
                                                         : LOG_DEBUG;
 
     log_msg(level, "libevent: %s", msg);
+}
+
+/*
+ * Routes an earlier route shadows (config_route_warnings): a line each on
+ * stderr for -t (to_stderr), else a log warning each. The config still loads.
+ */
+static void main_warn_routes(const struct config *cfg, const char *file, bool to_stderr)
+{
+    char *text = malloc(MAIN_WARNINGS_MAX), *line, *save = NULL;
+
+    if (text == NULL)
+        return;
+    config_route_warnings(cfg, file, text, MAIN_WARNINGS_MAX);
+    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        if (to_stderr)
+            fprintf(stderr, "idempotency-proxy: %s\n", line);
+        else
+            log_msg(LOG_WARN, "%s", line);
+    }
+    free(text);
 }
 
 static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
@@ -129,6 +152,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (test_only) {
+        main_warn_routes(cfg, file, true);
         printf("configuration OK\n");
         config_unref(cfg);
         return 0;
@@ -146,6 +170,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_and_reload, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_and_reload, NULL);
     log_init();
+    main_warn_routes(cfg, file, false);
     event_set_log_callback(main_on_libevent_log);
     main_raise_fd_limit();
     if (upstream_global_init() != 0) { /* once, before any thread */

@@ -31,6 +31,7 @@ static const struct problem_kind {
     [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid" },
     [PROBLEM_SHUTTING_DOWN] = { "shutting-down", 503, "Proxy shutting down" },
     [PROBLEM_INVALID_TARGET] = { "invalid-target", 400, "Invalid request target" },
+    [PROBLEM_INVALID_FRAMING] = { "invalid-framing", 400, "Invalid request framing" },
 };
 
 int problem_status(enum problem p)

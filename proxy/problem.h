@@ -21,6 +21,7 @@ enum problem {
     PROBLEM_SIGNATURE_INVALID,
     PROBLEM_SHUTTING_DOWN,
     PROBLEM_INVALID_TARGET,
+    PROBLEM_INVALID_FRAMING,        /* body framing the server library may read otherwise */
     PROBLEM_COUNT
 };
 

@@ -59,20 +59,23 @@ struct evbuffer *reply_replay(struct evhttp_request *req, const struct record *r
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
     struct evbuffer *body = evbuffer_new();
-    char name[256], small[1024];
+    char small[1024];
 
+    /* name and value NUL-terminated in one buffer; no stored field is too long to replay */
     for (size_t i = 0; i < rec->n_headers; i++) {
         const struct record_field *f = &rec->headers[i];
-        char *value = f->value_len < sizeof(small) ? small : malloc(f->value_len + 1);
-        if (f->name_len < sizeof(name) && value != NULL) {
+        size_t need = f->name_len + 1 + f->value_len + 1;
+        char *name = need <= sizeof(small) ? small : malloc(need);
+        if (name != NULL) {
+            char *value = name + f->name_len + 1;
             memcpy(name, f->name, f->name_len);
             name[f->name_len] = '\0';
             memcpy(value, f->value, f->value_len);
             value[f->value_len] = '\0';
             evhttp_add_header(out, name, value);
         }
-        if (value != small)
-            free(value);
+        if (name != small)
+            free(name);
     }
     evhttp_add_header(out, "Idempotent-Replayed", "true");
     if (body != NULL)
@@ -110,6 +113,11 @@ void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, b
 
     if (close)
         evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    if (body != NULL && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* RFC 9110 9.3.2: never a body on HEAD; libevent 2.1 would write it */
+        evbuffer_free(body);
+        body = NULL;
+    }
     if (conn != NULL) { /* else the client is gone: evhttp_send_reply just frees req */
         (*unflushed)++;
         evhttp_request_set_on_complete_cb(req, reply_on_flushed, unflushed);

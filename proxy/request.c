@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
+#include <event2/keyvalq_struct.h>
 
 static const char *request_method_name(enum evhttp_cmd_type cmd)
 {
@@ -81,4 +85,58 @@ void request_view_deinit(struct request_view *v)
     free(v->target);
     free(v->path);
     memset(v, 0, sizeof(*v));
+}
+
+/* The value of header name (the last line) and how many lines carry it. */
+static const char *request_header(const struct evkeyvalq *headers, const char *name, int *count)
+{
+    const struct evkeyval *h;
+    const char *value = NULL;
+
+    *count = 0;
+    TAILQ_FOREACH(h, headers, next) {
+        if (strcasecmp(h->key, name) == 0) {
+            (*count)++;
+            value = h->value;
+        }
+    }
+    return value;
+}
+
+/* Whether libevent 2.1 reads a body for cmd (evhttp_method_may_have_body in 2.1.12's http.c). */
+static bool request_method_reads_body(enum evhttp_cmd_type cmd)
+{
+    return cmd != EVHTTP_REQ_HEAD && cmd != EVHTTP_REQ_TRACE;
+}
+
+const char *request_framing_fault(struct evhttp_request *req)
+{
+    const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
+    int n_cl, n_te;
+    const char *cl = request_header(headers, "Content-Length", &n_cl);
+    const char *te = request_header(headers, "Transfer-Encoding", &n_te);
+    bool reads_body = request_method_reads_body(evhttp_request_get_command(req));
+
+    if (req->major != 1 || req->minor > 1)
+        return "only HTTP/1.0 and HTTP/1.1 requests are served";
+    if (n_te > 0) {
+        if (n_te > 1 || strcasecmp(te, "chunked") != 0)
+            return "Transfer-Encoding must be exactly one 'chunked'";
+        if (n_cl > 0)
+            return "a request must not carry both Transfer-Encoding and Content-Length";
+        if (req->minor == 0)
+            return "Transfer-Encoding is not defined for HTTP/1.0 requests";
+        if (!reads_body)
+            return "this method has no body, so it must not carry Transfer-Encoding";
+        return NULL;
+    }
+    if (n_cl > 1)
+        return "Content-Length must appear once";
+    if (n_cl == 1) {
+        if (cl[0] == '\0' || strspn(cl, "0123456789") != strlen(cl))
+            return "Content-Length must be decimal digits only";
+        if (!reads_body && strspn(cl, "0") != strlen(cl))
+            return "this method has no body, so its Content-Length must be 0";
+    }
+    return NULL;
 }

@@ -31,6 +31,20 @@ struct request_view {
  */
 int request_view_init(struct request_view *v, struct evhttp_request *req);
 
+/*
+ * Body framing that libevent 2.1 may have read otherwise than the client (or
+ * a proxy in front) meant, or NULL when there is none (RFC 9112 6.1, 6.3,
+ * 11.2: request smuggling). libevent takes the first Content-Length through
+ * strtoll (a sign, leading blanks and an obs-folded line pass), dechunks
+ * only when Transfer-Encoding is exactly "chunked" (else falls back to
+ * Content-Length or to no body), and never reads a body for HEAD or TRACE;
+ * the bytes it leaves unread would be parsed as a next request on the
+ * connection. The caller refuses such a request whole and closes the
+ * connection. A bodiless method may say "Content-Length: 0". Returns a
+ * static human reason.
+ */
+const char *request_framing_fault(struct evhttp_request *req);
+
 /* Free what request_view_init allocated; safe on a zeroed view. */
 void request_view_deinit(struct request_view *v);
 

@@ -529,6 +529,17 @@ static const struct config_case config_cases[] = {
     { "route star only at the end", "routes:\n  - path: /v1/*/refunds\n", 2, "last character",
       NULL },
     { "route path without query", "routes:\n  - path: /v1?x=1\n", 2, "query", NULL },
+    /* patterns no normalised request path can ever equal (path.h refuses these spellings) */
+    { "route with an encoded slash never matches", "routes:\n  - path: /v1%2Fpayments\n", 2,
+      "ever match", NULL },
+    { "route prefix with an encoded backslash never matches",
+      "routes:\n  - path: /v1%5c*\n", 2, "encoded slash", NULL },
+    { "route with an encoded NUL never matches", "routes:\n  - path: /v1/pay%00\n", 2,
+      "ever match", NULL },
+    { "route with an encoded question mark never matches", "routes:\n  - path: /v1/x%3Fy\n", 2,
+      "ever match", NULL },
+    { "route with an overlong UTF-8 form never matches", "routes:\n  - path: /v1%C0%AFx\n", 2,
+      "UTF-8", NULL },
     { "route inherits defaults and overrides", "defaults:\n  lease: 30s\n"
       "  scope_headers: [X-Tenant]\n"
       "routes:\n"
@@ -682,6 +693,77 @@ static int run_match_cases(void)
     }
     config_deinit(&all);
     config_deinit(&some);
+    return failed;
+}
+
+/* ---- route patterns: normalised at load, shadowed ones named ----------- */
+
+static const char config_pattern_yaml[] =
+    "routes:\n"
+    "  - path: /V1//Payments/\n"        /* 0 (line 2): exact, spelled oddly */
+    "  - path: /v1\\refunds/./x/..\n"    /* 3: backslash and dot segments */
+    "  - path: /v2/items/*\n"           /* 4: prefix keeping its trailing slash */
+    "  - path: /v2/pay%6Dents*\n"       /* 5: encoded letter */
+    "  - path: /v1/payments\n"          /* 6: the same as route 0 */
+    "  - path: /v2/items/special\n"     /* 7: under route 2's prefix */
+    "  - path: /v2/items\n"             /* 8: not under it */
+    "  - path: /v2/payments/x*\n";      /* 9: under route 3's prefix */
+
+static const struct config_match_case config_pattern_cases[] = {
+    { "pattern normalised: odd exact spelling", "/v1/payments", 0, true },
+    { "pattern normalised: backslash and dots", "/v1/refunds", 1, true },
+    { "pattern prefix keeps its trailing slash", "/v2/items/1", 2, true },
+    { "pattern prefix with a slash does not match the bare path", "/v2/items", 6, true },
+    { "pattern with an encoded letter decodes", "/v2/payments/1", 3, true },
+};
+
+static int run_pattern_cases(void)
+{
+    static const char want[] =
+        "f.yaml:6: warning: route '/v1/payments' is never reached: the earlier route at line 2 "
+        "('/V1//Payments/') matches every path it matches\n"
+        "f.yaml:7: warning: route '/v2/items/special' is never reached: the earlier route at "
+        "line 4 ('/v2/items/*') matches every path it matches\n"
+        "f.yaml:9: warning: route '/v2/payments/x*' is never reached: the earlier route at "
+        "line 5 ('/v2/pay%6Dents*') matches every path it matches\n";
+    struct config cfg;
+    char err[512], out[1024], tiny[16];
+    int failed = 0;
+    size_t n;
+
+    if (config_load_string(&cfg, config_pattern_yaml, strlen(config_pattern_yaml), FILE_NAME,
+                           err, sizeof(err)) != 0) {
+        printf("FAIL route patterns: did not load: %s\n", err);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(config_pattern_cases) / sizeof(config_pattern_cases[0]); i++) {
+        const struct config_match_case *c = &config_pattern_cases[i];
+        const struct route *got = config_match_route(&cfg, c->path);
+        int index = got ? (int)(got - cfg.routes) : -1;
+
+        if (index != c->route) {
+            printf("FAIL %s: %s matched route %d, expected %d\n", c->name, c->path, index,
+                   c->route);
+            failed++;
+        } else {
+            printf("ok %s\n", c->name);
+        }
+    }
+    n = config_route_warnings(&cfg, "f.yaml", out, sizeof(out));
+    if (n != 3 || strcmp(out, want) != 0) {
+        printf("FAIL shadowed routes are named: %zu\n%s", n, out);
+        failed++;
+    } else {
+        printf("ok shadowed routes are named\n");
+    }
+    n = config_route_warnings(&cfg, "f.yaml", tiny, sizeof(tiny));
+    if (n != 3 || strlen(tiny) != sizeof(tiny) - 1) {
+        printf("FAIL route warnings truncate: %zu '%s'\n", n, tiny);
+        failed++;
+    } else {
+        printf("ok route warnings truncate\n");
+    }
+    config_deinit(&cfg);
     return failed;
 }
 
@@ -872,6 +954,7 @@ int main(int argc, char **argv)
         failed += run_case(&config_cases[i]);
     failed += run_match_cases();
     failed += run_reload_cases();
+    failed += run_pattern_cases();
     failed += run_unit_cases();
     failed += run_file_cases(argc > 1 ? argv[1] : NULL);
 

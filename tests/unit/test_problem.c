@@ -13,7 +13,7 @@ int main(void)
         "missing-key", "invalid-key", "body-too-large", "key-reuse-mismatch",
         "request-in-progress", "outcome-unknown", "store-unavailable", "upstream-unavailable",
         "upstream-timeout", "response-not-replayable", "signature-invalid", "shutting-down",
-        "invalid-target",
+        "invalid-target", "invalid-framing",
     };
 
     for (int p = 0; p < PROBLEM_COUNT; p++) {
