@@ -72,8 +72,8 @@ size_t record_encode(const struct record *rec, char *out)
         !record_hex_token_valid(rec->fingerprint, 32))
         return 0;
     memcpy(p, record_magic, 3);
-    p[3] = (char)rec->state;
-    memcpy(p + 4, rec->owner, 32);
+    p[RECORD_STATE_OFFSET] = (char)rec->state;
+    memcpy(p + RECORD_OWNER_OFFSET, rec->owner, RECORD_OWNER_LEN);
     memcpy(p + 36, rec->fingerprint, 32);
     if (!record_put_decimal(p + 68, 16, rec->lease_deadline_ms) ||
         !record_put_decimal(p + 84, 16, rec->created_ms) ||
@@ -108,10 +108,10 @@ int record_decode(const char *buf, size_t len, struct record *rec)
     size_t off;
 
     memset(rec, 0, sizeof(*rec));
-    if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 || !record_state_valid(buf[3]))
+    if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 || !record_state_valid(buf[RECORD_STATE_OFFSET]))
         return -1;
-    rec->state = (enum record_state)buf[3];
-    memcpy(rec->owner, buf + 4, 32);
+    rec->state = (enum record_state)buf[RECORD_STATE_OFFSET];
+    memcpy(rec->owner, buf + RECORD_OWNER_OFFSET, RECORD_OWNER_LEN);
     memcpy(rec->fingerprint, buf + 36, 32);
     if (!record_hex_token_valid(rec->owner, 32) || !record_hex_token_valid(rec->fingerprint, 32))
         return -1;

@@ -25,7 +25,9 @@
 #include <stdint.h>
 
 #define RECORD_HEAD_LEN 124
+#define RECORD_STATE_OFFSET 3   /* the Lua scripts of store.c read these two by offset */
 #define RECORD_OWNER_OFFSET 4
+#define RECORD_OWNER_LEN 32
 #define RECORD_MAX_HEADERS 128
 
 enum record_state {

@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "record.h"
 
 #define STORE_BACKOFF_MIN_MS 100
 #define STORE_BACKOFF_MAX_MS 2000
@@ -41,11 +42,16 @@ enum store_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
 };
 
-/* Every later change of a record is a compare-and-set on state 'C' and the owner token. */
-static const char *const store_script_text[SCRIPT_COUNT] = {
+/*
+ * Every later change of a record is a compare-and-set on state 'C' and the
+ * owner token. The scripts read both by their offsets in record.h; "%s"
+ * in a template stands for that test (store_scripts_build fills it in).
+ */
+#define STORE_SCRIPT_MAX 512
+static const char *const store_script_template[SCRIPT_COUNT] = {
     [SCRIPT_REPLACE] =
         "local v = redis.call('GET', KEYS[1])\n"
-        "if not v or string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "if not v or %s then\n"
         "  return 0\n"
         "end\n"
         "if ARGV[3] == '0' then\n"
@@ -56,7 +62,7 @@ static const char *const store_script_text[SCRIPT_COUNT] = {
         "return 1\n",
     [SCRIPT_RELEASE] =
         "local v = redis.call('GET', KEYS[1])\n"
-        "if not v or string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "if not v or %s then\n"
         "  return 0\n"
         "end\n"
         "redis.call('DEL', KEYS[1])\n"
@@ -102,6 +108,7 @@ struct store {
     struct event health_ev;     /* every STORE_HEALTH_MS: PING an idle connection */
     struct timeval last_reply;  /* when a reply last came back */
     bool health_in_flight;
+    char script_text[SCRIPT_COUNT][STORE_SCRIPT_MAX];
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
     store_observer *observer;
     void *observer_arg;
@@ -255,8 +262,8 @@ static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         size_t len0 = cmd->argvlen[0], len1 = cmd->argvlen[1];
         cmd->argv[0] = "EVAL";
         cmd->argvlen[0] = 4;
-        cmd->argv[1] = (char *)store_script_text[cmd->script];
-        cmd->argvlen[1] = strlen(store_script_text[cmd->script]);
+        cmd->argv[1] = s->script_text[cmd->script];
+        cmd->argvlen[1] = strlen(s->script_text[cmd->script]);
         int rc = store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen);
         cmd->argv[0] = (char *)argv0;
         cmd->argvlen[0] = len0;
@@ -572,6 +579,26 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
     store_submit(store_cmd_new(s, REPLY_HEALTH, NULL), 1, (const char **)argv, argvlen);
 }
 
+/* The scripts' text from their templates and record.h's layout, and their SHA1 for EVALSHA. */
+static void store_scripts_build(struct store *s)
+{
+    char owned[128];
+
+    /* Lua strings count from 1 */
+    snprintf(owned, sizeof(owned),
+             "string.sub(v, %d, %d) ~= '%c' or string.sub(v, %d, %d) ~= ARGV[1]",
+             RECORD_STATE_OFFSET + 1, RECORD_STATE_OFFSET + 1, (char)RECORD_CLAIMED,
+             RECORD_OWNER_OFFSET + 1, RECORD_OWNER_OFFSET + RECORD_OWNER_LEN);
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        unsigned char digest[SHA_DIGEST_LENGTH];
+        const char *text = s->script_text[i];
+        snprintf(s->script_text[i], sizeof(s->script_text[i]), store_script_template[i], owned);
+        SHA1((const unsigned char *)text, strlen(text), digest);
+        for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+            snprintf(&s->script_sha[i][2 * j], 3, "%02x", digest[j]);
+    }
+}
+
 struct store *store_create(struct event_base *base, const struct config *cfg)
 {
     struct timeval health = clock_ms_to_timeval(STORE_HEALTH_MS);
@@ -593,12 +620,7 @@ struct store *store_create(struct event_base *base, const struct config *cfg)
     evtimer_assign(&s->setup_ev, base, store_on_setup_timeout, s);
     event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
     event_add(&s->health_ev, &health);
-    for (int i = 0; i < SCRIPT_COUNT; i++) {
-        unsigned char digest[SHA_DIGEST_LENGTH];
-        SHA1((const unsigned char *)store_script_text[i], strlen(store_script_text[i]), digest);
-        for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
-            snprintf(&s->script_sha[i][2 * j], 3, "%02x", digest[j]);
-    }
+    store_scripts_build(s);
     store_connect(s);
     return s;
 }

@@ -112,5 +112,13 @@ int main(void)
     buf[0] = 'I';
     buf[70] = 'x';
     UNIT_CHECK("non-digit timestamp refused", record_decode(buf, n, &out) != 0, "decoded");
+
+    /* store.c's Lua scripts read state and owner at these offsets of the stored value */
+    record_base(&r, RECORD_CLAIMED);
+    n = record_encode(&r, buf);
+    UNIT_CHECK("state and owner at the offsets the scripts read",
+               n > 0 && buf[RECORD_STATE_OFFSET] == 'C' &&
+                   memcmp(buf + RECORD_OWNER_OFFSET, r.owner, RECORD_OWNER_LEN) == 0,
+               "head %.40s", buf);
     UNIT_DONE();
 }
