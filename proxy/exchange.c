@@ -229,19 +229,29 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
         exchange_free(x);
 }
 
-/* An RFC 9457 answer. retry_after_s > 0 adds Retry-After; replayed adds Idempotent-Replayed. */
+/*
+ * The proxy's own answer: RFC 9457 problem+json, or with `errors.format:
+ * stripe` the {"error": {...}} body Stripe's SDKs take for a failure, plus
+ * the Stripe-Should-Retry hint their retry loop obeys. retry_after_s > 0
+ * adds Retry-After; replayed adds Idempotent-Replayed.
+ */
 static void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                              int retry_after_s, bool replayed)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
     struct evbuffer *body = evbuffer_new();
+    const bool stripe = x->cfg->error_format == ERROR_FORMAT_STRIPE;
     size_t len = 0;
-    char *json = problem_json(p, status, detail, &len);
+    char *json = stripe ? problem_stripe_json(p, detail, &len)
+                        : problem_json(p, status, detail, &len);
 
     if (x->outcome == NULL)
         x->outcome = problem_slug(p);
-    evhttp_add_header(out, "Content-Type", PROBLEM_CONTENT_TYPE);
+    evhttp_add_header(out, "Content-Type", stripe ? PROBLEM_STRIPE_CONTENT_TYPE
+                                                  : PROBLEM_CONTENT_TYPE);
     evhttp_add_header(out, "Cache-Control", "no-store");
+    if (stripe)
+        evhttp_add_header(out, PROBLEM_STRIPE_RETRY_HEADER, problem_retryable(p) ? "true" : "false");
     if (retry_after_s > 0) {
         char v[16];
         snprintf(v, sizeof(v), "%d", retry_after_s);
