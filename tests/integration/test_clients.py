@@ -1,0 +1,222 @@
+"""Real client libraries against the real proxy.
+
+Stripe's Node SDK (`stripe` on npm) decides success by the absence of an
+`error` member in the JSON body, not by the status, and retries by the
+`Stripe-Should-Retry` header before its own rules; Svix (`svix` on npm) signs
+webhook deliveries with `svix-*` headers. The packages are pinned in
+tests/clients/package-lock.json and installed once with `npm ci` into
+~/.cache/idempotency-proxy-tests/node-<hash of the lock>/ ($XDG_CACHE_HOME
+when set); node and npm are required (tests/install-deps.sh --tests).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness import REPO, http_request, wait_until
+
+CLIENTS = os.path.join(REPO, "tests", "clients")
+STRIPE_KEY = "sk_test_x"                      # the SDK sends "Authorization: Bearer sk_test_x"
+STRIPE_PATH = "/v1/payment_intents"
+STRIPE_BODY = b"amount=100&currency=usd"      # how the SDK form-encodes the params below
+STRIPE_PARAMS = {"amount": 100, "currency": "usd"}
+STRIPE_ROUTES = [{"path": "/v1/*", "require_key": True}]
+
+
+# --------------------------------------------------------------------------
+# the node packages
+# --------------------------------------------------------------------------
+
+def _npm_ci_into_cache():
+    """<cache>/node_modules with the locked packages; npm ci runs once per lock file."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("test_clients.py needs node and npm on PATH to run the real Stripe and Svix "
+                    "clients (tests/install-deps.sh --tests installs Debian's nodejs and npm)",
+                    pytrace=False)
+    files = ("package.json", "package-lock.json")
+    digest = hashlib.sha256()
+    for name in files:
+        with open(os.path.join(CLIENTS, name), "rb") as f:
+            digest.update(f.read())
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(cache, "idempotency-proxy-tests", "node-" + digest.hexdigest()[:16])
+    done = os.path.join(root, "installed")
+    if not os.path.exists(done):
+        staging = "%s.tmp%d" % (root, os.getpid())
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        for name in files:
+            shutil.copy(os.path.join(CLIENTS, name), staging)
+        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                           cwd=staging, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            pytest.fail("npm ci in %s failed (%d):\n%s%s" % (staging, r.returncode,
+                                                          r.stdout[-3000:], r.stderr[-3000:]),
+                        pytrace=False)
+        with open(os.path.join(staging, "installed"), "w") as f:
+            f.write("ok\n")
+        try:
+            os.rename(staging, root)      # atomic: a parallel run may have won the race
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return node, os.path.join(root, "node_modules")
+
+
+@pytest.fixture(scope="session")
+def node_clients():
+    """node_clients(script, *args, stdin=b"") -> stdout of tests/clients/<script> under node."""
+    node, modules = _npm_ci_into_cache()
+    env = dict(os.environ, NODE_PATH=modules)
+
+    def run(script, *args, stdin=b""):
+        r = subprocess.run([node, os.path.join(CLIENTS, script)] + [str(a) for a in args],
+                           input=stdin, capture_output=True, env=env, timeout=90)
+        assert r.returncode == 0, "%s failed (%d): %s" % (script, r.returncode,
+                                                         r.stderr.decode(errors="replace"))
+        return r.stdout.decode()
+
+    return run
+
+
+def stripe_create(node_clients, proxy, key, params=STRIPE_PARAMS):
+    """paymentIntents.create(params, {idempotencyKey: key}) through the SDK: its outcome."""
+    out = node_clients("stripe_call.js",
+                       json.dumps({"port": proxy.port, "key": key, "params": params}))
+    res = json.loads(out.strip().splitlines()[-1])
+    res.pop("ms")                                             # how long the call took
+    return res
+
+
+def outcomes(proxy):
+    """The access log's outcome of each request to STRIPE_PATH, in order (stops the proxy:
+    the log is flushed at exit, so every line the SDK caused is there)."""
+    proxy.stop()
+    seen = []
+    for line in proxy.stdout_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("path") == STRIPE_PATH:
+            seen.append(doc.get("outcome"))
+    return seen
+
+
+def raw_post(proxy, key, extra=(), body=STRIPE_BODY, **kw):
+    """The SDK's request by hand (same target, body and Authorization: same record)."""
+    headers = [("Idempotency-Key", key), ("Authorization", "Bearer " + STRIPE_KEY),
+               ("Content-Type", "application/x-www-form-urlencoded")] + list(extra)
+    return http_request(proxy.port, "POST", STRIPE_PATH, headers, body, **kw)
+
+
+def stripe_proxy(start_proxy, **kw):
+    return start_proxy(routes=STRIPE_ROUTES, errors={"format": "stripe"}, **kw)
+
+
+def assert_rejected(res, status, code, stripe_type, should_retry):
+    assert res["resolved"] is False, "the SDK resolved a proxy error as a success: %r" % res
+    assert res["statusCode"] == status, res
+    assert res["code"] == code, res
+    assert res["rawType"] == stripe_type, res
+    assert res["shouldRetry"] == should_retry, res
+    assert res["contentType"] == "application/json", res
+
+
+# --------------------------------------------------------------------------
+# errors.format: stripe
+# --------------------------------------------------------------------------
+
+def test_stripe_format_answer_shape(start_proxy):
+    p = stripe_proxy(start_proxy)
+    r = http_request(p.port, "POST", STRIPE_PATH, [("Content-Type", "application/json")], b"{}")
+    assert r.status == 400
+    assert r.header("Content-Type") == "application/json"
+    assert r.header("Stripe-Should-Retry") == "false"
+    doc = json.loads(r.body)
+    assert list(doc) == ["error"], doc
+    assert doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["code"] == "missing-key"
+    assert isinstance(doc["error"]["message"], str) and doc["error"]["message"]
+
+
+def test_stripe_sdk_first_call_and_retry_resolve_with_the_upstream_id(start_proxy, upstream,
+                                                                      node_clients):
+    p = stripe_proxy(start_proxy)
+    first = stripe_create(node_clients, p, "sdk-ok-1")
+    assert first["resolved"] is True and first["id"].startswith("ord_"), first
+    again = stripe_create(node_clients, p, "sdk-ok-1")
+    assert again == first
+    assert upstream.executions("sdk-ok-1") == 1
+    assert outcomes(p) == ["forwarded", "replayed"]
+
+
+def test_stripe_sdk_rejects_key_reuse_mismatch_without_retrying(start_proxy, upstream,
+                                                                node_clients):
+    p = stripe_proxy(start_proxy)
+    assert stripe_create(node_clients, p, "sdk-mismatch")["resolved"] is True
+    res = stripe_create(node_clients, p, "sdk-mismatch", {"amount": 200, "currency": "usd"})
+    assert_rejected(res, 409, "key-reuse-mismatch", "idempotency_error", "false")
+    assert upstream.executions("sdk-mismatch") == 1
+    assert outcomes(p) == ["forwarded", "mismatch"]          # Stripe-Should-Retry: false held
+
+
+def test_stripe_sdk_rejects_outcome_unknown_without_retrying(start_proxy, upstream, node_clients):
+    p = stripe_proxy(start_proxy, upstream={"timeout": "1s"}, on_ambiguous="hold")
+    first = raw_post(p, "sdk-unknown", [("X-Demo-Delay-Ms", "3000")])
+    assert first.status == 504, first
+    res = stripe_create(node_clients, p, "sdk-unknown")
+    assert_rejected(res, 502, "outcome-unknown", "api_error", "false")
+    assert upstream.executions("sdk-unknown") == 1
+    assert outcomes(p) == ["ambiguous", "outcome-unknown"]
+
+
+def test_stripe_sdk_rejects_request_in_progress_after_its_retries(start_proxy, upstream,
+                                                                  node_clients):
+    p = stripe_proxy(start_proxy, in_flight="reject")
+    holder = {}
+    t = threading.Thread(target=lambda: holder.setdefault(
+        "r", raw_post(p, "sdk-busy", [("X-Demo-Delay-Ms", "5000")], timeout=30)))
+    t.start()
+    try:
+        wait_until(lambda: upstream.executions("sdk-busy") == 1, what="first request upstream")
+        started = time.monotonic()
+        res = stripe_create(node_clients, p, "sdk-busy")
+        assert time.monotonic() - started < 4.5, "the first request ended before the SDK gave up"
+        assert_rejected(res, 409, "request-in-progress", "idempotency_error", "true")
+    finally:
+        t.join(30)
+    assert holder["r"].status == 201
+    assert upstream.executions("sdk-busy") == 1
+    # the first request, then the SDK's call and its 2 retries (Stripe-Should-Retry: true)
+    assert sorted(outcomes(p)) == ["forwarded"] + ["in-flight-rejected"] * 3
+
+
+def test_stripe_sdk_rejects_store_unavailable_after_its_retries(start_proxy, redis, upstream,
+                                                                node_clients):
+    p = stripe_proxy(start_proxy)
+    redis.stop()
+    res = stripe_create(node_clients, p, "sdk-store")
+    assert_rejected(res, 503, "store-unavailable", "api_error", "true")
+    assert upstream.total() == 0
+    assert outcomes(p) == ["store-error"] * 3
+
+
+def test_stripe_sdk_resolves_proxy_errors_in_the_problem_format(start_proxy, upstream,
+                                                                node_clients):
+    """Why errors.format exists: with the default format the SDK takes a 409 problem for a
+    charge (no `error` member) and resolves with an undefined id, after retrying it twice."""
+    p = start_proxy(routes=STRIPE_ROUTES)
+    assert stripe_create(node_clients, p, "sdk-problem")["resolved"] is True
+    res = stripe_create(node_clients, p, "sdk-problem", {"amount": 200, "currency": "usd"})
+    assert res == {"resolved": True, "id": None}
+    assert upstream.executions("sdk-problem") == 1
+    assert outcomes(p) == ["forwarded"] + ["mismatch"] * 3
