@@ -966,16 +966,21 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
 }
 
 /*
- * CONTRACT 8: check the provider's signature over the raw body before anything
- * is claimed, so nobody can pre-claim an event id. Answers 401 and returns
- * false when it does not hold.
+ * Check the provider's signature over the raw body before anything is
+ * claimed, so nobody can pre-claim an event id. Answers 401 and returns false
+ * when it does not hold. *id_header: for standard-webhooks, the event id
+ * header of the spelling that verified (webhook-id or svix-id), else NULL.
  */
-static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq *headers)
+static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq *headers,
+                                     const char **id_header)
 {
     const struct webhook_headers wh = {
         .webhook_id = evhttp_find_header(headers, "webhook-id"),
         .webhook_timestamp = evhttp_find_header(headers, "webhook-timestamp"),
         .webhook_signature = evhttp_find_header(headers, "webhook-signature"),
+        .svix_id = evhttp_find_header(headers, "svix-id"),
+        .svix_timestamp = evhttp_find_header(headers, "svix-timestamp"),
+        .svix_signature = evhttp_find_header(headers, "svix-signature"),
         .hub_signature_256 = evhttp_find_header(headers, "X-Hub-Signature-256"),
         .stripe_signature = evhttp_find_header(headers, "Stripe-Signature"),
     };
@@ -983,13 +988,30 @@ static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq 
     enum webhook_verdict v;
 
     v = webhook_verify(x->policy->verify, x->policy->secrets, x->policy->n_secrets, &wh,
-                       x->body_bytes, x->body_len, (int64_t)(worker_now_ms() / 1000), &reason);
+                       x->body_bytes, x->body_len, (int64_t)(worker_now_ms() / 1000), &reason,
+                       id_header);
     if (v == WEBHOOK_OK)
         return true;
     x->outcome = "signature-invalid";
     exchange_problem(x, PROBLEM_SIGNATURE_INVALID, 401,
                      reason != NULL ? reason : "the webhook signature does not verify", 0, false);
     return false;
+}
+
+/*
+ * The header that carries the key: key_header, except that a standard-webhooks
+ * route keyed by header:webhook-id or header:svix-id takes the id of the
+ * spelling whose signature verified (Svix sends svix-*, others webhook-*):
+ * the one id the signature covers.
+ */
+static const char *exchange_key_header_name(const struct exchange *x, const char *signed_id)
+{
+    const char *name = x->policy->key_header;
+
+    if (signed_id != NULL &&
+        (strcasecmp(name, "webhook-id") == 0 || strcasecmp(name, "svix-id") == 0))
+        return signed_id;
+    return name;
 }
 
 /* key_from: json:/pointer (e.g. Stripe's event id). Answers 400 and returns false on failure. */
@@ -1087,6 +1109,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
     const char *path;
     const char *raw_key;
+    const char *signed_id = NULL;       /* standard-webhooks: the id header that verified */
     char key[EXCHANGE_KEY_MAX];
     char normalized[EXCHANGE_PATH_MAX];
     size_t key_len = 0;
@@ -1132,7 +1155,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     }
     x->policy = &x->route->policy;
 
-    if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers))
+    if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers, &signed_id))
         return;
     if (x->policy->key_from == KEY_FROM_JSON) {
         if (!exchange_key_from_body(x, key, sizeof(key), &key_len))
@@ -1140,7 +1163,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
         exchange_protect(x, headers, key, key_len);
         return;
     }
-    raw_key = exchange_key_header(headers, x->policy->key_header, &key_lines);
+    raw_key = exchange_key_header(headers, exchange_key_header_name(x, signed_id), &key_lines);
     if (key_lines == 0 && x->policy->webhook) {
         /* a signed delivery without its event id is malformed, whatever require_key says */
         exchange_problem(x, PROBLEM_MISSING_KEY, 400,

@@ -220,3 +220,76 @@ def test_stripe_sdk_resolves_proxy_errors_in_the_problem_format(start_proxy, ups
     assert res == {"resolved": True, "id": None}
     assert upstream.executions("sdk-problem") == 1
     assert outcomes(p) == ["forwarded"] + ["mismatch"] * 3
+
+
+# --------------------------------------------------------------------------
+# verify: standard-webhooks with Svix's default header names
+# --------------------------------------------------------------------------
+
+SVIX_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SVIX_PATH = "/webhooks/svix"
+
+
+def svix_proxy(start_proxy, key_from="header:webhook-id"):
+    return start_proxy(routes=[{"path": SVIX_PATH, "methods": ["POST"], "key_from": key_from,
+                                "verify": "standard-webhooks", "secret": SVIX_SECRET}])
+
+
+def svix_headers(node_clients, msg_id, body, prefix="svix", ts=None):
+    """The headers of a delivery signed by Svix's library (svix-* by default)."""
+    ts = int(time.time()) if ts is None else ts
+    sig = node_clients("svix_sign.js", SVIX_SECRET, msg_id, ts, stdin=body).strip()
+    assert sig.startswith("v1,"), sig
+    return [(prefix + "-id", msg_id), (prefix + "-timestamp", str(ts)),
+            (prefix + "-signature", sig), ("Content-Type", "application/json")]
+
+
+def test_svix_delivery_is_forwarded_once_and_its_duplicate_replayed(start_proxy, upstream,
+                                                                    node_clients):
+    p = svix_proxy(start_proxy)
+    body = b'{"type":"invoice.paid","data":{"id":"inv_42"}}'
+    headers = svix_headers(node_clients, "msg_svix_1", body)
+    first = http_request(p.port, "POST", SVIX_PATH, headers, body)
+    assert first.status == 201, first
+    again = http_request(p.port, "POST", SVIX_PATH, headers, body)
+    assert again.status == 201 and again.body == first.body
+    assert again.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_svix_delivery_with_a_bad_signature_gets_401(start_proxy, upstream, node_clients):
+    p = svix_proxy(start_proxy)
+    body = b'{"type":"invoice.paid"}'
+    headers = svix_headers(node_clients, "msg_svix_bad", body)
+    r = http_request(p.port, "POST", SVIX_PATH, headers, body + b" ")
+    assert r.status == 401, r
+    assert r.problem()["type"].endswith(":signature-invalid")
+    assert upstream.total() == 0
+
+
+def test_svix_and_standard_spellings_of_one_message_share_the_key(start_proxy, upstream,
+                                                                  node_clients):
+    """key_from: header:svix-id also takes the id of a webhook-* delivery (the set that
+    verified), so a redelivery in the other spelling is replayed, not executed again."""
+    p = svix_proxy(start_proxy, key_from="header:svix-id")
+    body = b'{"type":"payment.succeeded"}'
+    first = http_request(p.port, "POST", SVIX_PATH,
+                         svix_headers(node_clients, "msg_both", body, prefix="webhook"), body)
+    assert first.status == 201, first
+    again = http_request(p.port, "POST", SVIX_PATH,
+                         svix_headers(node_clients, "msg_both", body, prefix="svix"), body)
+    assert again.status == 201 and again.body == first.body
+    assert again.header("Idempotent-Replayed") == "true"
+    assert upstream.total() == 1
+
+
+def test_svix_key_is_the_signed_id_not_an_unsigned_webhook_id(start_proxy, upstream,
+                                                             node_clients):
+    p = svix_proxy(start_proxy)
+    body = b'{"type":"payment.succeeded"}'
+    forged = svix_headers(node_clients, "msg_real", body) + [("webhook-id", "msg_victim")]
+    assert http_request(p.port, "POST", SVIX_PATH, forged, body).status == 201
+    victim = http_request(p.port, "POST", SVIX_PATH,
+                          svix_headers(node_clients, "msg_victim", body), body)
+    assert victim.status == 201 and not victim.has_header("Idempotent-Replayed")
+    assert upstream.total() == 2
