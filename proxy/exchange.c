@@ -579,7 +579,7 @@ static void exchange_on_released_after_answer(enum store_status st, bool applied
 
 static void exchange_on_upstream(enum upstream_outcome outcome,
                                  const struct upstream_response *resp, const char *detail,
-                                 double upstream_ms, void *arg)
+                                 const char *cause, double upstream_ms, void *arg)
 {
     struct exchange *x = arg;
 
@@ -593,8 +593,8 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
         x->resp_body = evbuffer_new();
         evbuffer_add_buffer(x->resp_body, resp->body);
     } else {
-        log_msg(LOG_WARN, "exchange %s: upstream: %s", x->record_id[0] ? x->record_id : "-",
-                detail);
+        log_msg(LOG_WARN, "exchange %s: %s: %s", x->record_id[0] ? x->record_id : "-", detail,
+                cause != NULL ? cause : "no reason given");
     }
 
     if (x->state == X_PASSING) {

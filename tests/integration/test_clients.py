@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from harness import REPO, http_request, wait_until
+from harness import REPO, free_port, http_request, wait_until
 
 CLIENTS = os.path.join(REPO, "tests", "clients")
 STRIPE_KEY = "sk_test_x"                      # the SDK sends "Authorization: Bearer sk_test_x"
@@ -293,3 +293,40 @@ def test_svix_key_is_the_signed_id_not_an_unsigned_webhook_id(start_proxy, upstr
                           svix_headers(node_clients, "msg_victim", body), body)
     assert victim.status == 201 and not victim.has_header("Idempotent-Replayed")
     assert upstream.total() == 2
+
+
+# --------------------------------------------------------------------------
+# what the log says (stderr)
+# --------------------------------------------------------------------------
+
+def test_upstream_unreachable_log_names_the_address_and_curl_reason(start_proxy):
+    port = free_port()                       # nothing listens there
+    p = start_proxy(upstream_url="http://127.0.0.1:%d/legacy" % port)
+    r = p.post(key="unreachable-1")
+    assert r.status == 502 and r.problem()["type"].endswith(":upstream-unavailable")
+    assert "127.0.0.1" not in r.body.decode()            # the address is for the log only
+    line = wait_until(lambda: next((ln for ln in p.stderr_text().splitlines()
+                                    if "upstream unreachable" in ln), None),
+                      what="the upstream unreachable warning")
+    assert "http://127.0.0.1:%d:" % port in line, line
+    assert "/legacy" not in line, line
+    assert "Failed to connect to 127.0.0.1 port %d" % port in line, line
+    assert "(curl 7)" in line, line
+
+
+def test_upstream_unreachable_log_names_the_unix_socket(start_proxy, tmp_path):
+    path = str(tmp_path / "no-such-upstream.sock")
+    p = start_proxy(upstream_url="unix:" + path)
+    assert p.post(key="unreachable-unix").status == 502
+    line = wait_until(lambda: next((ln for ln in p.stderr_text().splitlines()
+                                    if "upstream unreachable" in ln), None),
+                      what="the upstream unreachable warning")
+    assert "unix:%s: " % path in line, line
+    assert "(curl 7)" in line, line
+
+
+def test_startup_line_counts_one_worker_and_one_route(start_proxy):
+    p = start_proxy(workers=1, routes=[{"path": "/v1/payments*"}])
+    line = wait_until(lambda: next((ln for ln in p.stderr_text().splitlines()
+                                    if "listening on" in ln), None), what="the startup line")
+    assert " with 1 worker, " in line and line.endswith(", 1 route"), line
