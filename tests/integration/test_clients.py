@@ -330,3 +330,21 @@ def test_startup_line_counts_one_worker_and_one_route(start_proxy):
     line = wait_until(lambda: next((ln for ln in p.stderr_text().splitlines()
                                     if "listening on" in ln), None), what="the startup line")
     assert " with 1 worker, " in line and line.endswith(", 1 route"), line
+
+
+# --------------------------------------------------------------------------
+# the documents a user reads stand alone
+# --------------------------------------------------------------------------
+
+def test_user_documents_send_readers_nowhere_outside_the_repository():
+    """README.md is the contract: no document a user reads points at files this repository
+    does not have (a CONTRACT.md, a ../shared folder)."""
+    docs = ["README.md", "tests/integration/README.md"] + [
+        os.path.join("conf", name) for name in sorted(os.listdir(os.path.join(REPO, "conf")))]
+    found = []
+    for rel in docs:
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if "CONTRACT" in line or "shared/" in line:
+                    found.append("%s:%d: %s" % (rel, n, line.strip()))
+    assert not found, "\n".join(found)
