@@ -1,6 +1,6 @@
 /*
  * problem.h - the answers the proxy makes itself, as RFC 9457 problem details
- * (application/problem+json), one stable type URI per cause (CONTRACT 7).
+ * (application/problem+json), one stable type URI per cause (README, "Problem details").
  */
 #ifndef IDEM_PROBLEM_H
 #define IDEM_PROBLEM_H

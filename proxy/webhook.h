@@ -1,5 +1,5 @@
 /*
- * webhook.h - webhook receivers (CONTRACT section 8): checking a provider's
+ * webhook.h - webhook receivers (README, "Webhooks"): checking a provider's
  * signature over the raw body, and taking the idempotency key from the
  * provider's event id inside the JSON body.
  *

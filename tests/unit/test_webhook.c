@@ -1,5 +1,5 @@
 /*
- * Webhook signatures and event ids (CONTRACT section 8): Standard Webhooks
+ * Webhook signatures and event ids (README, "Webhooks"): Standard Webhooks
  * ("Signature scheme"), GitHub ("Validating webhook deliveries", X-Hub-Signature-256),
  * Stripe ("Verify webhook signatures manually"), RFC 6901 JSON Pointer.
  *
