@@ -28,6 +28,8 @@ enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
 enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
 enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
 enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
+/* `errors.format`: the shape of the answers the proxy makes itself. */
+enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
 
 /* Where a webhook route takes its idempotency key from (CONTRACT section 8). */
 enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
@@ -125,6 +127,8 @@ struct config {
 
     size_t max_request_body;        /* bytes */
     size_t max_stored_response;     /* bytes */
+
+    enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
 
     struct route_policy defaults;
     struct route *routes;           /* owned array */

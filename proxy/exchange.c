@@ -233,19 +233,29 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
         exchange_free(x);
 }
 
-/* An RFC 9457 answer. retry_after_s > 0 adds Retry-After; replayed adds Idempotent-Replayed. */
+/*
+ * The proxy's own answer: RFC 9457 problem+json, or with `errors.format:
+ * stripe` the {"error": {...}} body Stripe's SDKs take for a failure, plus
+ * the Stripe-Should-Retry hint their retry loop obeys. retry_after_s > 0
+ * adds Retry-After; replayed adds Idempotent-Replayed.
+ */
 static void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                              int retry_after_s, bool replayed)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(x->req);
     struct evbuffer *body = evbuffer_new();
+    const bool stripe = x->cfg->error_format == ERROR_FORMAT_STRIPE;
     size_t len = 0;
-    char *json = problem_json(p, status, detail, &len);
+    char *json = stripe ? problem_stripe_json(p, detail, &len)
+                        : problem_json(p, status, detail, &len);
 
     if (x->outcome == NULL)
         x->outcome = problem_slug(p);
-    evhttp_add_header(out, "Content-Type", PROBLEM_CONTENT_TYPE);
+    evhttp_add_header(out, "Content-Type", stripe ? PROBLEM_STRIPE_CONTENT_TYPE
+                                                  : PROBLEM_CONTENT_TYPE);
     evhttp_add_header(out, "Cache-Control", "no-store");
+    if (stripe)
+        evhttp_add_header(out, PROBLEM_STRIPE_RETRY_HEADER, problem_retryable(p) ? "true" : "false");
     if (retry_after_s > 0) {
         char v[16];
         snprintf(v, sizeof(v), "%d", retry_after_s);
@@ -576,7 +586,7 @@ static void exchange_on_released_after_answer(enum store_status st, bool applied
 
 static void exchange_on_upstream(enum upstream_outcome outcome,
                                  const struct upstream_response *resp, const char *detail,
-                                 double upstream_ms, void *arg)
+                                 const char *cause, double upstream_ms, void *arg)
 {
     struct exchange *x = arg;
 
@@ -590,8 +600,8 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
         x->resp_body = evbuffer_new();
         evbuffer_add_buffer(x->resp_body, resp->body);
     } else {
-        log_msg(LOG_WARN, "exchange %s: upstream: %s", x->record_id[0] ? x->record_id : "-",
-                detail);
+        log_msg(LOG_WARN, "exchange %s: %s: %s", x->record_id[0] ? x->record_id : "-", detail,
+                cause != NULL ? cause : "no reason given");
     }
 
     if (x->state == X_PASSING) {
@@ -970,16 +980,21 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
 }
 
 /*
- * CONTRACT 8: check the provider's signature over the raw body before anything
- * is claimed, so nobody can pre-claim an event id. Answers 401 and returns
- * false when it does not hold.
+ * Check the provider's signature over the raw body before anything is
+ * claimed, so nobody can pre-claim an event id. Answers 401 and returns false
+ * when it does not hold. *id_header: for standard-webhooks, the event id
+ * header of the spelling that verified (webhook-id or svix-id), else NULL.
  */
-static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq *headers)
+static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq *headers,
+                                     const char **id_header)
 {
     const struct webhook_headers wh = {
         .webhook_id = evhttp_find_header(headers, "webhook-id"),
         .webhook_timestamp = evhttp_find_header(headers, "webhook-timestamp"),
         .webhook_signature = evhttp_find_header(headers, "webhook-signature"),
+        .svix_id = evhttp_find_header(headers, "svix-id"),
+        .svix_timestamp = evhttp_find_header(headers, "svix-timestamp"),
+        .svix_signature = evhttp_find_header(headers, "svix-signature"),
         .hub_signature_256 = evhttp_find_header(headers, "X-Hub-Signature-256"),
         .stripe_signature = evhttp_find_header(headers, "Stripe-Signature"),
     };
@@ -987,13 +1002,30 @@ static bool exchange_signature_valid(struct exchange *x, const struct evkeyvalq 
     enum webhook_verdict v;
 
     v = webhook_verify(x->policy->verify, x->policy->secrets, x->policy->n_secrets, &wh,
-                       x->body_bytes, x->body_len, (int64_t)(worker_now_ms() / 1000), &reason);
+                       x->body_bytes, x->body_len, (int64_t)(worker_now_ms() / 1000), &reason,
+                       id_header);
     if (v == WEBHOOK_OK)
         return true;
     x->outcome = "signature-invalid";
     exchange_problem(x, PROBLEM_SIGNATURE_INVALID, 401,
                      reason != NULL ? reason : "the webhook signature does not verify", 0, false);
     return false;
+}
+
+/*
+ * The header that carries the key: key_header, except that a standard-webhooks
+ * route keyed by header:webhook-id or header:svix-id takes the id of the
+ * spelling whose signature verified (Svix sends svix-*, others webhook-*):
+ * the one id the signature covers.
+ */
+static const char *exchange_key_header_name(const struct exchange *x, const char *signed_id)
+{
+    const char *name = x->policy->key_header;
+
+    if (signed_id != NULL &&
+        (strcasecmp(name, "webhook-id") == 0 || strcasecmp(name, "svix-id") == 0))
+        return signed_id;
+    return name;
 }
 
 /*
@@ -1152,11 +1184,12 @@ static void exchange_handle_protected(struct exchange *x, const struct evkeyvalq
                                       char *key, size_t key_size)
 {
     const char *raw_key;
+    const char *signed_id = NULL;       /* standard-webhooks: the id header that verified */
     size_t key_len = 0;
     int key_lines;
     enum key_status ks;
 
-    if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers))
+    if (x->policy->verify != VERIFY_NONE && !exchange_signature_valid(x, headers, &signed_id))
         return;
     if (x->policy->key_from == KEY_FROM_JSON) {
         if (!exchange_key_from_body(x, key, key_size, &key_len))
@@ -1164,7 +1197,7 @@ static void exchange_handle_protected(struct exchange *x, const struct evkeyvalq
         exchange_protect(x, headers, key, key_len);
         return;
     }
-    raw_key = exchange_key_header(headers, x->policy->key_header, &key_lines);
+    raw_key = exchange_key_header(headers, exchange_key_header_name(x, signed_id), &key_lines);
     if (key_lines == 0 && x->policy->webhook) {
         /* a signed delivery without its event id is malformed, whatever require_key says */
         exchange_problem(x, PROBLEM_MISSING_KEY, 400,

@@ -198,9 +198,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         rc = 1;
     } else {
-        log_msg(LOG_INFO, "listening on %s:%u with %u workers, upstream %s, %zu routes",
-                wc->cfg.listen.host, wc->cfg.listen.port, m.pool.n, wc->cfg.upstream_url,
-                wc->cfg.n_routes);
+        log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
+                wc->cfg.listen.host, wc->cfg.listen.port, m.pool.n, m.pool.n == 1 ? "" : "s",
+                wc->cfg.upstream_url, wc->cfg.n_routes, wc->cfg.n_routes == 1 ? "" : "s");
         pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }
