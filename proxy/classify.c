@@ -42,28 +42,51 @@ static const char *classify_key_header(const struct evkeyvalq *headers, const ch
 }
 
 /*
- * CONTRACT 8: the provider's signature over the raw body, before anything is
- * claimed, so nobody can pre-claim an event id. False after a 401 refusal.
+ * The provider's signature over the raw body, before anything is claimed, so
+ * nobody can pre-claim an event id (README "Webhooks"). False after a 401
+ * refusal. *id_header: for standard-webhooks, the event id header of the
+ * spelling that verified (webhook-id or svix-id), else NULL.
  */
 static bool classify_signature(const struct route_policy *policy,
-                               const struct classify_input *in, struct classify_result *out)
+                               const struct classify_input *in, struct classify_result *out,
+                               const char **id_header)
 {
     const struct evkeyvalq *headers = in->headers;
     const struct webhook_headers wh = {
         .webhook_id = evhttp_find_header(headers, "webhook-id"),
         .webhook_timestamp = evhttp_find_header(headers, "webhook-timestamp"),
         .webhook_signature = evhttp_find_header(headers, "webhook-signature"),
+        .svix_id = evhttp_find_header(headers, "svix-id"),
+        .svix_timestamp = evhttp_find_header(headers, "svix-timestamp"),
+        .svix_signature = evhttp_find_header(headers, "svix-signature"),
         .hub_signature_256 = evhttp_find_header(headers, "X-Hub-Signature-256"),
         .stripe_signature = evhttp_find_header(headers, "Stripe-Signature"),
     };
     const char *reason = NULL;
 
     if (webhook_verify(policy->verify, policy->secrets, policy->n_secrets, &wh, in->body,
-                       in->body_len, in->now_s, &reason) == WEBHOOK_OK)
+                       in->body_len, in->now_s, &reason, id_header) == WEBHOOK_OK)
         return true;
     classify_refuse(out, PROBLEM_SIGNATURE_INVALID, 401,
                     reason != NULL ? reason : "the webhook signature does not verify");
     return false;
+}
+
+/*
+ * The header that carries the key: key_header, except that a standard-webhooks
+ * route keyed by header:webhook-id or header:svix-id takes the id of the
+ * spelling whose signature verified (Svix sends svix-*, others webhook-*):
+ * the one id the signature covers.
+ */
+static const char *classify_key_header_name(const struct route_policy *policy,
+                                            const char *signed_id)
+{
+    const char *name = policy->key_header;
+
+    if (signed_id != NULL &&
+        (strcasecmp(name, "webhook-id") == 0 || strcasecmp(name, "svix-id") == 0))
+        return signed_id;
+    return name;
 }
 
 /* key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
@@ -94,11 +117,12 @@ static bool classify_key_from_body(const struct route_policy *policy,
 
 /* The key from its header (CONTRACT 4.2, 4.3). */
 static void classify_key_from_header(const struct route_policy *policy,
-                                     const struct classify_input *in, char *key, size_t keysize,
-                                     struct classify_result *out)
+                                     const struct classify_input *in, const char *signed_id,
+                                     char *key, size_t keysize, struct classify_result *out)
 {
     int lines;
-    const char *raw = classify_key_header(in->headers, policy->key_header, &lines);
+    const char *raw = classify_key_header(in->headers,
+                                          classify_key_header_name(policy, signed_id), &lines);
     size_t max = keysize < policy->key_max_length + 1 ? keysize : policy->key_max_length + 1;
     enum key_status ks;
 
@@ -146,6 +170,7 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
                       size_t keysize, struct classify_result *out)
 {
     const struct route_policy *policy;
+    const char *signed_id = NULL;
 
     memset(out, 0, sizeof(*out));
     if (in->invalid_target) {
@@ -166,12 +191,12 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
         return;
     }
     policy = &out->route->policy;
-    if (policy->verify != VERIFY_NONE && !classify_signature(policy, in, out))
+    if (policy->verify != VERIFY_NONE && !classify_signature(policy, in, out, &signed_id))
         return;
     if (policy->key_from == KEY_FROM_JSON) {
         if (classify_key_from_body(policy, in, key, keysize, out))
             out->verdict = CLASSIFY_PROTECT;
         return;
     }
-    classify_key_from_header(policy, in, key, keysize, out);
+    classify_key_from_header(policy, in, signed_id, key, keysize, out);
 }

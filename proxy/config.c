@@ -98,6 +98,7 @@ struct config_loader {
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_limits, set_defaults;
+    uint32_t set_errors;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_password;              /* from redis://:PASSWORD@ */
@@ -143,6 +144,9 @@ static const struct config_enum config_verify_names[] = {
 static const struct config_enum config_mismatch_names[] = {
     { "409", 409 }, { "422", 422 }, { NULL, 0 },
 };
+static const struct config_enum config_error_format_names[] = {
+    { "problem", ERROR_FORMAT_PROBLEM }, { "stripe", ERROR_FORMAT_STRIPE }, { NULL, 0 },
+};
 
 /* The schema (CONTRACT section 3). Each table ends with { NULL }. */
 
@@ -164,6 +168,11 @@ static const struct config_key config_redis_keys[] = {
 static const struct config_key config_limits_keys[] = {
     { "max_request_body", CONFIG_SCALAR, config_set_size, CFG(max_request_body), 0, NULL, NULL },
     { "max_stored_response", CONFIG_SCALAR, config_set_size, CFG(max_stored_response), 0, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL },
+};
+
+static const struct config_key config_errors_keys[] = {
+    { "format", CONFIG_SCALAR, config_set_enum, CFG(error_format), 0, NULL, config_error_format_names },
     { NULL, 0, NULL, 0, 0, NULL, NULL },
 };
 
@@ -203,6 +212,8 @@ static const struct config_section config_redis_section = {
     "redis", { config_redis_keys, NULL }, 0 };
 static const struct config_section config_limits_section = {
     "limits", { config_limits_keys, NULL }, 0 };
+static const struct config_section config_errors_section = {
+    "errors", { config_errors_keys, NULL }, 0 };
 static const struct config_section config_defaults_section = {
     "defaults", { config_policy_keys, NULL }, CONFIG_ROUTE_ONLY };
 static const struct config_section config_route_section = {
@@ -215,6 +226,7 @@ static const struct config_key config_root_keys[] = {
     { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section, NULL },
     { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL },
     { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL },
+    { "errors", CONFIG_SECTION, NULL, 0, 0, &config_errors_section, NULL },
     { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section, NULL },
     { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL },
@@ -227,6 +239,7 @@ static const struct config_section config_root_section = {
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
     &config_limits_section, &config_defaults_section, &config_route_section,
+    &config_errors_section,
 };
 
 /*
@@ -249,6 +262,8 @@ static const char config_builtin_yaml[] =
     "limits:\n"
     "  max_request_body: 1MiB\n"
     "  max_stored_response: 1MiB\n"
+    "errors:\n"
+    "  format: problem\n"
     "defaults:\n"
     "  key_header: Idempotency-Key\n"
     "  methods: [POST, PATCH]\n"
@@ -1185,7 +1200,8 @@ static int config_set_enum(struct config_loader *ld, const struct config_key *ke
                            yaml_node_t *node, void *obj)
 {
     _Static_assert(sizeof(enum fingerprint_mode) == sizeof(int) &&
-                   sizeof(enum verify_scheme) == sizeof(int), "enums are stored as int");
+                   sizeof(enum verify_scheme) == sizeof(int) &&
+                   sizeof(enum error_format) == sizeof(int), "enums are stored as int");
     int v;
 
     if (config_scalar_enum(ld, key, node, key->names, &v) < 0)
@@ -1494,6 +1510,8 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
                              cfg, &ld->set_redis) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "limits"), config_limits_keys,
                              cfg, &ld->set_limits) < 0 ||
+        config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,
+                             cfg, &ld->set_errors) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "defaults"), config_policy_keys,
                              &cfg->defaults, &ld->set_defaults) < 0)
         return -1;

@@ -15,6 +15,9 @@
 
 #include "policy.h"
 
+/* `errors.format`: the shape of the answers the proxy makes itself. */
+enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
+
 /*
  * Longest redis.key_prefix, in bytes. A record's Redis key is
  * "PREFIX:{RECORD_ID}" and must never be cut (two identities would share
@@ -74,6 +77,8 @@ struct config {
 
     size_t max_request_body;        /* bytes */
     size_t max_stored_response;     /* bytes */
+
+    enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
 
     struct route_policy defaults;
     struct route *routes;           /* owned array */

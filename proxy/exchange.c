@@ -165,7 +165,8 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
         x->outcome = OUTCOME_REFUSED;
         x->refusal = p;
     }
-    exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed));
+    exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
+                                            x->conf->error_format == ERROR_FORMAT_STRIPE));
 }
 
 /* ---- answering with an upstream or a stored response ------------------- */
@@ -342,7 +343,7 @@ void exchange_finish_protected(struct exchange *x)
 
 static void exchange_on_upstream(enum upstream_outcome outcome,
                                  const struct upstream_response *resp, const char *detail,
-                                 double upstream_ms, void *arg)
+                                 const char *cause, double upstream_ms, void *arg)
 {
     struct exchange *x = arg;
 
@@ -357,8 +358,8 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
         x->resp_body = evbuffer_new();
         evbuffer_add_buffer(x->resp_body, resp->body);
     } else {
-        log_msg(LOG_WARN, "exchange %s: upstream: %s", x->record_id[0] ? x->record_id : "-",
-                detail);
+        log_msg(LOG_WARN, "exchange %s: %s: %s", x->record_id[0] ? x->record_id : "-", detail,
+                cause != NULL ? cause : "no reason given");
     }
 
     if (x->state == X_FORWARDING) {

@@ -199,9 +199,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         rc = 1;
     } else {
-        log_msg(LOG_INFO, "listening on %s:%u with %u workers, upstream %s, %zu routes",
-                cfg->listen.host, cfg->listen.port, m.pool.n, cfg->upstream_url,
-                cfg->n_routes);
+        log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
+                cfg->listen.host, cfg->listen.port, m.pool.n, m.pool.n == 1 ? "" : "s",
+                cfg->upstream_url, cfg->n_routes, cfg->n_routes == 1 ? "" : "s");
         pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }

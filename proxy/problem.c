@@ -1,5 +1,5 @@
 /*
- * problem.c - RFC 9457 documents, built with jansson.
+ * problem.c - RFC 9457 documents and their Stripe-shaped twins, built with jansson.
  */
 #include "problem.h"
 
@@ -12,26 +12,42 @@ static const struct problem_kind {
     const char *slug;
     int status;
     const char *title;
+    const char *stripe_type;   /* Stripe's error type for the stripe format */
+    bool retryable;            /* problem_retryable */
 } problem_kinds[PROBLEM_COUNT] = {
-    [PROBLEM_MISSING_KEY] = { "missing-key", 400, "Idempotency key required" },
-    [PROBLEM_INVALID_KEY] = { "invalid-key", 400, "Invalid idempotency key" },
-    [PROBLEM_BODY_TOO_LARGE] = { "body-too-large", 413, "Request body too large" },
+    [PROBLEM_MISSING_KEY] = { "missing-key", 400, "Idempotency key required",
+        "invalid_request_error", false },
+    [PROBLEM_INVALID_KEY] = { "invalid-key", 400, "Invalid idempotency key",
+        "invalid_request_error", false },
+    [PROBLEM_BODY_TOO_LARGE] = { "body-too-large", 413, "Request body too large",
+        "invalid_request_error", false },
     [PROBLEM_KEY_REUSE_MISMATCH] = { "key-reuse-mismatch", 409,
-                                     "Idempotency key reused with a different request" },
+                                     "Idempotency key reused with a different request",
+        "idempotency_error", false },
     [PROBLEM_REQUEST_IN_PROGRESS] = { "request-in-progress", 409,
-                                      "A request with this idempotency key is in progress" },
+                                      "A request with this idempotency key is in progress",
+        "idempotency_error", true },
     [PROBLEM_OUTCOME_UNKNOWN] = { "outcome-unknown", 502,
-                                  "Outcome of the original request is unknown" },
+                                  "Outcome of the original request is unknown",
+        "api_error", false },
     [PROBLEM_STORE_UNAVAILABLE] = { "store-unavailable", 503,
-                                    "Idempotency store unavailable" },
-    [PROBLEM_UPSTREAM_UNAVAILABLE] = { "upstream-unavailable", 502, "Upstream unavailable" },
-    [PROBLEM_UPSTREAM_TIMEOUT] = { "upstream-timeout", 504, "Upstream timed out" },
+                                    "Idempotency store unavailable",
+        "api_error", true },
+    [PROBLEM_UPSTREAM_UNAVAILABLE] = { "upstream-unavailable", 502, "Upstream unavailable",
+        "api_error", true },
+    [PROBLEM_UPSTREAM_TIMEOUT] = { "upstream-timeout", 504, "Upstream timed out",
+        "api_error", true },
     [PROBLEM_RESPONSE_NOT_REPLAYABLE] = { "response-not-replayable", 502,
-                                          "Original response cannot be replayed" },
-    [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid" },
-    [PROBLEM_SHUTTING_DOWN] = { "shutting-down", 503, "Proxy shutting down" },
-    [PROBLEM_INVALID_TARGET] = { "invalid-target", 400, "Invalid request target" },
-    [PROBLEM_INVALID_FRAMING] = { "invalid-framing", 400, "Invalid request framing" },
+                                          "Original response cannot be replayed",
+        "api_error", false },
+    [PROBLEM_SIGNATURE_INVALID] = { "signature-invalid", 401, "Webhook signature invalid",
+        "invalid_request_error", false },
+    [PROBLEM_SHUTTING_DOWN] = { "shutting-down", 503, "Proxy shutting down",
+        "api_error", true },
+    [PROBLEM_INVALID_TARGET] = { "invalid-target", 400, "Invalid request target",
+        "invalid_request_error", false },
+    [PROBLEM_INVALID_FRAMING] = { "invalid-framing", 400, "Invalid request framing",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)
@@ -53,6 +69,33 @@ char *problem_json(enum problem p, int status, const char *detail, size_t *len)
     snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_kinds[p].slug);
     doc = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", problem_kinds[p].title,
                     "status", status, "detail", detail != NULL ? detail : problem_kinds[p].title);
+    if (doc == NULL)
+        return NULL;
+    text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (text != NULL)
+        *len = strlen(text);
+    return text;
+}
+
+const char *problem_stripe_type(enum problem p)
+{
+    return problem_kinds[p].stripe_type;
+}
+
+bool problem_retryable(enum problem p)
+{
+    return problem_kinds[p].retryable;
+}
+
+char *problem_stripe_json(enum problem p, const char *detail, size_t *len)
+{
+    char *text;
+    json_t *doc;
+
+    doc = json_pack("{s:{s:s, s:s, s:s}}", "error", "type", problem_kinds[p].stripe_type,
+                    "code", problem_kinds[p].slug,
+                    "message", detail != NULL ? detail : problem_kinds[p].title);
     if (doc == NULL)
         return NULL;
     text = json_dumps(doc, JSON_COMPACT);

@@ -1,10 +1,11 @@
 /*
  * problem.h - the answers the proxy makes itself, as RFC 9457 problem details
- * (application/problem+json), one stable type URI per cause (CONTRACT 7).
+ * (application/problem+json), one stable type URI per cause (README, "Problem details").
  */
 #ifndef IDEM_PROBLEM_H
 #define IDEM_PROBLEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum problem {
@@ -27,6 +28,9 @@ enum problem {
 
 #define PROBLEM_TYPE_PREFIX "urn:idempotency-proxy:problem:"
 #define PROBLEM_CONTENT_TYPE "application/problem+json"
+#define PROBLEM_STRIPE_CONTENT_TYPE "application/json"
+/* The header Stripe's SDKs read before their own retry rules (stripe-node _shouldRetry). */
+#define PROBLEM_STRIPE_RETRY_HEADER "Stripe-Should-Retry"
 
 /* The default HTTP status of a cause (mismatch may be overridden to 422 by config). */
 int problem_status(enum problem p);
@@ -41,5 +45,30 @@ const char *problem_slug(enum problem p);
  * NULL on allocation failure.
  */
 char *problem_json(enum problem p, int status, const char *detail, size_t *len);
+
+/*
+ * The same answer in the shape Stripe's SDKs recognise as an error (`errors:
+ * format: stripe`): {"error": {"type": T, "code": "<slug>", "message": M}},
+ * T one of Stripe's error types (problem_stripe_type), M the detail (the
+ * title when detail is NULL). Those SDKs decide success by the absence of an
+ * `error` member, whatever the status. Same ownership and errors as
+ * problem_json: a malloc'd string the caller frees, length in *len (bytes);
+ * NULL on allocation failure.
+ */
+char *problem_stripe_json(enum problem p, const char *detail, size_t *len);
+
+/* Stripe's error type for cause p: "invalid_request_error", "idempotency_error"
+   or "api_error". Static string. */
+const char *problem_stripe_type(enum problem p);
+
+/*
+ * Whether a client should retry cause p with the same key: true where a retry
+ * is the right move (the first request is still running, Redis or the
+ * upstream is away, the proxy is draining, and the proxy guarantees the retry
+ * executes at most once), false where the same request can only get the same
+ * refusal (a bad or reused key, an outcome held unknown, a tombstone, a bad
+ * signature, target or size). Sent as Stripe-Should-Retry in the stripe format.
+ */
+bool problem_retryable(enum problem p);
 
 #endif

@@ -17,15 +17,20 @@
 #include "record.h"
 
 struct evbuffer *reply_problem(struct evhttp_request *req, enum problem p, int status,
-                               const char *detail, int retry_after_s, bool replayed)
+                               const char *detail, int retry_after_s, bool replayed,
+                               bool stripe)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
     struct evbuffer *body = evbuffer_new();
     size_t len = 0;
-    char *json = problem_json(p, status, detail, &len);
+    char *json = stripe ? problem_stripe_json(p, detail, &len)
+                        : problem_json(p, status, detail, &len);
 
-    evhttp_add_header(out, "Content-Type", PROBLEM_CONTENT_TYPE);
+    evhttp_add_header(out, "Content-Type", stripe ? PROBLEM_STRIPE_CONTENT_TYPE
+                                                  : PROBLEM_CONTENT_TYPE);
     evhttp_add_header(out, "Cache-Control", "no-store");
+    if (stripe)
+        evhttp_add_header(out, PROBLEM_STRIPE_RETRY_HEADER, problem_retryable(p) ? "true" : "false");
     if (retry_after_s > 0) {
         char v[16];
         snprintf(v, sizeof(v), "%d", retry_after_s);

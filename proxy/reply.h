@@ -18,12 +18,16 @@ struct evbuffer;
 struct record;
 
 /*
- * Add the header fields of a problem answer to req and return its body (a new
- * evbuffer the caller passes to reply_send), or NULL when out of memory.
- * retry_after_s > 0 adds Retry-After; replayed adds Idempotent-Replayed: true.
+ * Add the header fields of the proxy's own answer to req and return its body
+ * (a new evbuffer the caller passes to reply_send), or NULL when out of
+ * memory: RFC 9457 problem+json, or with stripe (`errors.format: stripe`)
+ * the {"error": {...}} body Stripe's SDKs take for a failure, plus the
+ * Stripe-Should-Retry hint their retry loop obeys. retry_after_s > 0 adds
+ * Retry-After; replayed adds Idempotent-Replayed: true.
  */
 struct evbuffer *reply_problem(struct evhttp_request *req, enum problem p, int status,
-                               const char *detail, int retry_after_s, bool replayed);
+                               const char *detail, int retry_after_s, bool replayed,
+                               bool stripe);
 
 /*
  * Move the end-to-end fields of an upstream answer from `from` into req's

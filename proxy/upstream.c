@@ -216,9 +216,39 @@ static enum upstream_outcome upstream_classify(const struct upstream_call *call,
     return UPSTREAM_BROKEN;
 }
 
+/*
+ * Where the upstream is, for log lines: scheme://host:port, or unix:/path.
+ * upstream_base is taken apart by libcurl's URL parser, so its path never
+ * shows (the config refuses credentials in the url anyway).
+ */
+static void upstream_address(const struct config *cfg, char *out, size_t outsize)
+{
+    CURLU *u;
+    char *scheme = NULL, *host = NULL, *port = NULL;
+
+    if (cfg->upstream_unix_path != NULL) {
+        snprintf(out, outsize, "unix:%s", cfg->upstream_unix_path);
+        return;
+    }
+    snprintf(out, outsize, "the upstream");
+    u = curl_url();
+    if (u == NULL)
+        return;
+    if (curl_url_set(u, CURLUPART_URL, cfg->upstream_base, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+        snprintf(out, outsize, "%s://%s:%s", scheme, host, port);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+}
+
 static void upstream_call_finish(struct upstream_call *call, CURLcode rc)
 {
     struct upstream_response resp = { 0 };
+    char address[512], cause[sizeof(address) + CURL_ERROR_SIZE + 32];
     const char *detail;
     enum upstream_outcome outcome = upstream_classify(call, rc, &detail);
     curl_off_t total_us = 0;
@@ -237,11 +267,13 @@ static void upstream_call_finish(struct upstream_call *call, CURLcode rc)
         resp.headers = &call->response_headers;
         resp.body = call->response_body;
     } else {
-        log_msg(LOG_DEBUG, "upstream: curl %d (%s): %s", (int)rc, curl_easy_strerror(rc),
-                call->error);
+        /* curl's error buffer says more than curl_easy_strerror, when it has anything */
+        upstream_address(call->up->cfg, address, sizeof(address));
+        snprintf(cause, sizeof(cause), "%s: %s (curl %d)", address,
+                 call->error[0] != '\0' ? call->error : curl_easy_strerror(rc), (int)rc);
     }
     call->cb(outcome, outcome == UPSTREAM_ANSWERED ? &resp : NULL, detail,
-             (double)total_us / 1000.0, call->arg);
+             outcome == UPSTREAM_ANSWERED ? NULL : cause, (double)total_us / 1000.0, call->arg);
     upstream_call_free(call);
 }
 

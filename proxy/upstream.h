@@ -39,10 +39,17 @@ struct upstream_response {
  * callback may move entries out of resp->headers (each allocated with
  * malloc, freed by evhttp_clear_headers) and drain resp->body to keep them
  * without a copy;
- * detail is a static human string for logs. upstream_ms is the exchange time.
+ * detail is a static human string, safe to show a client.
+ * cause is NULL when answered, else for the log only (valid during the
+ * callback): the upstream address (scheme://host:port or unix:/path, never
+ * a path, query or credentials) and libcurl's own reason, e.g.
+ * "http://127.0.0.1:3000: Failed to connect to 127.0.0.1 port 3000 after 0 ms:
+ * Couldn't connect to server (curl 7)".
+ * upstream_ms is the exchange time.
  */
 typedef void upstream_done_cb(enum upstream_outcome outcome, const struct upstream_response *resp,
-                              const char *detail, double upstream_ms, void *arg);
+                              const char *detail, const char *cause, double upstream_ms,
+                              void *arg);
 
 /*
  * Initialise libcurl for the process: once, on the main thread, before any

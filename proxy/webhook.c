@@ -219,9 +219,25 @@ static bool webhook_standard_v1(const char *entry, size_t len, const char **sig,
     return true;
 }
 
-/* Standard Webhooks, "Verifying webhook authenticity". */
+/*
+ * One spelling of the Standard Webhooks headers, with the reasons that name
+ * it: webhook-* (the spec) or svix-* (what Svix sends by default).
+ */
+struct webhook_standard_set {
+    const char *id, *timestamp, *signature;     /* header values, NULL when absent */
+    const char *id_header;                      /* "webhook-id" or "svix-id" */
+    const char *missing, *empty, *bad_timestamp, *no_entry, *no_v1;
+};
+
+#define WEBHOOK_STANDARD_REASONS(p)                                                   \
+    p "-id, " p "-timestamp or " p "-signature header missing",                      \
+    p "-id, " p "-timestamp or " p "-signature header empty",                        \
+    p "-timestamp is not unix seconds", p "-signature has no version,signature entry", \
+    p "-signature has no v1 signature"
+
+/* Standard Webhooks, "Verifying webhook authenticity", over one spelling of the headers. */
 static enum webhook_verdict webhook_verify_standard(char *const *secrets, size_t n_secrets,
-                                                    const struct webhook_headers *h,
+                                                    const struct webhook_standard_set *h,
                                                     const char *body, size_t body_len,
                                                     int64_t now_s, const char **reason)
 {
@@ -230,19 +246,19 @@ static enum webhook_verdict webhook_verify_standard(char *const *secrets, size_t
     size_t n_entries = 0, n_v1 = 0, n_usable = 0;
     int64_t t;
 
-    if (h->webhook_id == NULL || h->webhook_timestamp == NULL || h->webhook_signature == NULL) {
-        *reason = "webhook-id, webhook-timestamp or webhook-signature header missing";
+    if (h->id == NULL || h->timestamp == NULL || h->signature == NULL) {
+        *reason = h->missing;
         return WEBHOOK_MISSING;
     }
-    id = webhook_trim(h->webhook_id, &id_len);
-    ts = webhook_trim(h->webhook_timestamp, &ts_len);
-    sig = webhook_trim(h->webhook_signature, &sig_len);
+    id = webhook_trim(h->id, &id_len);
+    ts = webhook_trim(h->timestamp, &ts_len);
+    sig = webhook_trim(h->signature, &sig_len);
     if (id_len == 0 || ts_len == 0 || sig_len == 0) {
-        *reason = "webhook-id, webhook-timestamp or webhook-signature header empty";
+        *reason = h->empty;
         return WEBHOOK_MISSING;
     }
     if (webhook_parse_unix(ts, ts_len, &t) < 0) {
-        *reason = "webhook-timestamp is not unix seconds";
+        *reason = h->bad_timestamp;
         return WEBHOOK_MALFORMED;
     }
     for (pos = 0; webhook_next_entry(sig, sig_len, &pos, &entry, &entry_len);) {
@@ -252,11 +268,11 @@ static enum webhook_verdict webhook_verify_standard(char *const *secrets, size_t
             n_v1++;
     }
     if (n_entries == 0) {
-        *reason = "webhook-signature has no version,signature entry";
+        *reason = h->no_entry;
         return WEBHOOK_MALFORMED;
     }
     if (n_v1 == 0) {
-        *reason = "webhook-signature has no v1 signature";
+        *reason = h->no_v1;
         return WEBHOOK_MISMATCH;
     }
 
@@ -298,6 +314,48 @@ static enum webhook_verdict webhook_verify_standard(char *const *secrets, size_t
             return webhook_check_time(t, now_s, reason);
     }
     return WEBHOOK_MISMATCH;
+}
+
+/*
+ * Both spellings: each set with at least one header present is checked on its
+ * own, so the id that becomes the key is always the one its signature
+ * covers; a forged webhook-id next to a valid svix-* set is never read.
+ */
+static enum webhook_verdict webhook_verify_standard_sets(char *const *secrets, size_t n_secrets,
+                                                         const struct webhook_headers *h,
+                                                         const char *body, size_t body_len,
+                                                         int64_t now_s, const char **reason,
+                                                         const char **id_header)
+{
+    const struct webhook_standard_set sets[] = {
+        { h->webhook_id, h->webhook_timestamp, h->webhook_signature, "webhook-id",
+          WEBHOOK_STANDARD_REASONS("webhook") },
+        { h->svix_id, h->svix_timestamp, h->svix_signature, "svix-id",
+          WEBHOOK_STANDARD_REASONS("svix") },
+    };
+    enum webhook_verdict first = WEBHOOK_MISSING;
+    const char *first_reason = NULL;
+
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+        const char *why = NULL;
+        enum webhook_verdict v;
+
+        if (sets[i].id == NULL && sets[i].timestamp == NULL && sets[i].signature == NULL)
+            continue;
+        v = webhook_verify_standard(secrets, n_secrets, &sets[i], body, body_len, now_s, &why);
+        if (v == WEBHOOK_OK) {
+            *reason = why;
+            *id_header = sets[i].id_header;
+            return v;
+        }
+        if (first_reason == NULL) {
+            first = v;
+            first_reason = why;
+        }
+    }
+    *reason = first_reason != NULL ? first_reason
+                                   : "neither webhook-* nor svix-* signature headers present";
+    return first;
 }
 
 /* GitHub, "Validating webhook deliveries". */
@@ -432,9 +490,9 @@ static enum webhook_verdict webhook_verify_stripe(char *const *secrets, size_t n
 enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secrets,
                                     size_t n_secrets, const struct webhook_headers *h,
                                     const char *body, size_t body_len, int64_t now_s,
-                                    const char **reason)
+                                    const char **reason, const char **id_header)
 {
-    const char *why = NULL;
+    const char *why = NULL, *signed_id = NULL;
     enum webhook_verdict v;
 
     if (body == NULL)
@@ -445,7 +503,8 @@ enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secr
     } else {
         switch (scheme) {
         case VERIFY_STANDARD_WEBHOOKS:
-            v = webhook_verify_standard(secrets, n_secrets, h, body, body_len, now_s, &why);
+            v = webhook_verify_standard_sets(secrets, n_secrets, h, body, body_len, now_s, &why,
+                                             &signed_id);
             break;
         case VERIFY_GITHUB:
             v = webhook_verify_github(secrets, n_secrets, h, body, body_len, &why);
@@ -462,6 +521,8 @@ enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secr
     }
     if (reason != NULL)
         *reason = why;
+    if (id_header != NULL)
+        *id_header = v == WEBHOOK_OK ? signed_id : NULL;
     return v;
 }
 

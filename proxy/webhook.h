@@ -1,5 +1,5 @@
 /*
- * webhook.h - webhook receivers (CONTRACT section 8): checking a provider's
+ * webhook.h - webhook receivers (README, "Webhooks"): checking a provider's
  * signature over the raw body, and taking the idempotency key from the
  * provider's event id inside the JSON body.
  *
@@ -36,6 +36,9 @@ struct webhook_headers {
     const char *webhook_id;         /* webhook-id (Standard Webhooks) */
     const char *webhook_timestamp;  /* webhook-timestamp (Standard Webhooks), unix seconds */
     const char *webhook_signature;  /* webhook-signature (Standard Webhooks) */
+    const char *svix_id;            /* svix-id: Svix's default spelling of webhook-id */
+    const char *svix_timestamp;     /* svix-timestamp */
+    const char *svix_signature;     /* svix-signature */
     const char *hub_signature_256;  /* X-Hub-Signature-256 (GitHub) */
     const char *stripe_signature;   /* Stripe-Signature (Stripe) */
 };
@@ -52,6 +55,12 @@ struct webhook_headers {
  *       an optional `whsec_` prefix; webhook-signature is a space-separated
  *       list of `v1,<base64>` entries (other versions, e.g. `v1a`, are
  *       ignored); webhook-timestamp within +-5 minutes of now_s.
+ *       Svix sends the same three headers as svix-id, svix-timestamp and
+ *       svix-signature unless its account sends the standard names, so both
+ *       spellings are read: each set of which at least one header is present
+ *       is checked on its own (webhook-* first), and the first that verifies
+ *       wins. When none verifies, the verdict and reason are those of the
+ *       first set present; with neither present, WEBHOOK_MISSING.
  *   VERIFY_GITHUB  GitHub "Validating webhook deliveries":
  *       `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the body with the
  *       secret's bytes as the key. No timestamp.
@@ -75,12 +84,17 @@ struct webhook_headers {
  * now_s: the wall clock, unix seconds.
  * reason: if not NULL, set to a short static human string for logs and
  *     problem details; it never contains secret, header or body data.
+ * id_header: if not NULL, set to the name of the event id header whose set
+ *     verified ("webhook-id" or "svix-id", static) on WEBHOOK_OK under
+ *     VERIFY_STANDARD_WEBHOOKS, NULL otherwise. The caller takes the
+ *     idempotency key from that header, as only the id of the set that
+ *     verified is signed.
  * Returns the verdict; nothing is allocated that outlives the call.
  */
 enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secrets,
                                     size_t n_secrets, const struct webhook_headers *h,
                                     const char *body, size_t body_len, int64_t now_s,
-                                    const char **reason);
+                                    const char **reason, const char **id_header);
 
 /* Shortest webhook secret accepted, in bytes (decoded for Standard Webhooks). */
 #define WEBHOOK_MIN_SECRET_BYTES 16

@@ -1,4 +1,4 @@
-"""Integration tests of idempotency-proxy against /work/shared/CONTRACT.md.
+"""Integration tests of idempotency-proxy against the behaviour README.md states.
 
 Real processes over real sockets: redis-server, tests/upstream/payments_api.py
 and the proxy binary. One test per behaviour, asserting what a client and the

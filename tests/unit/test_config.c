@@ -110,6 +110,7 @@ static const char *check_defaults(const struct config *cfg)
            d->release_statuses[3] == 503);
     EXPECT(d->on_ambiguous == AMBIGUOUS_HOLD);
     EXPECT(d->on_store_error == STORE_ERROR_REJECT);
+    EXPECT(cfg->error_format == ERROR_FORMAT_PROBLEM);
     EXPECT(d->key_from == KEY_FROM_HEADER && d->key_json_pointer == NULL);
     EXPECT(d->verify == VERIFY_NONE && d->n_secrets == 0);
     EXPECT(cfg->n_routes == 0 && cfg->routes == NULL);
@@ -131,6 +132,12 @@ static const char *check_size_units(const struct config *cfg)
 {
     EXPECT(cfg->max_request_body == 512);
     EXPECT(cfg->max_stored_response == 64 * 1024);
+    return NULL;
+}
+
+static const char *check_errors_stripe(const struct config *cfg)
+{
+    EXPECT(cfg->error_format == ERROR_FORMAT_STRIPE);
     return NULL;
 }
 
@@ -333,6 +340,11 @@ static const struct config_case config_cases[] = {
       0, NULL, check_size_units },
     { "sizes take MiB and GiB", "limits:\n  max_request_body: 2MiB\n  max_stored_response: 1GiB\n",
       0, NULL, check_size_mib },
+
+    /* errors */
+    { "errors.format takes stripe", "errors:\n  format: stripe\n", 0, NULL, check_errors_stripe },
+    { "errors.format lists the choices", "errors:\n  format: json\n", 2, "problem, stripe", NULL },
+    { "errors takes only format", "errors:\n  formats: stripe\n", 2, "'formats'", NULL },
 
     /* workers */
     { "workers takes a number", "workers: 4\n", 0, NULL, check_workers_4 },

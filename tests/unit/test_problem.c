@@ -1,4 +1,7 @@
-/* Problem details documents (RFC 9457) for every cause of CONTRACT 7. */
+/*
+ * Problem details documents (RFC 9457) for every cause, their Stripe-shaped
+ * twins (errors.format: stripe) and the retry hint of each cause.
+ */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +40,60 @@ int main(void)
         json_t *doc = json_loadb(text, len, 0, NULL);
         UNIT_CHECK("status override and escaping", doc != NULL &&
                    json_integer_value(json_object_get(doc, "status")) == 422, "%s", text);
+        json_decref(doc);
+        free(text);
+    }
+    /* errors.format: stripe, one row per cause: Stripe's error type, the retry hint */
+    static const struct {
+        enum problem p;
+        const char *type;
+        bool retryable;
+    } stripe_rows[] = {
+        { PROBLEM_MISSING_KEY, "invalid_request_error", false },
+        { PROBLEM_INVALID_KEY, "invalid_request_error", false },
+        { PROBLEM_BODY_TOO_LARGE, "invalid_request_error", false },
+        { PROBLEM_KEY_REUSE_MISMATCH, "idempotency_error", false },
+        { PROBLEM_REQUEST_IN_PROGRESS, "idempotency_error", true },
+        { PROBLEM_OUTCOME_UNKNOWN, "api_error", false },
+        { PROBLEM_STORE_UNAVAILABLE, "api_error", true },
+        { PROBLEM_UPSTREAM_UNAVAILABLE, "api_error", true },
+        { PROBLEM_UPSTREAM_TIMEOUT, "api_error", true },
+        { PROBLEM_RESPONSE_NOT_REPLAYABLE, "api_error", false },
+        { PROBLEM_SIGNATURE_INVALID, "invalid_request_error", false },
+        { PROBLEM_SHUTTING_DOWN, "api_error", true },
+        { PROBLEM_INVALID_TARGET, "invalid_request_error", false },
+        { PROBLEM_INVALID_FRAMING, "invalid_request_error", false },
+    };
+    UNIT_CHECK("stripe table covers every cause",
+               sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);
+    for (size_t i = 0; i < sizeof(stripe_rows) / sizeof(stripe_rows[0]); i++) {
+        enum problem p = stripe_rows[i].p;
+        size_t len = 0;
+        char *text = problem_stripe_json(p, "why \"quoted\"", &len);
+        json_t *doc = json_loadb(text, len, 0, NULL);
+        json_t *err = json_object_get(doc, "error");
+        UNIT_CHECK(slugs[p],
+                   doc != NULL && json_object_size(doc) == 1 && json_object_size(err) == 3 &&
+                       strcmp(json_string_value(json_object_get(err, "type")),
+                              stripe_rows[i].type) == 0 &&
+                       strcmp(json_string_value(json_object_get(err, "code")), slugs[p]) == 0 &&
+                       strcmp(json_string_value(json_object_get(err, "message")),
+                              "why \"quoted\"") == 0 &&
+                       strcmp(problem_stripe_type(p), stripe_rows[i].type) == 0 &&
+                       problem_retryable(p) == stripe_rows[i].retryable,
+                   "%s", text);
+        json_decref(doc);
+        free(text);
+    }
+    {
+        size_t len = 0;
+        char *text = problem_stripe_json(PROBLEM_OUTCOME_UNKNOWN, NULL, &len);
+        json_t *doc = json_loadb(text, len, 0, NULL);
+        const char *msg = json_string_value(json_object_get(json_object_get(doc, "error"),
+                                                            "message"));
+        UNIT_CHECK("stripe message defaults to the title",
+                   msg != NULL && strcmp(msg, "Outcome of the original request is unknown") == 0,
+                   "%s", text);
         json_decref(doc);
         free(text);
     }

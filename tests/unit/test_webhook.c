@@ -1,5 +1,5 @@
 /*
- * Webhook signatures and event ids (CONTRACT section 8): Standard Webhooks
+ * Webhook signatures and event ids (README, "Webhooks"): Standard Webhooks
  * ("Signature scheme"), GitHub ("Validating webhook deliveries", X-Hub-Signature-256),
  * Stripe ("Verify webhook signatures manually"), RFC 6901 JSON Pointer.
  *
@@ -378,7 +378,7 @@ static void run_verify_case(const struct verify_case *c)
     }
 
     v = webhook_verify(c->scheme, (char *const *)c->secrets, c->n_secrets, &h, c->body,
-                       c->body_len, c->now ? c->now : NOW, &reason);
+                       c->body_len, c->now ? c->now : NOW, &reason, NULL);
     int ok = v == c->want && reason != NULL;
     for (size_t i = 0; ok && i < c->n_secrets; i++)
         ok = strstr(reason, c->secrets[i]) == NULL;
@@ -474,10 +474,105 @@ static const struct {
       "evt_1" },
 };
 
+/*
+ * Both spellings of the Standard Webhooks headers (webhook-* and Svix's
+ * default svix-*), with the spec's published vector as the valid set: the
+ * verdict, and which id header the caller must take the key from.
+ */
+#define SPEC_ID "msg_p5jXN8AQM9LWM0D4loKWxJek"
+#define SPEC_TS "1614265330"
+#define SPEC_SIG "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+#define SPEC_FORGED "v1,h0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+#define SPEC_BODY "{\"test\": 2432232314}"
+
+static const struct {
+    const char *name;
+    struct webhook_headers h;
+    enum webhook_verdict want;
+    const char *want_id_header;     /* NULL: none */
+    const char *reason_has;         /* NULL: not checked */
+} spelling_cases[] = {
+    { "svix-* alone verifies, key from svix-id",
+      { .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_SIG },
+      WEBHOOK_OK, "svix-id", NULL },
+    { "webhook-* alone verifies, key from webhook-id",
+      { .webhook_id = SPEC_ID, .webhook_timestamp = SPEC_TS, .webhook_signature = SPEC_SIG },
+      WEBHOOK_OK, "webhook-id", NULL },
+    { "both spellings valid: webhook-id",
+      { .webhook_id = SPEC_ID, .webhook_timestamp = SPEC_TS, .webhook_signature = SPEC_SIG,
+        .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_SIG },
+      WEBHOOK_OK, "webhook-id", NULL },
+    { "forged webhook-* next to valid svix-*: svix-id",
+      { .webhook_id = "msg_other", .webhook_timestamp = SPEC_TS, .webhook_signature = SPEC_SIG,
+        .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_SIG },
+      WEBHOOK_OK, "svix-id", NULL },
+    { "a lone unsigned webhook-id next to valid svix-*: svix-id",
+      { .webhook_id = "msg_other", .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS,
+        .svix_signature = SPEC_SIG },
+      WEBHOOK_OK, "svix-id", NULL },
+    { "valid webhook-* next to forged svix-*: webhook-id",
+      { .webhook_id = SPEC_ID, .webhook_timestamp = SPEC_TS, .webhook_signature = SPEC_SIG,
+        .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_FORGED },
+      WEBHOOK_OK, "webhook-id", NULL },
+    { "svix-* forged",
+      { .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_FORGED },
+      WEBHOOK_MISMATCH, NULL, "no signature matches" },
+    { "svix-id is signed",
+      { .svix_id = "msg_p5jXN8AQM9LWM0D4loKWxJel", .svix_timestamp = SPEC_TS,
+        .svix_signature = SPEC_SIG },
+      WEBHOOK_MISMATCH, NULL, NULL },
+    { "svix-timestamp is signed",
+      { .svix_id = SPEC_ID, .svix_timestamp = "1614265331", .svix_signature = SPEC_SIG },
+      WEBHOOK_MISMATCH, NULL, NULL },
+    { "svix-* without svix-timestamp",
+      { .svix_id = SPEC_ID, .svix_signature = SPEC_SIG },
+      WEBHOOK_MISSING, NULL, "svix-id, svix-timestamp or svix-signature header missing" },
+    { "svix-timestamp not a number",
+      { .svix_id = SPEC_ID, .svix_timestamp = "soon", .svix_signature = SPEC_SIG },
+      WEBHOOK_MALFORMED, NULL, "svix-timestamp" },
+    { "both forged: the webhook-* verdict",
+      { .webhook_id = SPEC_ID, .webhook_timestamp = "x", .webhook_signature = SPEC_SIG,
+        .svix_id = SPEC_ID, .svix_timestamp = SPEC_TS, .svix_signature = SPEC_FORGED },
+      WEBHOOK_MALFORMED, NULL, "webhook-timestamp" },
+    { "neither spelling",
+      { .stripe_signature = "t=1,v1=00" },
+      WEBHOOK_MISSING, NULL, "neither webhook-* nor svix-*" },
+};
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof(verify_cases) / sizeof(verify_cases[0]); i++)
         run_verify_case(&verify_cases[i]);
+
+    for (size_t i = 0; i < sizeof(spelling_cases) / sizeof(spelling_cases[0]); i++) {
+        static char *const spec_secret[] = { SW_SPEC };
+        const char *reason = NULL, *id_header = "unset";
+        enum webhook_verdict v = webhook_verify(VERIFY_STANDARD_WEBHOOKS, spec_secret, 1,
+                                                &spelling_cases[i].h, BODY(SPEC_BODY),
+                                                INT64_C(1614265330), &reason, &id_header);
+        const char *want = spelling_cases[i].want_id_header;
+        int ok = v == spelling_cases[i].want && reason != NULL &&
+                 (want == NULL ? id_header == NULL : id_header != NULL && strcmp(id_header, want) == 0) &&
+                 (spelling_cases[i].reason_has == NULL ||
+                  strstr(reason, spelling_cases[i].reason_has) != NULL);
+        UNIT_CHECK(spelling_cases[i].name, ok, "verdict %s (want %s), id header %s, reason \"%s\"",
+                   webhook_verdict_name(v), webhook_verdict_name(spelling_cases[i].want),
+                   id_header ? id_header : "(null)", reason ? reason : "(null)");
+    }
+    {
+        /* only standard-webhooks names an id header */
+        static char *const gh_secret[] = { GH_DOCS };
+        const struct webhook_headers h = {
+            .hub_signature_256 =
+                "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+            .webhook_id = SPEC_ID,
+        };
+        const char *id_header = "unset";
+        enum webhook_verdict v = webhook_verify(VERIFY_GITHUB, gh_secret, 1, &h,
+                                                BODY("Hello, World!"), NOW, NULL, &id_header);
+        UNIT_CHECK("github: no id header", v == WEBHOOK_OK && id_header == NULL, "verdict %s",
+                   webhook_verdict_name(v));
+    }
 
     for (size_t i = 0; i < sizeof(secret_cases) / sizeof(secret_cases[0]); i++) {
         const char *reason = NULL;
