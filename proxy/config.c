@@ -21,7 +21,7 @@
  * `static const struct config_key config_*_keys[]` arrays.
  */
 #include "config.h"
-#include "path.h"
+#include "route.h"
 #include "webhook.h"
 
 #include <errno.h>
@@ -989,68 +989,32 @@ static int config_set_bool(struct config_loader *ld, const struct config_key *ke
     return rc;
 }
 
-/*
- * "/exact" or "/prefix*": '*' only as the last character. The pattern is
- * normalised with the requests' path_normalize, so "/V1//payments/" is
- * "/v1/payments"; a prefix written with a trailing '/' keeps it: "/v1/x/" then
- * '*' does not match /v1/x itself. A pattern the normaliser refuses (an encoded
- * slash, '?', '#', control character, invalid UTF-8) names a path no request
- * is ever routed by, so it is refused.
- */
+/* `path`: route.c checks and normalises the pattern; the messages are worded here. */
 static int config_set_route_path(struct config_loader *ld, const struct config_key *key,
                                  yaml_node_t *node, void *obj)
 {
-    struct route *route = obj;
-    char *text = config_scalar(ld, key, node), *match = NULL;
-    size_t len, size;
-    enum path_status st;
+    char *text = config_scalar(ld, key, node);
+    const char *reason = NULL;
+    enum route_pattern_status st;
+    int rc = -1;
 
-    (void)key;
     if (text == NULL)
         return -1;
-    len = strlen(text);
-    if (text[0] != '/') {
+    st = route_set_pattern(obj, &text, &reason);
+    if (st == ROUTE_PATTERN_OK)
+        rc = 0;
+    else if (st == ROUTE_PATTERN_NOT_ABSOLUTE)
         config_error(ld, node, "bad route path '%s': it must start with '/'", text);
-        goto failed;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-
-        if (c <= ' ' || c == 0x7f || c == '?' || c == '#' || (c == '*' && i != len - 1)) {
-            config_error(ld, node, "bad route path '%s': a path without query, spaces or "
-                         "control characters, with '*' only as the last character", text);
-            goto failed;
-        }
-    }
-    route->prefix = text[len - 1] == '*';
-    if (route->prefix)
-        text[--len] = '\0';
-    size = path_normalized_size(text) + 1; /* + a prefix's trailing '/' */
-    match = malloc(size);
-    if (match == NULL) {
-        config_error(ld, node, "out of memory");
-        goto failed;
-    }
-    st = path_normalize(text, match, size);
-    if (st != PATH_OK) {
-        config_error(ld, node, "bad route path '%s%s': no request can ever match it: %s", text,
-                     route->prefix ? "*" : "", path_status_reason(st));
-        goto failed;
-    }
-    if (route->prefix && len > 0 && (text[len - 1] == '/' || text[len - 1] == '\\') &&
-        strcmp(match, "/") != 0)
-        strcat(match, "/");
-    free(route->path);
-    free(route->match);
-    route->path = text;
-    route->path_len = len;
-    route->match = match;
-    route->match_len = strlen(match);
-    return 0;
-failed:
-    free(match);
+    else if (st == ROUTE_PATTERN_BAD_CHAR)
+        config_error(ld, node, "bad route path '%s': a path without query, spaces or control "
+                     "characters, with '*' only as the last character", text);
+    else if (st == ROUTE_PATTERN_UNMATCHABLE)
+        config_error(ld, node, "bad route path '%s': no request can ever match it: %s", text,
+                     reason);
+    else
+        config_oom(ld, node);
     free(text);
-    return -1;
+    return rc;
 }
 
 static int config_set_key_header(struct config_loader *ld, const struct config_key *key,
@@ -1871,8 +1835,7 @@ void config_deinit(struct config *cfg)
     free(cfg->key_prefix);
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {
-        free(cfg->routes[i].path);
-        free(cfg->routes[i].match);
+        route_pattern_free(&cfg->routes[i]);
         config_policy_deinit(&cfg->routes[i].policy);
     }
     free(cfg->routes);
@@ -1926,17 +1889,13 @@ unsigned config_workers(const struct config *cfg)
 
 const struct route *config_match_route(const struct config *cfg, const char *path)
 {
-    size_t len = strlen(path);
+    return route_match(cfg->routes, cfg->n_routes, path);
+}
 
-    for (size_t i = 0; i < cfg->n_routes; i++) {
-        const struct route *route = &cfg->routes[i];
-
-        if (route->prefix
-                ? len >= route->match_len && strncasecmp(path, route->match, route->match_len) == 0
-                : len == route->match_len && strncasecmp(path, route->match, len) == 0)
-            return route;
-    }
-    return NULL;
+size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
+                             size_t outsize)
+{
+    return route_warnings(cfg->routes, cfg->n_routes, file, out, outsize);
 }
 
 static bool config_same_string(const char *a, const char *b)
@@ -1944,76 +1903,12 @@ static bool config_same_string(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
-/* The route of cfg with pattern's path and '*', case-insensitively as matching is; or NULL. */
-static const struct route *config_route_by_pattern(const struct config *cfg,
-                                                   const struct route *pattern)
-{
-    for (size_t i = 0; i < cfg->n_routes; i++) {
-        const struct route *r = &cfg->routes[i];
-
-        if (r->prefix == pattern->prefix && strcasecmp(r->path, pattern->path) == 0)
-            return r;
-    }
-    return NULL;
-}
-
 const char *config_reload_refusal(const struct config *running, const struct config *next)
 {
     /* a new prefix would hide every record: retries would execute again */
     if (!config_same_string(running->key_prefix, next->key_prefix))
         return "redis.key_prefix";
-    for (size_t i = 0; i < next->n_routes; i++) {
-        const struct route *b = &next->routes[i];
-        const struct route *a = config_route_by_pattern(running, b);
-
-        if (a == NULL)
-            continue;
-        if (!config_same_string(a->policy.record_source, b->policy.record_source))
-            return "the key source (key_header or key_from) of a route";
-        if (a->policy.n_scope_headers != b->policy.n_scope_headers)
-            return "the scope_headers of a route";
-        for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
-            if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
-                return "the scope_headers of a route";
-        }
-    }
-    return NULL;
-}
-
-/* Whether every path route b matches is matched by route a. */
-static bool config_route_covers(const struct route *a, const struct route *b)
-{
-    if (a->prefix)
-        return b->match_len >= a->match_len &&
-               strncasecmp(b->match, a->match, a->match_len) == 0;
-    return !b->prefix && strcasecmp(a->match, b->match) == 0;
-}
-
-size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
-                             size_t outsize)
-{
-    size_t shadowed = 0, used = 0;
-
-    out[0] = '\0';
-    for (size_t j = 0; j < cfg->n_routes; j++) {
-        const struct route *b = &cfg->routes[j];
-        for (size_t i = 0; i < j; i++) {
-            const struct route *a = &cfg->routes[i];
-            int n;
-            if (!config_route_covers(a, b))
-                continue;
-            shadowed++;
-            n = snprintf(out + used, outsize - used,
-                         "%s:%d: warning: route '%s%s' is never reached: the earlier route at "
-                         "line %d ('%s%s') matches every path it matches\n",
-                         file, b->line, b->path, b->prefix ? "*" : "", a->line, a->path,
-                         a->prefix ? "*" : "");
-            if (n > 0)
-                used += (size_t)n < outsize - used ? (size_t)n : outsize - used - 1;
-            break;
-        }
-    }
-    return shadowed;
+    return route_reload_refusal(running->routes, running->n_routes, next->routes, next->n_routes);
 }
 
 unsigned config_method_bit(const char *name)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "policy.h"
+#include "route.h"
 
 /*
  * Longest redis.key_prefix, in bytes. A record's Redis key is
@@ -28,18 +29,6 @@
  * must not overflow, so now + any duration has to stay far below both.
  */
 #define CONFIG_MAX_DURATION_MS (3650ull * 24 * 60 * 60 * 1000)
-
-struct route {
-    char *path;                     /* pattern without the trailing '*', as written (record
-                                       identity, logs, metrics); owned */
-    size_t path_len;                /* bytes of path */
-    char *match;                    /* path normalised as requests are (path.h), a prefix
-                                       keeping its trailing '/'; what matching compares; owned */
-    size_t match_len;               /* bytes of match */
-    bool prefix;                    /* pattern ended in '*' */
-    int line;                       /* where it was defined, for messages */
-    struct route_policy policy;
-};
 
 struct endpoint {
     char *host;                     /* owned, IPv6 without brackets; NULL when disabled */
