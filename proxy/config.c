@@ -21,25 +21,19 @@
  * `static const struct config_key config_*_keys[]` arrays.
  */
 #include "config.h"
+#include "config_value.h"
 #include "route.h"
 #include "webhook.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include <event2/http.h>
 #include <yaml.h>
 
 #define CONFIG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-#define CONFIG_REDIS_PORT 6379
 
 struct config_loader;
 struct config_key;
@@ -101,16 +95,6 @@ struct config_loader {
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_password;              /* from redis://:PASSWORD@ */
-};
-
-struct config_enum {
-    const char *name;
-    int value;
-};
-
-struct config_unit {
-    const char *name;
-    uint64_t factor;
 };
 
 static config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
@@ -265,20 +249,6 @@ static const char config_builtin_yaml[] =
     "  on_ambiguous: hold\n"
     "  on_store_error: reject\n";
 
-static const struct config_enum config_method_names[] = {
-    { "GET", METHOD_GET }, { "HEAD", METHOD_HEAD }, { "POST", METHOD_POST },
-    { "PUT", METHOD_PUT }, { "PATCH", METHOD_PATCH }, { "DELETE", METHOD_DELETE },
-    { "OPTIONS", METHOD_OPTIONS }, { NULL, 0 },
-};
-static const struct config_unit config_duration_units[] = {
-    { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 60 * 60 * 1000 },
-    { "d", 24 * 60 * 60 * 1000 }, { NULL, 0 },
-};
-static const struct config_unit config_size_units[] = {
-    { "B", 1 }, { "KiB", 1024 }, { "MiB", 1024 * 1024 }, { "GiB", 1024 * 1024 * 1024 },
-    { NULL, 0 },
-};
-
 /* ---- messages ---------------------------------------------------------- */
 
 /* Writes "FILE:LINE: message" (LINE 1-based; no LINE without a node). Returns -1. */
@@ -306,153 +276,6 @@ config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt,
 static int config_oom(struct config_loader *ld, const yaml_node_t *node)
 {
     return config_error(ld, node, "out of memory");
-}
-
-/* Appends s to buf (a NUL-terminated list of len bytes), comma-separated. */
-static void config_list_append(char *buf, size_t len, const char *s)
-{
-    size_t used = strlen(buf);
-
-    if (used < len)
-        snprintf(buf + used, len - used, "%s%s", used ? ", " : "", s);
-}
-
-static void config_enum_list(const struct config_enum *names, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    for (; names->name != NULL; names++)
-        config_list_append(buf, len, names->name);
-}
-
-/* "90s" -> "90s", 86400000 -> "1d": the largest unit that divides ms. */
-static void config_format_duration(uint64_t ms, char *buf, size_t len)
-{
-    const struct config_unit *u = &config_duration_units[CONFIG_ARRAY_SIZE(config_duration_units) - 2];
-
-    for (; ms != 0 && u > config_duration_units; u--) {
-        if (ms % u->factor == 0)
-            break;
-    }
-    snprintf(buf, len, "%" PRIu64 "%s", ms / u->factor, ms == 0 ? "s" : u->name);
-}
-
-/* ---- small helpers ----------------------------------------------------- */
-
-static char *config_strndup(const char *s, size_t n)
-{
-    char *copy = malloc(n + 1);
-
-    if (copy != NULL) {
-        memcpy(copy, s, n);
-        copy[n] = '\0';
-    }
-    return copy;
-}
-
-static char *config_printf_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *config_printf_dup(const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    char *out;
-
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return NULL;
-    out = malloc((size_t)n + 1);
-    if (out == NULL)
-        return NULL;
-    va_start(ap, fmt);
-    vsnprintf(out, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return out;
-}
-
-static bool config_is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static bool config_is_env_char(char c)
-{
-    return config_is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-/* An HTTP header name: an RFC 9110 section 5.6.2 token. */
-static bool config_is_token(const char *s)
-{
-    if (*s == '\0')
-        return false;
-    for (; *s != '\0'; s++) {
-        if (config_is_env_char(*s) && *s != '_')
-            continue;
-        if (strchr("!#$%&'*+-.^_`|~", *s) == NULL)
-            return false;
-    }
-    return true;
-}
-
-/* An RFC 6901 JSON Pointer: "/a/b", '~' only as ~0 or ~1. */
-static bool config_is_json_pointer(const char *s)
-{
-    if (*s != '/')
-        return false;
-    for (; *s != '\0'; s++) {
-        if (*s == '~' && s[1] != '0' && s[1] != '1')
-            return false;
-    }
-    return true;
-}
-
-/* Decimal digits only, no sign; -1 when empty or above max. */
-static int config_parse_uint(const char *text, uint64_t max, uint64_t *out)
-{
-    uint64_t n = 0;
-
-    if (*text == '\0')
-        return -1;
-    for (; *text != '\0'; text++) {
-        unsigned d = (unsigned)(*text - '0');
-
-        if (!config_is_digit(*text) || n > (max - d) / 10)
-            return -1;
-        n = n * 10 + d;
-    }
-    *out = n;
-    return 0;
-}
-
-/* "<digits><unit>" with a unit from units; -1 on anything else or above max. */
-static int config_parse_unit(const char *text, const struct config_unit *units,
-                             uint64_t max, uint64_t *out)
-{
-    size_t digits;
-    uint64_t n = 0;
-
-    if (text == NULL)
-        return -1;
-    digits = strspn(text, "0123456789");
-    if (digits == 0)
-        return -1;
-    for (size_t i = 0; i < digits; i++) {
-        unsigned d = (unsigned)(text[i] - '0');
-
-        if (n > (UINT64_MAX - d) / 10)
-            return -1;
-        n = n * 10 + d;
-    }
-    for (; units->name != NULL; units++) {
-        if (strcmp(text + digits, units->name) != 0)
-            continue;
-        if (n > max / units->factor)
-            return -1;
-        *out = n * units->factor;
-        return 0;
-    }
-    return -1;
 }
 
 /* ---- reading nodes ----------------------------------------------------- */
@@ -507,21 +330,6 @@ static yaml_node_t *config_item(struct config_loader *ld, yaml_node_t *node, siz
     return node;
 }
 
-/* Appends n bytes of s to the malloc'd string *out of *len bytes; -1 after config_oom. */
-static int config_append(struct config_loader *ld, yaml_node_t *node, char **out, size_t *len,
-                         const char *s, size_t n)
-{
-    char *grown = realloc(*out, *len + n + 1);
-
-    if (grown == NULL)
-        return config_oom(ld, node);
-    memcpy(grown + *len, s, n);
-    *len += n;
-    grown[*len] = '\0';
-    *out = grown;
-    return 0;
-}
-
 /*
  * The scalar's text, malloc'd, with each ${NAME} replaced by getenv(NAME);
  * YAML null reads as "". An unset NAME is an error naming it unless key
@@ -533,57 +341,33 @@ static char *config_scalar(struct config_loader *ld, const struct config_key *ke
                            yaml_node_t *node)
 {
     const char *text = (const char *)node->data.scalar.value;
-    const char *in = text;
-    char *out = NULL;
-    size_t len = 0;
+    bool unset_empty = key != NULL && (key->flags & CONFIG_UNSET_EMPTY);
+    const char *name = NULL;
+    size_t name_len = 0;
+    char *out;
 
     if (config_is_null(node))
-        in = "";
+        text = "";
     else if (strlen(text) != node->data.scalar.length) {
         config_error(ld, node, "a value may not contain a NUL byte");
-        goto failed;
+        return NULL;
     }
-    for (;;) {
-        const char *dollar = strstr(in, "${");
-        const char *name, *end, *value;
-        char *var;
-
-        if (dollar == NULL) {
-            if (config_append(ld, node, &out, &len, in, strlen(in)) < 0)
-                goto failed;
-            return out;
-        }
-        if (config_append(ld, node, &out, &len, in, (size_t)(dollar - in)) < 0)
-            goto failed;
-        name = dollar + 2;
-        for (end = name; config_is_env_char(*end); end++)
-            ;
-        if (end == name || *end != '}' || config_is_digit(*name)) {
-            config_error(ld, node, "bad ${...} in '%s': write ${NAME}, NAME made of letters, "
-                         "digits and _", text);
-            goto failed;
-        }
-        var = config_strndup(name, (size_t)(end - name));
-        if (var == NULL) {
-            config_oom(ld, node);
-            goto failed;
-        }
-        value = getenv(var);
-        if (value == NULL && (key == NULL || !(key->flags & CONFIG_UNSET_EMPTY))) {
-            config_error(ld, node, "%s%s${%s} is not set (export it, or write the value "
-                         "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "", var);
-            free(var);
-            goto failed;
-        }
-        free(var);
-        if (value == NULL)
-            value = "";
-        if (config_append(ld, node, &out, &len, value, strlen(value)) < 0)
-            goto failed;
-        in = end + 1;
+    switch (config_expand_env(text, unset_empty, &out, &name, &name_len)) {
+    case CONFIG_EXPAND_OK:
+        return out;
+    case CONFIG_EXPAND_BAD_SYNTAX:
+        config_error(ld, node, "bad ${...} in '%s': write ${NAME}, NAME made of letters, "
+                     "digits and _", text);
+        break;
+    case CONFIG_EXPAND_UNSET:
+        config_error(ld, node, "%s%s${%.*s} is not set (export it, or write the value "
+                     "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "",
+                     (int)name_len, name);
+        break;
+    case CONFIG_EXPAND_NOMEM:
+        config_oom(ld, node);
+        break;
     }
-failed:
-    free(out);
     return NULL;
 }
 
@@ -596,12 +380,9 @@ static int config_scalar_enum(struct config_loader *ld, const struct config_key 
 
     if (text == NULL)
         return -1;
-    for (const struct config_enum *e = names; e->name != NULL; e++) {
-        if (strcmp(text, e->name) == 0) {
-            *out = e->value;
-            free(text);
-            return 0;
-        }
+    if (config_enum_value(names, text, out) == 0) {
+        free(text);
+        return 0;
     }
     config_enum_list(names, allowed, sizeof(allowed));
     config_error(ld, node, "bad %s '%s': expected one of %s", key->name, text, allowed);
@@ -610,46 +391,6 @@ static int config_scalar_enum(struct config_loader *ld, const struct config_key 
 }
 
 /* ---- pass 2: typed setters --------------------------------------------- */
-
-/* Strips the brackets of an IPv6 literal ("[::1]" -> "::1"); malloc'd. */
-static char *config_host_dup(const char *host)
-{
-    size_t len = strlen(host);
-
-    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
-        return config_strndup(host + 1, len - 2);
-    return strdup(host);
-}
-
-/*
- * host:port, read as the authority of an http:// URL so that libevent
- * splits it (IPv6 brackets included). NULL, or why it is not valid.
- */
-static const char *config_endpoint_split(const char *text, char **host, uint16_t *port)
-{
-    char *url = config_printf_dup("http://%s", text);
-    struct evhttp_uri *uri = url ? evhttp_uri_parse(url) : NULL;
-    const char *why = NULL;
-    const char *h;
-    int p;
-
-    if (url == NULL)
-        return "out of memory";
-    h = uri ? evhttp_uri_get_host(uri) : NULL;
-    p = uri ? evhttp_uri_get_port(uri) : -1;
-    if (h == NULL || h[0] == '\0' || p < 1 || p > 65535 ||
-        evhttp_uri_get_userinfo(uri) != NULL || evhttp_uri_get_path(uri)[0] != '\0' ||
-        evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        why = "expected host:port with a port from 1 to 65535";
-    else if ((*host = config_host_dup(h)) == NULL)
-        why = "out of memory";
-    else
-        *port = (uint16_t)p;
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(url);
-    return why;
-}
 
 static int config_set_endpoint(struct config_loader *ld, const struct config_key *key,
                                yaml_node_t *node, void *obj)
@@ -680,74 +421,23 @@ failed:
     return -1;
 }
 
-static const char config_upstream_expected[] =
-    "expected http://host[:port][/path], https://host[:port][/path] or unix:/path/to.sock";
-static const char config_redis_expected[] =
-    "expected redis://[:password@]host:port/db or unix:/path/to.sock";
-
-/*
- * http://host[:port][/path], https://..., or unix:/path/to.sock (unix:///path
- * too). *base is scheme://host:port[/path] without a trailing '/', or
- * http://localhost for a unix socket. NULL, or why the URL is not valid.
- */
-static const char *config_upstream_split(const struct evhttp_uri *uri, char **base,
-                                         char **unix_path)
-{
-    const char *scheme = evhttp_uri_get_scheme(uri);
-    const char *host = evhttp_uri_get_host(uri);
-    const char *path = evhttp_uri_get_path(uri);
-    int port = evhttp_uri_get_port(uri);
-    const char *expected = config_upstream_expected;
-
-    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        return expected;
-    if (evhttp_uri_get_userinfo(uri) != NULL)
-        return "credentials in the upstream url are not supported";
-    if (strcasecmp(scheme, "unix") == 0) {
-        if ((host != NULL && host[0] != '\0') || port != -1 || path[0] != '/' || path[1] == '\0')
-            return expected;
-        *unix_path = strdup(path);
-        *base = strdup("http://localhost");
-    } else if (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0) {
-        bool tls = strcasecmp(scheme, "https") == 0;
-        size_t path_len = strlen(path);
-
-        if (host == NULL || host[0] == '\0' || port == 0)
-            return expected;
-        if (port == -1)
-            port = tls ? 443 : 80;
-        while (path_len > 0 && path[path_len - 1] == '/')
-            path_len--;
-        *base = config_printf_dup("%s://%s:%d%.*s", tls ? "https" : "http", host, port,
-                                  (int)path_len, path);
-    } else {
-        return expected;
-    }
-    if (*base == NULL || (strcasecmp(scheme, "unix") == 0 && *unix_path == NULL))
-        return "out of memory";
-    return NULL;
-}
-
 static int config_set_upstream_url(struct config_loader *ld, const struct config_key *key,
                                    yaml_node_t *node, void *obj)
 {
     struct config *cfg = obj;
-    struct evhttp_uri *uri = NULL;
     char *text = config_scalar(ld, key, node);
-    char *base = NULL, *unix_path = NULL;
+    char *base, *unix_path;
     const char *why;
 
-    (void)key;
     if (text == NULL)
         return -1;
-    uri = evhttp_uri_parse(text);
-    why = uri ? config_upstream_split(uri, &base, &unix_path) : config_upstream_expected;
+    why = config_upstream_parse(text, &base, &unix_path);
     if (why != NULL) {
         /* the url itself is not repeated: it may carry credentials */
         config_error(ld, node, "bad upstream url: %s", why);
-        goto failed;
+        free(text);
+        return -1;
     }
-    evhttp_uri_free(uri);
     free(cfg->upstream_url);
     free(cfg->upstream_base);
     free(cfg->upstream_unix_path);
@@ -755,84 +445,25 @@ static int config_set_upstream_url(struct config_loader *ld, const struct config
     cfg->upstream_base = base;
     cfg->upstream_unix_path = unix_path;
     return 0;
-failed:
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(base);
-    free(unix_path);
-    free(text);
-    return -1;
-}
-
-/* What redis.url holds once split; all strings malloc'd. */
-struct config_redis_target {
-    char *host;         /* NULL for a unix socket */
-    uint16_t port;
-    char *unix_path;
-    int db;
-    char *password;     /* from redis://:PASSWORD@, percent-decoded */
-};
-
-/* redis://[:password@]host[:port][/db] or unix:/path. NULL, or why not valid. */
-static const char *config_redis_split(const struct evhttp_uri *uri, struct config_redis_target *t)
-{
-    const char *scheme = evhttp_uri_get_scheme(uri);
-    const char *host = evhttp_uri_get_host(uri);
-    const char *userinfo = evhttp_uri_get_userinfo(uri);
-    const char *path = evhttp_uri_get_path(uri);
-    int port = evhttp_uri_get_port(uri);
-    const char *expected = config_redis_expected;
-    uint64_t db = 0;
-
-    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        return expected;
-    if (strcasecmp(scheme, "unix") == 0) {
-        if ((host != NULL && host[0] != '\0') || userinfo != NULL || port != -1 ||
-            path[0] != '/' || path[1] == '\0')
-            return expected;
-        t->unix_path = strdup(path);
-        return t->unix_path ? NULL : "out of memory";
-    }
-    if (strcasecmp(scheme, "redis") != 0 || host == NULL || host[0] == '\0' || port == 0)
-        return expected;
-    /* hiredis 0.14 sends AUTH <password>: there is no ACL user name */
-    if (userinfo != NULL && userinfo[0] != ':')
-        return "write the password as redis://:PASSWORD@host:port/db (user names are not supported)";
-    if (path[0] == '/' && path[1] != '\0' && config_parse_uint(path + 1, INT_MAX, &db) < 0)
-        return "the database after the '/' must be a number";
-    t->db = (int)db;
-    t->port = port == -1 ? CONFIG_REDIS_PORT : (uint16_t)port;
-    t->host = config_host_dup(host);
-    if (t->host == NULL)
-        return "out of memory";
-    if (userinfo != NULL) {
-        t->password = evhttp_uridecode(userinfo + 1, 0, NULL);
-        if (t->password == NULL)
-            return "out of memory";
-    }
-    return NULL;
 }
 
 static int config_set_redis_url(struct config_loader *ld, const struct config_key *key,
                                 yaml_node_t *node, void *obj)
 {
     struct config *cfg = obj;
-    struct config_redis_target t = { NULL, 0, NULL, 0, NULL };
-    struct evhttp_uri *uri = NULL;
+    struct config_redis_target t;
     char *text = config_scalar(ld, key, node);
     const char *why;
 
-    (void)key;
     if (text == NULL)
         return -1;
-    uri = evhttp_uri_parse(text);
-    why = uri ? config_redis_split(uri, &t) : config_redis_expected;
+    why = config_redis_parse(text, &t);
     if (why != NULL) {
         /* the URL is not echoed: it may hold the password */
         config_error(ld, node, "bad redis url: %s", why);
-        goto failed;
+        free(text);
+        return -1;
     }
-    evhttp_uri_free(uri);
     free(cfg->redis_url);
     free(cfg->redis_host);
     free(cfg->redis_unix_path);
@@ -844,14 +475,6 @@ static int config_set_redis_url(struct config_loader *ld, const struct config_ke
     cfg->redis_db = t.db;
     ld->redis_url_password = t.password;
     return 0;
-failed:
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(t.host);
-    free(t.unix_path);
-    free(t.password);
-    free(text);
-    return -1;
 }
 
 static int config_set_duration(struct config_loader *ld, const struct config_key *key,
@@ -1872,20 +1495,7 @@ void config_unref(struct config *cfg)
     free(cfg);
 }
 
-/* ---- queries ----------------------------------------------------------- */
-
-unsigned config_workers(const struct config *cfg)
-{
-    cpu_set_t cpus;
-    int n;
-
-    if (cfg->workers > 0)
-        return cfg->workers;
-    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
-        return 1;
-    n = CPU_COUNT(&cpus);
-    return n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (unsigned)n;
-}
+/* ---- queries: route.c does the work ------------------------------------ */
 
 const struct route *config_match_route(const struct config *cfg, const char *path)
 {
@@ -1898,39 +1508,10 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
     return route_warnings(cfg->routes, cfg->n_routes, file, out, outsize);
 }
 
-static bool config_same_string(const char *a, const char *b)
-{
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 const char *config_reload_refusal(const struct config *running, const struct config *next)
 {
     /* a new prefix would hide every record: retries would execute again */
     if (!config_same_string(running->key_prefix, next->key_prefix))
         return "redis.key_prefix";
     return route_reload_refusal(running->routes, running->n_routes, next->routes, next->n_routes);
-}
-
-unsigned config_method_bit(const char *name)
-{
-    for (const struct config_enum *m = config_method_names; m->name != NULL; m++) {
-        if (strcmp(name, m->name) == 0)
-            return (unsigned)m->value;
-    }
-    return 0;
-}
-
-int config_parse_duration_ms(const char *text, uint64_t *out_ms)
-{
-    return config_parse_unit(text, config_duration_units, CONFIG_MAX_DURATION_MS, out_ms);
-}
-
-int config_parse_size(const char *text, size_t *out_bytes)
-{
-    uint64_t bytes;
-
-    if (config_parse_unit(text, config_size_units, SIZE_MAX, &bytes) < 0)
-        return -1;
-    *out_bytes = (size_t)bytes;
-    return 0;
 }
