@@ -225,6 +225,19 @@ enum config_expand_status config_expand_env(const char *text, bool unset_empty, 
     return st;
 }
 
+char *config_record_source(const struct route_policy *policy)
+{
+    char *source;
+
+    if (policy->webhook && policy->key_from == KEY_FROM_JSON)
+        return config_printf_dup("json:%s", policy->key_json_pointer);
+    source = config_printf_dup("header:%s", policy->key_header);
+    for (char *c = source ? source : ""; *c != '\0'; c++)
+        if (*c >= 'A' && *c <= 'Z')
+            *c = (char)(*c - 'A' + 'a');
+    return source;
+}
+
 /* ---- numbers ----------------------------------------------------------- */
 
 int config_parse_uint(const char *text, uint64_t max, uint64_t *out)
@@ -310,6 +323,18 @@ unsigned config_workers(const struct config *cfg)
 }
 
 /* ---- addresses and URLs ------------------------------------------------ */
+
+static bool config_is_wildcard(const char *host)
+{
+    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen)
+{
+    return admin->host != NULL && admin->port == listen->port &&
+           (strcmp(admin->host, listen->host) == 0 || config_is_wildcard(admin->host) ||
+            config_is_wildcard(listen->host));
+}
 
 /* Strips the brackets of an IPv6 literal ("[::1]" -> "::1"); malloc'd. */
 static char *config_host_dup(const char *host)

@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "policy.h"
+
+struct endpoint;
+
 /* One allowed spelling of an enum-valued key and the value stored for it. */
 struct config_enum {
     const char *name;
@@ -61,6 +65,21 @@ bool config_is_json_pointer(const char *s);
 /* Whether two strings, either possibly NULL, are equal (NULL equals only NULL). */
 bool config_same_string(const char *a, const char *b);
 
+/*
+ * What record ids hash as policy's key source (fingerprint.h):
+ * "header:" and key_header lowercased (header names are case-insensitive,
+ * RFC 9110 5.1), or for a webhook route with key_from json: "json:" and the
+ * pointer as written. Malloc'd (caller frees); NULL when out of memory.
+ */
+char *config_record_source(const struct route_policy *policy);
+
+/*
+ * Whether the admin listener (host NULL: disabled) would take the port of
+ * listen: the same port with the same host, or either host a wildcard
+ * (0.0.0.0, ::).
+ */
+bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen);
+
 /* Copy of the first n bytes of s plus a NUL; malloc'd (caller frees), NULL when out of memory. */
 char *config_strndup(const char *s, size_t n);
 
@@ -70,7 +89,8 @@ char *config_printf_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2
 /* What config_expand_env found. */
 enum config_expand_status {
     CONFIG_EXPAND_OK,
-    CONFIG_EXPAND_BAD_SYNTAX,   /* "${" not followed by NAME and '}' (NAME: [A-Za-z_][A-Za-z0-9_]*) */
+    CONFIG_EXPAND_BAD_SYNTAX,   /* "${" not followed by NAME and '}',
+                                   NAME being [A-Za-z_][A-Za-z0-9_]* */
     CONFIG_EXPAND_UNSET,        /* ${NAME} names an unset variable */
     CONFIG_EXPAND_NOMEM,
 };
