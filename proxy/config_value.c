@@ -2,7 +2,8 @@
  * config_value.c - the value parsers of the configuration loader
  * (config_value.h), and the public ones of config.h that read a single value:
  * config_parse_duration_ms, config_parse_size, config_method_bit,
- * config_workers. Pure: the loader (config.c) words every error.
+ * config_workers. No YAML and no messages: the loader (config.c,
+ * config_set.c) words every error; only config_workers asks the system.
  */
 #include "config.h"
 #include "config_value.h"

@@ -2,9 +2,9 @@
  * config_value.h - the value parsers of the configuration loader: what one
  * YAML value's text means (durations, sizes, numbers, addresses, URLs,
  * header names, ${VAR} expansion). Private to the config module: only
- * config*.c include it. Pure: no YAML, no messages, no globals beyond
- * getenv; each parser says "no" and the loader words the error with the
- * file, line and key.
+ * config*.c include it. Pure: no YAML, no messages, no state (getenv is
+ * the only outside input); each parser says "no" and the loader words the
+ * error with the file, line and key.
  */
 #ifndef IDEM_CONFIG_VALUE_H
 #define IDEM_CONFIG_VALUE_H
