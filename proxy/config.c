@@ -7,9 +7,9 @@
  *   1. structure: every mapping is checked against the key tables below:
  *      unknown keys, duplicate keys, and the kind of each value (a single
  *      value, a list, a section);
- *   2. typed setters: each key present in the file runs its setter, which
- *      expands ${VAR}, converts the text into the struct field and marks
- *      the key as set;
+ *   2. typed setters: for each key present in the file the pass expands
+ *      ${VAR} in the value and runs the key's setter (config_set.c), which
+ *      converts the text into the struct field; the key is marked as set;
  *   3. defaults and cross-field checks: every key still unset takes its
  *      value from `defaults:` (routes only) and then from the built-in
  *      defaults document, which is the contract's section 3 written as
@@ -19,107 +19,28 @@
  * The key tables are the schema. tests/unit/check_config_keys.py reads
  * them with a regex, so keep one `{ "name", ...` entry per line in the
  * `static const struct config_key config_*_keys[]` arrays.
+ *
+ * The rest of the module: config_int.h (the types and helpers its files
+ * share, and the setters' ownership rule), config_set.c (the setters),
+ * config_value.c (pure value parsers); route patterns live in route.c.
  */
-#include "config.h"
-#include "path.h"
+#include "config_int.h"
+#include "route.h"
 #include "webhook.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-
-#include <event2/http.h>
-#include <yaml.h>
 
 #define CONFIG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-#define CONFIG_REDIS_PORT 6379
-
-struct config_loader;
-struct config_key;
-struct config_section;
-
-/* Converts node into the field of obj that key names; -1 after config_error. */
-typedef int config_setter(struct config_loader *ld, const struct config_key *key,
-                          yaml_node_t *node, void *obj);
-
-/* What kind of YAML node a key takes; checked in pass 1. */
-enum config_kind {
-    CONFIG_SCALAR,          /* one value */
-    CONFIG_LIST,            /* a list of values; null counts as [] */
-    CONFIG_SCALAR_OR_LIST,  /* one value or a list of values (secret) */
-    CONFIG_SECTION,         /* a mapping with its own key table; null counts as {} */
-    CONFIG_ROUTES,          /* a list of route mappings; null counts as [] */
-};
-
-#define CONFIG_ROUTE_ONLY 0x1u  /* webhook keys: in a route, not in defaults: */
-#define CONFIG_POSITIVE   0x2u  /* durations: 0 is an error */
-#define CONFIG_EMPTY_OFF  0x4u  /* endpoints: "" disables the listener */
-#define CONFIG_NONEMPTY   0x8u  /* strings: "" is an error */
-#define CONFIG_UNSET_EMPTY 0x10u /* an unset ${VAR} reads as "" (documented optional values);
-                                    elsewhere it is an error that names VAR */
-
-struct config_key {
-    const char *name;
-    enum config_kind kind;
-    config_setter *set;                    /* NULL: a section the passes walk */
-    size_t offset;                         /* of the field, for generic setters */
-    unsigned flags;
-    const struct config_section *section;  /* CONFIG_SECTION, CONFIG_ROUTES */
-    const struct config_enum *names;       /* config_set_enum: the allowed values */
-};
 
 struct config_section {
     const char *name;                      /* in messages: "in NAME" */
     const struct config_key *tables[2];    /* a route takes path + policy keys */
     unsigned exclude;                      /* key flags not allowed here */
 };
-
-/* One parsed YAML text: the user's file or the built-in defaults. */
-struct config_doc {
-    const char *name;                      /* the FILE of "FILE:LINE:" */
-    yaml_document_t yaml;
-    bool loaded;
-    yaml_node_t *root;                     /* a mapping; NULL for an empty file */
-};
-
-struct config_loader {
-    struct config *cfg;
-    char *err;
-    size_t errlen;
-    struct config_doc user;
-    struct config_doc builtin;
-    struct config_doc *cur;                /* the document being read */
-    /* pass 2/3: which keys are set, one bit per index in their table */
-    uint32_t set_root, set_upstream, set_redis, set_limits, set_defaults;
-    uint32_t set_errors;
-    uint32_t *set_routes;                  /* one mask per route */
-    yaml_node_t **route_nodes;             /* each route's mapping, for lines */
-    char *redis_url_password;              /* from redis://:PASSWORD@ */
-};
-
-struct config_enum {
-    const char *name;
-    int value;
-};
-
-struct config_unit {
-    const char *name;
-    uint64_t factor;
-};
-
-static config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
-    config_set_duration, config_set_size, config_set_string, config_set_bool,
-    config_set_route_path, config_set_key_header, config_set_methods,
-    config_set_key_max_length, config_set_enum, config_set_scope_headers,
-    config_set_release_statuses, config_set_key_from, config_set_secret, config_set_workers,
-    config_set_key_prefix;
 
 #define CFG(field) offsetof(struct config, field)
 #define POL(field) offsetof(struct route_policy, field)
@@ -151,57 +72,57 @@ static const struct config_enum config_error_format_names[] = {
 /* The schema (CONTRACT section 3). Each table ends with { NULL }. */
 
 static const struct config_key config_upstream_keys[] = {
-    { "url", CONFIG_SCALAR, config_set_upstream_url, 0, 0, NULL, NULL },
-    { "connect_timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_connect_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
-    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "url", CONFIG_SCALAR, config_set_upstream_url, 0, 0, NULL, NULL, NULL },
+    { "connect_timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_connect_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(upstream_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 static const struct config_key config_redis_keys[] = {
-    { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL },
-    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL },
-    { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL },
-    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL, NULL },
+    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
+    { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL, NULL },
+    { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 static const struct config_key config_limits_keys[] = {
-    { "max_request_body", CONFIG_SCALAR, config_set_size, CFG(max_request_body), 0, NULL, NULL },
-    { "max_stored_response", CONFIG_SCALAR, config_set_size, CFG(max_stored_response), 0, NULL, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "max_request_body", CONFIG_SCALAR, config_set_size, CFG(max_request_body), 0, NULL, NULL, NULL },
+    { "max_stored_response", CONFIG_SCALAR, config_set_size, CFG(max_stored_response), 0, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 static const struct config_key config_errors_keys[] = {
-    { "format", CONFIG_SCALAR, config_set_enum, CFG(error_format), 0, NULL, config_error_format_names },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "format", CONFIG_SCALAR, config_set_enum, CFG(error_format), 0, NULL, config_error_format_names, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 /* `defaults:` takes these without the route-only (webhook) ones; a route takes all. */
 static const struct config_key config_policy_keys[] = {
-    { "key_header", CONFIG_SCALAR, config_set_key_header, 0, 0, NULL, NULL },
-    { "methods", CONFIG_LIST, config_set_methods, 0, 0, NULL, NULL },
-    { "require_key", CONFIG_SCALAR, config_set_bool, POL(require_key), 0, NULL, NULL },
-    { "key_max_length", CONFIG_SCALAR, config_set_key_max_length, 0, 0, NULL, NULL },
-    { "fingerprint", CONFIG_SCALAR, config_set_enum, POL(fingerprint), 0, NULL, config_fingerprint_names },
-    { "scope_headers", CONFIG_LIST, config_set_scope_headers, 0, 0, NULL, NULL },
-    { "lease", CONFIG_SCALAR, config_set_duration, POL(lease_ms), CONFIG_POSITIVE, NULL, NULL },
-    { "retention", CONFIG_SCALAR, config_set_duration, POL(retention_ms), CONFIG_POSITIVE, NULL, NULL },
-    { "in_flight", CONFIG_SCALAR, config_set_enum, POL(in_flight), 0, NULL, config_in_flight_names },
-    { "wait_timeout", CONFIG_SCALAR, config_set_duration, POL(wait_timeout_ms), CONFIG_POSITIVE, NULL, NULL },
-    { "mismatch_status", CONFIG_SCALAR, config_set_enum, POL(mismatch_status), 0, NULL, config_mismatch_names },
-    { "release_statuses", CONFIG_LIST, config_set_release_statuses, 0, 0, NULL, NULL },
-    { "on_ambiguous", CONFIG_SCALAR, config_set_enum, POL(on_ambiguous), 0, NULL, config_ambiguous_names },
-    { "on_store_error", CONFIG_SCALAR, config_set_enum, POL(on_store_error), 0, NULL, config_store_error_names },
-    { "key_from", CONFIG_SCALAR, config_set_key_from, 0, CONFIG_ROUTE_ONLY, NULL, NULL },
-    { "verify", CONFIG_SCALAR, config_set_enum, POL(verify), CONFIG_ROUTE_ONLY, NULL, config_verify_names },
-    { "secret", CONFIG_SCALAR_OR_LIST, config_set_secret, 0, CONFIG_ROUTE_ONLY, NULL, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "key_header", CONFIG_SCALAR, config_set_key_header, 0, 0, NULL, NULL, NULL },
+    { "methods", CONFIG_LIST, config_set_method, 0, 0, NULL, NULL, config_begin_methods },
+    { "require_key", CONFIG_SCALAR, config_set_bool, POL(require_key), 0, NULL, NULL, NULL },
+    { "key_max_length", CONFIG_SCALAR, config_set_key_max_length, 0, 0, NULL, NULL, NULL },
+    { "fingerprint", CONFIG_SCALAR, config_set_enum, POL(fingerprint), 0, NULL, config_fingerprint_names, NULL },
+    { "scope_headers", CONFIG_LIST, config_set_scope_header, 0, 0, NULL, NULL, config_begin_scope_headers },
+    { "lease", CONFIG_SCALAR, config_set_duration, POL(lease_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "retention", CONFIG_SCALAR, config_set_duration, POL(retention_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "in_flight", CONFIG_SCALAR, config_set_enum, POL(in_flight), 0, NULL, config_in_flight_names, NULL },
+    { "wait_timeout", CONFIG_SCALAR, config_set_duration, POL(wait_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "mismatch_status", CONFIG_SCALAR, config_set_enum, POL(mismatch_status), 0, NULL, config_mismatch_names, NULL },
+    { "release_statuses", CONFIG_LIST, config_set_release_status, 0, 0, NULL, NULL, config_begin_release_statuses },
+    { "on_ambiguous", CONFIG_SCALAR, config_set_enum, POL(on_ambiguous), 0, NULL, config_ambiguous_names, NULL },
+    { "on_store_error", CONFIG_SCALAR, config_set_enum, POL(on_store_error), 0, NULL, config_store_error_names, NULL },
+    { "key_from", CONFIG_SCALAR, config_set_key_from, 0, CONFIG_ROUTE_ONLY, NULL, NULL, NULL },
+    { "verify", CONFIG_SCALAR, config_set_enum, POL(verify), CONFIG_ROUTE_ONLY, NULL, config_verify_names, NULL },
+    { "secret", CONFIG_SCALAR_OR_LIST, config_set_secret, 0, CONFIG_ROUTE_ONLY, NULL, NULL, config_begin_secrets },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 /* A route is `path` plus any key of config_policy_keys. */
 static const struct config_key config_route_keys[] = {
-    { "path", CONFIG_SCALAR, config_set_route_path, 0, 0, NULL, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "path", CONFIG_SCALAR, config_set_route_path, 0, 0, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 _Static_assert(CONFIG_ARRAY_SIZE(config_policy_keys) - 1 <= 32, "set masks are 32 bits");
@@ -220,16 +141,16 @@ static const struct config_section config_route_section = {
     "a route", { config_route_keys, config_policy_keys }, 0 };
 
 static const struct config_key config_root_keys[] = {
-    { "listen", CONFIG_SCALAR, config_set_endpoint, CFG(listen), 0, NULL, NULL },
-    { "admin_listen", CONFIG_SCALAR, config_set_endpoint, CFG(admin_listen), CONFIG_EMPTY_OFF, NULL, NULL },
-    { "workers", CONFIG_SCALAR, config_set_workers, CFG(workers), 0, NULL, NULL },
-    { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section, NULL },
-    { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL },
-    { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL },
-    { "errors", CONFIG_SECTION, NULL, 0, 0, &config_errors_section, NULL },
-    { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section, NULL },
-    { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section, NULL },
-    { NULL, 0, NULL, 0, 0, NULL, NULL },
+    { "listen", CONFIG_SCALAR, config_set_endpoint, CFG(listen), 0, NULL, NULL, NULL },
+    { "admin_listen", CONFIG_SCALAR, config_set_endpoint, CFG(admin_listen), CONFIG_EMPTY_OFF, NULL, NULL, NULL },
+    { "workers", CONFIG_SCALAR, config_set_workers, CFG(workers), 0, NULL, NULL, NULL },
+    { "upstream", CONFIG_SECTION, NULL, 0, 0, &config_upstream_section, NULL, NULL },
+    { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL, NULL },
+    { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL, NULL },
+    { "errors", CONFIG_SECTION, NULL, 0, 0, &config_errors_section, NULL, NULL },
+    { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section, NULL, NULL },
+    { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
 static const struct config_section config_root_section = {
@@ -280,25 +201,9 @@ static const char config_builtin_yaml[] =
     "  on_ambiguous: hold\n"
     "  on_store_error: reject\n";
 
-static const struct config_enum config_method_names[] = {
-    { "GET", METHOD_GET }, { "HEAD", METHOD_HEAD }, { "POST", METHOD_POST },
-    { "PUT", METHOD_PUT }, { "PATCH", METHOD_PATCH }, { "DELETE", METHOD_DELETE },
-    { "OPTIONS", METHOD_OPTIONS }, { NULL, 0 },
-};
-static const struct config_unit config_duration_units[] = {
-    { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 60 * 60 * 1000 },
-    { "d", 24 * 60 * 60 * 1000 }, { NULL, 0 },
-};
-static const struct config_unit config_size_units[] = {
-    { "B", 1 }, { "KiB", 1024 }, { "MiB", 1024 * 1024 }, { "GiB", 1024 * 1024 * 1024 },
-    { NULL, 0 },
-};
-
 /* ---- messages ---------------------------------------------------------- */
 
-/* Writes "FILE:LINE: message" (LINE 1-based; no LINE without a node). Returns -1. */
-static int __attribute__((format(printf, 3, 4)))
-config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt, ...)
+int config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -318,156 +223,9 @@ config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt,
     return -1;
 }
 
-static int config_oom(struct config_loader *ld, const yaml_node_t *node)
+int config_oom(struct config_loader *ld, const yaml_node_t *node)
 {
     return config_error(ld, node, "out of memory");
-}
-
-/* Appends s to buf (a NUL-terminated list of len bytes), comma-separated. */
-static void config_list_append(char *buf, size_t len, const char *s)
-{
-    size_t used = strlen(buf);
-
-    if (used < len)
-        snprintf(buf + used, len - used, "%s%s", used ? ", " : "", s);
-}
-
-static void config_enum_list(const struct config_enum *names, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    for (; names->name != NULL; names++)
-        config_list_append(buf, len, names->name);
-}
-
-/* "90s" -> "90s", 86400000 -> "1d": the largest unit that divides ms. */
-static void config_format_duration(uint64_t ms, char *buf, size_t len)
-{
-    const struct config_unit *u = &config_duration_units[CONFIG_ARRAY_SIZE(config_duration_units) - 2];
-
-    for (; ms != 0 && u > config_duration_units; u--) {
-        if (ms % u->factor == 0)
-            break;
-    }
-    snprintf(buf, len, "%" PRIu64 "%s", ms / u->factor, ms == 0 ? "s" : u->name);
-}
-
-/* ---- small helpers ----------------------------------------------------- */
-
-static char *config_strndup(const char *s, size_t n)
-{
-    char *copy = malloc(n + 1);
-
-    if (copy != NULL) {
-        memcpy(copy, s, n);
-        copy[n] = '\0';
-    }
-    return copy;
-}
-
-static char *config_printf_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *config_printf_dup(const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    char *out;
-
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return NULL;
-    out = malloc((size_t)n + 1);
-    if (out == NULL)
-        return NULL;
-    va_start(ap, fmt);
-    vsnprintf(out, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return out;
-}
-
-static bool config_is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static bool config_is_env_char(char c)
-{
-    return config_is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-/* An HTTP header name: an RFC 9110 section 5.6.2 token. */
-static bool config_is_token(const char *s)
-{
-    if (*s == '\0')
-        return false;
-    for (; *s != '\0'; s++) {
-        if (config_is_env_char(*s) && *s != '_')
-            continue;
-        if (strchr("!#$%&'*+-.^_`|~", *s) == NULL)
-            return false;
-    }
-    return true;
-}
-
-/* An RFC 6901 JSON Pointer: "/a/b", '~' only as ~0 or ~1. */
-static bool config_is_json_pointer(const char *s)
-{
-    if (*s != '/')
-        return false;
-    for (; *s != '\0'; s++) {
-        if (*s == '~' && s[1] != '0' && s[1] != '1')
-            return false;
-    }
-    return true;
-}
-
-/* Decimal digits only, no sign; -1 when empty or above max. */
-static int config_parse_uint(const char *text, uint64_t max, uint64_t *out)
-{
-    uint64_t n = 0;
-
-    if (*text == '\0')
-        return -1;
-    for (; *text != '\0'; text++) {
-        unsigned d = (unsigned)(*text - '0');
-
-        if (!config_is_digit(*text) || n > (max - d) / 10)
-            return -1;
-        n = n * 10 + d;
-    }
-    *out = n;
-    return 0;
-}
-
-/* "<digits><unit>" with a unit from units; -1 on anything else or above max. */
-static int config_parse_unit(const char *text, const struct config_unit *units,
-                             uint64_t max, uint64_t *out)
-{
-    size_t digits;
-    uint64_t n = 0;
-
-    if (text == NULL)
-        return -1;
-    digits = strspn(text, "0123456789");
-    if (digits == 0)
-        return -1;
-    for (size_t i = 0; i < digits; i++) {
-        unsigned d = (unsigned)(text[i] - '0');
-
-        if (n > (UINT64_MAX - d) / 10)
-            return -1;
-        n = n * 10 + d;
-    }
-    for (; units->name != NULL; units++) {
-        if (strcmp(text + digits, units->name) != 0)
-            continue;
-        if (n > max / units->factor)
-            return -1;
-        *out = n * units->factor;
-        return 0;
-    }
-    return -1;
 }
 
 /* ---- reading nodes ----------------------------------------------------- */
@@ -522,21 +280,6 @@ static yaml_node_t *config_item(struct config_loader *ld, yaml_node_t *node, siz
     return node;
 }
 
-/* Appends n bytes of s to the malloc'd string *out of *len bytes; -1 after config_oom. */
-static int config_append(struct config_loader *ld, yaml_node_t *node, char **out, size_t *len,
-                         const char *s, size_t n)
-{
-    char *grown = realloc(*out, *len + n + 1);
-
-    if (grown == NULL)
-        return config_oom(ld, node);
-    memcpy(grown + *len, s, n);
-    *len += n;
-    grown[*len] = '\0';
-    *out = grown;
-    return 0;
-}
-
 /*
  * The scalar's text, malloc'd, with each ${NAME} replaced by getenv(NAME);
  * YAML null reads as "". An unset NAME is an error naming it unless key
@@ -548,738 +291,34 @@ static char *config_scalar(struct config_loader *ld, const struct config_key *ke
                            yaml_node_t *node)
 {
     const char *text = (const char *)node->data.scalar.value;
-    const char *in = text;
-    char *out = NULL;
-    size_t len = 0;
+    bool unset_empty = key != NULL && (key->flags & CONFIG_UNSET_EMPTY);
+    const char *name = NULL;
+    size_t name_len = 0;
+    char *out;
 
     if (config_is_null(node))
-        in = "";
+        text = "";
     else if (strlen(text) != node->data.scalar.length) {
         config_error(ld, node, "a value may not contain a NUL byte");
-        goto failed;
+        return NULL;
     }
-    for (;;) {
-        const char *dollar = strstr(in, "${");
-        const char *name, *end, *value;
-        char *var;
-
-        if (dollar == NULL) {
-            if (config_append(ld, node, &out, &len, in, strlen(in)) < 0)
-                goto failed;
-            return out;
-        }
-        if (config_append(ld, node, &out, &len, in, (size_t)(dollar - in)) < 0)
-            goto failed;
-        name = dollar + 2;
-        for (end = name; config_is_env_char(*end); end++)
-            ;
-        if (end == name || *end != '}' || config_is_digit(*name)) {
-            config_error(ld, node, "bad ${...} in '%s': write ${NAME}, NAME made of letters, "
-                         "digits and _", text);
-            goto failed;
-        }
-        var = config_strndup(name, (size_t)(end - name));
-        if (var == NULL) {
-            config_oom(ld, node);
-            goto failed;
-        }
-        value = getenv(var);
-        if (value == NULL && (key == NULL || !(key->flags & CONFIG_UNSET_EMPTY))) {
-            config_error(ld, node, "%s%s${%s} is not set (export it, or write the value "
-                         "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "", var);
-            free(var);
-            goto failed;
-        }
-        free(var);
-        if (value == NULL)
-            value = "";
-        if (config_append(ld, node, &out, &len, value, strlen(value)) < 0)
-            goto failed;
-        in = end + 1;
-    }
-failed:
-    free(out);
-    return NULL;
-}
-
-/* The value of a scalar among names; -1 after an error listing them. */
-static int config_scalar_enum(struct config_loader *ld, const struct config_key *key,
-                              yaml_node_t *node, const struct config_enum *names, int *out)
-{
-    char allowed[256];
-    char *text = config_scalar(ld, key, node);
-
-    if (text == NULL)
-        return -1;
-    for (const struct config_enum *e = names; e->name != NULL; e++) {
-        if (strcmp(text, e->name) == 0) {
-            *out = e->value;
-            free(text);
-            return 0;
-        }
-    }
-    config_enum_list(names, allowed, sizeof(allowed));
-    config_error(ld, node, "bad %s '%s': expected one of %s", key->name, text, allowed);
-    free(text);
-    return -1;
-}
-
-/* ---- pass 2: typed setters --------------------------------------------- */
-
-/* Strips the brackets of an IPv6 literal ("[::1]" -> "::1"); malloc'd. */
-static char *config_host_dup(const char *host)
-{
-    size_t len = strlen(host);
-
-    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
-        return config_strndup(host + 1, len - 2);
-    return strdup(host);
-}
-
-/*
- * host:port, read as the authority of an http:// URL so that libevent
- * splits it (IPv6 brackets included). NULL, or why it is not valid.
- */
-static const char *config_endpoint_split(const char *text, char **host, uint16_t *port)
-{
-    char *url = config_printf_dup("http://%s", text);
-    struct evhttp_uri *uri = url ? evhttp_uri_parse(url) : NULL;
-    const char *why = NULL;
-    const char *h;
-    int p;
-
-    if (url == NULL)
-        return "out of memory";
-    h = uri ? evhttp_uri_get_host(uri) : NULL;
-    p = uri ? evhttp_uri_get_port(uri) : -1;
-    if (h == NULL || h[0] == '\0' || p < 1 || p > 65535 ||
-        evhttp_uri_get_userinfo(uri) != NULL || evhttp_uri_get_path(uri)[0] != '\0' ||
-        evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        why = "expected host:port with a port from 1 to 65535";
-    else if ((*host = config_host_dup(h)) == NULL)
-        why = "out of memory";
-    else
-        *port = (uint16_t)p;
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(url);
-    return why;
-}
-
-static int config_set_endpoint(struct config_loader *ld, const struct config_key *key,
-                               yaml_node_t *node, void *obj)
-{
-    struct endpoint *ep = (struct endpoint *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-    const char *why;
-
-    if (text == NULL)
-        return -1;
-    free(ep->host);
-    ep->host = NULL;
-    ep->port = 0;
-    if (text[0] == '\0' && (key->flags & CONFIG_EMPTY_OFF)) {
-        free(text);
-        return 0;
-    }
-    why = config_endpoint_split(text, &ep->host, &ep->port);
-    if (why != NULL) {
-        config_error(ld, node, "bad %s address '%s': %s%s", key->name, text, why,
-                     (key->flags & CONFIG_EMPTY_OFF) ? ", or \"\" to disable it" : "");
-        goto failed;
-    }
-    free(text);
-    return 0;
-failed:
-    free(text);
-    return -1;
-}
-
-static const char config_upstream_expected[] =
-    "expected http://host[:port][/path], https://host[:port][/path] or unix:/path/to.sock";
-static const char config_redis_expected[] =
-    "expected redis://[:password@]host:port/db or unix:/path/to.sock";
-
-/*
- * http://host[:port][/path], https://..., or unix:/path/to.sock (unix:///path
- * too). *base is scheme://host:port[/path] without a trailing '/', or
- * http://localhost for a unix socket. NULL, or why the URL is not valid.
- */
-static const char *config_upstream_split(const struct evhttp_uri *uri, char **base,
-                                         char **unix_path)
-{
-    const char *scheme = evhttp_uri_get_scheme(uri);
-    const char *host = evhttp_uri_get_host(uri);
-    const char *path = evhttp_uri_get_path(uri);
-    int port = evhttp_uri_get_port(uri);
-    const char *expected = config_upstream_expected;
-
-    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        return expected;
-    if (evhttp_uri_get_userinfo(uri) != NULL)
-        return "credentials in the upstream url are not supported";
-    if (strcasecmp(scheme, "unix") == 0) {
-        if ((host != NULL && host[0] != '\0') || port != -1 || path[0] != '/' || path[1] == '\0')
-            return expected;
-        *unix_path = strdup(path);
-        *base = strdup("http://localhost");
-    } else if (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0) {
-        bool tls = strcasecmp(scheme, "https") == 0;
-        size_t path_len = strlen(path);
-
-        if (host == NULL || host[0] == '\0' || port == 0)
-            return expected;
-        if (port == -1)
-            port = tls ? 443 : 80;
-        while (path_len > 0 && path[path_len - 1] == '/')
-            path_len--;
-        *base = config_printf_dup("%s://%s:%d%.*s", tls ? "https" : "http", host, port,
-                                  (int)path_len, path);
-    } else {
-        return expected;
-    }
-    if (*base == NULL || (strcasecmp(scheme, "unix") == 0 && *unix_path == NULL))
-        return "out of memory";
-    return NULL;
-}
-
-static int config_set_upstream_url(struct config_loader *ld, const struct config_key *key,
-                                   yaml_node_t *node, void *obj)
-{
-    struct config *cfg = obj;
-    struct evhttp_uri *uri = NULL;
-    char *text = config_scalar(ld, key, node);
-    char *base = NULL, *unix_path = NULL;
-    const char *why;
-
-    (void)key;
-    if (text == NULL)
-        return -1;
-    uri = evhttp_uri_parse(text);
-    why = uri ? config_upstream_split(uri, &base, &unix_path) : config_upstream_expected;
-    if (why != NULL) {
-        /* the url itself is not repeated: it may carry credentials */
-        config_error(ld, node, "bad upstream url: %s", why);
-        goto failed;
-    }
-    evhttp_uri_free(uri);
-    free(cfg->upstream_url);
-    free(cfg->upstream_base);
-    free(cfg->upstream_unix_path);
-    cfg->upstream_url = text;
-    cfg->upstream_base = base;
-    cfg->upstream_unix_path = unix_path;
-    return 0;
-failed:
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(base);
-    free(unix_path);
-    free(text);
-    return -1;
-}
-
-/* What redis.url holds once split; all strings malloc'd. */
-struct config_redis_target {
-    char *host;         /* NULL for a unix socket */
-    uint16_t port;
-    char *unix_path;
-    int db;
-    char *password;     /* from redis://:PASSWORD@, percent-decoded */
-};
-
-/* redis://[:password@]host[:port][/db] or unix:/path. NULL, or why not valid. */
-static const char *config_redis_split(const struct evhttp_uri *uri, struct config_redis_target *t)
-{
-    const char *scheme = evhttp_uri_get_scheme(uri);
-    const char *host = evhttp_uri_get_host(uri);
-    const char *userinfo = evhttp_uri_get_userinfo(uri);
-    const char *path = evhttp_uri_get_path(uri);
-    int port = evhttp_uri_get_port(uri);
-    const char *expected = config_redis_expected;
-    uint64_t db = 0;
-
-    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
-        return expected;
-    if (strcasecmp(scheme, "unix") == 0) {
-        if ((host != NULL && host[0] != '\0') || userinfo != NULL || port != -1 ||
-            path[0] != '/' || path[1] == '\0')
-            return expected;
-        t->unix_path = strdup(path);
-        return t->unix_path ? NULL : "out of memory";
-    }
-    if (strcasecmp(scheme, "redis") != 0 || host == NULL || host[0] == '\0' || port == 0)
-        return expected;
-    /* hiredis 0.14 sends AUTH <password>: there is no ACL user name */
-    if (userinfo != NULL && userinfo[0] != ':')
-        return "write the password as redis://:PASSWORD@host:port/db (user names are not supported)";
-    if (path[0] == '/' && path[1] != '\0' && config_parse_uint(path + 1, INT_MAX, &db) < 0)
-        return "the database after the '/' must be a number";
-    t->db = (int)db;
-    t->port = port == -1 ? CONFIG_REDIS_PORT : (uint16_t)port;
-    t->host = config_host_dup(host);
-    if (t->host == NULL)
-        return "out of memory";
-    if (userinfo != NULL) {
-        t->password = evhttp_uridecode(userinfo + 1, 0, NULL);
-        if (t->password == NULL)
-            return "out of memory";
+    switch (config_expand_env(text, unset_empty, &out, &name, &name_len)) {
+    case CONFIG_EXPAND_OK:
+        return out;
+    case CONFIG_EXPAND_BAD_SYNTAX:
+        config_error(ld, node, "bad ${...} in '%s': write ${NAME}, NAME made of letters, "
+                     "digits and _", text);
+        break;
+    case CONFIG_EXPAND_UNSET:
+        config_error(ld, node, "%s%s${%.*s} is not set (export it, or write the value "
+                     "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "",
+                     (int)name_len, name);
+        break;
+    case CONFIG_EXPAND_NOMEM:
+        config_oom(ld, node);
+        break;
     }
     return NULL;
-}
-
-static int config_set_redis_url(struct config_loader *ld, const struct config_key *key,
-                                yaml_node_t *node, void *obj)
-{
-    struct config *cfg = obj;
-    struct config_redis_target t = { NULL, 0, NULL, 0, NULL };
-    struct evhttp_uri *uri = NULL;
-    char *text = config_scalar(ld, key, node);
-    const char *why;
-
-    (void)key;
-    if (text == NULL)
-        return -1;
-    uri = evhttp_uri_parse(text);
-    why = uri ? config_redis_split(uri, &t) : config_redis_expected;
-    if (why != NULL) {
-        /* the URL is not echoed: it may hold the password */
-        config_error(ld, node, "bad redis url: %s", why);
-        goto failed;
-    }
-    evhttp_uri_free(uri);
-    free(cfg->redis_url);
-    free(cfg->redis_host);
-    free(cfg->redis_unix_path);
-    free(ld->redis_url_password);
-    cfg->redis_url = text;
-    cfg->redis_host = t.host;
-    cfg->redis_port = t.port;
-    cfg->redis_unix_path = t.unix_path;
-    cfg->redis_db = t.db;
-    ld->redis_url_password = t.password;
-    return 0;
-failed:
-    if (uri != NULL)
-        evhttp_uri_free(uri);
-    free(t.host);
-    free(t.unix_path);
-    free(t.password);
-    free(text);
-    return -1;
-}
-
-static int config_set_duration(struct config_loader *ld, const struct config_key *key,
-                               yaml_node_t *node, void *obj)
-{
-    uint64_t *field = (uint64_t *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-
-    if (text == NULL)
-        return -1;
-    if (config_parse_duration_ms(text, field) < 0) {
-        config_error(ld, node, "bad duration '%s' for %s: expected a whole number and a unit "
-                     "(ms, s, m, h, d) of at most 3650d, e.g. 250ms or 24h", text, key->name);
-        goto failed;
-    }
-    if (*field == 0 && (key->flags & CONFIG_POSITIVE)) {
-        config_error(ld, node, "%s must be longer than 0", key->name);
-        goto failed;
-    }
-    free(text);
-    return 0;
-failed:
-    free(text);
-    return -1;
-}
-
-static int config_set_size(struct config_loader *ld, const struct config_key *key,
-                           yaml_node_t *node, void *obj)
-{
-    size_t *field = (size_t *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-    int rc = 0;
-
-    if (text == NULL)
-        return -1;
-    if (config_parse_size(text, field) < 0)
-        rc = config_error(ld, node, "bad size '%s' for %s: expected a whole number and a unit "
-                          "(B, KiB, MiB, GiB), e.g. 1MiB", text, key->name);
-    free(text);
-    return rc;
-}
-
-static int config_set_workers(struct config_loader *ld, const struct config_key *key,
-                              yaml_node_t *node, void *obj)
-{
-    unsigned *field = (unsigned *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-    uint64_t n = 0;
-    int rc = 0;
-
-    if (text == NULL)
-        return -1;
-    if (strcmp(text, "auto") == 0)
-        *field = 0;
-    else if (config_parse_uint(text, CONFIG_MAX_WORKERS, &n) < 0 || n == 0)
-        rc = config_error(ld, node, "bad %s '%s': expected a whole number from 1 to %d, or auto "
-                          "(one per CPU)", key->name, text, CONFIG_MAX_WORKERS);
-    else
-        *field = (unsigned)n;
-    free(text);
-    return rc;
-}
-
-static int config_set_string(struct config_loader *ld, const struct config_key *key,
-                             yaml_node_t *node, void *obj)
-{
-    char **field = (char **)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-
-    if (text == NULL)
-        return -1;
-    if (text[0] == '\0' && (key->flags & CONFIG_NONEMPTY)) {
-        free(text);
-        return config_error(ld, node, "%s may not be empty", key->name);
-    }
-    free(*field);
-    *field = text;
-    return 0;
-}
-
-/*
- * redis.key_prefix: 1..CONFIG_MAX_KEY_PREFIX bytes of printable ASCII
- * without spaces, '{' or '}'. The length bounds the record key so it is
- * never cut (record_key_format); a brace would move the Redis Cluster hash
- * tag away from {RECORD_ID}.
- */
-static int config_set_key_prefix(struct config_loader *ld, const struct config_key *key,
-                                 yaml_node_t *node, void *obj)
-{
-    char **field = (char **)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-    size_t len;
-
-    if (text == NULL)
-        return -1;
-    len = strlen(text);
-    if (len == 0 || len > CONFIG_MAX_KEY_PREFIX) {
-        free(text);
-        return config_error(ld, node, "%s must be 1 to %d bytes long, not %zu", key->name,
-                            CONFIG_MAX_KEY_PREFIX, len);
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-
-        if (c <= ' ' || c >= 0x7f || c == '{' || c == '}') {
-            free(text);
-            return config_error(ld, node, "bad %s: printable ASCII without spaces, '{' or '}' "
-                                "(braces would break the Redis Cluster hash tag)", key->name);
-        }
-    }
-    free(*field);
-    *field = text;
-    return 0;
-}
-
-static int config_set_bool(struct config_loader *ld, const struct config_key *key,
-                           yaml_node_t *node, void *obj)
-{
-    bool *field = (bool *)((char *)obj + key->offset);
-    char *text = config_scalar(ld, key, node);
-    /* only YAML's plain true/false: "true" quoted is a string, True a spelling we refuse */
-    bool plain = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    int rc = 0;
-
-    if (text == NULL)
-        return -1;
-    if (plain && strcmp(text, "true") == 0)
-        *field = true;
-    else if (plain && strcmp(text, "false") == 0)
-        *field = false;
-    else
-        rc = config_error(ld, node, "bad %s %s%s%s: expected true or false (lower case, "
-                          "unquoted)", key->name, plain ? "'" : "", text, plain ? "'" : " (quoted)");
-    free(text);
-    return rc;
-}
-
-/*
- * "/exact" or "/prefix*": '*' only as the last character. The pattern is
- * normalised with the requests' path_normalize, so "/V1//payments/" is
- * "/v1/payments"; a prefix written with a trailing '/' keeps it: "/v1/x/" then
- * '*' does not match /v1/x itself. A pattern the normaliser refuses (an encoded
- * slash, '?', '#', control character, invalid UTF-8) names a path no request
- * is ever routed by, so it is refused.
- */
-static int config_set_route_path(struct config_loader *ld, const struct config_key *key,
-                                 yaml_node_t *node, void *obj)
-{
-    struct route *route = obj;
-    char *text = config_scalar(ld, key, node), *match = NULL;
-    size_t len, size;
-    enum path_status st;
-
-    (void)key;
-    if (text == NULL)
-        return -1;
-    len = strlen(text);
-    if (text[0] != '/') {
-        config_error(ld, node, "bad route path '%s': it must start with '/'", text);
-        goto failed;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-
-        if (c <= ' ' || c == 0x7f || c == '?' || c == '#' || (c == '*' && i != len - 1)) {
-            config_error(ld, node, "bad route path '%s': a path without query, spaces or "
-                         "control characters, with '*' only as the last character", text);
-            goto failed;
-        }
-    }
-    route->prefix = text[len - 1] == '*';
-    if (route->prefix)
-        text[--len] = '\0';
-    size = path_normalized_size(text) + 1; /* + a prefix's trailing '/' */
-    match = malloc(size);
-    if (match == NULL) {
-        config_error(ld, node, "out of memory");
-        goto failed;
-    }
-    st = path_normalize(text, match, size);
-    if (st != PATH_OK) {
-        config_error(ld, node, "bad route path '%s%s': no request can ever match it: %s", text,
-                     route->prefix ? "*" : "", path_status_reason(st));
-        goto failed;
-    }
-    if (route->prefix && len > 0 && (text[len - 1] == '/' || text[len - 1] == '\\') &&
-        strcmp(match, "/") != 0)
-        strcat(match, "/");
-    free(route->path);
-    free(route->match);
-    route->path = text;
-    route->path_len = len;
-    route->match = match;
-    route->match_len = strlen(match);
-    return 0;
-failed:
-    free(match);
-    free(text);
-    return -1;
-}
-
-static int config_set_key_header(struct config_loader *ld, const struct config_key *key,
-                                 yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    char *text = config_scalar(ld, key, node);
-
-    if (text == NULL)
-        return -1;
-    if (!config_is_token(text)) {
-        config_error(ld, node, "bad %s '%s': expected an HTTP header name", key->name, text);
-        free(text);
-        return -1;
-    }
-    free(policy->key_header);
-    policy->key_header = text;
-    return 0;
-}
-
-static int config_set_methods(struct config_loader *ld, const struct config_key *key,
-                              yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    unsigned methods = 0;
-    char allowed[128];
-
-    config_enum_list(config_method_names, allowed, sizeof(allowed));
-    for (size_t i = 0; i < config_items(node); i++) {
-        yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, key, item);
-        unsigned bit;
-
-        if (text == NULL)
-            return -1;
-        bit = config_method_bit(text);
-        if (bit == 0) {
-            config_error(ld, item, "unknown method '%s' in %s: expected %s (upper case)",
-                         text, key->name, allowed);
-            free(text);
-            return -1;
-        }
-        free(text);
-        methods |= bit;
-    }
-    if (methods == 0)
-        return config_error(ld, node, "%s must name at least one of %s", key->name, allowed);
-    policy->methods = methods;
-    return 0;
-}
-
-static int config_set_key_max_length(struct config_loader *ld, const struct config_key *key,
-                                     yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    char *text = config_scalar(ld, key, node);
-    uint64_t n;
-    int rc = 0;
-
-    if (text == NULL)
-        return -1;
-    if (config_parse_uint(text, CONFIG_MAX_KEY_LENGTH, &n) < 0 || n == 0)
-        rc = config_error(ld, node, "bad %s '%s': expected a whole number of bytes from 1 to %d",
-                          key->name, text, CONFIG_MAX_KEY_LENGTH);
-    else
-        policy->key_max_length = (size_t)n;
-    free(text);
-    return rc;
-}
-
-static int config_set_scope_headers(struct config_loader *ld, const struct config_key *key,
-                                    yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    size_t n = config_items(node);
-
-    if (n > CONFIG_MAX_SCOPE_HEADERS)
-        return config_error(ld, node, "%s takes at most %d headers", key->name,
-                            CONFIG_MAX_SCOPE_HEADERS);
-    for (size_t i = 0; i < policy->n_scope_headers; i++) {
-        free(policy->scope_headers[i]);
-        policy->scope_headers[i] = NULL;
-    }
-    policy->n_scope_headers = 0;
-    for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, key, item);
-
-        if (text == NULL)
-            return -1;
-        if (!config_is_token(text)) {
-            config_error(ld, item, "bad header name '%s' in %s", text, key->name);
-            free(text);
-            return -1;
-        }
-        policy->scope_headers[policy->n_scope_headers++] = text;
-    }
-    return 0;
-}
-
-static int config_set_release_statuses(struct config_loader *ld, const struct config_key *key,
-                                       yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    size_t n = config_items(node);
-
-    if (n > CONFIG_MAX_RELEASE_STATUSES)
-        return config_error(ld, node, "%s takes at most %d statuses", key->name,
-                            CONFIG_MAX_RELEASE_STATUSES);
-    for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, key, item);
-        uint64_t status;
-
-        if (text == NULL)
-            return -1;
-        if (config_parse_uint(text, 599, &status) < 0 || status < 100) {
-            config_error(ld, item, "bad HTTP status '%s' in %s: expected 100 to 599",
-                         text, key->name);
-            free(text);
-            return -1;
-        }
-        free(text);
-        policy->release_statuses[i] = (int)status;
-    }
-    policy->n_release_statuses = n;
-    return 0;
-}
-
-/* Every enum-valued key (fingerprint, in_flight, mismatch_status, ...): one of key->names. */
-static int config_set_enum(struct config_loader *ld, const struct config_key *key,
-                           yaml_node_t *node, void *obj)
-{
-    _Static_assert(sizeof(enum fingerprint_mode) == sizeof(int) &&
-                   sizeof(enum verify_scheme) == sizeof(int) &&
-                   sizeof(enum error_format) == sizeof(int), "enums are stored as int");
-    int v;
-
-    if (config_scalar_enum(ld, key, node, key->names, &v) < 0)
-        return -1;
-    memcpy((char *)obj + key->offset, &v, sizeof(v));
-    return 0;
-}
-
-/* header:NAME or json:/pointer (CONTRACT section 8). */
-static int config_set_key_from(struct config_loader *ld, const struct config_key *key,
-                               yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    char *text = config_scalar(ld, key, node);
-    char *value;
-
-    if (text == NULL)
-        return -1;
-    if (strncmp(text, "header:", 7) == 0 && config_is_token(text + 7)) {
-        value = strdup(text + 7);
-        if (value == NULL) {
-            config_oom(ld, node);
-            goto failed;
-        }
-        policy->key_from = KEY_FROM_HEADER;
-        policy->webhook = true;
-        free(policy->key_header);
-        policy->key_header = value;
-    } else if (strncmp(text, "json:", 5) == 0 && config_is_json_pointer(text + 5)) {
-        value = strdup(text + 5);
-        if (value == NULL) {
-            config_oom(ld, node);
-            goto failed;
-        }
-        policy->key_from = KEY_FROM_JSON;
-        policy->webhook = true;
-        free(policy->key_json_pointer);
-        policy->key_json_pointer = value;
-    } else {
-        config_error(ld, node, "bad %s '%s': expected header:NAME (e.g. header:X-GitHub-Delivery) "
-                     "or json:/pointer (e.g. json:/id)", key->name, text);
-        goto failed;
-    }
-    free(text);
-    return 0;
-failed:
-    free(text);
-    return -1;
-}
-
-/* One string, or a list of two while a secret is rotated. */
-static int config_set_secret(struct config_loader *ld, const struct config_key *key,
-                             yaml_node_t *node, void *obj)
-{
-    struct route_policy *policy = obj;
-    size_t n = config_items(node);
-
-    if (n == 0 || n > CONFIG_MAX_SECRETS)
-        return config_error(ld, node, "%s takes one string, or a list of at most %d during a "
-                            "rotation", key->name, CONFIG_MAX_SECRETS);
-    for (size_t i = 0; i < policy->n_secrets; i++) {
-        free(policy->secrets[i]);
-        policy->secrets[i] = NULL;
-    }
-    policy->n_secrets = 0;
-    for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = config_item(ld, node, i);
-        char *text = config_scalar(ld, key, item);
-
-        if (text == NULL)
-            return -1;
-        if (text[0] == '\0') {
-            free(text);
-            return config_error(ld, item, "%s is empty", key->name);
-        }
-        policy->secrets[policy->n_secrets++] = text;
-    }
-    return 0;
 }
 
 /* ---- pass 1: structure ------------------------------------------------- */
@@ -1473,6 +512,34 @@ static uint32_t config_policy_bit(const char *name)
 }
 
 /*
+ * Runs key's setter on value, under config_int.h's ownership rule: each
+ * scalar is expanded here and lent to the setter, and whatever text the
+ * setter did not take is freed here. A list key starts with key->begin (its
+ * length, a fresh field), then the setter runs once per item.
+ */
+static int config_apply_key(struct config_loader *ld, const struct config_key *key,
+                            yaml_node_t *value, void *obj)
+{
+    size_t n = 1;
+
+    if (key->kind != CONFIG_SCALAR) {
+        n = config_items(value);
+        if (key->begin != NULL && key->begin(ld, key, value, n, obj) < 0)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *node = config_item(ld, value, i);
+        char *text = config_scalar(ld, key, node);
+        int rc = text != NULL ? key->set(ld, key, node, &text, obj) : -1;
+
+        free(text);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
  * Runs the setter of every key of table that map holds and *set does not
  * have yet, and marks it. Keys of other tables (a route's path, sections)
  * are left to their own calls.
@@ -1490,7 +557,7 @@ static int config_apply_mapping(struct config_loader *ld, struct config_doc *doc
 
         if (i < 0 || table[i].set == NULL || (*set & (1u << i)))
             continue;
-        if (table[i].set(ld, &table[i], config_node(doc, pair->value), obj) < 0)
+        if (config_apply_key(ld, &table[i], config_node(doc, pair->value), obj) < 0)
             return -1;
         *set |= 1u << i;
     }
@@ -1574,31 +641,6 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
 }
 
 /*
- * The key source record ids hash (fingerprint.h): "header:" and the key
- * header lowercased (header names are case-insensitive, RFC 9110 5.1), or
- * "json:" and the pointer as written.
- */
-static int config_set_record_source(struct config_loader *ld, struct route_policy *policy,
-                                    yaml_node_t *map)
-{
-    char *source;
-
-    if (policy->webhook && policy->key_from == KEY_FROM_JSON) {
-        source = config_printf_dup("json:%s", policy->key_json_pointer);
-    } else {
-        source = config_printf_dup("header:%s", policy->key_header);
-        for (char *c = source ? source : ""; *c != '\0'; c++)
-            if (*c >= 'A' && *c <= 'Z')
-                *c = (char)(*c - 'A' + 'a');
-    }
-    if (source == NULL)
-        return config_oom(ld, map);
-    free(policy->record_source);
-    policy->record_source = source;
-    return 0;
-}
-
-/*
  * Webhook rules, then inheritance: `defaults:` first, the built-in
  * defaults for what neither sets. Then the checks of the whole policy.
  */
@@ -1640,8 +682,10 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     if (policy->verify == VERIFY_NONE && secret != NULL)
         return config_error(ld, secret, "secret without verify: set verify to "
                             "standard-webhooks, github or stripe");
-    if (config_set_record_source(ld, policy, map) < 0)
-        return -1;
+    free(policy->record_source);
+    policy->record_source = config_record_source(policy);
+    if (policy->record_source == NULL)
+        return config_oom(ld, map);
     for (size_t i = 0; i < policy->n_secrets; i++) {
         const char *why = NULL;
         /* a mistyped secret fails here, not as a 401 on every delivery */
@@ -1649,11 +693,6 @@ static int config_finish_route(struct config_loader *ld, size_t i)
             return config_error(ld, secret, "bad secret: %s", why != NULL ? why : "unusable");
     }
     return config_check_policy(ld, policy, map);
-}
-
-static bool config_is_wildcard(const char *host)
-{
-    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
 }
 
 static int config_finish(struct config_loader *ld)
@@ -1675,9 +714,7 @@ static int config_finish(struct config_loader *ld)
         ld->redis_url_password = NULL;
     }
 
-    if (cfg->admin_listen.host != NULL && cfg->admin_listen.port == cfg->listen.port &&
-        (strcmp(cfg->admin_listen.host, cfg->listen.host) == 0 ||
-         config_is_wildcard(cfg->admin_listen.host) || config_is_wildcard(cfg->listen.host))) {
+    if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {
         yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
 
         if (where == NULL)
@@ -1889,8 +926,7 @@ void config_deinit(struct config *cfg)
     free(cfg->key_prefix);
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {
-        free(cfg->routes[i].path);
-        free(cfg->routes[i].match);
+        route_pattern_free(&cfg->routes[i]);
         config_policy_deinit(&cfg->routes[i].policy);
     }
     free(cfg->routes);
@@ -1927,52 +963,17 @@ void config_unref(struct config *cfg)
     free(cfg);
 }
 
-/* ---- queries ----------------------------------------------------------- */
-
-unsigned config_workers(const struct config *cfg)
-{
-    cpu_set_t cpus;
-    int n;
-
-    if (cfg->workers > 0)
-        return cfg->workers;
-    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
-        return 1;
-    n = CPU_COUNT(&cpus);
-    return n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (unsigned)n;
-}
+/* ---- queries: route.c does the work ------------------------------------ */
 
 const struct route *config_match_route(const struct config *cfg, const char *path)
 {
-    size_t len = strlen(path);
-
-    for (size_t i = 0; i < cfg->n_routes; i++) {
-        const struct route *route = &cfg->routes[i];
-
-        if (route->prefix
-                ? len >= route->match_len && strncasecmp(path, route->match, route->match_len) == 0
-                : len == route->match_len && strncasecmp(path, route->match, len) == 0)
-            return route;
-    }
-    return NULL;
+    return route_match(cfg->routes, cfg->n_routes, path);
 }
 
-static bool config_same_string(const char *a, const char *b)
+size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
+                             size_t outsize)
 {
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/* The route of cfg with pattern's path and '*', case-insensitively as matching is; or NULL. */
-static const struct route *config_route_by_pattern(const struct config *cfg,
-                                                   const struct route *pattern)
-{
-    for (size_t i = 0; i < cfg->n_routes; i++) {
-        const struct route *r = &cfg->routes[i];
-
-        if (r->prefix == pattern->prefix && strcasecmp(r->path, pattern->path) == 0)
-            return r;
-    }
-    return NULL;
+    return route_warnings(cfg->routes, cfg->n_routes, file, out, outsize);
 }
 
 const char *config_reload_refusal(const struct config *running, const struct config *next)
@@ -1980,80 +981,5 @@ const char *config_reload_refusal(const struct config *running, const struct con
     /* a new prefix would hide every record: retries would execute again */
     if (!config_same_string(running->key_prefix, next->key_prefix))
         return "redis.key_prefix";
-    for (size_t i = 0; i < next->n_routes; i++) {
-        const struct route *b = &next->routes[i];
-        const struct route *a = config_route_by_pattern(running, b);
-
-        if (a == NULL)
-            continue;
-        if (!config_same_string(a->policy.record_source, b->policy.record_source))
-            return "the key source (key_header or key_from) of a route";
-        if (a->policy.n_scope_headers != b->policy.n_scope_headers)
-            return "the scope_headers of a route";
-        for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
-            if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
-                return "the scope_headers of a route";
-        }
-    }
-    return NULL;
-}
-
-/* Whether every path route b matches is matched by route a. */
-static bool config_route_covers(const struct route *a, const struct route *b)
-{
-    if (a->prefix)
-        return b->match_len >= a->match_len &&
-               strncasecmp(b->match, a->match, a->match_len) == 0;
-    return !b->prefix && strcasecmp(a->match, b->match) == 0;
-}
-
-size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
-                             size_t outsize)
-{
-    size_t shadowed = 0, used = 0;
-
-    out[0] = '\0';
-    for (size_t j = 0; j < cfg->n_routes; j++) {
-        const struct route *b = &cfg->routes[j];
-        for (size_t i = 0; i < j; i++) {
-            const struct route *a = &cfg->routes[i];
-            int n;
-            if (!config_route_covers(a, b))
-                continue;
-            shadowed++;
-            n = snprintf(out + used, outsize - used,
-                         "%s:%d: warning: route '%s%s' is never reached: the earlier route at "
-                         "line %d ('%s%s') matches every path it matches\n",
-                         file, b->line, b->path, b->prefix ? "*" : "", a->line, a->path,
-                         a->prefix ? "*" : "");
-            if (n > 0)
-                used += (size_t)n < outsize - used ? (size_t)n : outsize - used - 1;
-            break;
-        }
-    }
-    return shadowed;
-}
-
-unsigned config_method_bit(const char *name)
-{
-    for (const struct config_enum *m = config_method_names; m->name != NULL; m++) {
-        if (strcmp(name, m->name) == 0)
-            return (unsigned)m->value;
-    }
-    return 0;
-}
-
-int config_parse_duration_ms(const char *text, uint64_t *out_ms)
-{
-    return config_parse_unit(text, config_duration_units, CONFIG_MAX_DURATION_MS, out_ms);
-}
-
-int config_parse_size(const char *text, size_t *out_bytes)
-{
-    uint64_t bytes;
-
-    if (config_parse_unit(text, config_size_units, SIZE_MAX, &bytes) < 0)
-        return -1;
-    *out_bytes = (size_t)bytes;
-    return 0;
+    return route_reload_refusal(running->routes, running->n_routes, next->routes, next->n_routes);
 }

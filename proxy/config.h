@@ -3,8 +3,10 @@
  *
  * Parsed in three passes, twemproxy-style: structure (libyaml document with
  * line marks), typed setters into fields that start "unset", then defaults
- * and cross-field checks. These structs are read-only once loaded; runtime
- * objects (listeners, connections) live elsewhere and point into them.
+ * and cross-field checks (config.c, config_set.c, config_value.c). These
+ * structs are read-only once loaded; runtime objects (listeners, connections)
+ * live elsewhere and point into them. Route patterns and their matching are
+ * route.c's (route.h); the config_* entry points below call it.
  */
 #ifndef IDEM_CONFIG_H
 #define IDEM_CONFIG_H
@@ -14,6 +16,7 @@
 #include <stdint.h>
 
 #include "policy.h"
+#include "route.h"
 
 /* `errors.format`: the shape of the answers the proxy makes itself. */
 enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
@@ -31,18 +34,6 @@ enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
  * must not overflow, so now + any duration has to stay far below both.
  */
 #define CONFIG_MAX_DURATION_MS (3650ull * 24 * 60 * 60 * 1000)
-
-struct route {
-    char *path;                     /* pattern without the trailing '*', as written (record
-                                       identity, logs, metrics); owned */
-    size_t path_len;                /* bytes of path */
-    char *match;                    /* path normalised as requests are (path.h), a prefix
-                                       keeping its trailing '/'; what matching compares; owned */
-    size_t match_len;               /* bytes of match */
-    bool prefix;                    /* pattern ended in '*' */
-    int line;                       /* where it was defined, for messages */
-    struct route_policy policy;
-};
 
 struct endpoint {
     char *host;                     /* owned, IPv6 without brackets; NULL when disabled */
@@ -98,25 +89,31 @@ struct config {
  */
 int config_load(struct config *cfg, const char *file, char *err, size_t errlen);
 
-/* Same from a memory buffer; name is used in messages. For unit tests. */
+/*
+ * Same from yaml, len bytes in memory (borrowed, need not be NUL-terminated);
+ * name (borrowed) is the FILE of messages. Same returns. For unit tests.
+ */
 int config_load_string(struct config *cfg, const char *yaml, size_t len,
                        const char *name, char *err, size_t errlen);
 
-/* Free everything config_load allocated; safe on a zeroed or failed config. */
+/*
+ * Free everything config_load allocated (not cfg itself) and zero *cfg; safe
+ * on a zeroed or failed config. Not for a config_create one: config_unref it.
+ */
 void config_deinit(struct config *cfg);
 
 /*
  * Load FILE into a new heap config holding one reference: shared by the
  * worker threads and the exchanges that started under it, freed with the
- * last reference on whichever thread drops it. NULL on error, with
- * "FILE:LINE: what" in err (errlen bytes).
+ * last reference on whichever thread drops it (config_unref). NULL on error,
+ * with "FILE:LINE: what" in err (errlen bytes, as config_load).
  */
 struct config *config_create(const char *file, char *err, size_t errlen);
 
-/* Take a reference (atomically: any thread); returns cfg. */
+/* Take a reference to a config_create config (atomically: any thread); returns cfg. */
 struct config *config_ref(struct config *cfg);
 
-/* Drop a reference; the last frees cfg. NULL is fine. */
+/* Drop a reference (atomically: any thread); the last one frees cfg. NULL is fine. */
 void config_unref(struct config *cfg);
 
 /*
@@ -126,7 +123,7 @@ void config_unref(struct config *cfg);
  * pass-through, section 4.1). A pattern matches exactly, or, when it ended in
  * '*', every path that starts with the rest ("/v1/payments*" matches
  * /v1/payments, /v1/payments/1 and /v1/paymentsX). No decoding. Returned
- * pointer is owned by cfg.
+ * pointer is owned by cfg (valid while cfg is). route_match does the work.
  */
 const struct route *config_match_route(const struct config *cfg, const char *path);
 
@@ -134,9 +131,10 @@ const struct route *config_match_route(const struct config *cfg, const char *pat
  * Routes no request can reach because an earlier route takes every path they
  * match (first match wins): an earlier prefix route whose prefix starts their
  * normalised pattern, or an earlier identical pattern. Writes one line per
- * such route into out, "FILE:LINE: warning: ...\n" (file names cfg's file),
- * truncated to outsize bytes and always NUL-terminated (outsize > 0). Returns
- * how many routes are shadowed. Pure; for `-t` and the startup log.
+ * such route into out (caller-owned), "FILE:LINE: warning: ...\n" (file,
+ * borrowed, names cfg's file), truncated to outsize bytes and always
+ * NUL-terminated (outsize > 0). Returns how many routes are shadowed (no
+ * error return). Pure; for `-t` and the startup log.
  */
 size_t config_route_warnings(const struct config *cfg, const char *file, char *out,
                              size_t outsize);
@@ -144,21 +142,28 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
 /*
  * The number of worker threads cfg asks for: `workers:` as written, or for
  * `auto` the CPUs this process may run on (sched_getaffinity), at most
- * CONFIG_MAX_WORKERS. Always at least 1.
+ * CONFIG_MAX_WORKERS. Always at least 1 (1 when the affinity cannot be read);
+ * no error return.
  */
 unsigned config_workers(const struct config *cfg);
 
-/* The method_bit for an HTTP method name, or 0 if unknown. Case-sensitive (RFC 9110 9.1). */
+/*
+ * The enum method_bit for an HTTP method name (borrowed), or 0 if unknown.
+ * Case-sensitive (RFC 9110 9.1): "patch" is unknown.
+ */
 unsigned config_method_bit(const char *name);
 
 /*
- * Parse "250ms", "30s", "5m", "24h", "7d" into milliseconds: a whole number
- * and a required unit, no sign or spaces, at most CONFIG_MAX_DURATION_MS (3650d).
- * Returns 0 or -1.
- * Parse "512B", "64KiB", "1MiB", "1GiB" into bytes (powers of 1024), at most
- * SIZE_MAX. Returns 0 or -1 (*out untouched on -1 for both).
+ * Parse "250ms", "30s", "5m", "24h", "7d" into *out_ms, milliseconds: a whole
+ * number and a required unit, no sign or spaces, at most
+ * CONFIG_MAX_DURATION_MS (3650d). Returns 0, or -1 with *out_ms untouched.
  */
 int config_parse_duration_ms(const char *text, uint64_t *out_ms);
+
+/*
+ * Parse "512B", "64KiB", "1MiB", "1GiB" into *out_bytes (powers of 1024), at
+ * most SIZE_MAX. Returns 0, or -1 with *out_bytes untouched.
+ */
 int config_parse_size(const char *text, size_t *out_bytes);
 
 /*
@@ -170,6 +175,7 @@ int config_parse_size(const char *text, size_t *out_bytes);
  * path and '*', compared case-insensitively as matching does) its key
  * source (key_header / key_from) or its scope_headers changing.
  * Returns NULL, or a static string naming what changed, for the log line.
+ * The route part is route_reload_refusal's.
  */
 const char *config_reload_refusal(const struct config *running, const struct config *next);
 

@@ -2,21 +2,23 @@
  * test_config.c - the configuration loader against CONTRACT section 3 and 8.
  *
  * One table case per behaviour: a YAML text, and either the line and a word
- * the error must name, or a check of the loaded structs. Prints `ok NAME`
- * or `FAIL NAME: why` per case; exits 1 if any case failed.
+ * the error must name, or checks of the loaded structs. Prints `ok NAME`
+ * or `FAIL NAME: why` per check (unit.h); exits 1 if any check failed.
  *
  * Usage: test_config [SAMPLE_CONFIG]  (also loads the sample file if given)
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "unit.h"
 
 #define FILE_NAME "test.yaml"
 
-/* NULL when cfg is right, else the failed expectation. */
-typedef const char *config_check(const struct config *cfg);
+/* One UNIT_CHECK per expectation of the loaded cfg, each under the case's name. */
+typedef void config_check(const char *name, const struct config *cfg);
 
 struct config_case {
     const char *name;
@@ -26,7 +28,6 @@ struct config_case {
     config_check *check;        /* for cases that load */
 };
 
-#define EXPECT(cond) do { if (!(cond)) return #cond; } while (0)
 #define STREQ(a, b) ((a) != NULL && strcmp((a), (b)) == 0)
 
 static const struct route *route_at(const struct config *cfg, size_t i)
@@ -39,279 +40,288 @@ static const struct route *route_at(const struct config *cfg, size_t i)
 #define P16 "abcdefghijklmnop"
 #define P128 P16 P16 P16 P16 P16 P16 P16 P16
 
-static const char *check_prefix_128(const struct config *cfg)
+static void check_prefix_128(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->key_prefix, P128));
-    return NULL;
+    UNIT_CHECK(name, STREQ(cfg->key_prefix, P128), "line %d", __LINE__);
 }
 
-static const char *check_record_source(const struct config *cfg)
+static void check_record_source(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(route_at(cfg, 0)->policy.record_source, "header:idempotency-key"));
-    EXPECT(STREQ(route_at(cfg, 1)->policy.record_source, "header:x-request-id"));
-    EXPECT(STREQ(route_at(cfg, 2)->policy.record_source, "header:x-github-delivery"));
-    EXPECT(STREQ(route_at(cfg, 3)->policy.record_source, "json:/data/id"));
-    return NULL;
+    UNIT_CHECK(name, STREQ(route_at(cfg, 0)->policy.record_source, "header:idempotency-key"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(route_at(cfg, 1)->policy.record_source, "header:x-request-id"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(route_at(cfg, 2)->policy.record_source, "header:x-github-delivery"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(route_at(cfg, 3)->policy.record_source, "json:/data/id"),
+                     "line %d", __LINE__);
 }
 
-static const char *check_bools(const struct config *cfg)
+static void check_bools(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->defaults.require_key == true);
-    EXPECT(route_at(cfg, 0)->policy.require_key == false);
-    return NULL;
+    UNIT_CHECK(name, cfg->defaults.require_key == true, "line %d", __LINE__);
+    UNIT_CHECK(name, route_at(cfg, 0)->policy.require_key == false, "line %d", __LINE__);
 }
 
-static const char *check_max_durations(const struct config *cfg)
+static void check_max_durations(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->defaults.lease_ms == 3650ull * 86400000);
-    EXPECT(cfg->defaults.retention_ms == 3650ull * 86400000);
-    return NULL;
+    UNIT_CHECK(name, cfg->defaults.lease_ms == 3650ull * 86400000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->defaults.retention_ms == 3650ull * 86400000, "line %d", __LINE__);
 }
 
-static const char *check_unset_password_empty(const struct config *cfg)
+static void check_unset_password_empty(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->redis_password == NULL);
-    return NULL;
+    UNIT_CHECK(name, cfg->redis_password == NULL, "line %d", __LINE__);
 }
 
-static const char *check_defaults(const struct config *cfg)
-{
-    const struct route_policy *d = &cfg->defaults;
-
-    EXPECT(STREQ(cfg->listen.host, "0.0.0.0") && cfg->listen.port == 8080);
-    EXPECT(STREQ(cfg->admin_listen.host, "127.0.0.1") && cfg->admin_listen.port == 9901);
-    EXPECT(cfg->workers == 1 && config_workers(cfg) == 1);
-    EXPECT(STREQ(cfg->upstream_url, "http://127.0.0.1:3000"));
-    EXPECT(STREQ(cfg->upstream_base, "http://127.0.0.1:3000"));
-    EXPECT(cfg->upstream_unix_path == NULL);
-    EXPECT(cfg->upstream_connect_timeout_ms == 2000);
-    EXPECT(cfg->upstream_timeout_ms == 30000);
-    EXPECT(STREQ(cfg->redis_url, "redis://127.0.0.1:6379/0"));
-    EXPECT(STREQ(cfg->redis_host, "127.0.0.1") && cfg->redis_port == 6379);
-    EXPECT(cfg->redis_unix_path == NULL && cfg->redis_db == 0);
-    EXPECT(cfg->redis_password == NULL);
-    EXPECT(STREQ(cfg->key_prefix, "idem"));
-    EXPECT(cfg->redis_timeout_ms == 500);
-    EXPECT(cfg->max_request_body == 1024 * 1024);
-    EXPECT(cfg->max_stored_response == 1024 * 1024);
-    EXPECT(STREQ(d->key_header, "Idempotency-Key"));
-    EXPECT(d->methods == (METHOD_POST | METHOD_PATCH));
-    EXPECT(d->require_key == false);
-    EXPECT(d->key_max_length == 255);
-    EXPECT(d->fingerprint == FINGERPRINT_REQUEST);
-    EXPECT(d->n_scope_headers == 1 && STREQ(d->scope_headers[0], "Authorization"));
-    EXPECT(d->lease_ms == 60000);
-    EXPECT(d->retention_ms == 24ull * 3600 * 1000);
-    EXPECT(d->in_flight == IN_FLIGHT_WAIT);
-    EXPECT(d->wait_timeout_ms == 10000);
-    EXPECT(d->mismatch_status == 409);
-    EXPECT(d->n_release_statuses == 4 && d->release_statuses[0] == 408 &&
-           d->release_statuses[1] == 425 && d->release_statuses[2] == 429 &&
-           d->release_statuses[3] == 503);
-    EXPECT(d->on_ambiguous == AMBIGUOUS_HOLD);
-    EXPECT(d->on_store_error == STORE_ERROR_REJECT);
-    EXPECT(cfg->error_format == ERROR_FORMAT_PROBLEM);
-    EXPECT(d->key_from == KEY_FROM_HEADER && d->key_json_pointer == NULL);
-    EXPECT(d->verify == VERIFY_NONE && d->n_secrets == 0);
-    EXPECT(cfg->n_routes == 0 && cfg->routes == NULL);
-    return NULL;
-}
-
-static const char *check_duration_units(const struct config *cfg)
-{
-    EXPECT(cfg->upstream_connect_timeout_ms == 250);
-    EXPECT(cfg->upstream_timeout_ms == 45000);
-    EXPECT(cfg->redis_timeout_ms == 2 * 60000);
-    EXPECT(cfg->defaults.lease_ms == 3ull * 3600000);
-    EXPECT(cfg->defaults.retention_ms == 7ull * 86400000);
-    EXPECT(cfg->defaults.wait_timeout_ms == 1500);
-    return NULL;
-}
-
-static const char *check_size_units(const struct config *cfg)
-{
-    EXPECT(cfg->max_request_body == 512);
-    EXPECT(cfg->max_stored_response == 64 * 1024);
-    return NULL;
-}
-
-static const char *check_errors_stripe(const struct config *cfg)
-{
-    EXPECT(cfg->error_format == ERROR_FORMAT_STRIPE);
-    return NULL;
-}
-
-static const char *check_workers_4(const struct config *cfg)
-{
-    EXPECT(cfg->workers == 4 && config_workers(cfg) == 4);
-    return NULL;
-}
-
-static const char *check_workers_auto(const struct config *cfg)
-{
-    EXPECT(cfg->workers == 0);
-    EXPECT(config_workers(cfg) >= 1 && config_workers(cfg) <= CONFIG_MAX_WORKERS);
-    return NULL;
-}
-
-static const char *check_size_mib(const struct config *cfg)
-{
-    EXPECT(cfg->max_request_body == 2 * 1024 * 1024);
-    EXPECT(cfg->max_stored_response == (size_t)1024 * 1024 * 1024);
-    return NULL;
-}
-
-static const char *check_everything_set(const struct config *cfg)
+static void check_defaults(const char *name, const struct config *cfg)
 {
     const struct route_policy *d = &cfg->defaults;
 
-    EXPECT(STREQ(cfg->listen.host, "127.0.0.1") && cfg->listen.port == 18080);
-    EXPECT(cfg->admin_listen.host == NULL && cfg->admin_listen.port == 0);
-    EXPECT(STREQ(cfg->upstream_base, "https://api.example.com:8443/legacy"));
-    EXPECT(STREQ(cfg->redis_host, "redis.internal") && cfg->redis_port == 6380);
-    EXPECT(cfg->redis_db == 3);
-    EXPECT(STREQ(cfg->key_prefix, "pay"));
-    EXPECT(STREQ(d->key_header, "X-Request-Id"));
-    EXPECT(d->methods == (METHOD_POST | METHOD_PUT | METHOD_DELETE));
-    EXPECT(d->require_key == true);
-    EXPECT(d->key_max_length == 64);
-    EXPECT(d->fingerprint == FINGERPRINT_NONE);
-    EXPECT(d->n_scope_headers == 2 && STREQ(d->scope_headers[1], "X-Tenant"));
-    EXPECT(d->in_flight == IN_FLIGHT_REJECT);
-    EXPECT(d->mismatch_status == 422);
-    EXPECT(d->n_release_statuses == 0);
-    EXPECT(d->on_ambiguous == AMBIGUOUS_RELEASE);
-    EXPECT(d->on_store_error == STORE_ERROR_PASS);
-    return NULL;
+    UNIT_CHECK(name, STREQ(cfg->listen.host, "0.0.0.0") && cfg->listen.port == 8080,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->admin_listen.host, "127.0.0.1") && cfg->admin_listen.port == 9901,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->workers == 1 && config_workers(cfg) == 1, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_url, "http://127.0.0.1:3000"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://127.0.0.1:3000"), "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->upstream_unix_path == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->upstream_connect_timeout_ms == 2000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->upstream_timeout_ms == 30000, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_url, "redis://127.0.0.1:6379/0"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_host, "127.0.0.1") && cfg->redis_port == 6379,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_unix_path == NULL && cfg->redis_db == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_password == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->key_prefix, "idem"), "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_timeout_ms == 500, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_request_body == 1024 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_stored_response == 1024 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(d->key_header, "Idempotency-Key"), "line %d", __LINE__);
+    UNIT_CHECK(name, d->methods == (METHOD_POST | METHOD_PATCH), "line %d", __LINE__);
+    UNIT_CHECK(name, d->require_key == false, "line %d", __LINE__);
+    UNIT_CHECK(name, d->key_max_length == 255, "line %d", __LINE__);
+    UNIT_CHECK(name, d->fingerprint == FINGERPRINT_REQUEST, "line %d", __LINE__);
+    UNIT_CHECK(name, d->n_scope_headers == 1 && STREQ(d->scope_headers[0], "Authorization"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, d->lease_ms == 60000, "line %d", __LINE__);
+    UNIT_CHECK(name, d->retention_ms == 24ull * 3600 * 1000, "line %d", __LINE__);
+    UNIT_CHECK(name, d->in_flight == IN_FLIGHT_WAIT, "line %d", __LINE__);
+    UNIT_CHECK(name, d->wait_timeout_ms == 10000, "line %d", __LINE__);
+    UNIT_CHECK(name, d->mismatch_status == 409, "line %d", __LINE__);
+    UNIT_CHECK(name, d->n_release_statuses == 4 && d->release_statuses[0] == 408 &&
+                     d->release_statuses[1] == 425 && d->release_statuses[2] == 429 &&
+                     d->release_statuses[3] == 503, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_ambiguous == AMBIGUOUS_HOLD, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_store_error == STORE_ERROR_REJECT, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+    UNIT_CHECK(name, d->key_from == KEY_FROM_HEADER && d->key_json_pointer == NULL,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, d->verify == VERIFY_NONE && d->n_secrets == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->n_routes == 0 && cfg->routes == NULL, "line %d", __LINE__);
 }
 
-static const char *check_env_expansion(const struct config *cfg)
+static void check_duration_units(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->redis_password, "s3cret"));
-    EXPECT(STREQ(cfg->key_prefix, "idem-eu-1-x"));
-    EXPECT(STREQ(cfg->upstream_base, "http://legacy.local:3000"));
-    return NULL;
+    UNIT_CHECK(name, cfg->upstream_connect_timeout_ms == 250, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->upstream_timeout_ms == 45000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_timeout_ms == 2 * 60000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->defaults.lease_ms == 3ull * 3600000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->defaults.retention_ms == 7ull * 86400000, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->defaults.wait_timeout_ms == 1500, "line %d", __LINE__);
 }
 
-static const char *check_no_password(const struct config *cfg)
+static void check_size_units(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->redis_password == NULL);
-    return NULL;
+    UNIT_CHECK(name, cfg->max_request_body == 512, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_stored_response == 64 * 1024, "line %d", __LINE__);
 }
 
-static const char *check_url_password(const struct config *cfg)
+static void check_workers_4(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->redis_password, "p@ss"));
-    EXPECT(STREQ(cfg->redis_host, "cache") && cfg->redis_port == 6379 && cfg->redis_db == 2);
-    return NULL;
+    UNIT_CHECK(name, cfg->workers == 4 && config_workers(cfg) == 4, "line %d", __LINE__);
 }
 
-static const char *check_password_key_wins(const struct config *cfg)
+static void check_workers_auto(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->redis_password, "fromkey"));
-    return NULL;
+    UNIT_CHECK(name, cfg->workers == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, config_workers(cfg) >= 1 && config_workers(cfg) <= CONFIG_MAX_WORKERS,
+                     "line %d", __LINE__);
 }
 
-static const char *check_redis_unix(const struct config *cfg)
+static void check_size_mib(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->redis_host == NULL);
-    EXPECT(STREQ(cfg->redis_unix_path, "/run/redis/redis.sock"));
-    return NULL;
+    UNIT_CHECK(name, cfg->max_request_body == 2 * 1024 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_stored_response == (size_t)1024 * 1024 * 1024, "line %d", __LINE__);
 }
 
-static const char *check_upstream_unix(const struct config *cfg)
+static void check_errors_stripe(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->upstream_unix_path, "/run/legacy.sock"));
-    EXPECT(STREQ(cfg->upstream_base, "http://localhost"));
-    EXPECT(STREQ(cfg->upstream_url, "unix:/run/legacy.sock"));
-    return NULL;
+    UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_STRIPE, "line %d", __LINE__);
 }
 
-static const char *check_ipv6_listen(const struct config *cfg)
+static void check_everything_set(const char *name, const struct config *cfg)
 {
-    EXPECT(STREQ(cfg->listen.host, "::") && cfg->listen.port == 8080);
-    EXPECT(STREQ(cfg->upstream_base, "http://[::1]:3000"));
-    return NULL;
+    const struct route_policy *d = &cfg->defaults;
+
+    UNIT_CHECK(name, STREQ(cfg->listen.host, "127.0.0.1") && cfg->listen.port == 18080,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->admin_listen.host == NULL && cfg->admin_listen.port == 0,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_base, "https://api.example.com:8443/legacy"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_host, "redis.internal") && cfg->redis_port == 6380,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_db == 3, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->key_prefix, "pay"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(d->key_header, "X-Request-Id"), "line %d", __LINE__);
+    UNIT_CHECK(name, d->methods == (METHOD_POST | METHOD_PUT | METHOD_DELETE), "line %d", __LINE__);
+    UNIT_CHECK(name, d->require_key == true, "line %d", __LINE__);
+    UNIT_CHECK(name, d->key_max_length == 64, "line %d", __LINE__);
+    UNIT_CHECK(name, d->fingerprint == FINGERPRINT_NONE, "line %d", __LINE__);
+    UNIT_CHECK(name, d->n_scope_headers == 2 && STREQ(d->scope_headers[1], "X-Tenant"),
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, d->in_flight == IN_FLIGHT_REJECT, "line %d", __LINE__);
+    UNIT_CHECK(name, d->mismatch_status == 422, "line %d", __LINE__);
+    UNIT_CHECK(name, d->n_release_statuses == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_ambiguous == AMBIGUOUS_RELEASE, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_store_error == STORE_ERROR_PASS, "line %d", __LINE__);
 }
 
-static const char *check_null_sections(const struct config *cfg)
+static void check_env_expansion(const char *name, const struct config *cfg)
 {
-    EXPECT(cfg->n_routes == 0);
-    EXPECT(cfg->upstream_timeout_ms == 30000);
-    return NULL;
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "s3cret"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->key_prefix, "idem-eu-1-x"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://legacy.local:3000"), "line %d", __LINE__);
 }
 
-static const char *check_inheritance(const struct config *cfg)
+static void check_no_password(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_password == NULL, "line %d", __LINE__);
+}
+
+static void check_url_password(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "p@ss"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_host, "cache") && cfg->redis_port == 6379 &&
+                     cfg->redis_db == 2, "line %d", __LINE__);
+}
+
+static void check_password_key_wins(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "fromkey"), "line %d", __LINE__);
+}
+
+static void check_redis_unix(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_host == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_unix_path, "/run/redis/redis.sock"), "line %d", __LINE__);
+}
+
+static void check_upstream_unix(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->upstream_unix_path, "/run/legacy.sock"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://localhost"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_url, "unix:/run/legacy.sock"), "line %d", __LINE__);
+}
+
+static void check_ipv6_listen(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->listen.host, "::") && cfg->listen.port == 8080,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://[::1]:3000"), "line %d", __LINE__);
+}
+
+static void check_null_sections(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->n_routes == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->upstream_timeout_ms == 30000, "line %d", __LINE__);
+}
+
+static void check_inheritance(const char *name, const struct config *cfg)
 {
     const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
 
-    EXPECT(cfg->n_routes == 2);
+    UNIT_CHECK(name, cfg->n_routes == 2, "line %d", __LINE__);
+    if (cfg->n_routes != 2)
+        return;
     /* a: inherits `defaults:` and the built-in defaults, overrides require_key */
-    EXPECT(STREQ(a->path, "/v1/payments") && a->prefix && a->path_len == 12);
-    EXPECT(a->line == 6);
-    EXPECT(a->policy.require_key == true);
-    EXPECT(a->policy.lease_ms == 30000);                    /* from defaults: */
-    EXPECT(a->policy.n_scope_headers == 1 && STREQ(a->policy.scope_headers[0], "X-Tenant"));
-    EXPECT(a->policy.retention_ms == 24ull * 3600000);      /* built in */
-    EXPECT(STREQ(a->policy.key_header, "Idempotency-Key"));
-    EXPECT(a->policy.fingerprint == FINGERPRINT_REQUEST);
+    UNIT_CHECK(name, STREQ(a->path, "/v1/payments") && a->prefix && a->path_len == 12,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, a->line == 6, "line %d", __LINE__);
+    UNIT_CHECK(name, a->policy.require_key == true, "line %d", __LINE__);
+    UNIT_CHECK(name, a->policy.lease_ms == 30000, "line %d", __LINE__);   /* from defaults: */
+    UNIT_CHECK(name, a->policy.n_scope_headers == 1 &&
+                     STREQ(a->policy.scope_headers[0], "X-Tenant"), "line %d", __LINE__);
+    UNIT_CHECK(name, a->policy.retention_ms == 24ull * 3600000, "line %d", __LINE__); /* built in */
+    UNIT_CHECK(name, STREQ(a->policy.key_header, "Idempotency-Key"), "line %d", __LINE__);
+    UNIT_CHECK(name, a->policy.fingerprint == FINGERPRINT_REQUEST, "line %d", __LINE__);
     /* b: overrides what defaults: set, and more */
-    EXPECT(STREQ(b->path, "/v1/refunds") && !b->prefix);
-    EXPECT(b->policy.lease_ms == 5000);
-    EXPECT(b->policy.methods == METHOD_PUT);
-    EXPECT(b->policy.n_scope_headers == 0);
-    EXPECT(b->policy.mismatch_status == 422);
-    EXPECT(b->policy.require_key == false);
+    UNIT_CHECK(name, STREQ(b->path, "/v1/refunds") && !b->prefix, "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.lease_ms == 5000, "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.methods == METHOD_PUT, "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.n_scope_headers == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.mismatch_status == 422, "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.require_key == false, "line %d", __LINE__);
     /* the defaults themselves are unchanged by the routes */
-    EXPECT(cfg->defaults.lease_ms == 30000 && cfg->defaults.mismatch_status == 409);
-    return NULL;
+    UNIT_CHECK(name, cfg->defaults.lease_ms == 30000 && cfg->defaults.mismatch_status == 409,
+                     "line %d", __LINE__);
 }
 
-static const char *check_webhook_header(const struct config *cfg)
+static void check_webhook_header(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
 
-    EXPECT(r != NULL);
-    EXPECT(r->policy.key_from == KEY_FROM_HEADER);
-    EXPECT(STREQ(r->policy.key_header, "X-GitHub-Delivery"));
-    EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
-    EXPECT(r->policy.verify == VERIFY_GITHUB);
-    EXPECT(r->policy.n_secrets == 1 && STREQ(r->policy.secrets[0], "gh-secret-0123456789"));
-    return NULL;
+    UNIT_CHECK(name, r != NULL, "line %d", __LINE__);
+    if (r == NULL)
+        return;
+    UNIT_CHECK(name, r->policy.key_from == KEY_FROM_HEADER, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(r->policy.key_header, "X-GitHub-Delivery"), "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.fingerprint == FINGERPRINT_NONE, "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.verify == VERIFY_GITHUB, "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.n_secrets == 1 &&
+                     STREQ(r->policy.secrets[0], "gh-secret-0123456789"), "line %d", __LINE__);
 }
 
-static const char *check_webhook_json(const struct config *cfg)
+static void check_webhook_json(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
 
-    EXPECT(r != NULL);
-    EXPECT(r->policy.key_from == KEY_FROM_JSON);
-    EXPECT(STREQ(r->policy.key_json_pointer, "/id"));
-    EXPECT(r->policy.fingerprint == FINGERPRINT_NONE);
-    EXPECT(r->policy.verify == VERIFY_STRIPE);
-    EXPECT(r->policy.n_secrets == 2 && STREQ(r->policy.secrets[0], "whsec_old_secret_01") &&
-           STREQ(r->policy.secrets[1], "whsec_new_secret_02"));
-    EXPECT(STREQ(r->policy.key_header, "Idempotency-Key"));
-    return NULL;
+    UNIT_CHECK(name, r != NULL, "line %d", __LINE__);
+    if (r == NULL)
+        return;
+    UNIT_CHECK(name, r->policy.key_from == KEY_FROM_JSON, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(r->policy.key_json_pointer, "/id"), "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.fingerprint == FINGERPRINT_NONE, "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.verify == VERIFY_STRIPE, "line %d", __LINE__);
+    UNIT_CHECK(name, r->policy.n_secrets == 2 &&
+                     STREQ(r->policy.secrets[0], "whsec_old_secret_01") &&
+                     STREQ(r->policy.secrets[1], "whsec_new_secret_02"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(r->policy.key_header, "Idempotency-Key"), "line %d", __LINE__);
 }
 
-static const char *check_webhook_fingerprint_kept(const struct config *cfg)
+static void check_webhook_fingerprint_kept(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
 
-    EXPECT(r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST);
-    EXPECT(r->policy.verify == VERIFY_STANDARD_WEBHOOKS);
-    EXPECT(STREQ(r->policy.key_header, "webhook-id"));
-    return NULL;
+    UNIT_CHECK(name, r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST,
+                     "line %d", __LINE__);
+    if (r == NULL)
+        return;
+    UNIT_CHECK(name, r->policy.verify == VERIFY_STANDARD_WEBHOOKS, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(r->policy.key_header, "webhook-id"), "line %d", __LINE__);
 }
 
-static const char *check_plain_route_fingerprint(const struct config *cfg)
+static void check_plain_route_fingerprint(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
 
-    EXPECT(r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST);
-    EXPECT(r->policy.key_from == KEY_FROM_HEADER && r->policy.verify == VERIFY_NONE);
-    return NULL;
+    UNIT_CHECK(name, r != NULL && r->policy.fingerprint == FINGERPRINT_REQUEST,
+                     "line %d", __LINE__);
+    if (r == NULL)
+        return;
+    UNIT_CHECK(name, r->policy.key_from == KEY_FROM_HEADER && r->policy.verify == VERIFY_NONE,
+                     "line %d", __LINE__);
 }
 
 /* ---- the table --------------------------------------------------------- */
@@ -632,80 +642,65 @@ static const struct config_match_case config_match_cases[] = {
 
 /* ---- runner ------------------------------------------------------------ */
 
-static int run_case(const struct config_case *c)
+static void run_case(const struct config_case *c)
 {
     struct config cfg;
     char err[512];
     char prefix[64];
-    const char *why;
     int rc = config_load_string(&cfg, c->yaml, strlen(c->yaml), FILE_NAME, err, sizeof(err));
 
     if (c->err_line == 0) {
-        if (rc != 0) {
-            printf("FAIL %s: did not load: %s\n", c->name, err);
-            return 1;
+        UNIT_CHECK(c->name, rc == 0, "did not load: %s", err);
+        if (rc == 0) {
+            c->check(c->name, &cfg);
+            config_deinit(&cfg);
         }
-        why = c->check(&cfg);
-        config_deinit(&cfg);
-        if (why != NULL) {
-            printf("FAIL %s: expected %s\n", c->name, why);
-            return 1;
-        }
-        printf("ok %s\n", c->name);
-        return 0;
+        return;
     }
     if (rc == 0) {
         config_deinit(&cfg);
-        printf("FAIL %s: loaded, expected an error at line %d\n", c->name, c->err_line);
-        return 1;
+        UNIT_CHECK(c->name, false, "loaded, expected an error at line %d", c->err_line);
+        return;
     }
     snprintf(prefix, sizeof(prefix), "%s:%d: ", FILE_NAME, c->err_line);
-    if (strncmp(err, prefix, strlen(prefix)) != 0 || strstr(err, c->err_word) == NULL) {
-        printf("FAIL %s: expected \"%s...%s...\", got \"%s\"\n", c->name, prefix, c->err_word, err);
-        return 1;
-    }
+    UNIT_CHECK(c->name, strncmp(err, prefix, strlen(prefix)) == 0 && strstr(err, c->err_word) != NULL,
+               "expected \"%s...%s...\", got \"%s\"", prefix, c->err_word, err);
     /* a failed load leaves the config empty; deinit must still be safe */
     config_deinit(&cfg);
-    printf("ok %s\n", c->name);
-    return 0;
 }
 
-static int run_match_cases(void)
+static void run_match_cases(void)
 {
     struct config all, some;
     char err[512];
-    int failed = 0;
     size_t cut = strlen(config_match_yaml) - strlen("  - path: /*\n");
+    bool loaded = config_load_string(&all, config_match_yaml, strlen(config_match_yaml), FILE_NAME,
+                                     err, sizeof(err)) == 0;
 
-    if (config_load_string(&all, config_match_yaml, strlen(config_match_yaml), FILE_NAME, err,
-                           sizeof(err)) != 0 ||
-        config_load_string(&some, config_match_yaml, cut, FILE_NAME, err, sizeof(err)) != 0) {
-        printf("FAIL route matching: did not load: %s\n", err);
-        return 1;
+    if (loaded && config_load_string(&some, config_match_yaml, cut, FILE_NAME, err,
+                                     sizeof(err)) != 0) {
+        config_deinit(&all);
+        loaded = false;
     }
+    UNIT_CHECK("route matching loads", loaded, "did not load: %s", err);
+    if (!loaded)
+        return;
     for (size_t i = 0; i < sizeof(config_match_cases) / sizeof(config_match_cases[0]); i++) {
         const struct config_match_case *c = &config_match_cases[i];
         const struct config *cfg = c->without_catchall ? &some : &all;
         const struct route *got = config_match_route(cfg, c->path);
         int index = got ? (int)(got - cfg->routes) : -1;
+        char name[160];
 
-        if (index != c->route) {
-            printf("FAIL route %s: %s matched route %d, expected %d\n", c->name, c->path, index,
+        snprintf(name, sizeof(name), "route %s", c->name);
+        UNIT_CHECK(name, index == c->route, "%s matched route %d, expected %d", c->path, index,
                    c->route);
-            failed++;
-        } else {
-            printf("ok route %s\n", c->name);
-        }
     }
-    if (config_match_route(&some, "/v1/payments/refunds")->policy.mismatch_status != 422) {
-        printf("FAIL route policy of the match: wrong route\n");
-        failed++;
-    } else {
-        printf("ok route policy of the match\n");
-    }
+    UNIT_CHECK("route policy of the match",
+               config_match_route(&some, "/v1/payments/refunds")->policy.mismatch_status == 422,
+               "wrong route");
     config_deinit(&all);
     config_deinit(&some);
-    return failed;
 }
 
 /* ---- route patterns: normalised at load, shadowed ones named ----------- */
@@ -729,7 +724,7 @@ static const struct config_match_case config_pattern_cases[] = {
     { "pattern with an encoded letter decodes", "/v2/payments/1", 3, true },
 };
 
-static int run_pattern_cases(void)
+static void run_pattern_cases(void)
 {
     static const char want[] =
         "f.yaml:6: warning: route '/v1/payments' is never reached: the earlier route at line 2 "
@@ -740,43 +735,27 @@ static int run_pattern_cases(void)
         "line 5 ('/v2/pay%6Dents*') matches every path it matches\n";
     struct config cfg;
     char err[512], out[1024], tiny[16];
-    int failed = 0;
     size_t n;
+    int rc = config_load_string(&cfg, config_pattern_yaml, strlen(config_pattern_yaml), FILE_NAME,
+                                err, sizeof(err));
 
-    if (config_load_string(&cfg, config_pattern_yaml, strlen(config_pattern_yaml), FILE_NAME,
-                           err, sizeof(err)) != 0) {
-        printf("FAIL route patterns: did not load: %s\n", err);
-        return 1;
-    }
+    UNIT_CHECK("route patterns load", rc == 0, "did not load: %s", err);
+    if (rc != 0)
+        return;
     for (size_t i = 0; i < sizeof(config_pattern_cases) / sizeof(config_pattern_cases[0]); i++) {
         const struct config_match_case *c = &config_pattern_cases[i];
         const struct route *got = config_match_route(&cfg, c->path);
         int index = got ? (int)(got - cfg.routes) : -1;
 
-        if (index != c->route) {
-            printf("FAIL %s: %s matched route %d, expected %d\n", c->name, c->path, index,
+        UNIT_CHECK(c->name, index == c->route, "%s matched route %d, expected %d", c->path, index,
                    c->route);
-            failed++;
-        } else {
-            printf("ok %s\n", c->name);
-        }
     }
     n = config_route_warnings(&cfg, "f.yaml", out, sizeof(out));
-    if (n != 3 || strcmp(out, want) != 0) {
-        printf("FAIL shadowed routes are named: %zu\n%s", n, out);
-        failed++;
-    } else {
-        printf("ok shadowed routes are named\n");
-    }
+    UNIT_CHECK("shadowed routes are named", n == 3 && strcmp(out, want) == 0, "%zu\n%s", n, out);
     n = config_route_warnings(&cfg, "f.yaml", tiny, sizeof(tiny));
-    if (n != 3 || strlen(tiny) != sizeof(tiny) - 1) {
-        printf("FAIL route warnings truncate: %zu '%s'\n", n, tiny);
-        failed++;
-    } else {
-        printf("ok route warnings truncate\n");
-    }
+    UNIT_CHECK("route warnings truncate", n == 3 && strlen(tiny) == sizeof(tiny) - 1, "%zu '%s'",
+               n, tiny);
     config_deinit(&cfg);
-    return failed;
 }
 
 struct config_unit_case {
@@ -785,7 +764,7 @@ struct config_unit_case {
     uint64_t value;
 };
 
-static int run_unit_cases(void)
+static void run_unit_cases(void)
 {
     static const struct config_unit_case durations[] = {
         { "250ms", 0, 250 }, { "30s", 0, 30000 }, { "5m", 0, 300000 }, { "24h", 0, 86400000 },
@@ -804,74 +783,55 @@ static int run_unit_cases(void)
         { "1", -1, 0 }, { "1KB", -1, 0 }, { "1kib", -1, 0 }, { "1M", -1, 0 }, { "-1B", -1, 0 },
         { "B", -1, 0 }, { "18446744073709551616B", -1, 0 },
     };
-    int failed = 0;
+    char name[64];
 
     for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++) {
         uint64_t ms = 0;
         int rc = config_parse_duration_ms(durations[i].text, &ms);
 
-        if (rc != durations[i].rc || (rc == 0 && ms != durations[i].value)) {
-            printf("FAIL duration '%s': rc %d value %llu\n", durations[i].text, rc,
-                   (unsigned long long)ms);
-            failed++;
-        } else {
-            printf("ok duration '%s'\n", durations[i].text);
-        }
+        snprintf(name, sizeof(name), "duration '%s'", durations[i].text);
+        UNIT_CHECK(name, rc == durations[i].rc && (rc != 0 || ms == durations[i].value),
+                   "rc %d value %llu", rc, (unsigned long long)ms);
     }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t bytes = 0;
         int rc = config_parse_size(sizes[i].text, &bytes);
 
-        if (rc != sizes[i].rc || (rc == 0 && bytes != sizes[i].value)) {
-            printf("FAIL size '%s': rc %d value %zu\n", sizes[i].text, rc, bytes);
-            failed++;
-        } else {
-            printf("ok size '%s'\n", sizes[i].text);
-        }
+        snprintf(name, sizeof(name), "size '%s'", sizes[i].text);
+        UNIT_CHECK(name, rc == sizes[i].rc && (rc != 0 || bytes == sizes[i].value),
+                   "rc %d value %zu", rc, bytes);
     }
-    if (config_method_bit("PATCH") != METHOD_PATCH || config_method_bit("patch") != 0 ||
-        config_method_bit("TRACE") != 0) {
-        printf("FAIL method bits\n");
-        failed++;
-    } else {
-        printf("ok method bits\n");
-    }
-    return failed;
+    UNIT_CHECK("method bits", config_method_bit("PATCH") == METHOD_PATCH &&
+               config_method_bit("patch") == 0 && config_method_bit("TRACE") == 0,
+               "PATCH %u patch %u TRACE %u", config_method_bit("PATCH"), config_method_bit("patch"),
+               config_method_bit("TRACE"));
 }
 
-static int run_file_cases(const char *sample)
+static void run_file_cases(const char *sample)
 {
     struct config cfg;
     char err[512];
-    int failed = 0;
+    bool loaded = config_load(&cfg, "/nonexistent/idempotency-proxy.yaml", err, sizeof(err)) == 0;
 
-    if (config_load(&cfg, "/nonexistent/idempotency-proxy.yaml", err, sizeof(err)) == 0 ||
-        strstr(err, "/nonexistent/idempotency-proxy.yaml: cannot open") != err) {
-        printf("FAIL missing file names the file: %s\n", err);
-        failed++;
-    } else {
-        config_deinit(&cfg);
-        printf("ok missing file names the file\n");
-    }
-    if (sample == NULL)
-        return failed;
-    if (config_load(&cfg, sample, err, sizeof(err)) != 0) {
-        printf("FAIL sample config loads: %s\n", err);
-        return failed + 1;
-    }
-    /* the demo relies on these (CONTRACT section 3 defaults) */
-    if (!STREQ(cfg.listen.host, "0.0.0.0") || cfg.listen.port != 8080 ||
-        !STREQ(cfg.upstream_base, "http://127.0.0.1:3000") ||
-        !STREQ(cfg.redis_host, "127.0.0.1") || cfg.redis_port != 6379 || cfg.redis_db != 0 ||
-        config_match_route(&cfg, "/v1/payments") == NULL ||
-        !config_match_route(&cfg, "/v1/payments/1")->policy.require_key) {
-        printf("FAIL sample config has the demo's listen, upstream, redis and route\n");
-        failed++;
-    } else {
-        printf("ok sample config loads\n");
-    }
+    UNIT_CHECK("missing file names the file",
+               !loaded && strstr(err, "/nonexistent/idempotency-proxy.yaml: cannot open") == err,
+               "%s", err);
     config_deinit(&cfg);
-    return failed;
+    if (sample == NULL)
+        return;
+    loaded = config_load(&cfg, sample, err, sizeof(err)) == 0;
+    UNIT_CHECK("sample config loads", loaded, "%s", err);
+    if (!loaded)
+        return;
+    /* the demo relies on these (CONTRACT section 3 defaults) */
+    UNIT_CHECK("sample config has the demo's listen, upstream, redis and route",
+               STREQ(cfg.listen.host, "0.0.0.0") && cfg.listen.port == 8080 &&
+               STREQ(cfg.upstream_base, "http://127.0.0.1:3000") &&
+               STREQ(cfg.redis_host, "127.0.0.1") && cfg.redis_port == 6379 && cfg.redis_db == 0 &&
+               config_match_route(&cfg, "/v1/payments") != NULL &&
+               config_match_route(&cfg, "/v1/payments/1")->policy.require_key,
+               "listen %s:%u upstream %s", cfg.listen.host, cfg.listen.port, cfg.upstream_base);
+    config_deinit(&cfg);
 }
 
 /* config_reload_refusal: what SIGHUP may change (README "Reload"). */
@@ -917,60 +877,48 @@ static const struct config_reload_case config_reload_cases[] = {
       "routes:\n  - path: /v1/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
 };
 
-static int run_reload_cases(void)
+static void run_reload_cases(void)
 {
-    int failed = 0;
-
     for (size_t i = 0; i < sizeof(config_reload_cases) / sizeof(config_reload_cases[0]); i++) {
         const struct config_reload_case *c = &config_reload_cases[i];
         struct config running, next;
-        char err[512];
+        char err[512], name[160];
         const char *why;
+        int rc;
 
-        if (config_load_string(&running, c->running, strlen(c->running), FILE_NAME, err,
-                               sizeof(err)) != 0) {
-            printf("FAIL reload %s: running did not load: %s\n", c->name, err);
-            failed++;
+        snprintf(name, sizeof(name), "reload %s", c->name);
+        rc = config_load_string(&running, c->running, strlen(c->running), FILE_NAME, err,
+                                sizeof(err));
+        if (rc != 0) {
+            UNIT_CHECK(name, false, "running did not load: %s", err);
             continue;
         }
         if (config_load_string(&next, c->next, strlen(c->next), FILE_NAME, err, sizeof(err)) != 0) {
-            printf("FAIL reload %s: next did not load: %s\n", c->name, err);
+            UNIT_CHECK(name, false, "next did not load: %s", err);
             config_deinit(&running);
-            failed++;
             continue;
         }
         why = config_reload_refusal(&running, &next);
-        if (c->word == NULL ? why != NULL : (why == NULL || strstr(why, c->word) == NULL)) {
-            printf("FAIL reload %s: got %s, want %s\n", c->name, why ? why : "accepted",
-                   c->word ? c->word : "accepted");
-            failed++;
-        } else {
-            printf("ok reload %s\n", c->name);
-        }
+        UNIT_CHECK(name, c->word == NULL ? why == NULL : why != NULL && strstr(why, c->word) != NULL,
+                   "got %s, want %s", why ? why : "accepted", c->word ? c->word : "accepted");
         config_deinit(&running);
         config_deinit(&next);
     }
-    return failed;
 }
 
 int main(int argc, char **argv)
 {
-    int failed = 0;
-
     setenv("TEST_IDEM_HOST", "legacy.local", 1);
     setenv("TEST_IDEM_PASSWORD", "s3cret", 1);
     setenv("TEST_IDEM_REGION", "eu-1", 1);
     unsetenv("TEST_IDEM_UNSET");
 
     for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
-        failed += run_case(&config_cases[i]);
-    failed += run_match_cases();
-    failed += run_reload_cases();
-    failed += run_pattern_cases();
-    failed += run_unit_cases();
-    failed += run_file_cases(argc > 1 ? argv[1] : NULL);
-
-    if (failed)
-        printf("%d failed\n", failed);
-    return failed ? 1 : 0;
+        run_case(&config_cases[i]);
+    run_match_cases();
+    run_reload_cases();
+    run_pattern_cases();
+    run_unit_cases();
+    run_file_cases(argc > 1 ? argv[1] : NULL);
+    UNIT_DONE();
 }

@@ -1,0 +1,492 @@
+/*
+ * config_value.c - the value parsers of the configuration loader
+ * (config_value.h), and the public ones of config.h that read a single value:
+ * config_parse_duration_ms, config_parse_size, config_method_bit,
+ * config_workers. No YAML and no messages: the loader (config.c,
+ * config_set.c) words every error; only config_workers asks the system.
+ */
+#include "config.h"
+#include "config_value.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/http.h>
+
+#define CONFIG_REDIS_PORT 6379
+
+/* A unit suffix and how many of the base unit (ms, bytes) it stands for. */
+struct config_unit {
+    const char *name;
+    uint64_t factor;
+};
+
+const struct config_enum config_method_names[] = {
+    { "GET", METHOD_GET }, { "HEAD", METHOD_HEAD }, { "POST", METHOD_POST },
+    { "PUT", METHOD_PUT }, { "PATCH", METHOD_PATCH }, { "DELETE", METHOD_DELETE },
+    { "OPTIONS", METHOD_OPTIONS }, { NULL, 0 },
+};
+static const struct config_unit config_duration_units[] = {
+    { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 60 * 60 * 1000 },
+    { "d", 24 * 60 * 60 * 1000 }, { NULL, 0 },
+};
+static const struct config_unit config_size_units[] = {
+    { "B", 1 }, { "KiB", 1024 }, { "MiB", 1024 * 1024 }, { "GiB", 1024 * 1024 * 1024 },
+    { NULL, 0 },
+};
+
+static const char config_upstream_expected[] =
+    "expected http://host[:port][/path], https://host[:port][/path] or unix:/path/to.sock";
+static const char config_redis_expected[] =
+    "expected redis://[:password@]host:port/db or unix:/path/to.sock";
+
+/* ---- enums and messages ------------------------------------------------ */
+
+int config_enum_value(const struct config_enum *names, const char *text, int *out)
+{
+    for (; names->name != NULL; names++) {
+        if (strcmp(text, names->name) == 0) {
+            *out = names->value;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void config_list_append(char *buf, size_t len, const char *s)
+{
+    size_t used = strlen(buf);
+
+    if (used < len)
+        snprintf(buf + used, len - used, "%s%s", used ? ", " : "", s);
+}
+
+void config_enum_list(const struct config_enum *names, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (; names->name != NULL; names++)
+        config_list_append(buf, len, names->name);
+}
+
+void config_format_duration(uint64_t ms, char *buf, size_t len)
+{
+    size_t last = sizeof(config_duration_units) / sizeof(config_duration_units[0]) - 2;
+    const struct config_unit *u = &config_duration_units[last];
+
+    for (; ms != 0 && u > config_duration_units; u--) {
+        if (ms % u->factor == 0)
+            break;
+    }
+    snprintf(buf, len, "%" PRIu64 "%s", ms / u->factor, ms == 0 ? "s" : u->name);
+}
+
+/* ---- strings ----------------------------------------------------------- */
+
+char *config_strndup(const char *s, size_t n)
+{
+    char *copy = malloc(n + 1);
+
+    if (copy != NULL) {
+        memcpy(copy, s, n);
+        copy[n] = '\0';
+    }
+    return copy;
+}
+
+char *config_printf_dup(const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *out;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    out = malloc((size_t)n + 1);
+    if (out == NULL)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(out, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+bool config_same_string(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static bool config_is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool config_is_env_char(char c)
+{
+    return config_is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+bool config_is_token(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++) {
+        if (config_is_env_char(*s) && *s != '_')
+            continue;
+        if (strchr("!#$%&'*+-.^_`|~", *s) == NULL)
+            return false;
+    }
+    return true;
+}
+
+bool config_is_json_pointer(const char *s)
+{
+    if (*s != '/')
+        return false;
+    for (; *s != '\0'; s++) {
+        if (*s == '~' && s[1] != '0' && s[1] != '1')
+            return false;
+    }
+    return true;
+}
+
+/* Appends n bytes of s to the malloc'd string *out of *len bytes; -1 when out of memory. */
+static int config_append(char **out, size_t *len, const char *s, size_t n)
+{
+    char *grown = realloc(*out, *len + n + 1);
+
+    if (grown == NULL)
+        return -1;
+    memcpy(grown + *len, s, n);
+    *len += n;
+    grown[*len] = '\0';
+    *out = grown;
+    return 0;
+}
+
+/* One ${NAME} at dollar: its value appended to *out; *end is past the '}'. */
+static enum config_expand_status config_expand_one(const char *dollar, bool unset_empty,
+                                                   char **out, size_t *len, const char **end,
+                                                   const char **name, size_t *name_len)
+{
+    const char *start = dollar + 2, *stop, *value;
+    char *var;
+
+    for (stop = start; config_is_env_char(*stop); stop++)
+        ;
+    if (stop == start || *stop != '}' || config_is_digit(*start))
+        return CONFIG_EXPAND_BAD_SYNTAX;
+    var = config_strndup(start, (size_t)(stop - start));
+    if (var == NULL)
+        return CONFIG_EXPAND_NOMEM;
+    value = getenv(var);
+    free(var);
+    if (value == NULL && !unset_empty) {
+        *name = start;
+        *name_len = (size_t)(stop - start);
+        return CONFIG_EXPAND_UNSET;
+    }
+    if (value == NULL)
+        value = "";
+    *end = stop + 1;
+    return config_append(out, len, value, strlen(value)) < 0 ? CONFIG_EXPAND_NOMEM
+                                                             : CONFIG_EXPAND_OK;
+}
+
+enum config_expand_status config_expand_env(const char *text, bool unset_empty, char **out,
+                                            const char **name, size_t *name_len)
+{
+    enum config_expand_status st = CONFIG_EXPAND_OK;
+    size_t len = 0;
+
+    *out = NULL;
+    while (st == CONFIG_EXPAND_OK) {
+        const char *dollar = strstr(text, "${");
+
+        if (dollar == NULL) {
+            if (config_append(out, &len, text, strlen(text)) == 0)
+                return CONFIG_EXPAND_OK;
+            st = CONFIG_EXPAND_NOMEM;
+        } else if (config_append(out, &len, text, (size_t)(dollar - text)) < 0) {
+            st = CONFIG_EXPAND_NOMEM;
+        } else {
+            st = config_expand_one(dollar, unset_empty, out, &len, &text, name, name_len);
+        }
+    }
+    free(*out);
+    *out = NULL;
+    return st;
+}
+
+char *config_record_source(const struct route_policy *policy)
+{
+    char *source;
+
+    if (policy->webhook && policy->key_from == KEY_FROM_JSON)
+        return config_printf_dup("json:%s", policy->key_json_pointer);
+    source = config_printf_dup("header:%s", policy->key_header);
+    for (char *c = source ? source : ""; *c != '\0'; c++)
+        if (*c >= 'A' && *c <= 'Z')
+            *c = (char)(*c - 'A' + 'a');
+    return source;
+}
+
+/* ---- numbers ----------------------------------------------------------- */
+
+int config_parse_uint(const char *text, uint64_t max, uint64_t *out)
+{
+    uint64_t n = 0;
+
+    if (*text == '\0')
+        return -1;
+    for (; *text != '\0'; text++) {
+        unsigned d = (unsigned)(*text - '0');
+
+        if (!config_is_digit(*text) || n > (max - d) / 10)
+            return -1;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return 0;
+}
+
+/* "<digits><unit>" with a unit from units; -1 on anything else or above max. */
+static int config_parse_unit(const char *text, const struct config_unit *units,
+                             uint64_t max, uint64_t *out)
+{
+    size_t digits;
+    uint64_t n = 0;
+
+    if (text == NULL)
+        return -1;
+    digits = strspn(text, "0123456789");
+    if (digits == 0)
+        return -1;
+    for (size_t i = 0; i < digits; i++) {
+        unsigned d = (unsigned)(text[i] - '0');
+
+        if (n > (UINT64_MAX - d) / 10)
+            return -1;
+        n = n * 10 + d;
+    }
+    for (; units->name != NULL; units++) {
+        if (strcmp(text + digits, units->name) != 0)
+            continue;
+        if (n > max / units->factor)
+            return -1;
+        *out = n * units->factor;
+        return 0;
+    }
+    return -1;
+}
+
+int config_parse_duration_ms(const char *text, uint64_t *out_ms)
+{
+    return config_parse_unit(text, config_duration_units, CONFIG_MAX_DURATION_MS, out_ms);
+}
+
+int config_parse_size(const char *text, size_t *out_bytes)
+{
+    uint64_t bytes;
+
+    if (config_parse_unit(text, config_size_units, SIZE_MAX, &bytes) < 0)
+        return -1;
+    *out_bytes = (size_t)bytes;
+    return 0;
+}
+
+unsigned config_method_bit(const char *name)
+{
+    int bit;
+
+    return config_enum_value(config_method_names, name, &bit) == 0 ? (unsigned)bit : 0;
+}
+
+unsigned config_workers(const struct config *cfg)
+{
+    cpu_set_t cpus;
+    int n;
+
+    if (cfg->workers > 0)
+        return cfg->workers;
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+        return 1;
+    n = CPU_COUNT(&cpus);
+    return n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (unsigned)n;
+}
+
+/* ---- addresses and URLs ------------------------------------------------ */
+
+static bool config_is_wildcard(const char *host)
+{
+    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen)
+{
+    return admin->host != NULL && admin->port == listen->port &&
+           (strcmp(admin->host, listen->host) == 0 || config_is_wildcard(admin->host) ||
+            config_is_wildcard(listen->host));
+}
+
+/* Strips the brackets of an IPv6 literal ("[::1]" -> "::1"); malloc'd. */
+static char *config_host_dup(const char *host)
+{
+    size_t len = strlen(host);
+
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
+        return config_strndup(host + 1, len - 2);
+    return strdup(host);
+}
+
+const char *config_endpoint_split(const char *text, char **host, uint16_t *port)
+{
+    char *url = config_printf_dup("http://%s", text);
+    struct evhttp_uri *uri = url ? evhttp_uri_parse(url) : NULL;
+    const char *why = NULL;
+    const char *h;
+    int p;
+
+    if (url == NULL)
+        return "out of memory";
+    h = uri ? evhttp_uri_get_host(uri) : NULL;
+    p = uri ? evhttp_uri_get_port(uri) : -1;
+    if (h == NULL || h[0] == '\0' || p < 1 || p > 65535 ||
+        evhttp_uri_get_userinfo(uri) != NULL || evhttp_uri_get_path(uri)[0] != '\0' ||
+        evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
+        why = "expected host:port with a port from 1 to 65535";
+    else if ((*host = config_host_dup(h)) == NULL)
+        why = "out of memory";
+    else
+        *port = (uint16_t)p;
+    if (uri != NULL)
+        evhttp_uri_free(uri);
+    free(url);
+    return why;
+}
+
+/* config_upstream_parse once libevent has split the URL; may leave partial results. */
+static const char *config_upstream_split(const struct evhttp_uri *uri, char **base,
+                                         char **unix_path)
+{
+    const char *scheme = evhttp_uri_get_scheme(uri);
+    const char *host = evhttp_uri_get_host(uri);
+    const char *path = evhttp_uri_get_path(uri);
+    int port = evhttp_uri_get_port(uri);
+    const char *expected = config_upstream_expected;
+
+    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
+        return expected;
+    if (evhttp_uri_get_userinfo(uri) != NULL)
+        return "credentials in the upstream url are not supported";
+    if (strcasecmp(scheme, "unix") == 0) {
+        if ((host != NULL && host[0] != '\0') || port != -1 || path[0] != '/' || path[1] == '\0')
+            return expected;
+        *unix_path = strdup(path);
+        *base = strdup("http://localhost");
+    } else if (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0) {
+        bool tls = strcasecmp(scheme, "https") == 0;
+        size_t path_len = strlen(path);
+
+        if (host == NULL || host[0] == '\0' || port == 0)
+            return expected;
+        if (port == -1)
+            port = tls ? 443 : 80;
+        while (path_len > 0 && path[path_len - 1] == '/')
+            path_len--;
+        *base = config_printf_dup("%s://%s:%d%.*s", tls ? "https" : "http", host, port,
+                                  (int)path_len, path);
+    } else {
+        return expected;
+    }
+    if (*base == NULL || (strcasecmp(scheme, "unix") == 0 && *unix_path == NULL))
+        return "out of memory";
+    return NULL;
+}
+
+const char *config_upstream_parse(const char *url, char **base, char **unix_path)
+{
+    struct evhttp_uri *uri = evhttp_uri_parse(url);
+    const char *why;
+
+    *base = NULL;
+    *unix_path = NULL;
+    if (uri == NULL)
+        return config_upstream_expected;
+    why = config_upstream_split(uri, base, unix_path);
+    evhttp_uri_free(uri);
+    if (why != NULL) {
+        free(*base);
+        free(*unix_path);
+        *base = NULL;
+        *unix_path = NULL;
+    }
+    return why;
+}
+
+/* config_redis_parse once libevent has split the URL; may leave partial results in *t. */
+static const char *config_redis_split(const struct evhttp_uri *uri, struct config_redis_target *t)
+{
+    const char *scheme = evhttp_uri_get_scheme(uri);
+    const char *host = evhttp_uri_get_host(uri);
+    const char *userinfo = evhttp_uri_get_userinfo(uri);
+    const char *path = evhttp_uri_get_path(uri);
+    int port = evhttp_uri_get_port(uri);
+    const char *expected = config_redis_expected;
+    uint64_t db = 0;
+
+    if (scheme == NULL || evhttp_uri_get_query(uri) != NULL || evhttp_uri_get_fragment(uri) != NULL)
+        return expected;
+    if (strcasecmp(scheme, "unix") == 0) {
+        if ((host != NULL && host[0] != '\0') || userinfo != NULL || port != -1 ||
+            path[0] != '/' || path[1] == '\0')
+            return expected;
+        t->unix_path = strdup(path);
+        return t->unix_path ? NULL : "out of memory";
+    }
+    if (strcasecmp(scheme, "redis") != 0 || host == NULL || host[0] == '\0' || port == 0)
+        return expected;
+    /* hiredis 0.14 sends AUTH <password>: there is no ACL user name */
+    if (userinfo != NULL && userinfo[0] != ':')
+        return "write the password as redis://:PASSWORD@host:port/db (user names are not supported)";
+    if (path[0] == '/' && path[1] != '\0' && config_parse_uint(path + 1, INT_MAX, &db) < 0)
+        return "the database after the '/' must be a number";
+    t->db = (int)db;
+    t->port = port == -1 ? CONFIG_REDIS_PORT : (uint16_t)port;
+    t->host = config_host_dup(host);
+    if (t->host == NULL)
+        return "out of memory";
+    if (userinfo != NULL) {
+        t->password = evhttp_uridecode(userinfo + 1, 0, NULL);
+        if (t->password == NULL)
+            return "out of memory";
+    }
+    return NULL;
+}
+
+const char *config_redis_parse(const char *url, struct config_redis_target *t)
+{
+    struct evhttp_uri *uri = evhttp_uri_parse(url);
+    const char *why;
+
+    memset(t, 0, sizeof(*t));
+    if (uri == NULL)
+        return config_redis_expected;
+    why = config_redis_split(uri, t);
+    evhttp_uri_free(uri);
+    if (why != NULL) {
+        free(t->host);
+        free(t->unix_path);
+        free(t->password);
+        memset(t, 0, sizeof(*t));
+    }
+    return why;
+}

@@ -1,0 +1,92 @@
+/*
+ * route.h - route patterns (CONTRACT section 3, `routes:`): normalised once at
+ * load, matched per request (first match wins, section 4.1), and the two
+ * whole-table checks: routes an earlier one shadows, and what a reload may
+ * not change about a route.
+ *
+ * Depends on policy.h only: config.h embeds struct route in struct config, so
+ * this header must not include config.h (the include graph stays one-way).
+ * The public entry points keep their config_* names in config.h; these are
+ * what they call, over a plain array of routes.
+ */
+#ifndef IDEM_ROUTE_H
+#define IDEM_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "policy.h"
+
+struct route {
+    char *path;                     /* pattern without the trailing '*', as written (record
+                                       identity, logs, metrics); owned */
+    size_t path_len;                /* bytes of path */
+    char *match;                    /* path normalised as requests are (path.h), a prefix
+                                       keeping its trailing '/'; what matching compares; owned */
+    size_t match_len;               /* bytes of match */
+    bool prefix;                    /* pattern ended in '*' */
+    int line;                       /* where it was defined, for messages */
+    struct route_policy policy;
+};
+
+/* Why route_set_pattern refused a pattern; the loader words the message. */
+enum route_pattern_status {
+    ROUTE_PATTERN_OK,
+    ROUTE_PATTERN_NOT_ABSOLUTE,     /* does not start with '/' */
+    ROUTE_PATTERN_BAD_CHAR,         /* '?', '#', space, control character, or '*' not last */
+    ROUTE_PATTERN_UNMATCHABLE,      /* path_normalize refuses it: no request can match it */
+    ROUTE_PATTERN_NOMEM,
+};
+
+/*
+ * Sets route's pattern from text, "/exact" or "/prefix*" ('*' only as the
+ * last character), after ${VAR} expansion. The pattern is normalised with the
+ * requests' path_normalize, so "/V1//payments/" matches as "/v1/payments"; a
+ * prefix written with a trailing '/' keeps it ("/v1/x/" then '*' does not
+ * match /v1/x itself). A pattern the normaliser refuses (an encoded slash,
+ * invalid UTF-8, ...) names a path no request is ever routed by, so it is
+ * refused too.
+ * Ownership: on ROUTE_PATTERN_OK takes the malloc'd *text (sets *text to NULL;
+ * it becomes route->path without the '*') and frees route's previous pattern.
+ * On any other status neither *text (bytes unchanged) nor route is touched;
+ * for ROUTE_PATTERN_UNMATCHABLE *reason is path_status_reason's static text.
+ */
+enum route_pattern_status route_set_pattern(struct route *route, char **text,
+                                            const char **reason);
+
+/* Frees route's path and match strings (not its policy); safe on a zeroed route. */
+void route_pattern_free(struct route *route);
+
+/*
+ * The first of the n routes whose normalised pattern (route->match) matches
+ * path (path only, no query; callers pass it through path_normalize first),
+ * compared case-insensitively; NULL when none does. A pattern matches
+ * exactly, or, when it ended in '*', every path that starts with the rest
+ * ("/v1/payments*" matches /v1/payments, /v1/payments/1 and /v1/paymentsX).
+ * No decoding. Returns a pointer into routes (borrowed, not owned).
+ */
+const struct route *route_match(const struct route *routes, size_t n, const char *path);
+
+/*
+ * Routes no request can reach because an earlier route takes every path they
+ * match: an earlier prefix route whose prefix starts their normalised
+ * pattern, or an earlier identical pattern. Writes one line per such route
+ * into out (caller-owned, outsize > 0 bytes), "FILE:LINE: warning: ...\n",
+ * truncated to fit and always NUL-terminated. Returns how many routes are
+ * shadowed. Pure.
+ */
+size_t route_warnings(const struct route *routes, size_t n, const char *file, char *out,
+                      size_t outsize);
+
+/*
+ * For each route of next whose pattern (path and '*', case-insensitively as
+ * matching is) is also in running: whether its key source (record_source)
+ * or its scope_headers (case-insensitively) changed, which would change
+ * record ids under retrying clients (README "Reload"). Insertions, removals
+ * and reordering are fine. Returns NULL, or a static string naming what
+ * changed. Pure.
+ */
+const char *route_reload_refusal(const struct route *running, size_t n_running,
+                                 const struct route *next, size_t n_next);
+
+#endif
