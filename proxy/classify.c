@@ -11,6 +11,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "headers.h"
 #include "key.h"
 #include "path.h"
 #include "webhook.h"
@@ -22,23 +23,6 @@ static void classify_refuse(struct classify_result *out, enum problem p, int sta
     out->problem = p;
     out->status = status;
     out->detail = detail;
-}
-
-/* The key header's value; *count says how many lines carried it (two is an error). */
-static const char *classify_key_header(const struct evkeyvalq *headers, const char *name,
-                                       int *count)
-{
-    const struct evkeyval *h;
-    const char *value = NULL;
-
-    *count = 0;
-    TAILQ_FOREACH(h, headers, next) {
-        if (strcasecmp(h->key, name) == 0) {
-            (*count)++;
-            value = h->value;
-        }
-    }
-    return value;
 }
 
 /*
@@ -121,7 +105,7 @@ static void classify_key_from_header(const struct route_policy *policy,
                                      char *key, size_t keysize, struct classify_result *out)
 {
     int lines;
-    const char *raw = classify_key_header(in->headers,
+    const char *raw = header_find_all(in->headers,
                                           classify_key_header_name(policy, signed_id), &lines);
     size_t max = keysize < policy->key_max_length + 1 ? keysize : policy->key_max_length + 1;
     enum key_status ks;

@@ -118,24 +118,33 @@ void exchange_wake_waiters(struct exchange_set *set, const char *record_key)
 /* ---- the claim and what an existing record means ----------------------- */
 
 static void exchange_on_takeover(enum store_status st, bool applied, void *arg);
+static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg);
 
-static void exchange_takeover(struct exchange *x, const char *value, size_t len)
+/*
+ * Send our claim: SET NX GET (expected NULL), or a takeover of the expired
+ * claim `expected` (expected_len bytes, on_ambiguous: release).
+ */
+static void exchange_send_claim(struct exchange *x, const char *expected, size_t expected_len)
 {
-    size_t claim_len;
-    char *claim = exchange_claim_value(x, &claim_len);
+    size_t len;
+    char *value = exchange_claim_value(x, &len);
 
-    if (claim == NULL) {
+    if (value == NULL) {
         exchange_store_failed(x, STORE_ERROR);
         return;
     }
     if (!exchange_set_state(x, X_CLAIMING)) {
-        free(claim);
+        free(value);
         return;
     }
     x->pending++;
-    store_takeover(x->set->store, x->record_key, value, len, claim, claim_len,
-                   x->policy->retention_ms, exchange_on_takeover, x);
-    free(claim);
+    if (expected == NULL)
+        store_claim(x->set->store, x->record_key, value, len, x->policy->retention_ms,
+                    exchange_on_claim, x);
+    else
+        store_takeover(x->set->store, x->record_key, expected, expected_len, value, len,
+                       x->policy->retention_ms, exchange_on_takeover, x);
+    free(value);
 }
 
 static void exchange_on_existing(struct exchange *x, const char *value, size_t len)
@@ -158,7 +167,7 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
         exchange_wait(x);
         return;
     case DECIDE_TAKEOVER:
-        exchange_takeover(x, value, len);
+        exchange_send_claim(x, value, len);
         return;
     default:
         break;
@@ -237,21 +246,7 @@ static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
 
 void exchange_claim(struct exchange *x)
 {
-    size_t len;
-    char *value = exchange_claim_value(x, &len);
-
-    if (value == NULL) {
-        exchange_store_failed(x, STORE_ERROR);
-        return;
-    }
-    if (!exchange_set_state(x, X_CLAIMING)) {
-        free(value);
-        return;
-    }
-    x->pending++;
-    store_claim(x->set->store, x->record_key, value, len, x->policy->retention_ms,
-                exchange_on_claim, x);
-    free(value);
+    exchange_send_claim(x, NULL, 0);
 }
 
 /* ---- identity ----------------------------------------------------------- */

@@ -5,6 +5,9 @@
 
 #include <string.h>
 #include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/keyvalq_struct.h>
 
 static bool header_in(const char *name, const char *const *list)
 {
@@ -52,4 +55,19 @@ bool header_is_forwarded(const char *name)
     static const char *const never[] = { "Content-Length", "Expect", NULL };
 
     return !header_is_hop_by_hop(name) && !header_in(name, never);
+}
+
+const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count)
+{
+    const struct evkeyval *h;
+    const char *value = NULL;
+
+    *count = 0;
+    TAILQ_FOREACH(h, headers, next) {
+        if (strcasecmp(h->key, name) == 0) {
+            (*count)++;
+            value = h->value;
+        }
+    }
+    return value;
 }

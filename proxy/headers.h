@@ -32,4 +32,13 @@ bool header_is_stored(const char *name);
  */
 bool header_is_forwarded(const char *name);
 
+struct evkeyvalq;
+
+/*
+ * The value of the last line of field name in headers (case-insensitive),
+ * NULL when none; *count says how many lines carry it, so that a caller can
+ * refuse a field that must appear once (borrowed from headers).
+ */
+const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count);
+
 #endif

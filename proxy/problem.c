@@ -60,15 +60,11 @@ const char *problem_slug(enum problem p)
     return problem_kinds[p].slug;
 }
 
-char *problem_json(enum problem p, int status, const char *detail, size_t *len)
+/* doc as compact JSON, malloc'd, its length in *len; NULL when doc is. Steals doc. */
+static char *problem_dump(json_t *doc, size_t *len)
 {
-    char type[96];
     char *text;
-    json_t *doc;
 
-    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_kinds[p].slug);
-    doc = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", problem_kinds[p].title,
-                    "status", status, "detail", detail != NULL ? detail : problem_kinds[p].title);
     if (doc == NULL)
         return NULL;
     text = json_dumps(doc, JSON_COMPACT);
@@ -76,6 +72,17 @@ char *problem_json(enum problem p, int status, const char *detail, size_t *len)
     if (text != NULL)
         *len = strlen(text);
     return text;
+}
+
+char *problem_json(enum problem p, int status, const char *detail, size_t *len)
+{
+    char type[96];
+
+    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_kinds[p].slug);
+    return problem_dump(json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title",
+                                  problem_kinds[p].title, "status", status, "detail",
+                                  detail != NULL ? detail : problem_kinds[p].title),
+                        len);
 }
 
 const char *problem_stripe_type(enum problem p)
@@ -90,17 +97,8 @@ bool problem_retryable(enum problem p)
 
 char *problem_stripe_json(enum problem p, const char *detail, size_t *len)
 {
-    char *text;
-    json_t *doc;
-
-    doc = json_pack("{s:{s:s, s:s, s:s}}", "error", "type", problem_kinds[p].stripe_type,
-                    "code", problem_kinds[p].slug,
-                    "message", detail != NULL ? detail : problem_kinds[p].title);
-    if (doc == NULL)
-        return NULL;
-    text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (text != NULL)
-        *len = strlen(text);
-    return text;
+    return problem_dump(json_pack("{s:{s:s, s:s, s:s}}", "error", "type",
+                                  problem_kinds[p].stripe_type, "code", problem_kinds[p].slug,
+                                  "message", detail != NULL ? detail : problem_kinds[p].title),
+                        len);
 }

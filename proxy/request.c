@@ -14,6 +14,8 @@
 #include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
+#include "headers.h"
+
 static const char *request_method_name(enum evhttp_cmd_type cmd)
 {
     switch (cmd) {
@@ -87,22 +89,6 @@ void request_view_deinit(struct request_view *v)
     memset(v, 0, sizeof(*v));
 }
 
-/* The value of header name (the last line) and how many lines carry it. */
-static const char *request_header(const struct evkeyvalq *headers, const char *name, int *count)
-{
-    const struct evkeyval *h;
-    const char *value = NULL;
-
-    *count = 0;
-    TAILQ_FOREACH(h, headers, next) {
-        if (strcasecmp(h->key, name) == 0) {
-            (*count)++;
-            value = h->value;
-        }
-    }
-    return value;
-}
-
 /* Whether libevent 2.1 reads a body for cmd (evhttp_method_may_have_body in 2.1.12's http.c). */
 static bool request_method_reads_body(enum evhttp_cmd_type cmd)
 {
@@ -113,8 +99,8 @@ const char *request_framing_fault(struct evhttp_request *req)
 {
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
     int n_cl, n_te;
-    const char *cl = request_header(headers, "Content-Length", &n_cl);
-    const char *te = request_header(headers, "Transfer-Encoding", &n_te);
+    const char *cl = header_find_all(headers, "Content-Length", &n_cl);
+    const char *te = header_find_all(headers, "Transfer-Encoding", &n_te);
     bool reads_body = request_method_reads_body(evhttp_request_get_command(req));
 
     if (req->major != 1 || req->minor > 1)
