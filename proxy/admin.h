@@ -1,5 +1,5 @@
 /*
- * admin.h - the admin listener (CONTRACT 9).
+ * admin.h - the admin listener (README "Operations").
  */
 #ifndef IDEM_ADMIN_H
 #define IDEM_ADMIN_H

@@ -99,7 +99,7 @@ static bool classify_key_from_body(const struct route_policy *policy,
     return true;
 }
 
-/* The key from its header (CONTRACT 4.2, 4.3). */
+/* The key from its header (README "How a request is handled", 4.3). */
 static void classify_key_from_header(const struct route_policy *policy,
                                      const struct classify_input *in, const char *signed_id,
                                      char *key, size_t keysize, struct classify_result *out)

@@ -1,7 +1,7 @@
 /*
  * classify.h - what the proxy does with a request before any I/O: the route,
  * whether the method is protected, the idempotency key, the limits, and a
- * webhook's signature (CONTRACT 4 and 8). Pure: no I/O, no clock (the caller
+ * webhook's signature (README "How a request is handled" and 8). Pure: no I/O, no clock (the caller
  * passes the time), unit-tested by a table of requests.
  */
 #ifndef IDEM_CLASSIFY_H

@@ -1,5 +1,5 @@
 /*
- * config.c - load the YAML configuration into plain structs (CONTRACT section 3).
+ * config.c - load the YAML configuration into plain structs (README "Configuration").
  *
  * libyaml builds the document (with line marks); nothing here reads YAML
  * syntax by hand. Three passes, as twemproxy does:
@@ -69,7 +69,7 @@ static const struct config_enum config_error_format_names[] = {
     { "problem", ERROR_FORMAT_PROBLEM }, { "stripe", ERROR_FORMAT_STRIPE }, { NULL, 0 },
 };
 
-/* The schema (CONTRACT section 3). Each table ends with { NULL }. */
+/* The schema (README "Configuration"). Each table ends with { NULL }. */
 
 static const struct config_key config_upstream_keys[] = {
     { "url", CONFIG_SCALAR, config_set_upstream_url, 0, 0, NULL, NULL, NULL },
@@ -164,7 +164,7 @@ static const struct config_section *const config_sections[] = {
 };
 
 /*
- * CONTRACT section 3 with its defaults. Pass 3 applies it, with the same
+ * README "Configuration" with its defaults. Pass 3 applies it, with the same
  * setters, to every key the file left unset. No password: a Redis without
  * AUTH is the default.
  */
@@ -660,7 +660,7 @@ static int config_finish_route(struct config_loader *ld, size_t i)
                                     "header; keep one");
             *set |= config_policy_bit("key_header");
         }
-        /* providers change the body between deliveries (CONTRACT section 8) */
+        /* providers change the body between deliveries (README "Webhooks") */
         if (!(*set & config_policy_bit("fingerprint"))) {
             policy->fingerprint = FINGERPRINT_NONE;
             *set |= config_policy_bit("fingerprint");

@@ -1,5 +1,5 @@
 /*
- * config.h - the YAML configuration as plain structs (CONTRACT section 3).
+ * config.h - the YAML configuration as plain structs (README "Configuration").
  *
  * Parsed in three passes, twemproxy-style: structure (libyaml document with
  * line marks), typed setters into fields that start "unset", then defaults
@@ -78,7 +78,7 @@ struct config {
 
 /*
  * Load and check FILE into *cfg (zeroed by the callee first). Returns 0;
- * keys the file leaves out take the CONTRACT section 3 defaults, and each
+ * keys the file leaves out take the README "Configuration" defaults, and each
  * route inherits `defaults:` key by key (a webhook route with key_from
  * defaults to fingerprint none). Release with config_deinit.
  * On error returns -1, leaves *cfg empty, and writes one line into err

@@ -348,7 +348,7 @@ int config_set_enum(struct config_loader *ld, const struct config_key *key,
     return 0;
 }
 
-/* key_from: header:NAME or json:/pointer (CONTRACT section 8); the route becomes a webhook. */
+/* key_from: header:NAME or json:/pointer (README "Webhooks"); the route becomes a webhook. */
 int config_set_key_from(struct config_loader *ld, const struct config_key *key,
                         yaml_node_t *node, char **text, void *obj)
 {

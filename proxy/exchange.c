@@ -157,7 +157,7 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
         exchange_free(x);
 }
 
-/* The proxy's own answer (CONTRACT 7); a refusal names the outcome after the problem. */
+/* The proxy's own answer (README "Problem details"); a refusal names the outcome after the problem. */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                              int retry_after_s, bool replayed)
 {
@@ -181,7 +181,7 @@ static void exchange_reply_upstream(struct exchange *x)
     exchange_reply(x, x->resp_status, body);
 }
 
-/* Replay a finished record (CONTRACT 5: stored status, headers, body; fresh Content-Length). */
+/* Replay a finished record (README "How a request is handled": stored status, headers, body; fresh Content-Length). */
 void exchange_reply_replay(struct exchange *x, const struct record *rec)
 {
     x->outcome = x->waited ? OUTCOME_WAITED : OUTCOME_REPLAYED;

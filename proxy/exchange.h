@@ -68,7 +68,7 @@ unsigned exchange_set_busy(const struct exchange_set *set);
 void exchange_set_deinit(struct exchange_set *set);
 
 /*
- * The evhttp request callback of the client listener (CONTRACT 4 and 5).
+ * The evhttp request callback of the client listener (README "How a request is handled" and 5).
  * Takes over req until it has been answered; arg is the struct exchange_set.
  */
 void exchange_handle(struct evhttp_request *req, void *arg);

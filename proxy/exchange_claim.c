@@ -1,5 +1,5 @@
 /*
- * exchange_claim.c - the protected path of one exchange (CONTRACT 5): its
+ * exchange_claim.c - the protected path of one exchange (README "How a request is handled"): its
  * record identity, the claim, what an existing record means, taking over an
  * expired lease, waiting for another request's answer, and renewing the
  * lease while the upstream works. See exchange.c for the state machine.

@@ -1,7 +1,7 @@
 /*
  * exchange_int.h - what the two files of the exchange module share:
  * exchange.c (a request's life: states, answers, forwarding, writing the
- * record, the set) and exchange_claim.c (the protected path of CONTRACT 5:
+ * record, the set) and exchange_claim.c (the protected path of README "How a request is handled":
  * identity, claim, existing records, takeover, waiting, the lease). Nothing
  * outside the module includes it.
  */
@@ -90,11 +90,11 @@ bool exchange_set_state(struct exchange *x, enum exchange_state to);
 /* Drop one pending callback's hold; frees the exchange when nothing else can reach it. */
 void exchange_unref(struct exchange *x);
 
-/* The proxy's own answer (CONTRACT 7). */
+/* The proxy's own answer (README "Problem details"). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                       int retry_after_s, bool replayed);
 
-/* Replay a finished record (CONTRACT 5 "Replay"). */
+/* Replay a finished record (README "How a request is handled" "Replay"). */
 void exchange_reply_replay(struct exchange *x, const struct record *rec);
 
 /* Redis failed: the on_store_error policy (503, or forward unprotected). */
@@ -118,7 +118,7 @@ void exchange_forward(struct exchange *x);
 void exchange_protect(struct exchange *x, const struct evkeyvalq *headers, const char *key,
                       size_t key_len);
 
-/* Claim (again): SET NX GET (CONTRACT 5 "Claim"). */
+/* Claim (again): SET NX GET (README "How a request is handled" "Claim"). */
 void exchange_claim(struct exchange *x);
 
 /* How often a held lease is renewed: lease/3, at least 10 ms. */

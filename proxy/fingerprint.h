@@ -3,7 +3,7 @@
  *
  * The fingerprint tells "same request" from "same key, different request"
  * (draft-ietf-httpapi-idempotency-key-header-06 section 2.4). The record id
- * names the Redis record of one idempotency key in one scope (CONTRACT 5).
+ * names the Redis record of one idempotency key in one scope (README "How a request is handled").
  */
 #ifndef IDEM_FINGERPRINT_H
 #define IDEM_FINGERPRINT_H

@@ -21,7 +21,7 @@ bool header_named_by_connection(const char *connection, const char *name);
 
 /*
  * Whether an upstream response field is stored in the record and replayed
- * (CONTRACT 5): not hop-by-hop, not Set-Cookie or WWW-Authenticate, not
+ * (README "How a request is handled"): not hop-by-hop, not Set-Cookie or WWW-Authenticate, not
  * Content-Length (recomputed on replay), not Idempotent-Replayed (ours).
  */
 bool header_is_stored(const char *name);

@@ -6,7 +6,7 @@
  * Such a claim holds a key nobody forwards: retries would wait (or get 409
  * under in_flight: reject), then read it as "outcome unknown" or take it
  * over. Nothing was sent upstream, so the janitor releases it
- * (compare-and-set on the owner token, CONTRACT 5 "Claim") once Redis answers
+ * (compare-and-set on the owner token, README "How a request is handled" "Claim") once Redis answers
  * again, retrying every JANITOR_RETRY_MS until the claim's lease would have
  * ended anyway. One janitor per worker, on the worker's event_base.
  */

@@ -1,5 +1,5 @@
 /*
- * key.c - idempotency key validation, the first gate of CONTRACT section 4.3.
+ * key.c - idempotency key validation, the first gate of README "How a request is handled".
  */
 #include "key.h"
 

@@ -1,5 +1,5 @@
 /*
- * main.c - command line (CONTRACT 2), signals, the worker threads.
+ * main.c - command line (README "Command line"), signals, the worker threads.
  */
 #include <getopt.h>
 #include <pthread.h>

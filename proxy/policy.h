@@ -1,5 +1,5 @@
 /*
- * policy.h - what a route decides (CONTRACT section 3, `defaults:` and each
+ * policy.h - what a route decides (README "Configuration", `defaults:` and each
  * route), as plain values. Its own small header so that the pure modules
  * that read a policy (decide, webhook, classify) need not see the loader.
  */
@@ -26,7 +26,7 @@ enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
 enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
 enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
 
-/* Where a webhook route takes its idempotency key from (CONTRACT section 8). */
+/* Where a webhook route takes its idempotency key from (README "Webhooks"). */
 enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
 enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
 

@@ -1,7 +1,7 @@
 /*
  * record.h - the Redis record of one idempotency key, and its codec.
  *
- * One Redis string per record (CONTRACT 5). A fixed-width ASCII head that the
+ * One Redis string per record (README "How a request is handled"). A fixed-width ASCII head that the
  * Lua compare-and-set scripts can read by offset, then the stored response:
  *
  *   off len
@@ -70,7 +70,7 @@ void record_init(struct record *rec, enum record_state state, const char *owner,
                  const char *fingerprint, uint64_t created_ms);
 
 /*
- * Fill rec (from record_init) with an upstream answer (CONTRACT 5 "Which
+ * Fill rec (from record_init) with an upstream answer (README "How a request is handled" "Which
  * answers are recorded"): status, the stored fields of headers (not
  * hop-by-hop, not named by Connection, see header_is_stored) and the body
  * (body_len bytes). An answer over max_stored bytes, or with more than

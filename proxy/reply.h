@@ -1,7 +1,7 @@
 /*
  * reply.h - building and sending the answers of the client listener: the
- * proxy's own problem details (RFC 9457, CONTRACT 7), a stored record
- * replayed (CONTRACT 5 "Replay"), the upstream's answer without its
+ * proxy's own problem details (RFC 9457, README "Problem details"), a stored record
+ * replayed (README "How a request is handled" "Replay"), the upstream's answer without its
  * hop-by-hop fields (RFC 9110 7.6.1), and tracking each answer until evhttp
  * has written it out (the SIGTERM drain waits for that).
  */

@@ -1,5 +1,5 @@
 /*
- * route.h - route patterns (CONTRACT section 3, `routes:`): normalised once at
+ * route.h - route patterns (README "Configuration", `routes:`): normalised once at
  * load, matched per request (first match wins, section 4.1), and the two
  * whole-table checks: routes an earlier one shadows, and what a reload may
  * not change about a route.

@@ -70,7 +70,7 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
 bool store_ready(const struct store *s);
 
 /*
- * The claim (CONTRACT 5): one atomic `SET key value NX GET PX px_ms`
+ * The claim (README "How a request is handled"): one atomic `SET key value NX GET PX px_ms`
  * (Redis >= 7.0). Wins when no record existed, else hands back the record.
  */
 void store_claim(struct store *s, const char *key, const char *value, size_t len,

@@ -2,7 +2,7 @@
  * upstream.h - the HTTP client to the one upstream: libcurl multi-socket on
  * the worker's event_base. The only file that includes curl.
  *
- * Never two sends (CONTRACT 5): a request is transmitted at most once. libcurl
+ * Never two sends (README "How a request is handled"): a request is transmitted at most once. libcurl
  * 7.88 silently resends a request whose reused keep-alive connection dies
  * before any answer ("Connection died, retrying a fresh connect"); we refuse
  * that resend in CURLOPT_PREREQFUNCTION (called once per transmission

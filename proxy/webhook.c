@@ -1,6 +1,6 @@
 /*
  * webhook.c - provider signatures and event ids for webhook routes
- * (CONTRACT section 8). HMAC, base64 and hex come from OpenSSL, JSON from
+ * (README "Webhooks"). HMAC, base64 and hex come from OpenSSL, JSON from
  * jansson; what is written here is only which bytes each provider signs and
  * how its header lists the signatures.
  */

@@ -112,7 +112,7 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
 
 /*
  * Take a webhook route's idempotency key from the JSON body (`key_from:
- * json:/id`, CONTRACT section 8): parse body (len bytes, binary-safe, need
+ * json:/id`, README "Webhooks"): parse body (len bytes, binary-safe, need
  * not be NUL-terminated) with jansson, follow the RFC 6901 JSON Pointer
  * `pointer` (NUL-terminated; "" is the whole document, "/a/b" descends,
  * `~1` is '/', `~0` is '~', array elements by decimal index without leading

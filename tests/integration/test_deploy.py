@@ -526,7 +526,7 @@ def test_pod_grace_period_covers_the_proxys_drain():
     timeout = configmap_config(by_kind)["upstream"]["timeout"]
     m = re.fullmatch(r"(\d+)s", timeout)
     assert m, "upstream.timeout %r: expected seconds" % timeout
-    # SIGTERM drain: at most upstream.timeout + 5 s (README, CONTRACT section 2)
+    # SIGTERM drain: at most upstream.timeout + 5 s (README, README "Command line")
     assert spec.get("terminationGracePeriodSeconds", 30) > int(m.group(1)) + 5
 
 

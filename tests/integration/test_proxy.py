@@ -1350,7 +1350,7 @@ def test_webhook_without_a_usable_event_id_is_400_and_nothing_claimed(start_prox
 
 def test_webhook_failure_answer_is_not_recorded_so_the_redelivery_executes(start_proxy,
                                                                            upstream):
-    """A receiver's 500 must not be replayed to the provider's retries (CONTRACT 8)."""
+    """A receiver's 500 must not be replayed to the provider's retries (README "Webhooks")."""
     secret = "whsec_" + uuid.uuid4().hex
     p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
                              "verify": "stripe", "secret": secret}])

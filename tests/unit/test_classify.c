@@ -1,5 +1,5 @@
 /*
- * Request classification (CONTRACT 4 and 8): one case per rule, each a
+ * Request classification (README "How a request is handled" and 8): one case per rule, each a
  * request against one configuration, checked for its verdict, problem and
  * route.
  */

@@ -1,5 +1,5 @@
 /*
- * test_config.c - the configuration loader against CONTRACT section 3 and 8.
+ * test_config.c - the configuration loader against README "Configuration" and 8.
  *
  * One table case per behaviour: a YAML text, and either the line and a word
  * the error must name, or checks of the loaded structs. Prints `ok NAME`
@@ -823,7 +823,7 @@ static void run_file_cases(const char *sample)
     UNIT_CHECK("sample config loads", loaded, "%s", err);
     if (!loaded)
         return;
-    /* the demo relies on these (CONTRACT section 3 defaults) */
+    /* the demo relies on these (README "Configuration" defaults) */
     UNIT_CHECK("sample config has the demo's listen, upstream, redis and route",
                STREQ(cfg.listen.host, "0.0.0.0") && cfg.listen.port == 8080 &&
                STREQ(cfg.upstream_base, "http://127.0.0.1:3000") &&

@@ -1,4 +1,4 @@
-/* The decision table of CONTRACT 5 and 6, one row per case. */
+/* The decision table of README "How a request is handled" and 6, one row per case. */
 #include <string.h>
 
 #include "decide.h"

@@ -1,4 +1,4 @@
-/* Hop-by-hop fields (RFC 9110 7.6.1) and what a record stores (CONTRACT 5). */
+/* Hop-by-hop fields (RFC 9110 7.6.1) and what a record stores (README "How a request is handled"). */
 #include "headers.h"
 #include "unit.h"
 
