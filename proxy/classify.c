@@ -169,6 +169,13 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
                         "the request body is larger than the configured limit");
         return;
     }
+    if (out->route != NULL && out->route->policy.webhook &&
+        !(out->route->policy.methods & config_method_bit(in->method))) {
+        /* a webhook receiver takes only signed deliveries: any other method is refused */
+        classify_refuse(out, PROBLEM_METHOD_NOT_ALLOWED, 405,
+                        "this webhook route takes only the methods whose deliveries it verifies");
+        return;
+    }
     if (out->route == NULL || !(out->route->policy.methods & config_method_bit(in->method))) {
         /* the route (if any) stays for the access log and metrics: the method is not protected */
         out->verdict = CLASSIFY_PASS_THROUGH;

@@ -621,13 +621,32 @@ static int config_apply_routes(struct config_loader *ld)
 /* ---- pass 3: defaults and cross-field checks --------------------------- */
 
 /* retention >= lease: a finished record must outlive the claim it replaces. */
+/* Shortest lease: a claim must outlive one renewal interval plus a slow renewal. */
+#define CONFIG_MIN_LEASE_MS 1000
+
+/*
+ * retention >= lease: a finished record must outlive the claim it replaces.
+ * lease >= 1s and lease >= 1.5 x redis.timeout: a renewal is sent every
+ * lease/3 and may take redis.timeout to land, so it must land before the
+ * lease ends, or a live request reads as dead to other instances.
+ */
 static int config_check_policy(struct config_loader *ld, const struct route_policy *policy,
                                yaml_node_t *map)
 {
-    char lease[32], retention[32];
+    char lease[32], retention[32], timeout[32];
+    uint64_t redis_timeout_ms = ld->cfg->redis_timeout_ms;
     yaml_node_t *where;
 
     ld->cur = &ld->user;
+    config_format_duration(policy->lease_ms, lease, sizeof(lease));
+    if (policy->lease_ms < CONFIG_MIN_LEASE_MS || policy->lease_ms * 2 < redis_timeout_ms * 3) {
+        where = config_lookup(&ld->user, map, "lease");
+        config_format_duration(redis_timeout_ms, timeout, sizeof(timeout));
+        return config_error(ld, where != NULL ? where : map,
+                            "lease (%s) must be at least 1s and at least 1.5 x redis.timeout "
+                            "(%s): the claim is renewed every lease/3 and a renewal may take "
+                            "redis.timeout to land", lease, timeout);
+    }
     if (policy->retention_ms >= policy->lease_ms)
         return 0;
     where = config_lookup(&ld->user, map, "retention");
@@ -635,7 +654,6 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
         where = config_lookup(&ld->user, map, "lease");
     if (where == NULL)
         where = map;
-    config_format_duration(policy->lease_ms, lease, sizeof(lease));
     config_format_duration(policy->retention_ms, retention, sizeof(retention));
     return config_error(ld, where, "retention (%s) must be at least lease (%s)", retention, lease);
 }
@@ -660,6 +678,12 @@ static int config_finish_route(struct config_loader *ld, size_t i)
                                     "header; keep one");
             *set |= config_policy_bit("key_header");
         }
+        /* unsigned, anyone who reaches the route could pre-claim a provider's event id */
+        if (!(*set & config_policy_bit("verify")))
+            return config_error(ld, config_lookup(&ld->user, map, "key_from"),
+                                "key_from needs verify (stripe, github or standard-webhooks): "
+                                "without a signature check anyone who reaches this route can "
+                                "pre-claim an event id; write verify: none to accept that");
         /* providers change the body between deliveries (README "Webhooks") */
         if (!(*set & config_policy_bit("fingerprint"))) {
             policy->fingerprint = FINGERPRINT_NONE;

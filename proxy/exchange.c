@@ -321,9 +321,13 @@ void exchange_finish_protected(struct exchange *x)
                          : OUTCOME_FORWARDED;
         value = record_encode_alloc(&rec, &len);
         if (value == NULL) {
-            log_msg(LOG_ERROR, "exchange %s: cannot encode the record", x->record_id);
-            exchange_reply_upstream(x);
-            return;
+            /* executed: never leave the claim to expire, or a retry would execute again */
+            log_msg(LOG_ERROR, "exchange %s: cannot encode the record; it is kept as "
+                    "outcome unknown", x->record_id);
+            x->write = WRITE_UNKNOWN;
+            exchange_record_init(x, &rec, RECORD_UNKNOWN);
+            rec.completed_ms = clock_now_ms();
+            value = record_encode_alloc(&rec, &len);
         }
     } else {
         bool release = x->upstream == UPSTREAM_NOT_SENT ||
@@ -424,6 +428,21 @@ static struct exchange *exchange_create(struct exchange_set *set, struct evhttp_
     return x;
 }
 
+/* Allow: the methods of the set (RFC 9110 15.5.6: a 405 lists what the target takes). */
+static void exchange_add_allow(struct exchange *x, unsigned methods)
+{
+    static const char *const names[] = { "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                         "OPTIONS" };
+    char allow[64] = "";
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (methods & config_method_bit(names[i]))
+            snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+                     allow[0] != '\0' ? ", " : "", names[i]);
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(x->req), "Allow", allow);
+}
+
 void exchange_handle(struct evhttp_request *req, void *arg)
 {
     struct exchange_set *set = arg;
@@ -463,6 +482,8 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     x->route = c.route;
     switch (c.verdict) {
     case CLASSIFY_REFUSE:
+        if (c.problem == PROBLEM_METHOD_NOT_ALLOWED)
+            exchange_add_allow(x, c.route->policy.methods);
         exchange_problem(x, c.problem, c.status, c.detail, 0, false);
         return;
     case CLASSIFY_PASS_THROUGH:

@@ -56,7 +56,12 @@ void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
     value = exchange_claim_value(x, &len);
     if (value != NULL) {
         x->pending++;
-        store_replace_owned(x->set->store, x->record_key, x->owner, value, len, 0,
+        /*
+         * the key lives `retention` from the last renewal, so a call longer than
+         * retention keeps its claim, and a dead owner's claim stays visible
+         */
+        store_replace_owned(x->set->store, x->record_key, x->owner, value, len,
+                            x->policy->retention_ms,
                             exchange_on_renewed, x);
         free(value);
     }

@@ -48,6 +48,8 @@ static const struct problem_kind {
         "invalid_request_error", false },
     [PROBLEM_INVALID_FRAMING] = { "invalid-framing", 400, "Invalid request framing",
         "invalid_request_error", false },
+    [PROBLEM_METHOD_NOT_ALLOWED] = { "method-not-allowed", 405, "Method not allowed",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)

@@ -23,6 +23,7 @@ enum problem {
     PROBLEM_SHUTTING_DOWN,
     PROBLEM_INVALID_TARGET,
     PROBLEM_INVALID_FRAMING,        /* body framing the server library may read otherwise */
+    PROBLEM_METHOD_NOT_ALLOWED,     /* a webhook route answers only the methods it verifies */
     PROBLEM_COUNT
 };
 

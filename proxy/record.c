@@ -173,7 +173,9 @@ enum record_state record_set_answer(struct record *rec, int status,
             break;
         if (!header_is_stored(h->key) || header_named_by_connection(connection, h->key))
             continue;
-        if (rec->n_headers == RECORD_MAX_HEADERS) {
+        /* a field the codec cannot hold makes a tombstone, never a claim left behind */
+        if (rec->n_headers == RECORD_MAX_HEADERS || strlen(h->key) > UINT16_MAX ||
+            strlen(h->value) > UINT32_MAX) {
             rec->state = RECORD_TOMBSTONE;
             break;
         }

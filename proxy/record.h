@@ -74,8 +74,8 @@ void record_init(struct record *rec, enum record_state state, const char *owner,
  * answers are recorded"): status, the stored fields of headers (not
  * hop-by-hop, not named by Connection, see header_is_stored) and the body
  * (body_len bytes). An answer over max_stored bytes, or with more than
- * RECORD_MAX_HEADERS stored fields, makes rec a tombstone without fields or
- * body. rec borrows headers and body. Returns the state written.
+ * RECORD_MAX_HEADERS stored fields, or with a field the codec cannot hold
+ * (a name over 65,535 bytes), makes rec a tombstone without fields or body. rec borrows headers and body. Returns the state written.
  */
 enum record_state record_set_answer(struct record *rec, int status,
                                     const struct evkeyvalq *headers, const char *body,

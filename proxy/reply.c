@@ -111,6 +111,27 @@ static void reply_on_closed_unflushed(struct evhttp_connection *conn, void *arg)
     (*unflushed)--;
 }
 
+/*
+ * The reason phrase of statuses libevent 2.1's table lacks (it stops at 417
+ * and 505 and would send "Client Error" for a 422); NULL lets libevent pick.
+ * RFC 9110 section 15 and RFC 6585.
+ */
+static const char *reply_reason(int status)
+{
+    switch (status) {
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Content";
+    case 425: return "Too Early";
+    case 426: return "Upgrade Required";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 451: return "Unavailable For Legal Reasons";
+    case 511: return "Network Authentication Required";
+    }
+    return NULL;
+}
+
 void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
                 _Atomic unsigned *unflushed)
 {
@@ -128,7 +149,7 @@ void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, b
         evhttp_request_set_on_complete_cb(req, reply_on_flushed, unflushed);
         evhttp_connection_set_closecb(conn, reply_on_closed_unflushed, unflushed);
     }
-    evhttp_send_reply(req, status, NULL, body);
+    evhttp_send_reply(req, status, reply_reason(status), body);
     if (body != NULL)
         evbuffer_free(body);
 }

@@ -51,8 +51,9 @@ static int request_take_target(struct request_view *v, struct evhttp_request *re
             v->target = NULL;
         v->invalid_target = target == NULL || uri == NULL || evhttp_uri_get_host(uri) == NULL;
     }
+    /* RFC 9112 3.2: no control character, space or fragment in a request-target */
     for (const char *c = v->target; c != NULL && *c != '\0' && !v->invalid_target; c++)
-        v->invalid_target = (unsigned char)*c < 0x20 || *c == 0x7f;
+        v->invalid_target = (unsigned char)*c <= 0x20 || *c == 0x7f || *c == '#';
     return v->target != NULL && v->path != NULL ? 0 : -1;
 }
 

@@ -95,9 +95,10 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
     out[0] = '\0';
     for (size_t j = 0; j < n; j++) {
         const struct route *b = &routes[j];
+        int len;
+
         for (size_t i = 0; i < j; i++) {
             const struct route *a = &routes[i];
-            int len;
             if (!route_covers(a, b))
                 continue;
             shadowed++;
@@ -110,6 +111,16 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
                 used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
             break;
         }
+        if (b->policy.webhook && b->policy.verify == VERIFY_NONE && used < outsize) {
+            /* verify: none had to be written out (config refuses it left unset) */
+            shadowed++;
+            len = snprintf(out + used, outsize - used,
+                           "%s:%d: warning: route '%s%s' takes its key from the request without "
+                           "verify: anyone who can reach it can pre-claim an event id\n",
+                           file, b->line, b->path, b->prefix ? "*" : "");
+            if (len > 0)
+                used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
+        }
     }
     return shadowed;
 }
@@ -119,15 +130,60 @@ static bool route_same_string(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
-/* The route among n with pattern's path and '*', case-insensitively as matching is; or NULL. */
-static const struct route *route_by_pattern(const struct route *routes, size_t n,
-                                            const struct route *pattern)
+/* The identity-forming settings of a and b differ: what, or NULL. */
+static const char *route_identity_change(const struct route *a, const struct route *b)
+{
+    if (!route_same_string(a->policy.record_source, b->policy.record_source))
+        return "the key source (key_header or key_from) of a route";
+    if (a->policy.n_scope_headers != b->policy.n_scope_headers)
+        return "the scope_headers of a route";
+    for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
+        if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
+            return "the scope_headers of a route";
+    }
+    return NULL;
+}
+
+/*
+ * Whether the route serving path changes identity between running and next.
+ * Both route lists match normalised paths (route->match).
+ */
+static const char *route_path_changes(const struct route *running, size_t n_running,
+                                      const struct route *next, size_t n_next, const char *path)
+{
+    const struct route *a = route_match(running, n_running, path);
+    const struct route *b = route_match(next, n_next, path);
+
+    return a != NULL && b != NULL ? route_identity_change(a, b) : NULL;
+}
+
+/*
+ * Every path a client may send falls in one class of the patterns it
+ * matches; one path per class is enough: each pattern as written (normalised),
+ * and, after each prefix pattern, a path longer than it that no longer
+ * pattern matches (DEL cannot appear in a normalised pattern).
+ */
+static const char *route_patterns_change(const struct route *set, size_t n,
+                                         const struct route *running, size_t n_running,
+                                         const struct route *next, size_t n_next)
 {
     for (size_t i = 0; i < n; i++) {
-        const struct route *r = &routes[i];
+        const char *why = route_path_changes(running, n_running, next, n_next, set[i].match);
+        char *longer;
 
-        if (r->prefix == pattern->prefix && strcasecmp(r->path, pattern->path) == 0)
-            return r;
+        if (why != NULL)
+            return why;
+        if (!set[i].prefix)
+            continue;
+        longer = malloc(set[i].match_len + 2);
+        if (longer == NULL)
+            return "the routes (out of memory while comparing them)";
+        memcpy(longer, set[i].match, set[i].match_len);
+        memcpy(longer + set[i].match_len, "\x7f", 2);
+        why = route_path_changes(running, n_running, next, n_next, longer);
+        free(longer);
+        if (why != NULL)
+            return why;
     }
     return NULL;
 }
@@ -135,20 +191,9 @@ static const struct route *route_by_pattern(const struct route *routes, size_t n
 const char *route_reload_refusal(const struct route *running, size_t n_running,
                                  const struct route *next, size_t n_next)
 {
-    for (size_t i = 0; i < n_next; i++) {
-        const struct route *b = &next[i];
-        const struct route *a = route_by_pattern(running, n_running, b);
+    const char *why = route_patterns_change(running, n_running, running, n_running, next,
+                                            n_next);
 
-        if (a == NULL)
-            continue;
-        if (!route_same_string(a->policy.record_source, b->policy.record_source))
-            return "the key source (key_header or key_from) of a route";
-        if (a->policy.n_scope_headers != b->policy.n_scope_headers)
-            return "the scope_headers of a route";
-        for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
-            if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
-                return "the scope_headers of a route";
-        }
-    }
-    return NULL;
+    return why != NULL ? why
+                       : route_patterns_change(next, n_next, running, n_running, next, n_next);
 }

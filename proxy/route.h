@@ -68,23 +68,26 @@ void route_pattern_free(struct route *route);
 const struct route *route_match(const struct route *routes, size_t n, const char *path);
 
 /*
- * Routes no request can reach because an earlier route takes every path they
- * match: an earlier prefix route whose prefix starts their normalised
- * pattern, or an earlier identical pattern. Writes one line per such route
- * into out (caller-owned, outsize > 0 bytes), "FILE:LINE: warning: ...\n",
- * truncated to fit and always NUL-terminated. Returns how many routes are
- * shadowed. Pure.
+ * What -t and startup warn about: routes no request can reach because an
+ * earlier route takes every path they match (an earlier prefix route whose
+ * prefix starts their normalised pattern, or an earlier identical pattern),
+ * and webhook routes written with verify: none (anyone can pre-claim an
+ * event id). Writes one line per warning into out (caller-owned, outsize > 0
+ * bytes), "FILE:LINE: warning: ...\n", truncated to fit and always
+ * NUL-terminated. Returns how many warnings. Pure.
  */
 size_t route_warnings(const struct route *routes, size_t n, const char *file, char *out,
                       size_t outsize);
 
 /*
- * For each route of next whose pattern (path and '*', case-insensitively as
- * matching is) is also in running: whether its key source (record_source)
- * or its scope_headers (case-insensitively) changed, which would change
- * record ids under retrying clients (README "Reload"). Insertions, removals
- * and reordering are fine. Returns NULL, or a static string naming what
- * changed. Pure.
+ * Whether some path that a route protects in running and a route protects
+ * in next would be served under another record identity: the two routes'
+ * key source (record_source) or scope_headers (case-insensitively) differ.
+ * That would change record ids under retrying clients (README "Reload").
+ * Paths are compared as matching sees them (normalised patterns), so a
+ * pattern spelled differently is the same pattern. Insertions, removals and
+ * reordering that keep every path's identity are fine. Returns NULL, or a
+ * static string naming what changed. Pure.
  */
 const char *route_reload_refusal(const struct route *running, size_t n_running,
                                  const struct route *next, size_t n_next);

@@ -993,6 +993,9 @@ def test_sigterm_waits_to_release_the_claim_of_a_refused_request(start_proxy, up
     unknown" once its lease ends, for a request that never reached the upstream."""
     p = start_proxy(redis={"timeout": "300ms"})
     key = new_key()
+    # every worker's connection set up: a claim queued behind a setup is never sent, so
+    # it would leave nothing to release
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
     redis.pause()
     try:
         assert_problem(p.post(key=key), 503, "store-unavailable")

@@ -23,9 +23,11 @@ static const char config_yaml[] =
     "  - path: /hooks/gh\n"
     "    methods: [POST]\n"
     "    key_from: header:X-GitHub-Delivery\n"
+    "    verify: none\n"
     "  - path: /hooks/json\n"
     "    methods: [POST]\n"
-    "    key_from: json:/id\n";
+    "    key_from: json:/id\n"
+    "    verify: none\n";
 
 struct header { const char *name, *value; };
 
@@ -75,6 +77,12 @@ static const struct {
       CLASSIFY_REFUSE, PROBLEM_INVALID_TARGET, NULL, NULL },
     { "webhook without its event id header: missing-key", "POST", "/hooks/gh",
       { { NULL, NULL } }, "{}", false, CLASSIFY_REFUSE, PROBLEM_MISSING_KEY, "/hooks/gh", NULL },
+    { "another method on a webhook route: 405", "PUT", "/hooks/gh",
+      { { "X-GitHub-Delivery", "d-1" } }, "{}", false, CLASSIFY_REFUSE,
+      PROBLEM_METHOD_NOT_ALLOWED, "/hooks/gh", NULL },
+    { "a target with a space is refused by the request view, not here", "POST",
+      "/v1/payments", { { "Idempotency-Key", "k" } }, "{}", true, CLASSIFY_REFUSE,
+      PROBLEM_INVALID_TARGET, NULL, NULL },
     { "webhook event id from a header", "POST", "/hooks/gh",
       { { "X-GitHub-Delivery", "d-1" } }, "{}", false, CLASSIFY_PROTECT, 0, "/hooks/gh", "d-1" },
     { "webhook event id from the JSON body", "POST", "/hooks/json", { { NULL, NULL } },

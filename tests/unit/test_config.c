@@ -155,6 +155,12 @@ static void check_size_mib(const char *name, const struct config *cfg)
     UNIT_CHECK(name, cfg->max_stored_response == (size_t)1024 * 1024 * 1024, "line %d", __LINE__);
 }
 
+/* For cases whose point is that the file loads at all. */
+static void check_loads(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg != NULL, "line %d", __LINE__);
+}
+
 static void check_errors_stripe(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_STRIPE, "line %d", __LINE__);
@@ -381,8 +387,9 @@ static const struct config_case config_cases[] = {
     { "key_prefix with a tab", "redis:\n  key_prefix: \"a\\tb\"\n", 2, "printable ASCII", NULL },
     { "record source: header lowercased, json as written",
       "routes:\n  - path: /a\n  - path: /b\n    key_header: X-Request-ID\n"
-      "  - path: /c\n    key_from: header:X-GitHub-Delivery\n"
-      "  - path: /d\n    key_from: json:/data/id\n", 0, NULL, check_record_source },
+      "  - path: /c\n    key_from: header:X-GitHub-Delivery\n    verify: none\n"
+      "  - path: /d\n    key_from: json:/data/id\n    verify: none\n", 0, NULL,
+      check_record_source },
     /* at least 16 bytes of key (decoded for standard-webhooks) */
     { "webhook secret of one decoded byte", "routes:\n  - path: /h\n    key_from: json:/id\n"
       "    verify: standard-webhooks\n    secret: whsec_AA==\n", 5, "16 bytes", NULL },
@@ -588,6 +595,16 @@ static const struct config_case config_cases[] = {
       "    secret: whsec_abc\n", 5, "bad secret", NULL },
     { "route without key_from keeps fingerprint request", "defaults:\n  fingerprint: request\n"
       "routes:\n  - path: /v1/x\n", 0, NULL, check_plain_route_fingerprint },
+    { "key_from without verify refused", "routes:\n  - path: /h\n    key_from: json:/id\n", 3,
+      "key_from needs verify", NULL },
+    { "key_from with an explicit verify: none loads",
+      "routes:\n  - path: /h\n    key_from: json:/id\n    verify: none\n", 0, NULL,
+      check_loads },
+    { "lease under 1s refused", "defaults:\n  lease: 999ms\n", 2, "at least 1s", NULL },
+    { "lease under 1.5 x redis.timeout refused", "redis:\n  timeout: 2s\ndefaults:\n  lease: 2999ms\n",
+      4, "1.5 x redis.timeout (2s)", NULL },
+    { "lease of 1.5 x redis.timeout loads", "redis:\n  timeout: 2s\ndefaults:\n  lease: 3s\n", 0,
+      NULL, check_loads },
     { "key_from needs header or json", "routes:\n  - path: /h\n    key_from: query:id\n", 3,
       "header:NAME", NULL },
     { "key_from json pointer starts with a slash", "routes:\n  - path: /h\n    key_from: json:id\n",
@@ -844,7 +861,7 @@ struct config_reload_case {
 
 #define R_PAY "  - path: /v1/payments*\n"
 #define R_REF "  - path: /v1/refunds\n"
-#define R_HOOK "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n"
+#define R_HOOK "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n    verify: none\n"
 
 static const struct config_reload_case config_reload_cases[] = {
     { "same config", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY R_REF, NULL },
@@ -870,11 +887,21 @@ static const struct config_reload_case config_reload_cases[] = {
     { "key_header of a route", "routes:\n" R_PAY,
       "routes:\n" R_PAY "    key_header: X-Request-Id\n", "key source" },
     { "key_from of a webhook route", "routes:\n" R_HOOK,
-      "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n", "key source" },
+      "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n    verify: none\n", "key source" },
     { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
       "redis.key_prefix" },
-    { "a route of another pattern may differ", "routes:\n" R_PAY,
-      "routes:\n  - path: /v1/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
+    { "a route that takes over paths of another identity", "routes:\n" R_PAY,
+      "routes:\n  - path: /v1/payments/refunds\n    scope_headers: [X-Tenant]\n" R_PAY,
+      "scope_headers" },
+    { "a route of a disjoint pattern may differ", "routes:\n" R_PAY,
+      "routes:\n  - path: /v2/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
+    { "a pattern spelled differently is the same route", "routes:\n" R_PAY,
+      "routes:\n  - path: /v1//payments*\n    scope_headers: [X-Tenant]\n", "scope_headers" },
+    { "a new prefix route in front over an old one", "routes:\n" R_REF,
+      "routes:\n  - path: /v1/*\n    key_header: X-Key\n" R_REF, "key source" },
+    { "removing a route hands its paths to another identity", "routes:\n" R_REF
+      "  - path: /v1/*\n    key_header: X-Key\n",
+      "routes:\n  - path: /v1/*\n    key_header: X-Key\n", "key source" },
 };
 
 static void run_reload_cases(void)

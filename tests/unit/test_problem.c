@@ -16,7 +16,7 @@ int main(void)
         "missing-key", "invalid-key", "body-too-large", "key-reuse-mismatch",
         "request-in-progress", "outcome-unknown", "store-unavailable", "upstream-unavailable",
         "upstream-timeout", "response-not-replayable", "signature-invalid", "shutting-down",
-        "invalid-target", "invalid-framing",
+        "invalid-target", "invalid-framing", "method-not-allowed",
     };
 
     for (int p = 0; p < PROBLEM_COUNT; p++) {
@@ -63,6 +63,7 @@ int main(void)
         { PROBLEM_SHUTTING_DOWN, "api_error", true },
         { PROBLEM_INVALID_TARGET, "invalid_request_error", false },
         { PROBLEM_INVALID_FRAMING, "invalid_request_error", false },
+        { PROBLEM_METHOD_NOT_ALLOWED, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);
