@@ -12,8 +12,8 @@
  * drops reports them STORE_LOST. Error replies are classified: the ones
  * that say "not the primary now" also drop the connection, which then
  * reconnects and checks the role again. A connection that has carried no
- * reply for STORE_HEALTH_MS gets a PING, so a stalled Redis is noticed
- * (readiness) without client traffic.
+ * reply for STORE_HEALTH_MS gets a ROLE, so a stalled Redis or a demoted
+ * primary is noticed (readiness) without client traffic.
  */
 #include "store.h"
 #include "store_int.h"
@@ -96,7 +96,7 @@ struct store {
     struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
     struct event failed_ev;
     bool destroying;
-    struct event health_ev;         /* every STORE_HEALTH_MS: PING an idle connection */
+    struct event health_ev;         /* every STORE_HEALTH_MS: ROLE on an idle connection */
     bool health_in_flight;
     char script_text[SCRIPT_COUNT][STORE_SCRIPT_MAX];
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
@@ -176,7 +176,7 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
     case REPLY_INT:
         return r->type == REDIS_REPLY_INTEGER;
     case REPLY_HEALTH:
-        return r->type == REDIS_REPLY_STATUS;
+        return r->type == REDIS_REPLY_ARRAY;
     }
     return false;
 }
@@ -273,6 +273,11 @@ static void store_on_reply(enum store_status st, const redisReply *r, void *priv
                 r->type);
         store_cmd_report(cmd, STORE_ERROR, NULL);
     } else {
+        char why[300];
+
+        /* a primary demoted while the connection was idle: not ready from now on */
+        if (cmd->kind == REPLY_HEALTH && !store_role_is_primary(r, why, sizeof(why)))
+            store_conn_drop(cmd->s->conn, why);
         store_cmd_report(cmd, STORE_OK, r);
     }
     store_cmd_free(cmd);
@@ -367,10 +372,14 @@ static void store_on_conn_down(void *owner)
     }
 }
 
+/*
+ * An idle connection is checked with ROLE: a stalled Redis times out (not
+ * ready without client traffic), a demoted primary is left.
+ */
 static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct store *s = arg;
-    static const char *const argv[] = { "PING" };
+    static const char *const argv[] = { "ROLE" };
     static const size_t argvlen[] = { 4 };
 
     (void)fd;

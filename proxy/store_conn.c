@@ -166,13 +166,13 @@ static void conn_lost(struct store_conn *c, const redisAsyncContext *ac, const c
 }
 
 /*
- * Why a TLS connection failed before it was ready: the certificate check's
+ * Why a TLS session ssl failed before it was ready: the certificate check's
  * error (OpenSSL's string), else the alert or error OpenSSL queued for this
  * thread. False when TLS has nothing to say.
  */
-static bool conn_tls_reason(const struct store_conn *c, char *buf, size_t len)
+static bool conn_tls_reason(const struct store_conn *c, const SSL *ssl, char *buf, size_t len)
 {
-    long verify = SSL_get_verify_result(c->ssl);
+    long verify = SSL_get_verify_result(ssl);
     unsigned long e = ERR_peek_last_error();
 
     if (c->cfg->redis_tls_verify && verify != X509_V_OK) {
@@ -182,7 +182,7 @@ static bool conn_tls_reason(const struct store_conn *c, char *buf, size_t len)
         const char *reason = ERR_reason_error_string(e);
 
         snprintf(buf, len, "TLS: %s", reason != NULL ? reason : "handshake failed");
-    } else if (!SSL_is_init_finished(c->ssl)) {
+    } else if (!SSL_is_init_finished(ssl)) {
         snprintf(buf, len, "TLS: the handshake did not complete");
     } else {
         return false;
@@ -199,7 +199,7 @@ static void conn_reason(const struct store_conn *c, const redisAsyncContext *ac,
         snprintf(buf, len, "no answer within redis.timeout (%llu ms)%s",
                  (unsigned long long)c->cfg->redis_timeout_ms,
                  c->state == CONN_READY ? "" : " while connecting and setting up");
-    else if (c->ssl != NULL && c->state != CONN_READY && conn_tls_reason(c, buf, len))
+    else if (c->ssl != NULL && c->state != CONN_READY && conn_tls_reason(c, c->ssl, buf, len))
         return;
     else if (ac->err != 0 && ac->errstr != NULL && ac->errstr[0] != '\0')
         snprintf(buf, len, "%s", ac->errstr);
@@ -310,11 +310,7 @@ static void conn_check_policy(const struct store_conn *c, const redisReply *r)
                 "execute again: use noeviction", c->addr, r->element[1]->str);
 }
 
-/*
- * ROLE must say master: a replica would refuse the claims (READONLY) or,
- * worse, take them from a stale copy. False with the reason in what.
- */
-static bool conn_role_is_primary(const redisReply *r, char *what, size_t len)
+bool store_role_is_primary(const redisReply *r, char *what, size_t len)
 {
     const char *role;
 
@@ -381,7 +377,7 @@ static void conn_on_setup_reply(redisAsyncContext *ac, void *reply, void *privda
         return;
     }
     if (step == SETUP_ROLE) {
-        if (!conn_role_is_primary(r, what, sizeof(what)))
+        if (!store_role_is_primary(r, what, sizeof(what)))
             store_conn_drop(c, what);
         return;
     }
@@ -473,7 +469,9 @@ static int conn_start_tls(struct store_conn *c, redisAsyncContext *ac, char *why
         return -1;
     }
     if (redisInitiateSSL(&ac->c, ssl) != REDIS_OK) {
-        snprintf(why, len, "TLS: %s", ac->c.errstr);
+        /* the handshake can fail at once on a fast loopback */
+        if (!conn_tls_reason(c, ssl, why, len))
+            snprintf(why, len, "TLS: %s", ac->c.errstr);
         SSL_free(ssl); /* hiredis takes it only on success */
         return -1;
     }

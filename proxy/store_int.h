@@ -101,7 +101,15 @@ int store_conn_send(struct store_conn *c, store_conn_reply_cb *cb, void *privdat
  */
 void store_conn_drop(struct store_conn *c, const char *why);
 
-/* ms since the connection last carried a reply (monotonic); for the idle health PING. */
+/*
+ * ROLE's reply r says master. A replica would refuse the claims (READONLY)
+ * or, once promoted by hand, hold a stale copy: the store talks to the
+ * primary only. False with the reason (replica, sentinel, an error such as
+ * NOPERM) in what (len bytes).
+ */
+bool store_role_is_primary(const redisReply *r, char *what, size_t len);
+
+/* ms since the connection last carried a reply (monotonic); for the idle health check. */
 double store_conn_idle_ms(const struct store_conn *c);
 
 /* "host:port" or the socket path, for log lines (borrowed). */
