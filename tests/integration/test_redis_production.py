@@ -326,8 +326,7 @@ def test_wrong_acl_password_is_not_ready_and_names_the_user(start_proxy, upstrea
 def test_replica_is_not_ready_until_promoted(start_proxy, upstream, servers):
     primary = servers()
     replica = servers(["--replicaof", "127.0.0.1", str(primary.port)])
-    wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
-               what="the replica in sync")
+    assert replica.cmd("ROLE")[0] == "slave"
     p = start_proxy(redis={"url": replica.url})
     line = log_line(p, "replica")
     assert "127.0.0.1:%d" % replica.port in line and "not ready" in line, line
@@ -386,7 +385,7 @@ def test_stalled_redis_under_steady_traffic_answers_within_the_timeout(start_pro
     wait_ready(p)
     redis.pause()
     try:
-        with ThreadPoolExecutor(4) as ex:
+        with ThreadPoolExecutor(20) as ex:  # one thread per request: none waits for another
             futures = []
             for _ in range(20):
                 futures.append(ex.submit(p.post, key=new_key(), timeout=10))
@@ -396,7 +395,7 @@ def test_stalled_redis_under_steady_traffic_answers_within_the_timeout(start_pro
         redis.resume()
     for r in answers:
         assert_problem(r, 503, "store-unavailable")
-        assert r.elapsed < 1.5, "redis.timeout is 500ms: %r" % r
+        assert r.elapsed < 1.3, "redis.timeout is 500ms: %r" % r
     assert upstream.total() == 0
     wait_ready(p)
     assert p.post(key=new_key()).status == 201
