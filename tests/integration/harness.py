@@ -332,9 +332,10 @@ class RedisServer:
     """
 
     def __init__(self, workdir, port=None, extra_args=(), password=None, unix_path=None,
-                 binary=None):
+                 binary=None, host="127.0.0.1"):
         self.workdir = workdir
         self.binary = binary or redis_server_binary()
+        self.host = host  # the loopback address it binds (127.0.0.2 in a test's namespace)
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.password = password
@@ -348,15 +349,15 @@ class RedisServer:
 
     @property
     def url(self):
-        return "redis://127.0.0.1:%d/0" % self.port
+        return "redis://%s:%d/0" % (self.host, self.port)
 
     def url_db(self, db):
-        return "redis://127.0.0.1:%d/%d" % (self.port, db)
+        return "redis://%s:%d/%d" % (self.host, self.port, db)
 
     def start(self, timeout=10.0):
         assert self.proc is None or self.proc.poll() is not None, "redis already running"
         os.makedirs(self.workdir, exist_ok=True)
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [self.binary, "--port", str(self.port), "--bind", self.host,
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
                 "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", self.log_path] + self.extra_args
@@ -413,7 +414,7 @@ class RedisServer:
         if db:
             pre.append(("SELECT", db))
         data = b"".join(_resp_encode(c) for c in pre + [args])
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+        with socket.create_connection((self.host, self.port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(data)
             reader = _Reader(s, time.monotonic() + timeout)

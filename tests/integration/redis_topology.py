@@ -11,6 +11,8 @@ as plain helpers (no pytest), all real:
                    by `ip netns exec`), entered by the calling thread with setns(2)
                    so that the processes it starts (redis, upstream) live in it
   SilentResolver   a UDP socket on 127.0.0.1:53 that reads queries and never answers
+  AnsweringResolver  the same socket answering A queries for one name with an address
+                   the test changes (a DNS-based failover), NODATA for other types
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
@@ -19,6 +21,7 @@ import ctypes
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import uuid
@@ -177,12 +180,19 @@ class SilentResolver:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def answer(self, query):
+        """The reply datagram to query, or None for no reply."""
+        return None
+
     def _run(self):
         self.sock.settimeout(0.2)
         while not self._stop:
             try:
-                self.sock.recvfrom(4096)
+                query, peer = self.sock.recvfrom(4096)
                 self.queries += 1
+                reply = self.answer(query)
+                if reply is not None:
+                    self.sock.sendto(reply, peer)
             except socket.timeout:
                 continue
             except OSError:
@@ -192,3 +202,36 @@ class SilentResolver:
         self._stop = True
         self._thread.join(2)
         self.sock.close()
+
+
+class AnsweringResolver(SilentResolver):
+    """Answers A queries for name with self.address (an IPv4 string the test may change:
+    a DNS-based failover), NODATA for its other types, NXDOMAIN for other names. One
+    question per query, as stub resolvers send; the question is echoed byte for byte
+    (evdns randomises the case of the name and checks it comes back)."""
+
+    def __init__(self, name, address, **kw):
+        self.name = name.lower().rstrip(".")
+        self.address = address
+        super().__init__(**kw)
+
+    def answer(self, query):
+        if len(query) < 12:
+            return None
+        labels, i = [], 12
+        while i < len(query) and query[i] != 0:
+            labels.append(query[i + 1:i + 1 + query[i]].decode("ascii", "replace").lower())
+            i += 1 + query[i]
+        if i + 5 > len(query):
+            return None
+        question = query[12:i + 5]
+        qtype = struct.unpack("!H", query[i + 1:i + 3])[0]
+        rcode, records = 0, b""
+        if ".".join(labels) != self.name:
+            rcode = 3  # NXDOMAIN
+        elif qtype == 1:  # A: one record, the name as a pointer to the question, TTL 0
+            records = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + \
+                socket.inet_aton(self.address)
+        flags = 0x8180 | rcode  # a response, recursion desired and available
+        header = query[:2] + struct.pack("!HHHHH", flags, 1, 1 if records else 0, 0, 0)
+        return header + question + records

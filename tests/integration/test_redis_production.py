@@ -19,7 +19,7 @@ import pytest
 from harness import (
     REPO, Proxy, RedisServer, Upstream, build_config, free_port, to_yaml, wait_until,
 )
-from redis_topology import NetNs, Pki, SilentResolver, acl_setuser, tls_args
+from redis_topology import AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
@@ -402,33 +402,48 @@ def test_stalled_redis_under_steady_traffic_answers_within_the_timeout(start_pro
 
 
 # --------------------------------------------------------------------------
-# name resolution off the loop
+# name resolution off the loop (in a network namespace of the test's own)
 # --------------------------------------------------------------------------
 
-@pytest.mark.skipif(NetNs.available() is not None, reason=str(NetNs.available()))
+NO_NETNS = NetNs.available()
+
+
+def start_proxy_in(ns, workdir, redis_url, upstream, **overrides):
+    """The proxy inside ns (`ip netns exec`, so it reads the namespace's resolv.conf)."""
+    port, admin_port = free_port(), free_port()
+    cfg = build_config(port, admin_port, upstream.url, redis_url, **overrides)
+    return Proxy(workdir, "proxy", to_yaml(cfg) + "\n", port, admin_port,
+                 wrapper=ns.wrapper).start()
+
+
+def stop_checked(proxy):
+    """SIGTERM: exit 0 within 15 s and no sanitizer report (as conftest's start_proxy)."""
+    rc = proxy.stop(timeout=15)
+    report = proxy.sanitizer_report()
+    assert report is None, report[-6000:]
+    assert rc == 0, proxy.stderr_text()[-3000:]
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
 def test_resolver_that_never_answers_delays_nothing_past_the_timeout(tmp_path):
     """In a network namespace whose resolver (127.0.0.1:53) reads and never answers,
     redis.url names a host: keyed POSTs get 503 at once, GETs without a key pass
-    promptly on both workers, /readyz is 503, and the log names the host and DNS."""
+    promptly on both workers, /readyz is 503, the log names the host and DNS, and each
+    reconnect asks the resolver again."""
     workdir = str(tmp_path)
-    proxy = None
-    others = []
+    proxy, started = None, []
     with NetNs("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n") as ns:
         resolver = SilentResolver()
         try:
             redis = RedisServer(os.path.join(workdir, "redis")).start()
-            others.append(redis)
+            started.append(redis.kill)
             up = Upstream(workdir).start()
-            others.append(up)
-            port, admin_port = free_port(), free_port()
-            cfg = build_config(port, admin_port, up.url,
-                               "redis://redis.example.test:%d/0" % redis.port,
-                               workers=2, redis={"timeout": "500ms"})
-            proxy = Proxy(workdir, "proxy", to_yaml(cfg) + "\n", port, admin_port,
-                          wrapper=ns.wrapper).start()
+            started.append(up.stop)
+            proxy = start_proxy_in(ns, workdir, "redis://redis.example.test:%d/0" % redis.port,
+                                   up, workers=2, redis={"timeout": "500ms"})
             log_line(proxy, "redis.example.test:%d" % redis.port, "DNS", timeout=10)
             assert resolver.queries > 0
-            started = time.monotonic()
+            t0 = time.monotonic()
             with ThreadPoolExecutor(6) as ex:
                 posts = [ex.submit(proxy.post, key=new_key(), timeout=10) for _ in range(6)]
                 gets = [ex.submit(proxy.request, "GET", "/v1/payments/p_1", timeout=10)
@@ -440,17 +455,58 @@ def test_resolver_that_never_answers_delays_nothing_past_the_timeout(tmp_path):
                 assert r.elapsed < 1.5, r
             for r in gets:
                 assert r.status == 200 and r.elapsed < 1.0, r
-            assert time.monotonic() - started < 3
-            assert_stays_unready(proxy, 2.0)
+            assert time.monotonic() - t0 < 3
+            asked = resolver.queries
+            assert_stays_unready(proxy, 2.5)
+            assert resolver.queries > asked, "the name is resolved again on every reconnect"
             assert up.stats()["by_method"] == {"GET": 12}  # no POST was forwarded
             line = log_line(proxy, "DNS", "no answer")
             assert "redis.example.test" in line and "not ready" in line, line
         finally:
             if proxy is not None:
-                rc = proxy.stop(timeout=15)
-                report = proxy.sanitizer_report()
-                assert report is None, report[-6000:]
-                assert rc == 0, proxy.stderr_text()[-3000:]
-            for o in others:
-                o.stop() if isinstance(o, Upstream) else o.kill()
+                stop_checked(proxy)
+            for stop in started:
+                stop()
+            resolver.close()
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
+def test_dns_failover_is_followed_on_reconnect(tmp_path):
+    """redis.example.test points at A (127.0.0.1); then B (127.0.0.2) becomes the primary,
+    the name moves to it and A is demoted: the write that meets A gets 503 (READONLY,
+    never forwarded), the reconnect resolves the name again, finds B and serves."""
+    workdir = str(tmp_path)
+    proxy, started = None, []
+    with NetNs("nameserver 127.0.0.1\n") as ns:
+        resolver = AnsweringResolver("redis.example.test", "127.0.0.1")
+        try:
+            port = free_port()
+            a = RedisServer(os.path.join(workdir, "a"), port=port).start()
+            started.append(a.kill)
+            b = RedisServer(os.path.join(workdir, "b"), port=port, host="127.0.0.2").start()
+            started.append(b.kill)
+            up = Upstream(workdir).start()
+            started.append(up.stop)
+            proxy = start_proxy_in(ns, workdir, "redis://redis.example.test:%d/0" % port, up)
+            wait_ready(proxy)
+            first = new_key()
+            assert proxy.post(key=first).status == 201
+            assert record_keys(a) and record_keys(b) == []
+            resolver.address = "127.0.0.2"
+            a.cmd("REPLICAOF", "127.0.0.2", str(port))
+            key = new_key()
+            assert_problem(proxy.post(key=key), 503, "store-unavailable")
+            assert up.executions(key) == 0
+            wait_ready(proxy, timeout=10)
+            log_line(proxy, "redis.example.test:%d: connected to 127.0.0.2" % port)
+            ok = proxy.post(key=key)
+            assert ok.status == 201, ok
+            assert proxy.post(key=key).replayed
+            assert up.executions(key) == 1
+            assert len(record_keys(b)) == 1
+        finally:
+            if proxy is not None:
+                stop_checked(proxy)
+            for stop in started:
+                stop()
             resolver.close()
