@@ -617,7 +617,8 @@ static void conn_on_attempt_deadline(evutil_socket_t fd, short what, void *arg)
 
         c->resolve = NULL;
         r->c = NULL; /* its callback, which libevent still runs, only frees it */
-        evdns_getaddrinfo_cancel(r->req);
+        if (r->req != NULL)
+            evdns_getaddrinfo_cancel(r->req);
         snprintf(why, sizeof(why), "DNS: no answer for %s within redis.timeout (%llu ms)",
                  c->node.host, (unsigned long long)c->cfg->redis_timeout_ms);
         conn_fail(c, why);
@@ -727,7 +728,8 @@ bool store_conn_destroy(struct store_conn *c)
     event_del(&c->watchdog_ev);
     if (c->resolve != NULL) {
         c->resolve->c = NULL;
-        evdns_getaddrinfo_cancel(c->resolve->req);
+        if (c->resolve->req != NULL)
+            evdns_getaddrinfo_cancel(c->resolve->req);
         c->resolve = NULL;
         cancelled = true;
     }

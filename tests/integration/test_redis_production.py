@@ -179,6 +179,7 @@ def test_mutual_tls_needs_the_client_certificate(start_proxy, upstream, tls_redi
     without = start_proxy(redis={"url": url, "tls": {"ca_file": ca[0]}}, name="without")
     line = log_line(without, "TLS")
     assert "127.0.0.1:%d" % port in line and "not ready" in line, line
+    assert "certificate required" in line, line  # the server's TLS alert, in OpenSSL's words
     assert_stays_unready(without, 1.0)
     assert_refused_unprotected_nothing(without, upstream, r)
 
