@@ -78,11 +78,25 @@ static const struct config_key config_upstream_keys[] = {
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
+static const struct config_section config_redis_tls_section;
+
 static const struct config_key config_redis_keys[] = {
     { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL, NULL },
+    { "username", CONFIG_SCALAR, config_set_string, CFG(redis_username), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
+    { "tls", CONFIG_SECTION, NULL, 0, 0, &config_redis_tls_section, NULL, NULL },
     { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL, NULL },
     { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
+/* redis.tls: used with a rediss:// URL only (config_finish_redis). */
+static const struct config_key config_redis_tls_keys[] = {
+    { "ca_file", CONFIG_SCALAR, config_set_string, CFG(redis_tls_ca_file), CONFIG_NONEMPTY, NULL, NULL, NULL },
+    { "cert_file", CONFIG_SCALAR, config_set_string, CFG(redis_tls_cert_file), CONFIG_NONEMPTY, NULL, NULL, NULL },
+    { "key_file", CONFIG_SCALAR, config_set_string, CFG(redis_tls_key_file), CONFIG_NONEMPTY, NULL, NULL, NULL },
+    { "server_name", CONFIG_SCALAR, config_set_string, CFG(redis_tls_server_name), CONFIG_NONEMPTY, NULL, NULL, NULL },
+    { "verify", CONFIG_SCALAR, config_set_bool, CFG(redis_tls_verify), 0, NULL, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
@@ -131,6 +145,8 @@ static const struct config_section config_upstream_section = {
     "upstream", { config_upstream_keys, NULL }, 0 };
 static const struct config_section config_redis_section = {
     "redis", { config_redis_keys, NULL }, 0 };
+static const struct config_section config_redis_tls_section = {
+    "redis.tls", { config_redis_tls_keys, NULL }, 0 };
 static const struct config_section config_limits_section = {
     "limits", { config_limits_keys, NULL }, 0 };
 static const struct config_section config_errors_section = {
@@ -156,7 +172,10 @@ static const struct config_key config_root_keys[] = {
 static const struct config_section config_root_section = {
     "the top level", { config_root_keys, NULL }, 0 };
 
-/* Searched when a key is unknown, to say where it belongs instead. */
+/*
+ * Searched when a key is unknown, to say where it belongs instead (not
+ * redis.tls: its verify would send a webhook's verify there).
+ */
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
     &config_limits_section, &config_defaults_section, &config_route_section,
@@ -180,6 +199,8 @@ static const char config_builtin_yaml[] =
     "  url: redis://127.0.0.1:6379/0\n"
     "  key_prefix: idem\n"
     "  timeout: 500ms\n"
+    "  tls:\n"
+    "    verify: true\n"
     "limits:\n"
     "  max_request_body: 1MiB\n"
     "  max_stored_response: 1MiB\n"
@@ -575,6 +596,8 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
                              cfg, &ld->set_upstream) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "redis"), config_redis_keys,
                              cfg, &ld->set_redis) < 0 ||
+        config_apply_mapping(ld, doc, config_lookup(doc, config_lookup(doc, root, "redis"), "tls"),
+                             config_redis_tls_keys, cfg, &ld->set_redis_tls) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "limits"), config_limits_keys,
                              cfg, &ld->set_limits) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,
@@ -719,6 +742,73 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     return config_check_policy(ld, policy, map);
 }
 
+/*
+ * A credential: the key's value wins over the URL's; "" (an unset ${VAR})
+ * means none, and then the URL's, when it has one, is taken.
+ */
+static void config_take_credential(char **field, char **from_url)
+{
+    if (*field != NULL && (*field)[0] == '\0') {
+        free(*field);
+        *field = NULL;
+    }
+    if (*field == NULL && *from_url != NULL && (*from_url)[0] != '\0') {
+        *field = *from_url;
+        *from_url = NULL;
+    }
+}
+
+/* A file named by redis.tls.KEY must be readable now: a typo fails at startup and at -t. */
+static int config_check_readable(struct config_loader *ld, yaml_node_t *tls, const char *key,
+                                 const char *path)
+{
+    FILE *f;
+
+    if (path == NULL)
+        return 0;
+    f = fopen(path, "r");
+    if (f == NULL)
+        return config_error(ld, config_lookup(&ld->user, tls, key), "redis.tls.%s: cannot "
+                            "read %s: %s", key, path, strerror(errno));
+    fclose(f);
+    return 0;
+}
+
+/*
+ * The credentials (keys over the URL's) and TLS: redis.tls only with
+ * rediss:// (never on a unix socket), a client certificate with its key,
+ * and every file readable.
+ */
+static int config_finish_redis(struct config_loader *ld)
+{
+    struct config *cfg = ld->cfg;
+    yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
+    yaml_node_t *tls = config_lookup(&ld->user, redis, "tls");
+
+    ld->cur = &ld->user;
+    config_take_credential(&cfg->redis_username, &ld->redis_url_username);
+    config_take_credential(&cfg->redis_password, &ld->redis_url_password);
+    /* the name is not echoed: redis://SECRET@host may have meant a password */
+    if (cfg->redis_username != NULL && cfg->redis_password == NULL)
+        return config_error(ld, redis, "redis: a user name without a password: set "
+                            "redis.password, or write redis://USER:PASSWORD@host (for the "
+                            "default user: redis://:PASSWORD@host)");
+    if (tls != NULL && cfg->redis_unix_path != NULL)
+        return config_error(ld, tls, "redis.tls with a unix: socket: TLS on a unix socket is "
+                            "not supported (drop redis.tls, or use rediss://host:port)");
+    if (tls != NULL && !cfg->redis_tls)
+        return config_error(ld, tls, "redis.tls needs a rediss:// URL in redis.url (redis:// "
+                            "is plain TCP)");
+    if ((cfg->redis_tls_cert_file == NULL) != (cfg->redis_tls_key_file == NULL))
+        return config_error(ld, tls, "redis.tls needs both cert_file and key_file (a client "
+                            "certificate for mutual TLS), or neither");
+    if (config_check_readable(ld, tls, "ca_file", cfg->redis_tls_ca_file) < 0 ||
+        config_check_readable(ld, tls, "cert_file", cfg->redis_tls_cert_file) < 0 ||
+        config_check_readable(ld, tls, "key_file", cfg->redis_tls_key_file) < 0)
+        return -1;
+    return 0;
+}
+
 static int config_finish(struct config_loader *ld)
 {
     struct config *cfg = ld->cfg;
@@ -727,16 +817,8 @@ static int config_finish(struct config_loader *ld)
         return -1;
     ld->cur = &ld->user;
 
-    /* redis.password wins over a password in the URL; "" means none */
-    if (cfg->redis_password != NULL && cfg->redis_password[0] == '\0') {
-        free(cfg->redis_password);
-        cfg->redis_password = NULL;
-    }
-    if (cfg->redis_password == NULL && ld->redis_url_password != NULL &&
-        ld->redis_url_password[0] != '\0') {
-        cfg->redis_password = ld->redis_url_password;
-        ld->redis_url_password = NULL;
-    }
+    if (config_finish_redis(ld) < 0)
+        return -1;
 
     if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {
         yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
@@ -841,6 +923,7 @@ static void config_loader_deinit(struct config_loader *ld)
         yaml_document_delete(&ld->builtin.yaml);
     free(ld->set_routes);
     free(ld->route_nodes);
+    free(ld->redis_url_username);
     free(ld->redis_url_password);
 }
 
@@ -946,7 +1029,12 @@ void config_deinit(struct config *cfg)
     free(cfg->redis_url);
     free(cfg->redis_host);
     free(cfg->redis_unix_path);
+    free(cfg->redis_username);
     free(cfg->redis_password);
+    free(cfg->redis_tls_ca_file);
+    free(cfg->redis_tls_cert_file);
+    free(cfg->redis_tls_key_file);
+    free(cfg->redis_tls_server_name);
     free(cfg->key_prefix);
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {

@@ -62,7 +62,17 @@ struct config {
     uint16_t redis_port;            /* 0 for a unix socket */
     char *redis_unix_path;          /* owned or NULL */
     int redis_db;
+    char *redis_username;           /* ACL user for AUTH USER PASSWORD; owned or NULL (none:
+                                       AUTH PASSWORD, the default user) */
     char *redis_password;           /* owned or NULL (empty counts as none) */
+    bool redis_tls;                 /* rediss://: TLS to Redis */
+    char *redis_tls_ca_file;        /* PEM CAs that sign the server's certificate; NULL: the
+                                       system's default CAs; owned */
+    char *redis_tls_cert_file;      /* client certificate chain (mutual TLS), PEM; owned or NULL */
+    char *redis_tls_key_file;       /* its private key, PEM, unencrypted; owned or NULL */
+    char *redis_tls_server_name;    /* name the certificate must carry and SNI; NULL: the
+                                       URL's host; owned */
+    bool redis_tls_verify;          /* false: any certificate is accepted (warned at startup) */
     char *key_prefix;               /* owned */
     uint64_t redis_timeout_ms;
 
@@ -85,7 +95,8 @@ struct config {
  * (errlen bytes, truncated to fit) of the form "FILE:LINE: what is wrong"
  * ("FILE: ..." when no line applies, e.g. the file cannot be read).
  * ${VAR} in values is expanded from the environment; an unset VAR is an
- * error that names it, except in redis.password (unset reads as empty).
+ * error that names it, except in redis.username and redis.password (unset
+ * reads as empty).
  */
 int config_load(struct config *cfg, const char *file, char *err, size_t errlen);
 

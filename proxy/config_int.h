@@ -86,11 +86,12 @@ struct config_loader {
     struct config_doc builtin;
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
-    uint32_t set_root, set_upstream, set_redis, set_limits, set_defaults;
+    uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
     uint32_t set_errors;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
-    char *redis_url_password;              /* from redis://:PASSWORD@; owned */
+    char *redis_url_username;              /* from redis://USER:PASSWORD@; owned */
+    char *redis_url_password;              /* from redis://[USER]:PASSWORD@; owned */
 };
 
 /*

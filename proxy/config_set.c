@@ -88,13 +88,17 @@ int config_set_redis_url(struct config_loader *ld, const struct config_key *key,
     free(cfg->redis_url);
     free(cfg->redis_host);
     free(cfg->redis_unix_path);
+    free(ld->redis_url_username);
     free(ld->redis_url_password);
     cfg->redis_url = config_take(text);
     cfg->redis_host = t.host;
     cfg->redis_port = t.port;
     cfg->redis_unix_path = t.unix_path;
     cfg->redis_db = t.db;
-    ld->redis_url_password = t.password; /* redis.password, when set, wins (pass 3) */
+    cfg->redis_tls = t.tls;
+    /* redis.username and redis.password, when set, win (pass 3) */
+    ld->redis_url_username = t.username;
+    ld->redis_url_password = t.password;
     return 0;
 }
 

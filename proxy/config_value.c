@@ -44,7 +44,7 @@ static const struct config_unit config_size_units[] = {
 static const char config_upstream_expected[] =
     "expected http://host[:port][/path], https://host[:port][/path] or unix:/path/to.sock";
 static const char config_redis_expected[] =
-    "expected redis://[:password@]host:port/db or unix:/path/to.sock";
+    "expected redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:/path/to.sock";
 
 /* ---- enums and messages ------------------------------------------------ */
 
@@ -432,6 +432,31 @@ const char *config_upstream_parse(const char *url, char **base, char **unix_path
     return why;
 }
 
+/*
+ * USER:PASSWORD, :PASSWORD or USER (still percent-encoded) into t->username
+ * and t->password, decoded; an empty user name is none.
+ */
+static const char *config_redis_userinfo(const char *userinfo, struct config_redis_target *t)
+{
+    const char *colon = strchr(userinfo, ':');
+    size_t user_len = colon != NULL ? (size_t)(colon - userinfo) : strlen(userinfo);
+
+    if (user_len > 0) {
+        char *raw = strndup(userinfo, user_len);
+
+        t->username = raw != NULL ? evhttp_uridecode(raw, 0, NULL) : NULL;
+        free(raw);
+        if (t->username == NULL)
+            return "out of memory";
+    }
+    if (colon != NULL) {
+        t->password = evhttp_uridecode(colon + 1, 0, NULL);
+        if (t->password == NULL)
+            return "out of memory";
+    }
+    return NULL;
+}
+
 /* config_redis_parse once libevent has split the URL; may leave partial results in *t. */
 static const char *config_redis_split(const struct evhttp_uri *uri, struct config_redis_target *t)
 {
@@ -452,11 +477,10 @@ static const char *config_redis_split(const struct evhttp_uri *uri, struct confi
         t->unix_path = strdup(path);
         return t->unix_path ? NULL : "out of memory";
     }
-    if (strcasecmp(scheme, "redis") != 0 || host == NULL || host[0] == '\0' || port == 0)
+    t->tls = strcasecmp(scheme, "rediss") == 0;
+    if ((!t->tls && strcasecmp(scheme, "redis") != 0) || host == NULL || host[0] == '\0' ||
+        port == 0)
         return expected;
-    /* hiredis 0.14 sends AUTH <password>: there is no ACL user name */
-    if (userinfo != NULL && userinfo[0] != ':')
-        return "write the password as redis://:PASSWORD@host:port/db (user names are not supported)";
     if (path[0] == '/' && path[1] != '\0' && config_parse_uint(path + 1, INT_MAX, &db) < 0)
         return "the database after the '/' must be a number";
     t->db = (int)db;
@@ -464,12 +488,7 @@ static const char *config_redis_split(const struct evhttp_uri *uri, struct confi
     t->host = config_host_dup(host);
     if (t->host == NULL)
         return "out of memory";
-    if (userinfo != NULL) {
-        t->password = evhttp_uridecode(userinfo + 1, 0, NULL);
-        if (t->password == NULL)
-            return "out of memory";
-    }
-    return NULL;
+    return userinfo != NULL ? config_redis_userinfo(userinfo, t) : NULL;
 }
 
 const char *config_redis_parse(const char *url, struct config_redis_target *t)
@@ -485,6 +504,7 @@ const char *config_redis_parse(const char *url, struct config_redis_target *t)
     if (why != NULL) {
         free(t->host);
         free(t->unix_path);
+        free(t->username);
         free(t->password);
         memset(t, 0, sizeof(*t));
     }

@@ -125,18 +125,22 @@ const char *config_upstream_parse(const char *url, char **base, char **unix_path
 
 /* What redis.url holds once split; the strings are malloc'd and owned by the caller. */
 struct config_redis_target {
-    char *host;         /* NULL for a unix socket */
+    char *host;         /* NULL for a unix socket; IPv6 without brackets */
     uint16_t port;      /* 6379 when the URL has none; 0 for a unix socket */
     char *unix_path;    /* NULL for TCP */
     int db;
-    char *password;     /* from redis://:PASSWORD@, percent-decoded; NULL when absent */
+    bool tls;           /* rediss:// */
+    char *username;     /* from redis://USER:PASSWORD@, percent-decoded; NULL when absent or "" */
+    char *password;     /* from redis://[USER]:PASSWORD@, percent-decoded; NULL when absent */
 };
 
 /*
- * Parses redis.url: redis://[:password@]host[:port][/db] or unix:/path.
- * Returns NULL and fills *t (zeroed first); or a static string saying why
- * the URL is not valid, with *t zeroed again (nothing to free). The reason
- * never repeats the URL (it may hold the password).
+ * Parses redis.url: redis://[[user]:password@]host[:port][/db], the same
+ * with rediss:// (TLS), or unix:/path. A userinfo without ':' is a user
+ * name (redis://USER@host), as in redis-cli's URLs. Returns NULL and fills
+ * *t (zeroed first); or a static string saying why the URL is not valid,
+ * with *t zeroed again (nothing to free). The reason never repeats the URL
+ * (it may hold the password).
  */
 const char *config_redis_parse(const char *url, struct config_redis_target *t);
 

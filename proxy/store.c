@@ -1,31 +1,35 @@
 /*
- * store.c - Redis through hiredis async. The only file that includes hiredis.
+ * store.c - the record store's commands over one node connection
+ * (store_conn.c): the compare-and-set scripts, the queue of commands that
+ * wait for a connection's setup, and what each reply means (store_reply.c).
  *
- * hiredis 0.14 has no command timeouts, so each command carries its own
- * timer. A command that times out is reported at once; its late reply is
- * swallowed. A timeout also drops the connection (a stalled Redis would
- * otherwise pile up commands forever) and the store reconnects with backoff.
- * A connection that has carried no reply for STORE_HEALTH_MS gets a timed
- * PING, so a stalled Redis is noticed (readiness) without client traffic.
- *
- * A new connection is set up first (AUTH, SELECT, CONFIG GET, PING), and the
- * store is ready only once that succeeded: a client command sent right behind
- * a failed AUTH or SELECT would run unauthenticated or in db 0. Client commands
- * submitted meanwhile wait in a queue (each still bounded by redis.timeout)
- * and are sent once the setup succeeded, or fail with STORE_UNAVAILABLE.
+ * Commands are sent only on a ready connection (setup done, ROLE master).
+ * While a connection is being set up they wait in a queue, which the setup's
+ * own deadline (redis.timeout) bounds: they are sent once it is ready, or
+ * fail with STORE_UNAVAILABLE, unsent, when it fails. With no connection at
+ * all (resolving, backoff) they fail at once. Sent commands are bounded by
+ * the connection (redis.timeout; STORE_TIMEOUT), and a connection that
+ * drops reports them STORE_LOST. Error replies are classified: the ones
+ * that say "not the primary now" also drop the connection, which then
+ * reconnects and checks the role again. A connection that has carried no
+ * reply for STORE_HEALTH_MS gets a ROLE, so a stalled Redis or a demoted
+ * primary is noticed (readiness) without client traffic.
  */
 #include "store.h"
+#include "store_int.h"
+#include "store_reply.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/time.h>
 
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
+#include <event2/util.h>
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 
@@ -34,8 +38,6 @@
 #include "log.h"
 #include "record.h"
 
-#define STORE_BACKOFF_MIN_MS 100
-#define STORE_BACKOFF_MAX_MS 2000
 #define STORE_HEALTH_MS 1000
 
 enum store_script {
@@ -81,32 +83,20 @@ static const char *const store_script_template[SCRIPT_COUNT] = {
         "return 1\n",
 };
 
-/* The setup commands of a new connection, in the order they are sent. */
-enum store_setup_step { SETUP_AUTH, SETUP_SELECT, SETUP_POLICY, SETUP_PING };
-static const char *const store_setup_name[] = {
-    [SETUP_AUTH] = "AUTH", [SETUP_SELECT] = "SELECT", [SETUP_POLICY] = "CONFIG GET",
-    [SETUP_PING] = "PING",
-};
-
 struct store_cmd;
 TAILQ_HEAD(store_cmd_queue, store_cmd);
 
 struct store {
     struct event_base *base;
     const struct config *cfg;
-    char addr[300];             /* host:port or the unix path, for log lines */
-    redisAsyncContext *ac;      /* NULL while disconnected */
-    _Atomic bool connected;     /* the setup of ac succeeded (AUTH, SELECT, PING answered):
-                                   a TCP connect alone is not enough, the kernel completes
-                                   it for a stalled Redis too; ac is set while it holds;
-                                   read by other threads (metrics, readiness) */
-    struct event setup_ev;      /* the setup's deadline, redis.timeout after connecting */
-    struct store_cmd_queue queued; /* client commands waiting for the setup, in order */
+    struct store_conn *conn;        /* the node: redis.url */
+    struct evdns_base *dns;         /* resolves redis.url's host name; NULL for an address */
+    SSL_CTX *tls;                   /* rediss://; NULL otherwise */
+    struct store_cmd_queue queued;  /* waiting for the connection's setup, in order */
+    struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
+    struct event failed_ev;
     bool destroying;
-    unsigned backoff_ms;        /* reset once Redis answers on a new connection */
-    struct event reconnect_ev;
-    struct event health_ev;     /* every STORE_HEALTH_MS: PING an idle connection */
-    struct timeval last_reply;  /* when a reply last came back */
+    struct event health_ev;         /* every STORE_HEALTH_MS: ROLE on an idle connection */
     bool health_in_flight;
     char script_text[SCRIPT_COUNT][STORE_SCRIPT_MAX];
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
@@ -125,13 +115,10 @@ struct store_cmd {
         store_int_cb *integer;
     } cb;
     void *arg;
-    struct event timer;         /* the timeout, and the deferred failure report */
-    bool timer_armed;
     bool reported;              /* the caller's callback has run */
-    bool in_redis;              /* hiredis holds privdata and will call back */
-    bool queued;                /* in s->queued, waiting for the connection's setup */
-    TAILQ_ENTRY(store_cmd) link;
+    TAILQ_ENTRY(store_cmd) link; /* in s->queued or s->failed */
     int script;                 /* enum store_script, or -1 */
+    bool resent;                /* a script's body went out after NOSCRIPT */
     struct timeval submitted;
     int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
                                    queued command */
@@ -139,12 +126,8 @@ struct store_cmd {
     size_t *argvlen;
 };
 
-static void store_connect(struct store *s);
-
 static void store_cmd_free(struct store_cmd *cmd)
 {
-    if (cmd->timer_armed)
-        event_del(&cmd->timer);
     for (int i = 0; i < cmd->argc; i++)
         free(cmd->argv[i]);
     free(cmd->argv);
@@ -158,7 +141,7 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
     if (cmd->reported)
         return;
     cmd->reported = true;
-    if (cmd->s != NULL && cmd->s->observer != NULL) {
+    if (cmd->s->observer != NULL) {
         struct timeval now, d;
         gettimeofday(&now, NULL);
         timersub(&now, &cmd->submitted, &d);
@@ -179,8 +162,7 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
         cmd->cb.integer(st, st == STORE_OK ? r->integer : 0, cmd->arg);
         break;
     case REPLY_HEALTH:
-        if (cmd->s != NULL)
-            cmd->s->health_in_flight = false;
+        cmd->s->health_in_flight = false;
         break;
     }
 }
@@ -194,135 +176,111 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
     case REPLY_INT:
         return r->type == REDIS_REPLY_INTEGER;
     case REPLY_HEALTH:
-        return r->type == REDIS_REPLY_STATUS;
+        return r->type == REDIS_REPLY_ARRAY;
     }
     return false;
 }
 
-/*
- * The connection is gone (or going): not ready, and the commands that waited
- * for its setup fail, never sent. Their callbacks may submit again: s->ac is
- * already NULL then, so those fail from the event loop.
- */
-static void store_forget_connection(struct store *s)
+/* Not sent: report STORE_UNAVAILABLE from the loop (never inside the caller's store_* call). */
+static void store_fail_later(struct store_cmd *cmd)
 {
-    s->ac = NULL;
-    s->connected = false;
-    event_del(&s->setup_ev);
-    while (!TAILQ_EMPTY(&s->queued)) {
-        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
-        TAILQ_REMOVE(&s->queued, cmd, link);
-        cmd->queued = false;
-        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
-        store_cmd_free(cmd);
-    }
-}
-
-/* Forget the connection; hiredis calls every pending callback with a NULL reply. */
-static void store_drop_connection(struct store *s, const char *why)
-{
-    redisAsyncContext *ac = s->ac;
-
-    if (ac == NULL)
-        return;
-    log_msg(LOG_WARN, "redis %s: dropping the connection: %s", s->addr, why);
-    store_forget_connection(s);
-    redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
-}
-
-static void store_schedule_reconnect(struct store *s)
-{
-    struct timeval tv;
-
-    if (s->destroying || event_pending(&s->reconnect_ev, EV_TIMEOUT, NULL))
-        return;
-    tv = clock_ms_to_timeval(s->backoff_ms);
-    evtimer_add(&s->reconnect_ev, &tv);
-    s->backoff_ms = s->backoff_ms * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
-                                                               : s->backoff_ms * 2;
-}
-
-static int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
-
-static void store_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct store_cmd *cmd = privdata;
-    redisReply *r = reply;
-    struct store *s = ac->data;
-
-    cmd->in_redis = false;
-    if (r != NULL && s != NULL && s->ac == ac)
-        gettimeofday(&s->last_reply, NULL);
-    if (r == NULL) {
-        store_cmd_report(cmd, STORE_LOST, NULL);
-    } else if (r->type == REDIS_REPLY_ERROR && cmd->script >= 0 && !cmd->reported &&
-               strncmp(r->str, "NOSCRIPT", 8) == 0 && s != NULL && s->ac == ac) {
-        /* A restarted or replaced Redis has an empty script cache: send the body once. */
-        const char *argv0 = cmd->argv[0], *argv1 = cmd->argv[1];
-        size_t len0 = cmd->argvlen[0], len1 = cmd->argvlen[1];
-        cmd->argv[0] = "EVAL";
-        cmd->argvlen[0] = 4;
-        cmd->argv[1] = s->script_text[cmd->script];
-        cmd->argvlen[1] = strlen(s->script_text[cmd->script]);
-        int rc = store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen);
-        cmd->argv[0] = (char *)argv0;
-        cmd->argvlen[0] = len0;
-        cmd->argv[1] = (char *)argv1;
-        cmd->argvlen[1] = len1;
-        if (rc == 0)
-            return;
-        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        log_msg(LOG_WARN, "redis %s: error reply: %.*s", s != NULL ? s->addr : "-",
-                (int)r->len, r->str);
-        store_cmd_report(cmd, STORE_ERROR, NULL);
-    } else if (!store_reply_fits(cmd, r)) {
-        log_msg(LOG_WARN, "redis %s: unexpected reply type %d", s != NULL ? s->addr : "-",
-                r->type);
-        store_cmd_report(cmd, STORE_ERROR, NULL);
-    } else {
-        store_cmd_report(cmd, STORE_OK, r);
-    }
-    store_cmd_free(cmd);
-}
-
-static void store_on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct store_cmd *cmd = arg;
     struct store *s = cmd->s;
+
+    TAILQ_INSERT_TAIL(&s->failed, cmd, link);
+    if (!s->destroying)
+        event_active(&s->failed_ev, EV_TIMEOUT, 0);
+}
+
+static void store_on_failed(evutil_socket_t fd, short what, void *arg)
+{
+    struct store *s = arg;
 
     (void)fd;
     (void)what;
-    cmd->timer_armed = false;
-    if (cmd->queued) {
-        /* the setup did not finish within redis.timeout: never sent, so it cannot land */
-        TAILQ_REMOVE(&s->queued, cmd, link);
-        cmd->queued = false;
+    while (!TAILQ_EMPTY(&s->failed)) {
+        struct store_cmd *cmd = TAILQ_FIRST(&s->failed);
+        TAILQ_REMOVE(&s->failed, cmd, link);
         store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
         store_cmd_free(cmd);
-        return;
     }
-    if (!cmd->in_redis) {
-        /* deferred report of a command that could not be sent */
-        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
-        store_cmd_free(cmd);
-        return;
-    }
-    store_cmd_report(cmd, STORE_TIMEOUT, NULL);
-    /* cmd is freed by its own NULL-reply callback inside the drop */
-    store_drop_connection(s, "a command exceeded redis.timeout");
-    store_schedule_reconnect(s);
 }
+
+static void store_on_reply(enum store_status st, const redisReply *r, void *privdata);
 
 static int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen)
 {
-    struct store *s = cmd->s;
+    return store_conn_send(cmd->s->conn, store_on_reply, cmd, argc, argv, argvlen);
+}
 
-    if (s->ac == NULL ||
-        redisAsyncCommandArgv(s->ac, store_on_reply, cmd, argc, argv, argvlen) != REDIS_OK)
-        return -1;
-    cmd->in_redis = true;
-    return 0;
+/* A restarted or replaced Redis has an empty script cache: send the body once. */
+static int store_resend_script(struct store_cmd *cmd)
+{
+    const char *argv0 = cmd->argv[0], *argv1 = cmd->argv[1];
+    size_t len0 = cmd->argvlen[0], len1 = cmd->argvlen[1];
+    int rc;
+
+    cmd->resent = true;
+    cmd->argv[0] = "EVAL";
+    cmd->argvlen[0] = 4;
+    cmd->argv[1] = cmd->s->script_text[cmd->script];
+    cmd->argvlen[1] = strlen(cmd->s->script_text[cmd->script]);
+    rc = store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen);
+    cmd->argv[0] = (char *)argv0;
+    cmd->argvlen[0] = len0;
+    cmd->argv[1] = (char *)argv1;
+    cmd->argvlen[1] = len1;
+    return rc;
+}
+
+/*
+ * An error reply fails the command (STORE_ERROR: the route's on_store_error
+ * decides); one that says the node is not the primary now drops the
+ * connection first, so nothing more goes to it before the role is checked
+ * again.
+ */
+static void store_on_error_reply(struct store_cmd *cmd, const redisReply *r)
+{
+    struct store *s = cmd->s;
+    enum store_reply_class cls = store_reply_class(r->str, r->len);
+
+    if (cls == STORE_REPLY_NOSCRIPT && cmd->script >= 0 && !cmd->resent &&
+        store_resend_script(cmd) == 0)
+        return;
+    if (cls == STORE_REPLY_NOT_PRIMARY) {
+        char why[300];
+
+        snprintf(why, sizeof(why), "%s: %.200s", store_reply_class_name(cls), r->str);
+        store_conn_drop(s->conn, why);
+    } else {
+        log_msg(LOG_WARN, "redis %s: error reply (%s): %.*s", store_conn_addr(s->conn),
+                store_reply_class_name(cls), (int)r->len, r->str);
+    }
+    store_cmd_report(cmd, STORE_ERROR, NULL);
+    store_cmd_free(cmd);
+}
+
+static void store_on_reply(enum store_status st, const redisReply *r, void *privdata)
+{
+    struct store_cmd *cmd = privdata;
+
+    if (st != STORE_OK) {
+        store_cmd_report(cmd, st, NULL);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        store_on_error_reply(cmd, r);
+        return;
+    } else if (!store_reply_fits(cmd, r)) {
+        log_msg(LOG_WARN, "redis %s: unexpected reply type %d", store_conn_addr(cmd->s->conn),
+                r->type);
+        store_cmd_report(cmd, STORE_ERROR, NULL);
+    } else {
+        char why[300];
+
+        /* a primary demoted while the connection was idle: not ready from now on */
+        if (cmd->kind == REPLY_HEALTH && !store_role_is_primary(r, why, sizeof(why)))
+            store_conn_drop(cmd->s->conn, why);
+        store_cmd_report(cmd, STORE_OK, r);
+    }
+    store_cmd_free(cmd);
 }
 
 static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind kind, void *arg)
@@ -338,242 +296,96 @@ static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind ki
     cmd->arg = arg;
     cmd->script = -1;
     gettimeofday(&cmd->submitted, NULL);
-    evtimer_assign(&cmd->timer, s->base, store_on_timer, cmd);
     return cmd;
 }
 
+/* Keep a copy of argv in cmd: a script may need it again, a queued command later. */
+static void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv,
+                           const size_t *argvlen)
+{
+    cmd->argc = argc;
+    cmd->argv = calloc((size_t)argc, sizeof(char *));
+    cmd->argvlen = calloc((size_t)argc, sizeof(size_t));
+    if (cmd->argv == NULL || cmd->argvlen == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    for (int i = 0; i < argc; i++) {
+        cmd->argv[i] = malloc(argvlen[i] + 1);
+        if (cmd->argv[i] == NULL) {
+            log_msg(LOG_ERROR, "redis: out of memory");
+            abort();
+        }
+        memcpy(cmd->argv[i], argv[i], argvlen[i]);
+        cmd->argv[i][argvlen[i]] = '\0';
+        cmd->argvlen[i] = argvlen[i];
+    }
+}
+
 /*
- * Send argv, queue it while the connection is being set up, or report
- * STORE_UNAVAILABLE from the event loop; arms the timeout.
+ * Send argv on a ready connection, queue it while the connection is being
+ * set up, or report STORE_UNAVAILABLE from the event loop.
  */
 static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
                          const size_t *argvlen)
 {
     struct store *s = cmd->s;
-    struct timeval tv;
-    bool queue = s->ac != NULL && !s->connected;
+    bool ready = !s->destroying && store_conn_ready(s->conn);
+    bool queue = !s->destroying && !ready && store_conn_setting_up(s->conn);
 
-    if (cmd->script >= 0 || queue) {
-        cmd->argc = argc;
-        cmd->argv = calloc((size_t)argc, sizeof(char *));
-        cmd->argvlen = calloc((size_t)argc, sizeof(size_t));
-        for (int i = 0; i < argc; i++) {
-            cmd->argv[i] = malloc(argvlen[i] + 1);
-            memcpy(cmd->argv[i], argv[i], argvlen[i]);
-            cmd->argv[i][argvlen[i]] = '\0';
-            cmd->argvlen[i] = argvlen[i];
-        }
-    }
-    if (queue) {
+    if (cmd->script >= 0 || queue)
+        store_cmd_save(cmd, argc, argv, argvlen);
+    if (queue)
         TAILQ_INSERT_TAIL(&s->queued, cmd, link);
-        cmd->queued = true;
-    } else if (store_send(cmd, argc, argv, argvlen) != 0) {
-        event_active(&cmd->timer, EV_TIMEOUT, 0);
-        return;
-    }
-    tv = clock_ms_to_timeval(s->cfg->redis_timeout_ms);
-    evtimer_add(&cmd->timer, &tv);
-    cmd->timer_armed = true;
+    else if (!ready || store_send(cmd, argc, argv, argvlen) != 0)
+        store_fail_later(cmd);
 }
 
-/* The setup failed: not ready; drop the connection and reconnect with backoff. */
-static void store_setup_failed(struct store *s, const char *what)
+/* The connection is ready: send the commands that waited for it, in order. */
+static void store_on_conn_ready(void *owner)
 {
-    log_msg(LOG_ERROR, "redis %s: %s; not ready, reconnecting", s->addr, what);
-    store_drop_connection(s, "its setup failed");
-    store_schedule_reconnect(s);
-}
+    struct store *s = owner;
 
-/* The setup succeeded: ready; send the commands that waited for it, in order. */
-static void store_setup_done(struct store *s)
-{
-    s->connected = true;
-    s->backoff_ms = STORE_BACKOFF_MIN_MS;
-    event_del(&s->setup_ev);
-    log_msg(LOG_INFO, "redis %s: ready", s->addr);
     while (!TAILQ_EMPTY(&s->queued)) {
         struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
         TAILQ_REMOVE(&s->queued, cmd, link);
-        cmd->queued = false;
-        if (store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0) {
-            if (cmd->timer_armed) {
-                event_del(&cmd->timer);
-                cmd->timer_armed = false;
-            }
-            event_active(&cmd->timer, EV_TIMEOUT, 0); /* reports STORE_UNAVAILABLE */
-        }
+        if (store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0)
+            store_fail_later(cmd);
     }
-}
-
-/* Evicted records re-execute their retries: say so when Redis may evict. */
-static void store_check_policy(struct store *s, const redisReply *r)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return; /* CONFIG may be disabled (managed Redis): nothing to check */
-    if (strcmp(r->element[1]->str, "noeviction") != 0)
-        log_msg(LOG_WARN, "redis %s: maxmemory-policy is %s; an evicted record lets a retry "
-                "execute again: use noeviction", s->addr, r->element[1]->str);
 }
 
 /*
- * A reply to a setup command. AUTH and SELECT must succeed and PING (sent
- * last) must answer PONG; CONFIG GET may fail (managed Redis disables it).
- * The error text of Redis never carries the password we sent.
+ * The connection is gone (or its setup failed): the commands that waited
+ * for it fail, never sent. Their callbacks may submit again: the connection
+ * is not ready or setting up any more, so those fail from the event loop.
  */
-static void store_on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+static void store_on_conn_down(void *owner)
 {
-    const redisReply *r = reply;
-    struct store *s = ac->data;
-    enum store_setup_step step = (enum store_setup_step)(intptr_t)privdata;
-    char what[320];
+    struct store *s = owner;
 
-    if (r == NULL || s == NULL || s->ac != ac)
-        return; /* the connection is gone: whoever dropped it has handled the setup */
-    gettimeofday(&s->last_reply, NULL);
-    if (step == SETUP_POLICY) {
-        store_check_policy(s, r);
-        return;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (strncmp(r->str, "NOAUTH", 6) == 0 &&
-            (s->cfg->redis_password == NULL || s->cfg->redis_password[0] == '\0'))
-            snprintf(what, sizeof(what), "AUTH failed: the server requires a password and "
-                     "redis.password is not set (%s answered %.200s)", store_setup_name[step],
-                     r->str);
-        else
-            snprintf(what, sizeof(what), "%s failed: %.200s", store_setup_name[step], r->str);
-        store_setup_failed(s, what);
-    } else if (r->type != REDIS_REPLY_STATUS) {
-        snprintf(what, sizeof(what), "%s failed: unexpected reply type %d",
-                 store_setup_name[step], r->type);
-        store_setup_failed(s, what);
-    } else if (step == SETUP_PING) {
-        store_setup_done(s);
+    s->health_in_flight = false;
+    while (!TAILQ_EMPTY(&s->queued)) {
+        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
+        TAILQ_REMOVE(&s->queued, cmd, link);
+        store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
+        store_cmd_free(cmd);
     }
 }
 
-/* The setup did not finish within redis.timeout of connecting: a stalled Redis. */
-static void store_on_setup_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct store *s = arg;
-
-    (void)fd;
-    (void)what;
-    if (s->ac == NULL || s->connected)
-        return;
-    store_setup_failed(s, "no answer to the connection setup within redis.timeout");
-}
-
-static void store_on_connect(const redisAsyncContext *ac, int status)
-{
-    struct store *s = ac->data;
-
-    if (s == NULL || s->ac != ac)
-        return;
-    if (status != REDIS_OK) {
-        log_msg(LOG_WARN, "redis %s: connect failed: %s", s->addr, ac->errstr);
-        store_forget_connection(s); /* hiredis frees ac after this callback */
-        store_schedule_reconnect(s);
-        return;
-    }
-    /* ready, and the backoff reset, once the setup succeeded: store_setup_done */
-    log_msg(LOG_INFO, "redis %s: connected", s->addr);
-    gettimeofday(&s->last_reply, NULL); /* the health PING waits one period for the setup */
-}
-
-static void store_on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct store *s = ac->data;
-
-    (void)status;
-    if (s == NULL)
-        return;
-    if (s->ac == ac) {
-        log_msg(LOG_WARN, "redis %s: connection lost%s%s", s->addr, ac->err ? ": " : "",
-                ac->err ? ac->errstr : "");
-        store_forget_connection(s);
-    }
-    store_schedule_reconnect(s);
-}
-
-/* Queue one setup command; its reply goes to store_on_setup_reply. */
-static void store_setup_command(redisAsyncContext *ac, enum store_setup_step step, int argc,
-                                const char **argv, const size_t *argvlen)
-{
-    redisAsyncCommandArgv(ac, store_on_setup_reply, (void *)(intptr_t)step, argc, argv,
-                          argvlen);
-}
-
-static void store_connect(struct store *s)
-{
-    const struct config *cfg = s->cfg;
-    redisAsyncContext *ac;
-    struct timeval tv;
-
-    ac = cfg->redis_unix_path != NULL ? redisAsyncConnectUnix(cfg->redis_unix_path)
-                                      : redisAsyncConnect(cfg->redis_host, cfg->redis_port);
-    if (ac == NULL || ac->err) {
-        log_msg(LOG_WARN, "redis %s: cannot connect: %s", s->addr,
-                ac != NULL ? ac->errstr : "no memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        store_schedule_reconnect(s);
-        return;
-    }
-    ac->data = s;
-    s->ac = ac;
-    redisLibeventAttach(ac, s->base);
-    redisAsyncSetConnectCallback(ac, store_on_connect);
-    redisAsyncSetDisconnectCallback(ac, store_on_disconnect);
-    /* Client commands wait in s->queued until the PING, sent last, answers. */
-    if (cfg->redis_password != NULL && cfg->redis_password[0] != '\0') {
-        const char *argv[] = { "AUTH", cfg->redis_password };
-        const size_t argvlen[] = { 4, strlen(cfg->redis_password) };
-        store_setup_command(ac, SETUP_AUTH, 2, argv, argvlen);
-    }
-    if (cfg->redis_db != 0) {
-        char db[16];
-        int n = snprintf(db, sizeof(db), "%d", cfg->redis_db);
-        const char *argv[] = { "SELECT", db };
-        const size_t argvlen[] = { 6, (size_t)n };
-        store_setup_command(ac, SETUP_SELECT, 2, argv, argvlen);
-    }
-    {
-        const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
-        const size_t argvlen[] = { 6, 3, 16 };
-        store_setup_command(ac, SETUP_POLICY, 3, argv, argvlen);
-    }
-    {
-        const char *argv[] = { "PING" };
-        const size_t argvlen[] = { 4 };
-        store_setup_command(ac, SETUP_PING, 1, argv, argvlen);
-    }
-    tv.tv_sec = (time_t)(cfg->redis_timeout_ms / 1000);
-    tv.tv_usec = (suseconds_t)(cfg->redis_timeout_ms % 1000) * 1000;
-    evtimer_add(&s->setup_ev, &tv);
-}
-
-static void store_on_reconnect(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    store_connect(arg);
-}
-
+/*
+ * An idle connection is checked with ROLE: a stalled Redis times out (not
+ * ready without client traffic), a demoted primary is left.
+ */
 static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct store *s = arg;
-    struct timeval now, idle;
-    static const char *const argv[] = { "PING" };
+    static const char *const argv[] = { "ROLE" };
     static const size_t argvlen[] = { 4 };
 
     (void)fd;
     (void)what;
-    gettimeofday(&now, NULL);
-    timersub(&now, &s->last_reply, &idle);
-    if (!s->connected || s->health_in_flight ||
-        (uint64_t)idle.tv_sec * 1000 + (uint64_t)idle.tv_usec / 1000 < STORE_HEALTH_MS)
+    if (!store_conn_ready(s->conn) || s->health_in_flight ||
+        store_conn_idle_ms(s->conn) < STORE_HEALTH_MS)
         return;
     s->health_in_flight = true;
     store_submit(store_cmd_new(s, REPLY_HEALTH, NULL), 1, (const char **)argv, argvlen);
@@ -599,45 +411,72 @@ static void store_scripts_build(struct store *s)
     }
 }
 
-struct store *store_create(struct event_base *base, const struct config *cfg)
+struct store *store_create(struct event_base *base, const struct config *cfg, char *err,
+                           size_t errlen)
 {
     struct timeval health = clock_ms_to_timeval(STORE_HEALTH_MS);
     struct store *s = calloc(1, sizeof(*s));
+    const struct store_node node = { cfg->redis_host, cfg->redis_port, cfg->redis_unix_path };
+    const struct store_conn_hooks hooks = { store_on_conn_ready, store_on_conn_down, s };
+    unsigned char addr[16];
 
-    if (s == NULL)
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
+    }
     s->base = base;
     s->cfg = cfg;
-    s->backoff_ms = STORE_BACKOFF_MIN_MS;
     TAILQ_INIT(&s->queued);
-    if (cfg->redis_unix_path != NULL)
-        snprintf(s->addr, sizeof(s->addr), "%s", cfg->redis_unix_path);
-    else if (strchr(cfg->redis_host, ':') != NULL)
-        snprintf(s->addr, sizeof(s->addr), "[%s]:%u", cfg->redis_host, cfg->redis_port);
-    else
-        snprintf(s->addr, sizeof(s->addr), "%s:%u", cfg->redis_host, cfg->redis_port);
-    evtimer_assign(&s->reconnect_ev, base, store_on_reconnect, s);
-    evtimer_assign(&s->setup_ev, base, store_on_setup_timeout, s);
+    TAILQ_INIT(&s->failed);
+    event_assign(&s->failed_ev, base, -1, 0, store_on_failed, s);
     event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
-    event_add(&s->health_ev, &health);
     store_scripts_build(s);
-    store_connect(s);
+    if (cfg->redis_tls && (s->tls = store_tls_context(cfg, err, errlen)) == NULL) {
+        free(s);
+        return NULL;
+    }
+    if (cfg->redis_host != NULL && evutil_inet_pton(AF_INET, cfg->redis_host, addr) != 1 &&
+        evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1)
+        s->dns = store_dns_create(base);
+    s->conn = store_conn_create(base, cfg, &node, s->dns, s->tls, &hooks);
+    if (s->conn == NULL) {
+        snprintf(err, errlen, "out of memory");
+        if (s->dns != NULL)
+            evdns_base_free(s->dns, 0);
+        SSL_CTX_free(s->tls);
+        free(s);
+        return NULL;
+    }
+    event_add(&s->health_ev, &health);
+    store_conn_start(s->conn);
     return s;
 }
 
 void store_destroy(struct store *s)
 {
+    bool dns_pending;
+
     if (s == NULL)
         return;
     s->destroying = true;
-    event_del(&s->reconnect_ev);
     event_del(&s->health_ev);
-    if (s->ac != NULL) {
-        redisAsyncContext *ac = s->ac;
-        store_forget_connection(s);
-        ac->data = NULL;
-        redisAsyncFree(ac);
+    event_del(&s->failed_ev);
+    /* pending replies: STORE_LOST; what their callbacks submit lands in s->failed */
+    dns_pending = store_conn_destroy(s->conn);
+    s->conn = NULL;
+    store_on_conn_down(s);
+    while (!TAILQ_EMPTY(&s->failed))
+        store_on_failed(-1, 0, s);
+    if (s->dns != NULL) {
+        /*
+         * A cancelled resolution's callback (which frees libevent's request)
+         * runs from the loop: let it turn once before the resolver goes.
+         */
+        if (dns_pending)
+            event_base_loop(s->base, EVLOOP_NONBLOCK);
+        evdns_base_free(s->dns, 0);
     }
+    SSL_CTX_free(s->tls);
     free(s);
 }
 
@@ -649,7 +488,7 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg)
 
 bool store_ready(const struct store *s)
 {
-    return s->connected;
+    return s->conn != NULL && store_conn_ready(s->conn);
 }
 
 static void store_eval(struct store *s, enum store_script script, store_cas_cb *cb, void *arg,

@@ -1,7 +1,10 @@
 /*
- * store.h - the record store: one async Redis connection on the worker's
- * event_base (hiredis 0.14 + its libevent adapter), with our own command
- * timeouts, reconnect with backoff, and the compare-and-set scripts.
+ * store.h - the record store: one async connection to the Redis primary on
+ * the worker's event_base (hiredis >= 1.0 API, hiredict 1.3.1 in the image,
+ * with its libevent adapter): names resolved off the loop (evdns), TLS and
+ * ACL users, the role checked (a replica is not ready), command timeouts,
+ * reconnect with backoff, and the compare-and-set scripts. The connection
+ * itself is store_conn.c (store_int.h); README "Redis in production".
  *
  * Every store_* call reports through its callback exactly once, never
  * synchronously from inside the call (a failure to send is reported from the
@@ -40,13 +43,21 @@ typedef void store_cas_cb(enum store_status st, bool applied, void *arg);
 typedef void store_int_cb(enum store_status st, long long value, void *arg);
 
 /*
- * Create the store for base and start connecting (a failed connection is not
- * an error: it retries with backoff). cfg must outlive the store. NULL on
- * allocation failure.
+ * Create the store for base and start connecting from the loop's first turn
+ * (a failed connection is not an error: it retries with backoff). cfg must
+ * outlive the store. NULL with the reason in err (errlen bytes) when the
+ * TLS files of redis.tls cannot be used ("redis.tls.ca_file FILE: why"), or
+ * on allocation failure.
  */
-struct store *store_create(struct event_base *base, const struct config *cfg);
+struct store *store_create(struct event_base *base, const struct config *cfg, char *err,
+                           size_t errlen);
 
-/* Close the connection; pending callbacks get STORE_UNAVAILABLE. NULL is fine. */
+/*
+ * Close the connection; commands sent get STORE_LOST, queued and unsent
+ * ones STORE_UNAVAILABLE, before it returns. Call it with the loop stopped,
+ * never from a store callback; it may turn the loop once (EVLOOP_NONBLOCK)
+ * to let a cancelled name resolution finish. NULL is fine.
+ */
 void store_destroy(struct store *s);
 
 /*
@@ -60,12 +71,14 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
 
 /*
  * Whether the store can serve (for /readyz and metrics): the connection is up
- * and its setup succeeded (AUTH and SELECT accepted, PING answered). False
- * while connecting or setting up, after a failed setup, and from a timeout
- * (which drops the connection) until a new connection's setup succeeds.
+ * and its setup succeeded (TLS, AUTH and SELECT accepted, ROLE master, PING
+ * answered). False while resolving, connecting or setting up, after a failed
+ * setup, for a replica, and from a timeout or a "not the primary" reply
+ * (both drop the connection) until a new connection's setup succeeds.
  * Client commands submitted while a connection is being set up wait for it
  * (still bounded by redis.timeout) and fail with STORE_UNAVAILABLE, unsent,
- * when the setup fails. Any thread may ask while s exists.
+ * when the setup fails; with no connection at all they fail at once. Any
+ * thread may ask while s exists.
  */
 bool store_ready(const struct store *s);
 

@@ -67,8 +67,14 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         old->upstream_timeout_ms != new->upstream_timeout_ms)
         return "upstream";
     if (!worker_same(old->redis_url, new->redis_url) ||
+        !worker_same(old->redis_username, new->redis_username) ||
         !worker_same(old->redis_password, new->redis_password) ||
-        old->redis_timeout_ms != new->redis_timeout_ms)
+        old->redis_timeout_ms != new->redis_timeout_ms ||
+        !worker_same(old->redis_tls_ca_file, new->redis_tls_ca_file) ||
+        !worker_same(old->redis_tls_cert_file, new->redis_tls_cert_file) ||
+        !worker_same(old->redis_tls_key_file, new->redis_tls_key_file) ||
+        !worker_same(old->redis_tls_server_name, new->redis_tls_server_name) ||
+        old->redis_tls_verify != new->redis_tls_verify)
         return "redis";
     return NULL;
 }
@@ -350,9 +356,11 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         evhttp_set_default_content_type(w->admin_http, NULL);
     }
 
-    w->store = store_create(w->base, cfg);
+    w->store = store_create(w->base, cfg, err, errlen);
+    if (w->store == NULL)
+        goto failed;
     w->upstream = upstream_create(w->base, cfg);
-    if (w->store == NULL || w->upstream == NULL) {
+    if (w->upstream == NULL) {
         snprintf(err, errlen, "out of memory");
         goto failed;
     }

@@ -3,26 +3,45 @@
 # also what only the test suite uses (promtool, from Debian's prometheus;
 # nginx and wrk for the benchmark smoke run; node and npm for the real Stripe
 # and Svix clients of tests/integration/test_clients.py, from Debian's nodejs
-# and npm unless a node is already on PATH).
+# and npm unless a node is already on PATH; valkey-server, which the store's
+# tests also run against; openssl and iproute2 for the TLS and DNS tests).
+# The Redis client library (hiredict, with the hiredis shims) and valkey come
+# from bookworm-backports: docker/build.sh --backports-only adds that source
+# with an apt pin so that nothing else is ever taken from it.
 # Idempotent: does nothing when every package is already installed.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential meson ninja-build pkg-config
-  libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
-  redis-server redis-tools python3 python3-pytest python3-yaml curl git
+  libevent-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
+  redis-server redis-tools python3 python3-pytest python3-yaml curl git openssl iproute2
 )
+backports=(libhiredict-dev libhiredict-shims-dev)
 if [[ ${1:-} == --tests ]]; then
   packages+=(prometheus nginx wrk)
+  backports+=(valkey-server)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+  done
+}
+mapfile -t missing < <(missing_packages "${packages[@]}")
+mapfile -t missing_bpo < <(missing_packages "${backports[@]}")
+if ((${#missing[@]} + ${#missing_bpo[@]})); then
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "installing: ${missing[*]}"
+  echo "installing: ${missing[*]} ${missing_bpo[*]}"
+  ((${#missing_bpo[@]} == 0)) || $sudo "$root/docker/build.sh" --backports-only
   $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  if ((${#missing_bpo[@]})); then
+    # replaces libhiredis-dev 0.14 (libhiredict-shims-dev conflicts with it); the
+    # pin selects backports for these, no -t (it would override the pin's -1)
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing_bpo[@]}"
+  fi
 fi

@@ -319,11 +319,23 @@ class RedisError(Exception):
     pass
 
 
-class RedisServer:
-    """redis-server on 127.0.0.1:port with no persistence; restartable."""
+def redis_server_binary():
+    """$IDEM_REDIS_SERVER (e.g. valkey-server), default redis-server."""
+    return os.environ.get("IDEM_REDIS_SERVER") or "redis-server"
 
-    def __init__(self, workdir, port=None, extra_args=(), password=None, unix_path=None):
+
+class RedisServer:
+    """redis-server on 127.0.0.1:port with no persistence; restartable.
+
+    binary: the server program, default redis_server_binary() ($IDEM_REDIS_SERVER,
+    so the suite also runs against valkey-server); both take the same options.
+    """
+
+    def __init__(self, workdir, port=None, extra_args=(), password=None, unix_path=None,
+                 binary=None, host="127.0.0.1"):
         self.workdir = workdir
+        self.binary = binary or redis_server_binary()
+        self.host = host  # the loopback address it binds (127.0.0.2 in a test's namespace)
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.password = password
@@ -337,15 +349,15 @@ class RedisServer:
 
     @property
     def url(self):
-        return "redis://127.0.0.1:%d/0" % self.port
+        return "redis://%s:%d/0" % (self.host, self.port)
 
     def url_db(self, db):
-        return "redis://127.0.0.1:%d/%d" % (self.port, db)
+        return "redis://%s:%d/%d" % (self.host, self.port, db)
 
     def start(self, timeout=10.0):
         assert self.proc is None or self.proc.poll() is not None, "redis already running"
         os.makedirs(self.workdir, exist_ok=True)
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [self.binary, "--port", str(self.port), "--bind", self.host,
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
                 "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", self.log_path] + self.extra_args
@@ -354,15 +366,15 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("redis-server exited with %s: %s"
-                                   % (self.proc.returncode, self._log_tail()))
+                raise RuntimeError("%s exited with %s: %s"
+                                   % (self.binary, self.proc.returncode, self._log_tail()))
             try:
                 if self.cmd("PING") == "PONG":
                     return self
             except (OSError, RedisError):
                 pass
             time.sleep(0.02)
-        raise RuntimeError("redis-server did not answer PING: %s" % self._log_tail())
+        raise RuntimeError("%s did not answer PING: %s" % (self.binary, self._log_tail()))
 
     def _log_tail(self):
         try:
@@ -402,7 +414,7 @@ class RedisServer:
         if db:
             pre.append(("SELECT", db))
         data = b"".join(_resp_encode(c) for c in pre + [args])
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+        with socket.create_connection((self.host, self.port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(data)
             reader = _Reader(s, time.monotonic() + timeout)
@@ -688,8 +700,10 @@ def build_config(port, admin_port, upstream_url, redis_url, routes=None, **overr
 class Proxy:
     """The daemon as a process: BIN -c FILE, stdout and stderr to files."""
 
-    def __init__(self, workdir, name, config_text, port, admin_port, env=None, args=None):
+    def __init__(self, workdir, name, config_text, port, admin_port, env=None, args=None,
+                 wrapper=None):
         self.workdir = workdir
+        self.wrapper = list(wrapper or [])  # a command prefix, e.g. ["ip", "netns", "exec", NS]
         self.name = name
         self.port = port
         self.admin_port = admin_port
@@ -717,6 +731,7 @@ class Proxy:
     def start(self, timeout=20.0, wait_port=True):
         bin_ = proxy_binary()
         args = [bin_, "-c", self.config_path] if self.args is None else [bin_] + self.args
+        args = self.wrapper + args
         self._out = open(self.stdout_path, "ab")
         self._err = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._out,

@@ -218,6 +218,44 @@ static void check_password_key_wins(const char *name, const struct config *cfg)
     UNIT_CHECK(name, STREQ(cfg->redis_password, "fromkey"), "line %d", __LINE__);
 }
 
+static void check_url_user(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->redis_username, "idem-proxy"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "p@ss:w"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_host, "cache") && cfg->redis_port == 6380 &&
+                     cfg->redis_db == 1 && !cfg->redis_tls, "line %d", __LINE__);
+}
+
+static void check_username_key_wins(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->redis_username, "fromkey"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "p@ss:w"), "line %d", __LINE__);
+}
+
+static void check_no_user(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_username == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "pw"), "line %d", __LINE__);
+}
+
+static void check_rediss(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_tls && cfg->redis_tls_verify, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_host, "redis.internal") && cfg->redis_port == 6379,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_tls_ca_file == NULL && cfg->redis_tls_cert_file == NULL &&
+                     cfg->redis_tls_server_name == NULL, "line %d", __LINE__);
+}
+
+static void check_rediss_mutual(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_tls && !cfg->redis_tls_verify, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_tls_ca_file, "/dev/null") &&
+                     STREQ(cfg->redis_tls_cert_file, "/dev/null") &&
+                     STREQ(cfg->redis_tls_key_file, "/dev/null") &&
+                     STREQ(cfg->redis_tls_server_name, "redis.example"), "line %d", __LINE__);
+}
+
 static void check_redis_unix(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, cfg->redis_host == NULL, "line %d", __LINE__);
@@ -442,8 +480,35 @@ static const struct config_case config_cases[] = {
       "unix:/path", NULL },
     { "redis url must be redis or unix", "redis:\n  url: http://127.0.0.1:6379\n", 2,
       "redis url", NULL },
-    { "redis url user names are refused", "redis:\n  url: redis://admin:pw@h:6379/0\n", 2,
-      "user names", NULL },
+    { "redis url user and password", "redis:\n  url: redis://idem%2Dproxy:p%40ss:w@cache:6380/1\n",
+      0, NULL, check_url_user },
+    { "redis username key beats the url", "redis:\n  username: fromkey\n"
+      "  url: redis://idem-proxy:p%40ss:w@cache:6380/1\n", 0, NULL, check_username_key_wins },
+    { "unset env username reads as empty: the url's", "redis:\n  username: ${TEST_IDEM_UNSET}\n"
+      "  url: redis://idem-proxy:p%40ss:w@cache:6380/1\n", 0, NULL, check_url_user },
+    { "redis url empty user is the default user", "redis:\n  url: redis://:pw@h/0\n", 0, NULL,
+      check_no_user },
+    { "redis url user without password", "redis:\n  url: redis://admin@h:6379/0\n", 2,
+      "without a password", NULL },
+    { "redis username key without password", "redis:\n  username: admin\n", 2,
+      "without a password", NULL },
+    { "rediss url is tls, verified", "redis:\n  url: rediss://redis.internal/0\n", 0, NULL,
+      check_rediss },
+    { "rediss with mutual tls", "redis:\n  url: rediss://10.0.0.1:6380/0\n  tls:\n"
+      "    ca_file: /dev/null\n    cert_file: /dev/null\n    key_file: /dev/null\n"
+      "    server_name: redis.example\n    verify: false\n", 0, NULL, check_rediss_mutual },
+    { "redis.tls needs rediss", "redis:\n  url: redis://h/0\n  tls:\n    verify: false\n", 4,
+      "rediss://", NULL },
+    { "redis.tls on a unix socket", "redis:\n  url: unix:/run/redis.sock\n  tls:\n"
+      "    ca_file: /dev/null\n", 4, "unix socket", NULL },
+    { "redis.tls cert_file without key_file", "redis:\n  url: rediss://h/0\n  tls:\n"
+      "    cert_file: /dev/null\n", 4, "both cert_file and key_file", NULL },
+    { "redis.tls unreadable ca_file", "redis:\n  url: rediss://h/0\n  tls:\n"
+      "    ca_file: /nonexistent/ca.pem\n", 4, "cannot read", NULL },
+    { "redis.tls unknown key", "redis:\n  url: rediss://h/0\n  tls:\n    ca: x\n", 4,
+      "allowed: ca_file", NULL },
+    { "redis.tls verify must be a bool", "redis:\n  url: rediss://h/0\n  tls:\n    verify: no\n",
+      4, "true or false", NULL },
     { "redis url database must be a number", "redis:\n  url: redis://h:6379/zero\n", 2,
       "database", NULL },
     { "redis url port out of range", "redis:\n  url: redis://h:70000/0\n", 2, "redis url", NULL },

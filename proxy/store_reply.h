@@ -1,0 +1,39 @@
+/*
+ * store_reply.h - what an error reply from Redis means to the store. Pure
+ * (no hiredis, no I/O), so the table is unit-tested (tests/unit/test_store.c).
+ *
+ * A payments proxy must fail closed: a reply that says "this node cannot
+ * take the write now" fails the request that got it (STORE_ERROR, then the
+ * route's on_store_error), and the replies that say "this node is not the
+ * primary any more" also drop the connection, so that the store reconnects,
+ * resolves the name again and checks ROLE before it is ready again (a
+ * failover behind a DNS name, or a primary demoted to a replica).
+ */
+#ifndef IDEM_STORE_REPLY_H
+#define IDEM_STORE_REPLY_H
+
+#include <stddef.h>
+
+enum store_reply_class {
+    STORE_REPLY_FAILED,      /* any other error (ERR, WRONGTYPE, NOPERM, ...): this command
+                                failed, the connection is fine */
+    STORE_REPLY_NOSCRIPT,    /* the script cache is empty (a restarted or new Redis): send the
+                                script's body with EVAL */
+    STORE_REPLY_NOT_NOW,     /* NOREPLICAS, BUSY, TRYAGAIN, CLUSTERDOWN: the node refuses writes
+                                for now; this command failed, the connection is kept */
+    STORE_REPLY_NOT_PRIMARY, /* READONLY, LOADING, MASTERDOWN, MOVED, ASK: not the primary (or
+                                not usable) now; this command failed and the connection must
+                                be dropped, re-resolved and its ROLE checked again */
+};
+
+/*
+ * The class of the error reply err (len bytes, need not be NUL-terminated):
+ * its first word, the error code Redis puts before the first space, compared
+ * exactly (codes are upper case). NULL or empty is STORE_REPLY_FAILED.
+ */
+enum store_reply_class store_reply_class(const char *err, size_t len);
+
+/* A short name of the class for log lines ("not the primary", ...); static. */
+const char *store_reply_class_name(enum store_reply_class c);
+
+#endif

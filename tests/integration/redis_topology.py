@@ -1,0 +1,237 @@
+"""redis_topology.py - the Redis set-ups of tests/integration/test_redis_production.py,
+as plain helpers (no pytest), all real:
+
+  Pki              a CA, server and client certificates made by `openssl` in a
+                   temp dir (EC P-256 keys, SANs for 127.0.0.1 and localhost)
+  tls_args()       redis-server / valkey-server options for a TLS port beside the
+                   plain one (the plain port stays for the harness' RESP client)
+  acl_setuser()    ACL SETUSER through the harness' client
+  NetNs            a network namespace made with `ip netns add`: loopback up, its own
+                   /etc/netns/<ns>/resolv.conf (bind-mounted over /etc/resolv.conf
+                   by `ip netns exec`), entered by the calling thread with setns(2)
+                   so that the processes it starts (redis, upstream) live in it
+  SilentResolver   a UDP socket on 127.0.0.1:53 that reads queries and never answers
+  AnsweringResolver  the same socket answering A queries for one name with an address
+                   the test changes (a DNS-based failover), NODATA for other types
+
+Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
+"""
+
+import ctypes
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import uuid
+
+CLONE_NEWNET = 0x40000000
+
+
+def openssl(*args, cwd):
+    p = subprocess.run(["openssl"] + list(args), cwd=cwd, capture_output=True, text=True,
+                       timeout=30)
+    if p.returncode != 0:
+        raise RuntimeError("openssl %s failed: %s" % (" ".join(args), p.stderr[-2000:]))
+    return p.stdout
+
+
+class Pki:
+    """Certificates in dir: ca(name), server(ca, name, sans), client(ca, name).
+
+    Each returns paths; a CA is (cert, key), a leaf (cert, key) signed by its CA.
+    """
+
+    def __init__(self, dir):
+        self.dir = dir
+        os.makedirs(dir, exist_ok=True)
+
+    def _path(self, name, ext):
+        return os.path.join(self.dir, "%s.%s" % (name, ext))
+
+    def _key(self, name):
+        key = self._path(name, "key")
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-out", key, cwd=self.dir)
+        return key
+
+    def ca(self, name):
+        key = self._key(name)
+        cert = self._path(name, "crt")
+        openssl("req", "-x509", "-new", "-key", key, "-out", cert, "-days", "2",
+                "-subj", "/CN=idempotency-proxy test CA %s" % name,
+                "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=self.dir)
+        return cert, key
+
+    def _leaf(self, ca, name, extensions):
+        key = self._key(name)
+        csr = self._path(name, "csr")
+        cert = self._path(name, "crt")
+        ext = self._path(name, "ext")
+        with open(ext, "w") as f:
+            f.write(extensions)
+        openssl("req", "-new", "-key", key, "-out", csr, "-subj", "/CN=%s" % name,
+                cwd=self.dir)
+        openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext, cwd=self.dir)
+        return cert, key
+
+    def server(self, ca, name, sans=("IP:127.0.0.1", "DNS:localhost")):
+        return self._leaf(ca, name, "basicConstraints=CA:FALSE\n"
+                                    "keyUsage=critical,digitalSignature\n"
+                                    "extendedKeyUsage=serverAuth\n"
+                                    "subjectAltName=%s\n" % ",".join(sans))
+
+    def client(self, ca, name):
+        return self._leaf(ca, name, "basicConstraints=CA:FALSE\n"
+                                    "keyUsage=critical,digitalSignature\n"
+                                    "extendedKeyUsage=clientAuth\n")
+
+
+def tls_args(tls_port, server, ca, auth_clients=False):
+    """Options for a TLS port next to the plain one; auth_clients: mutual TLS."""
+    return ["--tls-port", str(tls_port), "--tls-cert-file", server[0],
+            "--tls-key-file", server[1], "--tls-ca-cert-file", ca[0],
+            "--tls-auth-clients", "yes" if auth_clients else "no"]
+
+
+def acl_setuser(redis, user, *rules):
+    """ACL SETUSER user rules... on redis (a harness RedisServer, default user)."""
+    return redis.cmd("ACL", "SETUSER", user, *rules)
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
+
+
+class NetNs:
+    """A network namespace for one test: `with NetNs(resolv_conf) as ns:`.
+
+    Inside the with block the calling thread is in the namespace (setns), so the
+    sockets it opens and the processes and threads it starts are there too; the
+    proxy is started through ns.wrapper (`ip netns exec NS`), which also bind-mounts
+    /etc/netns/NS/resolv.conf over /etc/resolv.conf for it. Leaving the block
+    returns the thread to its own namespace and deletes NS.
+    """
+
+    def __init__(self, resolv_conf):
+        self.name = "idem-test-%s" % uuid.uuid4().hex[:10]
+        self.resolv_conf = resolv_conf
+        self.etc = os.path.join("/etc/netns", self.name)
+        self._home = None
+
+    @property
+    def wrapper(self):
+        return ["ip", "netns", "exec", self.name]
+
+    def __enter__(self):
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
+        try:
+            os.makedirs(self.etc)
+            with open(os.path.join(self.etc, "resolv.conf"), "w") as f:
+                f.write(self.resolv_conf)
+            subprocess.run(self.wrapper + ["ip", "link", "set", "lo", "up"], check=True,
+                           capture_output=True)
+            self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+            fd = os.open("/run/netns/%s" % self.name, os.O_RDONLY)
+            try:
+                if _libc().setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns into %s" % self.name)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._cleanup()
+
+    def _cleanup(self):
+        if self._home is not None:
+            _libc().setns(self._home, CLONE_NEWNET)
+            os.close(self._home)
+            self._home = None
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        shutil.rmtree(self.etc, ignore_errors=True)
+
+    @staticmethod
+    def available():
+        """Why a namespace cannot be made here, or None."""
+        if os.geteuid() != 0:
+            return "needs root (ip netns add, setns)"
+        if shutil.which("ip") is None:
+            return "needs iproute2 (ip)"
+        return None
+
+
+class SilentResolver:
+    """UDP 127.0.0.1:53 in the current namespace: reads every query, answers none."""
+
+    def __init__(self, host="127.0.0.1", port=53):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((host, port))
+        self.queries = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def answer(self, query):
+        """The reply datagram to query, or None for no reply."""
+        return None
+
+    def _run(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                query, peer = self.sock.recvfrom(4096)
+                self.queries += 1
+                reply = self.answer(query)
+                if reply is not None:
+                    self.sock.sendto(reply, peer)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    def close(self):
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+class AnsweringResolver(SilentResolver):
+    """Answers A queries for name with self.address (an IPv4 string the test may change:
+    a DNS-based failover), NODATA for its other types, NXDOMAIN for other names. One
+    question per query, as stub resolvers send; the question is echoed byte for byte
+    (evdns randomises the case of the name and checks it comes back)."""
+
+    def __init__(self, name, address, **kw):
+        self.name = name.lower().rstrip(".")
+        self.address = address
+        super().__init__(**kw)
+
+    def answer(self, query):
+        if len(query) < 12:
+            return None
+        labels, i = [], 12
+        while i < len(query) and query[i] != 0:
+            labels.append(query[i + 1:i + 1 + query[i]].decode("ascii", "replace").lower())
+            i += 1 + query[i]
+        if i + 5 > len(query):
+            return None
+        question = query[12:i + 5]
+        qtype = struct.unpack("!H", query[i + 1:i + 3])[0]
+        rcode, records = 0, b""
+        if ".".join(labels) != self.name:
+            rcode = 3  # NXDOMAIN
+        elif qtype == 1:  # A: one record, the name as a pointer to the question, TTL 0
+            records = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + \
+                socket.inet_aton(self.address)
+        flags = 0x8180 | rcode  # a response, recursion desired and available
+        header = query[:2] + struct.pack("!HHHHH", flags, 1, 1 if records else 0, 0, 0)
+        return header + question + records
