@@ -4,7 +4,9 @@
 # UndefinedBehaviorSanitizer; under ThreadSanitizer with every proxy running
 # two worker threads (IDEM_TEST_WORKERS=2). Each: unit tests via meson,
 # integration tests via pytest against the real binary, a real redis-server
-# and the demo upstream. Ends with one line "N passed, N failed".
+# and the demo upstream (the topology scenarios: plain only). Then the
+# store's tests once more against valkey-server. Ends with one line
+# "N passed, N failed".
 #
 #   tests/run.sh            all variants
 #   tests/run.sh plain      one variant (plain | asan | tsan)
@@ -48,6 +50,18 @@ for v in "${variants[@]}"; do
     /usr/bin/python3 -m pytest -q tests/integration "${select[@]}" \
     --junitxml="$results/integration-$v.xml" -o junit_suite_name="integration-$v"
 done
+
+# The store's tests once more against valkey-server 8 (bookworm-backports), the server several
+# managed offerings now run: the production-Redis and store-fault files, and the Redis tests of
+# the main file.
+if [[ " ${variants[*]} " == *" plain "* && -x build-test-plain/proxy/idempotency-proxy ]]; then
+  echo "=== valkey: the store's tests against valkey-server"
+  IDEM_REDIS_SERVER=valkey-server IDEM_PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" \
+    /usr/bin/python3 -m pytest -q tests/integration/test_redis_production.py \
+    tests/integration/test_store_faults.py tests/integration/test_proxy.py \
+    -k "test_redis_production or test_store_faults or redis or readyz or purge or records or claim_that_lands or sigterm_waits_to_release" \
+    --junitxml="$results/integration-valkey.xml" -o junit_suite_name="integration-valkey"
+fi
 
 # The benchmark's smoke run (no thresholds), so tests/bench/run cannot rot.
 if [[ -x build-test-plain/proxy/idempotency-proxy ]]; then
