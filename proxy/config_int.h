@@ -105,6 +105,19 @@ int config_error(struct config_loader *ld, const yaml_node_t *node, const char *
 /* config_error(ld, node, "out of memory"); returns -1. */
 int config_oom(struct config_loader *ld, const yaml_node_t *node);
 
+/* YAML's null (`~`, `null`, or nothing after the colon) (config.c). */
+bool config_is_null(const yaml_node_t *node);
+
+/*
+ * Builds doc (its name set, the rest zeroed) from text (len bytes, borrowed)
+ * with libyaml, line marks kept; doc->root is NULL for an empty or null
+ * document, and doc->loaded says yaml_document_delete is due. A syntax
+ * error or a second document is an error with its line. Returns 0, or -1
+ * after config_error (config_file.c).
+ */
+int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const char *text,
+                     size_t len);
+
 /* The typed setters (config_set.c), named by the key tables of config.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_string,
