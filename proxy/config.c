@@ -87,6 +87,8 @@ static const struct config_key config_redis_keys[] = {
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "tls", CONFIG_SECTION, NULL, 0, 0, &config_redis_tls_section, NULL, NULL },
     { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL, NULL },
+    { "min_replicas", CONFIG_SCALAR, config_set_min_replicas, CFG(redis_min_replicas), 0, NULL, NULL, NULL },
+    { "replica_timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_replica_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
     { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
@@ -199,6 +201,8 @@ static const char config_builtin_yaml[] =
     "redis:\n"
     "  url: redis://127.0.0.1:6379/0\n"
     "  key_prefix: idem\n"
+    "  min_replicas: 0\n"
+    "  replica_timeout: 200ms\n"
     "  timeout: 500ms\n"
     "  tls:\n"
     "    verify: true\n"
@@ -818,6 +822,8 @@ static int config_finish(struct config_loader *ld)
     ld->cur = &ld->user;
 
     if (config_finish_redis(ld) < 0)
+        return -1;
+    if (config_check_replicas(ld, config_lookup(&ld->user, ld->user.root, "redis")) < 0)
         return -1;
 
     if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {

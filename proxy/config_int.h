@@ -125,6 +125,17 @@ config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret;
 
+/* redis.min_replicas (config_replicas.c). */
+config_setter config_set_min_replicas;
+
+/*
+ * Pass 3: with redis.min_replicas > 0, redis.replica_timeout must be at most
+ * half of redis.timeout (README "Redis in production"); redis (may be NULL)
+ * is the section's node, for the line. Returns 0, or -1 after config_error
+ * (config_replicas.c).
+ */
+int config_check_replicas(struct config_loader *ld, yaml_node_t *redis);
+
 /* The starts of the list keys (config_set.c). */
 config_list_begin config_begin_methods, config_begin_scope_headers,
     config_begin_release_statuses, config_begin_secrets;
