@@ -6,7 +6,8 @@
  *    +--claim--> CLAIMING --won--> FORWARDING --> WRITING ------> ANSWERED
  *                  |  ^   |             (lease renewed meanwhile)
  *                  |  |   +--min_replicas--> REPLICATING --confirmed--> FORWARDING
- *                  |  |                        +--shortfall--> release, 503 --> ANSWERED
+ *                  |  |                        +--shortfall--> 503, claim released --> ANSWERED
+ *                  |  |                           (on_store_error: pass: FORWARDING)
  *                  |  +-- takeover (expired lease, on_ambiguous: release)
  *                  +--existing--> replay | mismatch | outcome unknown | ... --> ANSWERED
  *                  +--in flight--> WAITING --poll/wake--> CLAIMING again
