@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import TEST_WORKERS, RedisServer, wait_until
+from test_config_reload import reload_and_wait, rewrite, run_check
 from redis_gate import RedisGate
 from redis_topology import acl_setuser
 from test_metrics_format import parse_exposition, promtool_check, promtool_path
@@ -434,3 +435,30 @@ def test_acl_user_without_wait_fails_closed(start_proxy, upstream, pair):
     wait_until(lambda: record_keys(primary) == [], timeout=3, what="the claim released")
     assert "NOPERM" in p.stderr_text()
     assert shortfalls(p, "claim") == 1
+
+
+# --------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------
+
+def test_t_refuses_a_replica_timeout_over_half_of_redis_timeout(tmp_path):
+    rc, out, path = run_check(tmp_path, "redis:\n  min_replicas: 1\n  replica_timeout: 300ms\n"
+                                        "  timeout: 500ms\n")
+    assert rc == 1, out
+    assert "%s:2: redis.replica_timeout (300ms) must be at most half of redis.timeout " \
+           "(500ms)" % path in out, out
+
+
+def test_sighup_changing_min_replicas_needs_a_restart(start_proxy, upstream, pair):
+    primary, _ = pair
+    p = start_replicated(start_proxy, primary)
+    rewrite(p, upstream, primary, redis={"min_replicas": 0, "replica_timeout": "1s",
+                                         "timeout": "2s"})
+    reload_and_wait(p, "reload refused")
+    last = [l for l in p.stderr_text().splitlines() if "reload refused" in l][-1]
+    assert "redis changed, which needs a restart" in last, last
+    primary.cmd("CONFIG", "RESETSTAT")
+    key = new_key()
+    assert p.post(key=key).status == 201
+    assert wait_calls(primary) >= 1, "the running min_replicas 1 still WAITs"
+
