@@ -22,7 +22,8 @@
  *
  * The rest of the module: config_int.h (the types and helpers its files
  * share, and the setters' ownership rule), config_set.c (the setters),
- * config_value.c (pure value parsers); route patterns live in route.c.
+ * config_value.c (pure value parsers), config_file.c (the file, its libyaml
+ * document, the shared heap config); route patterns live in route.c.
  */
 #include "config_int.h"
 #include "route.h"
@@ -86,6 +87,8 @@ static const struct config_key config_redis_keys[] = {
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "tls", CONFIG_SECTION, NULL, 0, 0, &config_redis_tls_section, NULL, NULL },
     { "key_prefix", CONFIG_SCALAR, config_set_key_prefix, CFG(key_prefix), 0, NULL, NULL, NULL },
+    { "min_replicas", CONFIG_SCALAR, config_set_min_replicas, CFG(redis_min_replicas), 0, NULL, NULL, NULL },
+    { "replica_timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_replica_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
     { "timeout", CONFIG_SCALAR, config_set_duration, CFG(redis_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
@@ -198,6 +201,8 @@ static const char config_builtin_yaml[] =
     "redis:\n"
     "  url: redis://127.0.0.1:6379/0\n"
     "  key_prefix: idem\n"
+    "  min_replicas: 0\n"
+    "  replica_timeout: 200ms\n"
     "  timeout: 500ms\n"
     "  tls:\n"
     "    verify: true\n"
@@ -256,8 +261,7 @@ static yaml_node_t *config_node(struct config_doc *doc, int index)
     return yaml_document_get_node(&doc->yaml, index);
 }
 
-/* YAML's null (`~`, `null`, or nothing after the colon). */
-static bool config_is_null(const yaml_node_t *node)
+bool config_is_null(const yaml_node_t *node)
 {
     static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
 
@@ -819,6 +823,8 @@ static int config_finish(struct config_loader *ld)
 
     if (config_finish_redis(ld) < 0)
         return -1;
+    if (config_check_replicas(ld, config_lookup(&ld->user, ld->user.root, "redis")) < 0)
+        return -1;
 
     if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {
         yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
@@ -841,79 +847,6 @@ static int config_finish(struct config_loader *ld)
 }
 
 /* ---- loading ----------------------------------------------------------- */
-
-static size_t config_line_at(const char *text, size_t len, size_t offset)
-{
-    size_t line = 1;
-
-    for (size_t i = 0; i < offset && i < len; i++) {
-        if (text[i] == '\n')
-            line++;
-    }
-    return line;
-}
-
-static int config_syntax_error(struct config_loader *ld, const yaml_parser_t *parser,
-                               const char *text, size_t len)
-{
-    size_t line;
-
-    if (parser->error == YAML_MEMORY_ERROR)
-        return config_oom(ld, NULL);
-    if (ld->err == NULL || ld->errlen == 0)
-        return -1;
-    /* a reader error (bad UTF-8, control character) has an offset, not a mark */
-    if (parser->error == YAML_READER_ERROR)
-        line = config_line_at(text, len, parser->problem_offset);
-    else
-        line = parser->problem_mark.line + 1;
-    if (parser->context != NULL)
-        snprintf(ld->err, ld->errlen, "%s:%zu: YAML syntax error: %s %s that starts at line %zu",
-                 ld->cur->name, line, parser->problem ? parser->problem : "",
-                 parser->context, (size_t)parser->context_mark.line + 1);
-    else
-        snprintf(ld->err, ld->errlen, "%s:%zu: YAML syntax error: %s", ld->cur->name, line,
-                 parser->problem ? parser->problem : "unknown problem");
-    return -1;
-}
-
-/* Builds doc from text with libyaml; a second document is an error. */
-static int config_doc_parse(struct config_loader *ld, struct config_doc *doc,
-                            const char *text, size_t len)
-{
-    yaml_parser_t parser;
-    yaml_document_t extra;
-    yaml_node_t *root, *extra_root;
-
-    ld->cur = doc;
-    if (!yaml_parser_initialize(&parser))
-        return config_oom(ld, NULL);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc->yaml)) {
-        config_syntax_error(ld, &parser, text, len);
-        goto failed;
-    }
-    doc->loaded = true;
-    root = yaml_document_get_root_node(&doc->yaml);
-    if (root != NULL) {
-        if (!yaml_parser_load(&parser, &extra)) {
-            config_syntax_error(ld, &parser, text, len);
-            goto failed;
-        }
-        extra_root = yaml_document_get_root_node(&extra);
-        if (extra_root != NULL)
-            config_error(ld, extra_root, "a second YAML document; a configuration file holds one");
-        yaml_document_delete(&extra);
-        if (extra_root != NULL)
-            goto failed;
-        doc->root = config_is_null(root) ? NULL : root;
-    }
-    yaml_parser_delete(&parser);
-    return 0;
-failed:
-    yaml_parser_delete(&parser);
-    return -1;
-}
 
 static void config_loader_deinit(struct config_loader *ld)
 {
@@ -963,51 +896,6 @@ failed:
     return -1;
 }
 
-int config_load(struct config *cfg, const char *file, char *err, size_t errlen)
-{
-    FILE *fp;
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-
-    memset(cfg, 0, sizeof(*cfg));
-    fp = fopen(file, "rb");
-    if (fp == NULL) {
-        snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        size_t n;
-
-        if (len == cap) {
-            char *grown = realloc(text, cap ? cap * 2 : 4096);
-
-            if (grown == NULL) {
-                snprintf(err, errlen, "%s: out of memory", file);
-                goto failed;
-            }
-            text = grown;
-            cap = cap ? cap * 2 : 4096;
-        }
-        n = fread(text + len, 1, cap - len, fp);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    if (ferror(fp)) {
-        snprintf(err, errlen, "%s: cannot read: %s", file, strerror(errno));
-        goto failed;
-    }
-    fclose(fp);
-    rc = config_load_string(cfg, text, len, file, err, errlen);
-    free(text);
-    return rc;
-failed:
-    fclose(fp);
-    free(text);
-    return -1;
-}
-
 static void config_policy_deinit(struct route_policy *policy)
 {
     free(policy->key_header);
@@ -1043,36 +931,6 @@ void config_deinit(struct config *cfg)
     }
     free(cfg->routes);
     memset(cfg, 0, sizeof(*cfg));
-}
-
-struct config *config_create(const char *file, char *err, size_t errlen)
-{
-    struct config *cfg = malloc(sizeof(*cfg));
-
-    if (cfg == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (config_load(cfg, file, err, errlen) != 0) {
-        free(cfg);
-        return NULL;
-    }
-    cfg->refs = 1;
-    return cfg;
-}
-
-struct config *config_ref(struct config *cfg)
-{
-    cfg->refs++;
-    return cfg;
-}
-
-void config_unref(struct config *cfg)
-{
-    if (cfg == NULL || --cfg->refs > 0)
-        return;
-    config_deinit(cfg);
-    free(cfg);
 }
 
 /* ---- queries: route.c does the work ------------------------------------ */

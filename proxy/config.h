@@ -40,6 +40,9 @@ struct endpoint {
     uint16_t port;
 };
 
+/* Most replicas `redis.min_replicas` may ask for. */
+#define CONFIG_MAX_MIN_REPLICAS 16
+
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
 
@@ -74,6 +77,9 @@ struct config {
                                        URL's host; owned */
     bool redis_tls_verify;          /* false: any certificate is accepted (warned at startup) */
     char *key_prefix;               /* owned */
+    unsigned redis_min_replicas;    /* WAIT for this many replicas after a claim before it is
+                                       forwarded, 0..CONFIG_MAX_MIN_REPLICAS; 0: no WAIT */
+    uint64_t redis_replica_timeout_ms; /* WAIT's timeout, ms, > 0 */
     uint64_t redis_timeout_ms;
 
     size_t max_request_body;        /* bytes */

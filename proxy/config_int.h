@@ -105,12 +105,36 @@ int config_error(struct config_loader *ld, const yaml_node_t *node, const char *
 /* config_error(ld, node, "out of memory"); returns -1. */
 int config_oom(struct config_loader *ld, const yaml_node_t *node);
 
+/* YAML's null (`~`, `null`, or nothing after the colon) (config.c). */
+bool config_is_null(const yaml_node_t *node);
+
+/*
+ * Builds doc (its name set, the rest zeroed) from text (len bytes, borrowed)
+ * with libyaml, line marks kept; doc->root is NULL for an empty or null
+ * document, and doc->loaded says yaml_document_delete is due. A syntax
+ * error or a second document is an error with its line. Returns 0, or -1
+ * after config_error (config_file.c).
+ */
+int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const char *text,
+                     size_t len);
+
 /* The typed setters (config_set.c), named by the key tables of config.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_string,
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret;
+
+/* redis.min_replicas (config_replicas.c). */
+config_setter config_set_min_replicas;
+
+/*
+ * Pass 3: with redis.min_replicas > 0, redis.replica_timeout must be at most
+ * half of redis.timeout (README "Redis in production"); redis (may be NULL)
+ * is the section's node, for the line. Returns 0, or -1 after config_error
+ * (config_replicas.c).
+ */
+int config_check_replicas(struct config_loader *ld, yaml_node_t *redis);
 
 /* The starts of the list keys (config_set.c). */
 config_list_begin config_begin_methods, config_begin_scope_headers,

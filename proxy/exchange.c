@@ -4,7 +4,10 @@
  *   NEW --classify--> PASSING ----------------------------------> ANSWERED
  *    |                  ^ on_store_error: pass
  *    +--claim--> CLAIMING --won--> FORWARDING --> WRITING ------> ANSWERED
- *                  |  ^                 (lease renewed meanwhile)
+ *                  |  ^   |             (lease renewed meanwhile)
+ *                  |  |   +--min_replicas--> REPLICATING --confirmed--> FORWARDING
+ *                  |  |                        +--shortfall--> 503, claim released --> ANSWERED
+ *                  |  |                           (on_store_error: pass: FORWARDING)
  *                  |  +-- takeover (expired lease, on_ambiguous: release)
  *                  +--existing--> replay | mismatch | outcome unknown | ... --> ANSWERED
  *                  +--in flight--> WAITING --poll/wake--> CLAIMING again
@@ -52,7 +55,7 @@
 
 
 static const char *const exchange_state_names[X_STATES] = {
-    "new", "passing", "claiming", "waiting", "forwarding", "writing", "answered",
+    "new", "passing", "claiming", "waiting", "replicating", "forwarding", "writing", "answered",
 };
 
 /* exchange_legal[from] has bit `to` set when from -> to is a legal transition. */
@@ -60,9 +63,10 @@ static const char *const exchange_state_names[X_STATES] = {
 static const unsigned exchange_legal[X_STATES] = {
     [X_NEW] = X_BIT(X_PASSING) | X_BIT(X_CLAIMING) | X_BIT(X_ANSWERED),
     [X_PASSING] = X_BIT(X_ANSWERED),
-    [X_CLAIMING] = X_BIT(X_CLAIMING) | X_BIT(X_WAITING) | X_BIT(X_FORWARDING) |
-                   X_BIT(X_PASSING) | X_BIT(X_ANSWERED),
+    [X_CLAIMING] = X_BIT(X_CLAIMING) | X_BIT(X_WAITING) | X_BIT(X_REPLICATING) |
+                   X_BIT(X_FORWARDING) | X_BIT(X_PASSING) | X_BIT(X_ANSWERED),
     [X_WAITING] = X_BIT(X_CLAIMING) | X_BIT(X_ANSWERED),
+    [X_REPLICATING] = X_BIT(X_FORWARDING) | X_BIT(X_ANSWERED),
     [X_FORWARDING] = X_BIT(X_WRITING),
     [X_WRITING] = X_BIT(X_ANSWERED),
     [X_ANSWERED] = 0,
@@ -249,10 +253,41 @@ static void exchange_answer_after_write(struct exchange *x)
                          "the upstream could not be reached or broke off its answer", 0, false);
 }
 
+/*
+ * The WAIT after a written record (redis.min_replicas): a shortfall is
+ * logged and counted, nothing more. The answer went out already: the
+ * replicated claim is what prevents a second execution, and a record lost
+ * in a failover leaves that claim, which reads as in flight and then as
+ * outcome unknown, never as a fresh key.
+ */
+static void exchange_on_record_replicated(enum store_status st, long long replicas, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK || replicas < (long long)x->conf->redis_min_replicas) {
+        metrics_count(x->set->metrics, METRICS_WAIT_SHORTFALLS_RECORD);
+        if (st == STORE_OK)
+            log_msg(LOG_WARN, "exchange %s: the record reached %lld of %u replicas within "
+                    "redis.replica_timeout; a failover now would leave the claim (outcome "
+                    "unknown)", x->record_id, replicas, x->conf->redis_min_replicas);
+        else
+            log_msg(LOG_WARN, "exchange %s: WAIT for the record's replicas failed; a failover "
+                    "now would leave the claim (outcome unknown)", x->record_id);
+    }
+    exchange_unref(x);
+}
+
 /* The one callback of WRITING: whatever was written, or not, the client gets its answer. */
 static void exchange_on_written(enum store_status st, bool applied, void *arg)
 {
     struct exchange *x = arg;
+
+    /* from inside the write's callback (store.h); the WAIT goes out after the answer */
+    if (st == STORE_OK && applied && x->write != WRITE_RELEASE &&
+        x->conf->redis_min_replicas > 0) {
+        x->pending++;
+        store_wait_replicas(x->set->store, exchange_on_record_replicated, x);
+    }
 
     if (st != STORE_OK) {
         log_msg(x->write == WRITE_ANSWER ? LOG_ERROR : LOG_WARN, "exchange %s: %s",

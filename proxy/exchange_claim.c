@@ -17,6 +17,7 @@
 #include "config.h"
 #include "decide.h"
 #include "log.h"
+#include "metrics.h"
 
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
@@ -205,11 +206,87 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
     }
 }
 
-/* We hold the claim: forward. */
+/* ---- replicated claims (redis.min_replicas) ----------------------------- */
+
+static void exchange_on_unreplicated_released(enum store_status st, bool applied, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (st != STORE_OK) /* nothing was forwarded: the janitor keeps trying */
+        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
+    else if (applied)
+        exchange_record_changed(x->set, x->record_key);
+    exchange_unref(x);
+}
+
+/*
+ * Fewer than min_replicas replicas confirmed the claim, or the WAIT failed
+ * (then the claim may or may not be replicated): a failover now could lose
+ * it and let a second request execute. A store failure like any other, so
+ * on_store_error decides (README "Replicated claims"): reject refuses with
+ * 503 before anything is forwarded and releases the claim (owner-checked;
+ * the janitor retries when it cannot be sent now); pass forwards, keeping
+ * the claim, which still stops a second execution on this primary.
+ */
+static void exchange_not_replicated(struct exchange *x, enum store_status st,
+                                    long long replicas)
+{
+    unsigned want = x->conf->redis_min_replicas;
+
+    metrics_count(x->set->metrics, METRICS_WAIT_SHORTFALLS_CLAIM);
+    if (st == STORE_OK)
+        log_msg(LOG_WARN, "exchange %s: the claim reached %lld of %u replicas within "
+                "redis.replica_timeout", x->record_id, replicas, want);
+    else
+        log_msg(LOG_WARN, "exchange %s: WAIT for %u replicas failed (%s); the claim may not be "
+                "replicated", x->record_id, want,
+                st == STORE_TIMEOUT ? "timeout" : st == STORE_ERROR ? "error reply"
+                : "connection lost");
+    if (x->policy->on_store_error == STORE_ERROR_PASS) {
+        metrics_count(x->set->metrics, METRICS_STORE_ERROR_PASSES);
+        if (exchange_set_state(x, X_FORWARDING))
+            exchange_forward(x);
+        return;
+    }
+    x->pending++;
+    store_release_owned(x->set->store, x->record_key, x->owner,
+                        exchange_on_unreplicated_released, x);
+    x->outcome = OUTCOME_STORE_ERROR;
+    exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                     "the idempotency store could not copy the claim to enough replicas in "
+                     "time; nothing was forwarded", 1, false);
+}
+
+static void exchange_on_claim_replicated(enum store_status st, long long replicas, void *arg)
+{
+    struct exchange *x = arg;
+
+    metrics_observe(x->set->metrics, METRICS_REPLICA_WAIT_LATENCY,
+                    (clock_mono_ms() - x->replicating_ms) / 1000.0);
+    if (st != STORE_OK || replicas < (long long)x->conf->redis_min_replicas)
+        exchange_not_replicated(x, st, replicas);
+    else if (exchange_set_state(x, X_FORWARDING))
+        exchange_forward(x);
+    exchange_unref(x);
+}
+
+/*
+ * We hold the claim: forward, or with redis.min_replicas first WAIT until
+ * that many replicas hold it (called from inside the claim's or the
+ * takeover's reply callback: store_wait_replicas needs its connection).
+ */
 static void exchange_won(struct exchange *x)
 {
-    if (exchange_set_state(x, X_FORWARDING))
-        exchange_forward(x);
+    if (x->conf->redis_min_replicas == 0) {
+        if (exchange_set_state(x, X_FORWARDING))
+            exchange_forward(x);
+        return;
+    }
+    if (!exchange_set_state(x, X_REPLICATING))
+        return;
+    x->replicating_ms = clock_mono_ms();
+    x->pending++;
+    store_wait_replicas(x->set->store, exchange_on_claim_replicated, x);
 }
 
 static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg)

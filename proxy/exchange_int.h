@@ -32,6 +32,7 @@ enum exchange_state {
     X_PASSING,      /* forwarded unprotected */
     X_CLAIMING,     /* SET NX / takeover / re-read in flight */
     X_WAITING,      /* another request holds the claim */
+    X_REPLICATING,  /* we own the claim; WAIT for redis.min_replicas replicas in flight */
     X_FORWARDING,   /* we own the claim; upstream call in flight */
     X_WRITING,      /* upstream done; writing the record (see enum exchange_write) */
     X_ANSWERED,
@@ -59,6 +60,7 @@ struct exchange {
     char fingerprint[FINGERPRINT_HEX_LEN + 1];
     char owner[33];
     uint64_t created_ms;
+    double replicating_ms;              /* monotonic: when REPLICATING began */
 
     unsigned pending;                   /* callbacks that can still reach us */
     struct event lease_timer;

@@ -8,7 +8,7 @@
 
 #include <event2/buffer.h>
 
-/* Upper bounds in seconds, shared by both latency histograms. */
+/* Upper bounds in seconds, shared by the latency histograms. */
 static const double metrics_bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
@@ -138,6 +138,10 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
     metrics_render_histogram(out, "idempotency_proxy_redis_duration_seconds",
                              "Redis command round-trip time.",
                              &m->latency[METRICS_REDIS_LATENCY]);
+    metrics_render_histogram(out, "idempotency_proxy_replica_wait_duration_seconds",
+                             "Time a won claim waited for redis.min_replicas replicas (WAIT) "
+                             "before it was forwarded or refused.",
+                             &m->latency[METRICS_REPLICA_WAIT_LATENCY]);
     metrics_render_scalar(out, "idempotency_proxy_in_flight_requests", "gauge",
                           "Client requests being handled.", g->in_flight);
     metrics_render_scalar(out, "idempotency_proxy_waiting_requests", "gauge",
@@ -153,6 +157,15 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           "Requests forwarded unprotected because Redis failed "
                           "(on_store_error: pass).",
                           (double)m->counters[METRICS_STORE_ERROR_PASSES]);
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_wait_shortfalls_total Writes that fewer "
+                             "than redis.min_replicas replicas confirmed within "
+                             "redis.replica_timeout, or whose WAIT failed, by phase: claim "
+                             "(refused) or record (logged).\n"
+                             "# TYPE idempotency_proxy_wait_shortfalls_total counter\n"
+                             "idempotency_proxy_wait_shortfalls_total{phase=\"claim\"} %llu\n"
+                             "idempotency_proxy_wait_shortfalls_total{phase=\"record\"} %llu\n",
+                        (unsigned long long)m->counters[METRICS_WAIT_SHORTFALLS_CLAIM],
+                        (unsigned long long)m->counters[METRICS_WAIT_SHORTFALLS_RECORD]);
     metrics_render_scalar(out, "idempotency_proxy_config_reloads_total", "counter",
                           "Configuration reloads applied (SIGHUP).",
                           (double)m->counters[METRICS_RELOADS]);

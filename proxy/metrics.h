@@ -31,10 +31,17 @@ enum metrics_counter {
     METRICS_STORE_ERROR_PASSES,     /* requests forwarded unprotected because of it */
     METRICS_RELOADS,
     METRICS_RELOAD_FAILURES,
+    METRICS_WAIT_SHORTFALLS_CLAIM,  /* claims fewer than min_replicas confirmed (or WAIT failed) */
+    METRICS_WAIT_SHORTFALLS_RECORD, /* the same for written records (logged only) */
     METRICS_COUNTERS
 };
 
-enum metrics_latency { METRICS_UPSTREAM_LATENCY, METRICS_REDIS_LATENCY, METRICS_LATENCIES };
+enum metrics_latency {
+    METRICS_UPSTREAM_LATENCY,
+    METRICS_REDIS_LATENCY,
+    METRICS_REPLICA_WAIT_LATENCY,   /* a won claim's wait for its replicas, batching included */
+    METRICS_LATENCIES
+};
 
 struct metrics {
     pthread_mutex_t lock;                   /* guards everything below */

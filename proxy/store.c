@@ -14,6 +14,17 @@
  * reconnects and checks the role again. A connection that has carried no
  * reply for STORE_HEALTH_MS gets a ROLE, so a stalled Redis or a demoted
  * primary is noticed (readiness) without client traffic.
+ *
+ * WAIT (redis.min_replicas) counts the replicas that acknowledged every
+ * earlier write of its own connection, so it is sent on the connection that
+ * carried the write, and one WAIT covers every write before it: the
+ * store_wait_replicas calls of one loop turn share one WAIT, sent at the end
+ * of the turn (an event made active, which runs after the callbacks already
+ * active), with its reply fanned out to each. One WAIT is in flight at a
+ * time: calls made meanwhile share the next, so a command never waits
+ * behind more than one blocked WAIT. Each connection has its own epoch; a
+ * call whose write came on another epoch than the one WAIT would go out on
+ * fails with STORE_LOST.
  */
 #include "store.h"
 #include "store_int.h"
@@ -86,6 +97,15 @@ static const char *const store_script_template[SCRIPT_COUNT] = {
 struct store_cmd;
 TAILQ_HEAD(store_cmd_queue, store_cmd);
 
+/* One store_wait_replicas call: the write it covers came on connection epoch `epoch`. */
+struct store_waiter {
+    store_int_cb *cb;
+    void *arg;
+    uint64_t epoch;             /* 0: not called from a write's successful reply */
+    TAILQ_ENTRY(store_waiter) link;
+};
+TAILQ_HEAD(store_waiter_list, store_waiter);
+
 struct store {
     struct event_base *base;
     const struct config *cfg;
@@ -102,9 +122,15 @@ struct store {
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
     store_observer *observer;
     void *observer_arg;
+    uint64_t epoch;                 /* changes whenever the connection becomes ready or goes */
+    uint64_t reply_epoch;           /* while a reply is reported OK: the epoch it came on */
+    struct store_waiter_list wait_next; /* for the next WAIT */
+    struct store_waiter_list wait_sent; /* the WAIT in flight answers them */
+    bool wait_in_flight;
+    struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
 };
 
-enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH };
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT };
 
 struct store_cmd {
     struct store *s;
@@ -135,9 +161,18 @@ static void store_cmd_free(struct store_cmd *cmd)
     free(cmd);
 }
 
-/* Run the caller's callback once; later outcomes of the same command are swallowed. */
+static void store_wait_answered(struct store *s, enum store_status st, long long replicas);
+
+/*
+ * Run the caller's callback once; later outcomes of the same command are
+ * swallowed. During a successful reply's callback reply_epoch names the
+ * connection it came on, for store_wait_replicas.
+ */
 static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const redisReply *r)
 {
+    struct store *s = cmd->s;
+    uint64_t outer = s->reply_epoch;
+
     if (cmd->reported)
         return;
     cmd->reported = true;
@@ -148,6 +183,8 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
         cmd->s->observer((double)d.tv_sec + (double)d.tv_usec / 1e6, st == STORE_OK,
                          cmd->s->observer_arg);
     }
+    /* a lost connection's replies come NULL: an OK one came on the connection that is ready */
+    s->reply_epoch = st == STORE_OK && s->conn != NULL && store_conn_ready(s->conn) ? s->epoch : 0;
     switch (cmd->kind) {
     case REPLY_VALUE:
         if (st == STORE_OK && r->type == REDIS_REPLY_STRING)
@@ -164,7 +201,11 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
     case REPLY_HEALTH:
         cmd->s->health_in_flight = false;
         break;
+    case REPLY_WAIT:
+        store_wait_answered(s, st, st == STORE_OK ? r->integer : 0);
+        break;
     }
+    s->reply_epoch = outer;
 }
 
 static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
@@ -174,6 +215,7 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
         return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
     case REPLY_CAS:
     case REPLY_INT:
+    case REPLY_WAIT:
         return r->type == REDIS_REPLY_INTEGER;
     case REPLY_HEALTH:
         return r->type == REDIS_REPLY_ARRAY;
@@ -346,6 +388,7 @@ static void store_on_conn_ready(void *owner)
 {
     struct store *s = owner;
 
+    s->epoch++;
     while (!TAILQ_EMPTY(&s->queued)) {
         struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
         TAILQ_REMOVE(&s->queued, cmd, link);
@@ -363,6 +406,7 @@ static void store_on_conn_down(void *owner)
 {
     struct store *s = owner;
 
+    s->epoch++; /* a WAIT on the next connection would not cover this one's writes */
     s->health_in_flight = false;
     while (!TAILQ_EMPTY(&s->queued)) {
         struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
@@ -389,6 +433,73 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
         return;
     s->health_in_flight = true;
     store_submit(store_cmd_new(s, REPLY_HEALTH, NULL), 1, (const char **)argv, argvlen);
+}
+
+/* ---- WAIT for replicas ----------------------------------------------------- */
+
+/* Report st and replicas to every waiter of list (emptied first: callbacks may add more). */
+static void store_waiters_report(struct store_waiter_list *list, enum store_status st,
+                                 long long replicas)
+{
+    struct store_waiter_list done = TAILQ_HEAD_INITIALIZER(done);
+
+    TAILQ_CONCAT(&done, list, link);
+    while (!TAILQ_EMPTY(&done)) {
+        struct store_waiter *w = TAILQ_FIRST(&done);
+        TAILQ_REMOVE(&done, w, link);
+        w->cb(st, replicas, w->arg);
+        free(w);
+    }
+}
+
+/*
+ * The end of a loop turn: one WAIT for every call made since the last one
+ * went out, on the connection their writes came on. A call whose write came
+ * on another connection (dropped or replaced since) fails with STORE_LOST.
+ */
+static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
+{
+    struct store *s = arg;
+    struct store_waiter_list stale = TAILQ_HEAD_INITIALIZER(stale);
+    struct store_waiter *w, *next;
+    bool ready = !s->destroying && store_conn_ready(s->conn);
+    struct store_cmd *cmd;
+    char n[16], ms[24];
+    const char *argv[3] = { "WAIT", n, ms };
+    size_t argvlen[3] = { 4, 0, 0 };
+
+    (void)fd;
+    (void)what;
+    if (s->wait_in_flight)
+        return; /* its answer starts the next one */
+    for (w = TAILQ_FIRST(&s->wait_next); w != NULL; w = next) {
+        next = TAILQ_NEXT(w, link);
+        if (!ready || w->epoch == 0 || w->epoch != s->epoch) {
+            TAILQ_REMOVE(&s->wait_next, w, link);
+            TAILQ_INSERT_TAIL(&stale, w, link);
+        }
+    }
+    if (!TAILQ_EMPTY(&s->wait_next)) {
+        TAILQ_CONCAT(&s->wait_sent, &s->wait_next, link);
+        s->wait_in_flight = true;
+        argvlen[1] = (size_t)snprintf(n, sizeof(n), "%u", s->cfg->redis_min_replicas);
+        argvlen[2] = (size_t)snprintf(ms, sizeof(ms), "%llu",
+                                      (unsigned long long)s->cfg->redis_replica_timeout_ms);
+        cmd = store_cmd_new(s, REPLY_WAIT, NULL);
+        /* never queued for a later connection: that one's WAIT would not cover these writes */
+        if (store_send(cmd, 3, argv, argvlen) != 0)
+            store_fail_later(cmd);
+    }
+    store_waiters_report(&stale, STORE_LOST, 0);
+}
+
+/* The WAIT in flight answered (or failed): fan it out, then start the next one. */
+static void store_wait_answered(struct store *s, enum store_status st, long long replicas)
+{
+    s->wait_in_flight = false;
+    store_waiters_report(&s->wait_sent, st, replicas);
+    if (!TAILQ_EMPTY(&s->wait_next) && !s->destroying)
+        event_active(&s->wait_ev, EV_TIMEOUT, 0);
 }
 
 /* The scripts' text from their templates and record.h's layout, and their SHA1 for EVALSHA. */
@@ -428,7 +539,10 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     s->cfg = cfg;
     TAILQ_INIT(&s->queued);
     TAILQ_INIT(&s->failed);
+    TAILQ_INIT(&s->wait_next);
+    TAILQ_INIT(&s->wait_sent);
     event_assign(&s->failed_ev, base, -1, 0, store_on_failed, s);
+    event_assign(&s->wait_ev, base, -1, 0, store_on_wait_turn, s);
     event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
     store_scripts_build(s);
     if (cfg->redis_tls && (s->tls = store_tls_context(cfg, err, errlen)) == NULL) {
@@ -461,12 +575,15 @@ void store_destroy(struct store *s)
     s->destroying = true;
     event_del(&s->health_ev);
     event_del(&s->failed_ev);
+    event_del(&s->wait_ev);
     /* pending replies: STORE_LOST; what their callbacks submit lands in s->failed */
     dns_pending = store_conn_destroy(s->conn);
     s->conn = NULL;
     store_on_conn_down(s);
-    while (!TAILQ_EMPTY(&s->failed))
+    while (!TAILQ_EMPTY(&s->failed) || !TAILQ_EMPTY(&s->wait_next)) {
         store_on_failed(-1, 0, s);
+        store_waiters_report(&s->wait_next, STORE_LOST, 0);
+    }
     if (s->dns != NULL) {
         /*
          * A cancelled resolution's callback (which frees libevent's request)
@@ -581,4 +698,20 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)
 
     cmd->cb.integer = cb;
     store_submit(cmd, 2, argv, argvlen);
+}
+
+void store_wait_replicas(struct store *s, store_int_cb *cb, void *arg)
+{
+    struct store_waiter *w = calloc(1, sizeof(*w));
+
+    if (w == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    w->cb = cb;
+    w->arg = arg;
+    w->epoch = s->reply_epoch;
+    TAILQ_INSERT_TAIL(&s->wait_next, w, link);
+    if (!s->wait_in_flight && !s->destroying)
+        event_active(&s->wait_ev, EV_TIMEOUT, 0);
 }

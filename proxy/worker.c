@@ -66,6 +66,10 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         old->upstream_connect_timeout_ms != new->upstream_connect_timeout_ms ||
         old->upstream_timeout_ms != new->upstream_timeout_ms)
         return "upstream";
+    /* the store waits for replicas as its boot config says */
+    if (old->redis_min_replicas != new->redis_min_replicas ||
+        old->redis_replica_timeout_ms != new->redis_replica_timeout_ms)
+        return "redis";
     if (!worker_same(old->redis_url, new->redis_url) ||
         !worker_same(old->redis_username, new->redis_username) ||
         !worker_same(old->redis_password, new->redis_password) ||

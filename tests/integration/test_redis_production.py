@@ -25,7 +25,7 @@ PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
 # The proxy's exact command list (README "Redis in production"): the minimal ACL.
 ACL_COMMANDS = ["select", "role", "ping", "get", "set", "del", "pttl", "eval",
-                "evalsha"]
+                "evalsha", "wait"]
 ACL_RULES = ["on", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
     ["+" + c for c in ACL_COMMANDS]
 

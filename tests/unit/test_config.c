@@ -95,6 +95,8 @@ static void check_defaults(const char *name, const struct config *cfg)
     UNIT_CHECK(name, cfg->redis_password == NULL, "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->key_prefix, "idem"), "line %d", __LINE__);
     UNIT_CHECK(name, cfg->redis_timeout_ms == 500, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_min_replicas == 0 && cfg->redis_replica_timeout_ms == 200,
+                     "line %d", __LINE__);
     UNIT_CHECK(name, cfg->max_request_body == 1024 * 1024, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->max_stored_response == 1024 * 1024, "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(d->key_header, "Idempotency-Key"), "line %d", __LINE__);
@@ -260,6 +262,18 @@ static void check_redis_unix(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, cfg->redis_host == NULL, "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->redis_unix_path, "/run/redis/redis.sock"), "line %d", __LINE__);
+}
+
+static void check_replicas(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_min_replicas == 16 && cfg->redis_replica_timeout_ms == 250,
+                     "line %d", __LINE__);
+}
+
+static void check_replica_timeout_unused(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_min_replicas == 0 && cfg->redis_replica_timeout_ms == 2000,
+                     "line %d", __LINE__);
 }
 
 static void check_upstream_unix(const char *name, const struct config *cfg)
@@ -469,6 +483,18 @@ static const struct config_case config_cases[] = {
     { "redis password key beats the url", "redis:\n  password: fromkey\n"
       "  url: redis://:p%40ss@cache/2\n", 0, NULL, check_password_key_wins },
     { "redis unix socket", "redis:\n  url: unix:/run/redis/redis.sock\n", 0, NULL, check_redis_unix },
+    { "min_replicas 16, replica_timeout half of timeout", "redis:\n  min_replicas: 16\n"
+      "  replica_timeout: 250ms\n  timeout: 500ms\n", 0, NULL, check_replicas },
+    { "replica_timeout is not checked without min_replicas", "redis:\n"
+      "  replica_timeout: 2s\n", 0, NULL, check_replica_timeout_unused },
+    { "min_replicas above 16", "redis:\n  min_replicas: 17\n", 2, "from 0 to 16", NULL },
+    { "min_replicas negative", "redis:\n  min_replicas: -1\n", 2, "from 0 to 16", NULL },
+    { "min_replicas not a number", "redis:\n  min_replicas: one\n", 2, "whole number", NULL },
+    { "replica_timeout 0", "redis:\n  replica_timeout: 0ms\n", 2, "longer than 0", NULL },
+    { "replica_timeout without a unit", "redis:\n  replica_timeout: 200\n", 2, "bad duration",
+      NULL },
+    { "replica_timeout over half of redis.timeout", "redis:\n  min_replicas: 1\n"
+      "  replica_timeout: 251ms\n", 2, "at most half of redis.timeout (500ms)", NULL },
     { "upstream unix socket", "upstream:\n  url: unix:/run/legacy.sock\n", 0, NULL,
       check_upstream_unix },
     { "ipv6 addresses", "listen: '[::]:8080'\nupstream:\n  url: http://[::1]:3000\n", 0, NULL,
