@@ -315,28 +315,35 @@ class Sentinel(RedisServer):
 class SentinelGroup:
     """A primary, n_replicas replicas and n_sentinels sentinels, all on loopback ports in
     workdir; node_args go to every data node (e.g. min-replicas-to-write). nodes[0]
-    starts as the primary. The sentinels' down-after-milliseconds is down_after_ms."""
+    starts as the primary. The sentinels' down-after-milliseconds is down_after_ms,
+    their quorum 2 (1 with a single sentinel). password: requirepass of the data nodes
+    (masterauth and the sentinels' auth-pass follow); sentinel_password and
+    sentinel_users: the sentinels' own (see Sentinel)."""
 
-    def __init__(self, workdir, name="payments", n_replicas=1, n_sentinels=3, quorum=2,
+    def __init__(self, workdir, name="payments", n_replicas=1, n_sentinels=3,
                  down_after_ms=1000, failover_timeout_ms=3000, node_args=(),
-                 server_binary=None, sentinel_bin=None, sentinel_password=None,
-                 sentinel_users=()):
+                 server_binary=None, sentinel_bin=None, password=None,
+                 sentinel_password=None, sentinel_users=()):
         self.workdir = workdir
         self.name = name
         self.down_after_ms = down_after_ms
-        self.node_args = list(node_args)
+        # diskless full syncs start at once (the default waits 5 s for more replicas)
+        self.node_args = ["--repl-diskless-sync-delay", "0"] + list(node_args) + \
+            (["--masterauth", password] if password else [])
         primary = RedisServer(os.path.join(workdir, "node0"), extra_args=self.node_args,
-                              binary=server_binary)
+                              binary=server_binary, password=password)
         self.nodes = [primary]
         for i in range(n_replicas):
             self.nodes.append(RedisServer(
                 os.path.join(workdir, "node%d" % (i + 1)), binary=server_binary,
+                password=password,
                 extra_args=self.node_args + ["--replicaof", "127.0.0.1", str(primary.port)]))
+        auth = ["sentinel auth-pass %s %s" % (name, password)] if password else []
         self.sentinels = [
             Sentinel(os.path.join(workdir, "sentinel%d" % i), name, primary.port,
-                     quorum=quorum, down_after_ms=down_after_ms,
+                     quorum=min(2, n_sentinels), down_after_ms=down_after_ms,
                      failover_timeout_ms=failover_timeout_ms, binary=sentinel_bin,
-                     password=sentinel_password, users=sentinel_users)
+                     password=sentinel_password, users=sentinel_users, extra_conf=auth)
             for i in range(n_sentinels)]
 
     def start(self):
@@ -399,17 +406,17 @@ class SentinelGroup:
             return None
 
     def wait_replicas(self, primary, n, timeout=20):
-        """Until primary has n replicas online (INFO replication connected_slaves)."""
-        def connected():
+        """Until primary has n replicas online: synced (state=online in INFO replication),
+        not merely connected (a replica in wait_bgsave has none of the data yet, and
+        Sentinel may still promote it)."""
+        def online():
             try:
                 info = primary.cmd("INFO", "replication", timeout=2)
             except (OSError, RedisError):
                 return False
-            for line in info.splitlines():
-                if line.startswith("connected_slaves:"):
-                    return int(line.split(":")[1]) >= n
-            return False
-        self.wait_until(connected, timeout, "%d replicas at %d" % (n, primary.port))
+            return sum(1 for line in info.splitlines()
+                       if line.startswith("slave") and "state=online" in line) >= n
+        self.wait_until(online, timeout, "%d replicas online at %d" % (n, primary.port))
 
     def wait_named(self, not_address, timeout=30):
         """Until every running sentinel names one primary other than not_address whose
