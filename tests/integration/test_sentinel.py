@@ -471,6 +471,7 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
         g.wait_replicas(g.node_at(new), 1, timeout=40)  # the old primary rejoined
         t_success = wait_until(lambda: traffic.successes_after(t_follow), timeout=20,
                                what="keyed success on %s" % new)
+        split_brain = (t0, t_follow)  # the demoted primary may take writes in between
         report["manual"] = {"named_s": t_named - t0, "followed_s": t_follow - t0,
                             "success_s": t_success - t0,
                             "rejoined_s": time.monotonic() - t0}
@@ -548,6 +549,8 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     if strict:
         assert not twice, (twice[:5], report)
     else:
-        # without a replication guarantee only the writes the demoted primary took before
-        # the hint are lost (README "Redis in production")
-        assert len(twice) < len(traffic.acked) / 10, report
+        # without a replication guarantee, only what the demoted primary took before the
+        # proxy followed the hint is lost (README "Redis in production")
+        late = [k for k in twice
+                if not split_brain[0] <= traffic.acked[k] <= split_brain[1] + 0.5]
+        assert not late, (late[:5], report)
