@@ -813,19 +813,33 @@ void store_conn_restart(struct store_conn *c, const char *why)
     conn_restart_now(c);
 }
 
-/* A message, or the confirmation of the subscription, on c's subscribed connection. */
+/*
+ * A message, or the confirmation of the subscription, on c's subscribed
+ * connection. A refusal (NOPERM: the user lacks the channel) drops the
+ * connection: a subscription that never delivers must not look alive.
+ */
 static void conn_on_message(redisAsyncContext *ac, void *reply, void *privdata)
 {
     const redisReply *r = reply;
     struct store_conn *c = ac->data;
+    char why[300];
 
     (void)privdata;
     if (c == NULL || c->ac != ac || r == NULL)
         return; /* gone: whoever noticed first has handled it */
     c->last_reply_ms = clock_mono_ms();
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
-        r->element[1]->type == REDIS_REPLY_STRING && r->element[2]->type == REDIS_REPLY_STRING)
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "SUBSCRIBE failed: %.200s", r->str);
+        store_conn_drop(c, why);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[0]->str, "subscribe") == 0)
+        c->sub_cb(r->element[1]->str, NULL, 0, c->sub_arg);
+    else if (strcmp(r->element[0]->str, "message") == 0 &&
+             r->element[2]->type == REDIS_REPLY_STRING)
         c->sub_cb(r->element[1]->str, r->element[2]->str, r->element[2]->len, c->sub_arg);
 }
 

@@ -149,15 +149,18 @@ void store_conn_locate_failed(struct store_conn *c, const char *why);
  */
 void store_conn_restart(struct store_conn *c, const char *why);
 
-/* What a message on a subscribed channel calls: the channel and the payload (len bytes). */
+/*
+ * What a message on a subscribed channel calls: the channel and the payload
+ * (len bytes); payload NULL once, when Redis confirms the subscription.
+ */
 typedef void store_conn_message_cb(const char *channel, const char *payload, size_t len,
                                    void *arg);
 
 /*
  * SUBSCRIBE channel on a ready connection (after which only PING may be
- * sent on it); cb (with arg) gets each message, on the loop, while the
- * connection holds. One subscription per connection. Returns 0, or -1 when
- * it was not sent.
+ * sent on it); cb (with arg) gets the confirmation and each message, on the
+ * loop, while the connection holds; a refusal drops the connection (down).
+ * One subscription per connection. Returns 0, or -1 when it was not sent.
  */
 int store_conn_subscribe(struct store_conn *c, const char *channel, store_conn_message_cb *cb,
                          void *arg);

@@ -73,8 +73,9 @@ struct store_sentinel {
     /* +switch-master */
     size_t sub_index;               /* cfg->redis_sentinels[sub_index] is subscribed to */
     struct store_conn *sub;
-    bool sub_up;                    /* SUBSCRIBE sent on a ready connection */
+    bool sub_up;                    /* the sentinel confirmed the subscription */
     bool sub_ping_in_flight;
+    double sub_sent_ms;             /* when SUBSCRIBE went out (monotonic) */
     unsigned sub_failures;          /* in a row, without a subscription */
     unsigned sub_backoff_ms;
     struct event sub_restart;       /* close the subscription's connection, open the next */
@@ -301,9 +302,10 @@ static void sentinel_sub_lost(struct store_sentinel *sn, const char *why)
     if (sn->destroying || evtimer_pending(&sn->sub_restart, NULL))
         return;
     sentinel_name(sn, sn->sub_index, sentinel, sizeof(sentinel));
-    log_msg(sn->sub_up ? LOG_WARN : LOG_DEBUG, "redis sentinel %s: the %s subscription %s: %s; "
-            "subscribing at the next sentinel", sentinel, SENTINEL_CHANNEL,
-            sn->sub_up ? "was lost" : "failed", why);
+    /* once per streak of failures: a sentinel that refuses it (NOPERM) is worth a warning */
+    log_msg(sn->sub_up || sn->sub_failures == 0 ? LOG_WARN : LOG_DEBUG, "redis sentinel %s: the "
+            "%s subscription %s: %s; subscribing at the next sentinel", sentinel,
+            SENTINEL_CHANNEL, sn->sub_up ? "was lost" : "failed", why);
     sn->sub_up = false;
     sn->sub_ping_in_flight = false;
     if (++sn->sub_failures >= sn->cfg->n_redis_sentinels) {
@@ -327,10 +329,19 @@ static void sentinel_on_switch(const char *channel, const char *payload, size_t 
     size_t mlen = strlen(master);
     char sentinel[300], why[700];
 
-    if (strcmp(channel, SENTINEL_CHANNEL) != 0 || len <= mlen ||
-        memcmp(payload, master, mlen) != 0 || payload[mlen] != ' ')
+    if (strcmp(channel, SENTINEL_CHANNEL) != 0)
         return;
     sentinel_name(sn, sn->sub_index, sentinel, sizeof(sentinel));
+    if (payload == NULL) { /* the sentinel confirmed the subscription */
+        sn->sub_up = true;
+        sn->sub_failures = 0;
+        sn->sub_backoff_ms = SENTINEL_BACKOFF_MIN_MS;
+        log_msg(LOG_INFO, "redis sentinel %s: subscribed to %s for %s", sentinel,
+                SENTINEL_CHANNEL, master);
+        return;
+    }
+    if (len <= mlen || memcmp(payload, master, mlen) != 0 || payload[mlen] != ' ')
+        return;
     snprintf(why, sizeof(why), "sentinel %s said %s %.*s", sentinel, SENTINEL_CHANNEL,
              (int)(len < 300 ? len : 300), payload);
     log_msg(LOG_WARN, "redis %s; asking the sentinels for the primary again", why);
@@ -341,18 +352,10 @@ static void sentinel_on_switch(const char *channel, const char *payload, size_t 
 static void sentinel_on_sub_ready(void *owner)
 {
     struct store_sentinel *sn = owner;
-    char sentinel[300];
 
-    if (store_conn_subscribe(sn->sub, SENTINEL_CHANNEL, sentinel_on_switch, sn) != 0) {
+    if (store_conn_subscribe(sn->sub, SENTINEL_CHANNEL, sentinel_on_switch, sn) != 0)
         sentinel_sub_lost(sn, "SUBSCRIBE could not be sent");
-        return;
-    }
-    sn->sub_up = true;
-    sn->sub_failures = 0;
-    sn->sub_backoff_ms = SENTINEL_BACKOFF_MIN_MS;
-    sentinel_name(sn, sn->sub_index, sentinel, sizeof(sentinel));
-    log_msg(LOG_INFO, "redis sentinel %s: subscribed to %s for %s", sentinel, SENTINEL_CHANNEL,
-            sn->cfg->redis_sentinel_master);
+    sn->sub_sent_ms = clock_mono_ms();
 }
 
 static void sentinel_on_sub_down(void *owner)
@@ -407,8 +410,14 @@ static void sentinel_on_sub_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (!sn->sub_up || sn->sub == NULL || !store_conn_ready(sn->sub) || sn->sub_ping_in_flight ||
-        store_conn_idle_ms(sn->sub) < SENTINEL_PING_MS)
+    if (sn->sub == NULL || !store_conn_ready(sn->sub))
+        return;
+    if (!sn->sub_up) { /* SUBSCRIBE sent: the confirmation is due within redis.timeout */
+        if (clock_mono_ms() - sn->sub_sent_ms > (double)sn->cfg->redis_timeout_ms)
+            sentinel_sub_lost(sn, "no confirmation of SUBSCRIBE within redis.timeout");
+        return;
+    }
+    if (sn->sub_ping_in_flight || store_conn_idle_ms(sn->sub) < SENTINEL_PING_MS)
         return;
     if (store_conn_send(sn->sub, sentinel_on_sub_pong, sn, 1, (const char **)argv, argvlen) == 0)
         sn->sub_ping_in_flight = true;

@@ -213,12 +213,19 @@ def test_sentinel_that_does_not_know_the_master_is_not_an_answer(sentinel_group,
     assert "not ready" in line, line
 
 
+# The proxy's exact command list at a sentinel (README "Redis in production").
+SENTINEL_ACL = ("user watcher on >watch-pw -@all +ping +sentinel|get-master-addr-by-name "
+                "+subscribe resetchannels &+switch-master")
+
+
 def test_sentinel_credentials_and_data_credentials(sentinel_group, start_proxy, upstream):
     """The sentinels' AUTH (default user, an ACL user) is redis.sentinel's; the data
     nodes' is redis.password; a wrong sentinel password is not ready and says so."""
     g = sentinel_group(n_replicas=0, n_sentinels=1, password="data-pw",
                        sentinel_password="sentinel-pw",
-                       sentinel_users=["user watcher on >watch-pw +@all"])
+                       sentinel_users=[SENTINEL_ACL, SENTINEL_ACL.replace(
+                           "watcher on >watch-pw", "nochannel on >nc-pw").replace(
+                           " resetchannels &+switch-master", " resetchannels")])
     addresses = g.sentinel_addresses
     default_user = start_proxy(redis=sentinel_redis(
         addresses, password="data-pw", sentinel={"password": "sentinel-pw"}))
@@ -227,6 +234,8 @@ def test_sentinel_credentials_and_data_credentials(sentinel_group, start_proxy, 
         sentinel={"username": "watcher", "password": "${WATCH_PW}"}), env={"WATCH_PW": "watch-pw"})
     wrong = start_proxy(redis=sentinel_redis(
         addresses, password="data-pw", sentinel={"password": "not-it"}))
+    no_channel = start_proxy(redis=sentinel_redis(
+        addresses, password="data-pw", sentinel={"username": "nochannel", "password": "nc-pw"}))
     for p in (default_user, acl_user):
         wait_ready(p)
         key = new_key()
@@ -237,6 +246,12 @@ def test_sentinel_credentials_and_data_credentials(sentinel_group, start_proxy, 
                     "%s: AUTH failed" % addresses[0])
     assert "not ready" in line, line
     assert "not-it" not in wrong.stderr_text()
+    # without the channel the hint is missing: said once; discovery works all the same
+    wait_ready(no_channel)
+    line = log_line(no_channel, "redis sentinel %s: the +switch-master subscription failed"
+                    % addresses[0], "NOPERM")
+    assert len(log_lines(no_channel, "subscription failed")) == 1
+    assert not log_lines(no_channel, "subscribed to +switch-master")
 
 
 def test_tls_to_the_sentinels_and_the_data_nodes(start_proxy, upstream, tmp_path):
