@@ -318,6 +318,24 @@ static void sentinel_sub_lost(struct store_sentinel *sn, const char *why)
 }
 
 /*
+ * Whether the data connection is ready on the new primary of a
+ * +switch-master message already (rest: "<old ip> <old port> <new ip> <new
+ * port>", NUL-terminated): a discovery got there first, nothing to redo.
+ */
+static bool sentinel_already_there(struct store_sentinel *sn, const char *rest)
+{
+    char old_ip[256], new_ip[256], to[300], now[300];
+    unsigned old_port, new_port;
+
+    if (sscanf(rest, "%255s %u %255s %u", old_ip, &old_port, new_ip, &new_port) != 4 ||
+        !store_conn_ready_addr(sn->data, now, sizeof(now)))
+        return false;
+    snprintf(to, sizeof(to), strchr(new_ip, ':') != NULL ? "[%s]:%u" : "%s:%u", new_ip,
+             new_port);
+    return strcmp(to, now) == 0;
+}
+
+/*
  * A message on +switch-master: "<master> <old ip> <old port> <new ip> <new
  * port>". Ours: the data connection starts over (discovery asks again,
  * this sentinel first: it knows of the failover).
@@ -341,6 +359,8 @@ static void sentinel_on_switch(const char *channel, const char *payload, size_t 
         return;
     }
     if (len <= mlen || memcmp(payload, master, mlen) != 0 || payload[mlen] != ' ')
+        return;
+    if (sentinel_already_there(sn, payload + mlen + 1))
         return;
     snprintf(why, sizeof(why), "sentinel %s said %s %.*s", sentinel, SENTINEL_CHANNEL,
              (int)(len < 300 ? len : 300), payload);
