@@ -37,7 +37,7 @@ backports_build_packages=(libhiredict-dev libhiredict-shims-dev)
 # Everything this project takes from bookworm-backports: the library (build
 # and runtime: libhiredict1.3.1) and valkey (tests only). The apt pin written
 # by enable_backports admits exactly these; nothing else comes from there.
-backports_pinned="libhiredict-dev libhiredict-shims-dev libhiredict1.3.1 valkey-server valkey-tools"
+backports_pinned="libhiredict-dev libhiredict-shims-dev libhiredict1.3.1 valkey-server valkey-sentinel valkey-tools"
 backports_sources=/etc/apt/sources.list.d/idempotency-proxy-backports.sources
 backports_pin=/etc/apt/preferences.d/idempotency-proxy-backports
 

@@ -21,9 +21,11 @@
  * `static const struct config_key config_*_keys[]` arrays.
  *
  * The rest of the module: config_int.h (the types and helpers its files
- * share, and the setters' ownership rule), config_set.c (the setters),
- * config_value.c (pure value parsers), config_file.c (the file, its libyaml
- * document, the shared heap config); route patterns live in route.c.
+ * share, and the setters' ownership rule), config_node.c (messages, reading
+ * nodes), config_set.c (the setters), config_redis.c (the redis section's
+ * pass 3), config_replicas.c (min_replicas), config_value.c (pure value
+ * parsers), config_file.c (the file, its libyaml document, the shared heap
+ * config); route patterns live in route.c.
  */
 #include "config_int.h"
 #include "route.h"
@@ -80,9 +82,11 @@ static const struct config_key config_upstream_keys[] = {
 };
 
 static const struct config_section config_redis_tls_section;
+static const struct config_section config_redis_sentinel_section;
 
 static const struct config_key config_redis_keys[] = {
     { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL, NULL },
+    { "sentinel", CONFIG_SECTION, NULL, 0, 0, &config_redis_sentinel_section, NULL, NULL },
     { "username", CONFIG_SCALAR, config_set_string, CFG(redis_username), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "tls", CONFIG_SECTION, NULL, 0, 0, &config_redis_tls_section, NULL, NULL },
@@ -100,6 +104,16 @@ static const struct config_key config_redis_tls_keys[] = {
     { "key_file", CONFIG_SCALAR, config_set_string, CFG(redis_tls_key_file), CONFIG_NONEMPTY, NULL, NULL, NULL },
     { "server_name", CONFIG_SCALAR, config_set_string, CFG(redis_tls_server_name), CONFIG_NONEMPTY, NULL, NULL, NULL },
     { "verify", CONFIG_SCALAR, config_set_bool, CFG(redis_tls_verify), 0, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
+/* redis.sentinel: instead of redis.url (config_finish); its credentials are the sentinels'. */
+static const struct config_key config_redis_sentinel_keys[] = {
+    { "master", CONFIG_SCALAR, config_set_sentinel_master, CFG(redis_sentinel_master), 0, NULL, NULL, NULL },
+    { "addresses", CONFIG_LIST, config_set_sentinel_address, 0, 0, NULL, NULL, config_begin_sentinel_addresses },
+    { "username", CONFIG_SCALAR, config_set_string, CFG(redis_sentinel_username), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
+    { "password", CONFIG_SCALAR, config_set_string, CFG(redis_sentinel_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
+    { "tls", CONFIG_SCALAR, config_set_bool, CFG(redis_tls), 0, NULL, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
@@ -150,6 +164,8 @@ static const struct config_section config_redis_section = {
     "redis", { config_redis_keys, NULL }, 0 };
 static const struct config_section config_redis_tls_section = {
     "redis.tls", { config_redis_tls_keys, NULL }, 0 };
+static const struct config_section config_redis_sentinel_section = {
+    "redis.sentinel", { config_redis_sentinel_keys, NULL }, 0 };
 static const struct config_section config_limits_section = {
     "limits", { config_limits_keys, NULL }, 0 };
 static const struct config_section config_errors_section = {
@@ -181,7 +197,7 @@ static const struct config_section config_root_section = {
  */
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
-    &config_limits_section, &config_defaults_section, &config_route_section,
+    &config_redis_sentinel_section, &config_limits_section, &config_defaults_section, &config_route_section,
     &config_errors_section,
 };
 
@@ -226,125 +242,6 @@ static const char config_builtin_yaml[] =
     "  release_statuses: [408, 425, 429, 503]\n"
     "  on_ambiguous: hold\n"
     "  on_store_error: reject\n";
-
-/* ---- messages ---------------------------------------------------------- */
-
-int config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (ld->err == NULL || ld->errlen == 0)
-        return -1;
-    if (node != NULL)
-        n = snprintf(ld->err, ld->errlen, "%s:%zu: ", ld->cur->name,
-                     (size_t)node->start_mark.line + 1);
-    else
-        n = snprintf(ld->err, ld->errlen, "%s: ", ld->cur->name);
-    if (n < 0 || (size_t)n >= ld->errlen)
-        return -1;
-    va_start(ap, fmt);
-    vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int config_oom(struct config_loader *ld, const yaml_node_t *node)
-{
-    return config_error(ld, node, "out of memory");
-}
-
-/* ---- reading nodes ----------------------------------------------------- */
-
-static yaml_node_t *config_node(struct config_doc *doc, int index)
-{
-    return yaml_document_get_node(&doc->yaml, index);
-}
-
-bool config_is_null(const yaml_node_t *node)
-{
-    static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
-
-    if (node->type != YAML_SCALAR_NODE || node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return false;
-    for (size_t i = 0; i < CONFIG_ARRAY_SIZE(nulls); i++) {
-        if (strcmp((const char *)node->data.scalar.value, nulls[i]) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* The value of key name in mapping map; NULL when absent, null, or map is NULL. */
-static yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name)
-{
-    if (map == NULL || map->type != YAML_MAPPING_NODE)
-        return NULL;
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
-         pair < map->data.mapping.pairs.top; pair++) {
-        yaml_node_t *key = config_node(doc, pair->key);
-        yaml_node_t *value = config_node(doc, pair->value);
-
-        if (key->type == YAML_SCALAR_NODE && strcmp((const char *)key->data.scalar.value, name) == 0)
-            return config_is_null(value) ? NULL : value;
-    }
-    return NULL;
-}
-
-/* Items of a list, or of one scalar seen as a list of one; null is []. */
-static size_t config_items(const yaml_node_t *node)
-{
-    if (node->type == YAML_SEQUENCE_NODE)
-        return (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
-    return config_is_null(node) ? 0 : 1;
-}
-
-static yaml_node_t *config_item(struct config_loader *ld, yaml_node_t *node, size_t i)
-{
-    if (node->type == YAML_SEQUENCE_NODE)
-        return config_node(ld->cur, node->data.sequence.items.start[i]);
-    return node;
-}
-
-/*
- * The scalar's text, malloc'd, with each ${NAME} replaced by getenv(NAME);
- * YAML null reads as "". An unset NAME is an error naming it unless key
- * (NULL: none) has CONFIG_UNSET_EMPTY: a silent "" would turn
- * http://127.0.0.1:${PORT} into port 80, or a Redis URL into someone
- * else's Redis. NULL after config_error.
- */
-static char *config_scalar(struct config_loader *ld, const struct config_key *key,
-                           yaml_node_t *node)
-{
-    const char *text = (const char *)node->data.scalar.value;
-    bool unset_empty = key != NULL && (key->flags & CONFIG_UNSET_EMPTY);
-    const char *name = NULL;
-    size_t name_len = 0;
-    char *out;
-
-    if (config_is_null(node))
-        text = "";
-    else if (strlen(text) != node->data.scalar.length) {
-        config_error(ld, node, "a value may not contain a NUL byte");
-        return NULL;
-    }
-    switch (config_expand_env(text, unset_empty, &out, &name, &name_len)) {
-    case CONFIG_EXPAND_OK:
-        return out;
-    case CONFIG_EXPAND_BAD_SYNTAX:
-        config_error(ld, node, "bad ${...} in '%s': write ${NAME}, NAME made of letters, "
-                     "digits and _", text);
-        break;
-    case CONFIG_EXPAND_UNSET:
-        config_error(ld, node, "%s%s${%.*s} is not set (export it, or write the value "
-                     "itself)", key != NULL ? key->name : "", key != NULL ? ": " : "",
-                     (int)name_len, name);
-        break;
-    case CONFIG_EXPAND_NOMEM:
-        config_oom(ld, node);
-        break;
-    }
-    return NULL;
-}
 
 /* ---- pass 1: structure ------------------------------------------------- */
 
@@ -602,6 +499,9 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
                              cfg, &ld->set_redis) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, config_lookup(doc, root, "redis"), "tls"),
                              config_redis_tls_keys, cfg, &ld->set_redis_tls) < 0 ||
+        config_apply_mapping(ld, doc,
+                             config_lookup(doc, config_lookup(doc, root, "redis"), "sentinel"),
+                             config_redis_sentinel_keys, cfg, &ld->set_redis_sentinel) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "limits"), config_limits_keys,
                              cfg, &ld->set_limits) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,
@@ -746,77 +646,20 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     return config_check_policy(ld, policy, map);
 }
 
-/*
- * A credential: the key's value wins over the URL's; "" (an unset ${VAR})
- * means none, and then the URL's, when it has one, is taken.
- */
-static void config_take_credential(char **field, char **from_url)
-{
-    if (*field != NULL && (*field)[0] == '\0') {
-        free(*field);
-        *field = NULL;
-    }
-    if (*field == NULL && *from_url != NULL && (*from_url)[0] != '\0') {
-        *field = *from_url;
-        *from_url = NULL;
-    }
-}
-
-/* A file named by redis.tls.KEY must be readable now: a typo fails at startup and at -t. */
-static int config_check_readable(struct config_loader *ld, yaml_node_t *tls, const char *key,
-                                 const char *path)
-{
-    FILE *f;
-
-    if (path == NULL)
-        return 0;
-    f = fopen(path, "r");
-    if (f == NULL)
-        return config_error(ld, config_lookup(&ld->user, tls, key), "redis.tls.%s: cannot "
-                            "read %s: %s", key, path, strerror(errno));
-    fclose(f);
-    return 0;
-}
-
-/*
- * The credentials (keys over the URL's) and TLS: redis.tls only with
- * rediss:// (never on a unix socket), a client certificate with its key,
- * and every file readable.
- */
-static int config_finish_redis(struct config_loader *ld)
-{
-    struct config *cfg = ld->cfg;
-    yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
-    yaml_node_t *tls = config_lookup(&ld->user, redis, "tls");
-
-    ld->cur = &ld->user;
-    config_take_credential(&cfg->redis_username, &ld->redis_url_username);
-    config_take_credential(&cfg->redis_password, &ld->redis_url_password);
-    /* the name is not echoed: redis://SECRET@host may have meant a password */
-    if (cfg->redis_username != NULL && cfg->redis_password == NULL)
-        return config_error(ld, redis, "redis: a user name without a password: set "
-                            "redis.password, or write redis://USER:PASSWORD@host (for the "
-                            "default user: redis://:PASSWORD@host)");
-    if (tls != NULL && cfg->redis_unix_path != NULL)
-        return config_error(ld, tls, "redis.tls with a unix: socket: TLS on a unix socket is "
-                            "not supported (drop redis.tls, or use rediss://host:port)");
-    if (tls != NULL && !cfg->redis_tls)
-        return config_error(ld, tls, "redis.tls needs a rediss:// URL in redis.url (redis:// "
-                            "is plain TCP)");
-    if ((cfg->redis_tls_cert_file == NULL) != (cfg->redis_tls_key_file == NULL))
-        return config_error(ld, tls, "redis.tls needs both cert_file and key_file (a client "
-                            "certificate for mutual TLS), or neither");
-    if (config_check_readable(ld, tls, "ca_file", cfg->redis_tls_ca_file) < 0 ||
-        config_check_readable(ld, tls, "cert_file", cfg->redis_tls_cert_file) < 0 ||
-        config_check_readable(ld, tls, "key_file", cfg->redis_tls_key_file) < 0)
-        return -1;
-    return 0;
-}
-
 static int config_finish(struct config_loader *ld)
 {
     struct config *cfg = ld->cfg;
+    yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
 
+    /* one place says where Redis is; the built-in url is no choice of the user's */
+    if (config_lookup(&ld->user, redis, "sentinel") != NULL) {
+        uint32_t url = 1u << config_key_index(config_redis_keys, "url");
+
+        if (ld->set_redis & url)
+            return config_error(ld, config_lookup(&ld->user, redis, "url"), "redis.url and "
+                                "redis.sentinel both say where Redis is; keep one");
+        ld->set_redis |= url;
+    }
     if (config_apply_doc(ld, &ld->builtin) < 0)
         return -1;
     ld->cur = &ld->user;
@@ -923,6 +766,11 @@ void config_deinit(struct config *cfg)
     free(cfg->redis_tls_cert_file);
     free(cfg->redis_tls_key_file);
     free(cfg->redis_tls_server_name);
+    free(cfg->redis_sentinel_master);
+    for (size_t i = 0; i < cfg->n_redis_sentinels; i++)
+        free(cfg->redis_sentinels[i].host);
+    free(cfg->redis_sentinel_username);
+    free(cfg->redis_sentinel_password);
     free(cfg->key_prefix);
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {

@@ -43,6 +43,9 @@ struct endpoint {
 /* Most replicas `redis.min_replicas` may ask for. */
 #define CONFIG_MAX_MIN_REPLICAS 16
 
+/* Most sentinels `redis.sentinel.addresses` may list. */
+#define CONFIG_MAX_SENTINELS 16
+
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
 
@@ -68,7 +71,8 @@ struct config {
     char *redis_username;           /* ACL user for AUTH USER PASSWORD; owned or NULL (none:
                                        AUTH PASSWORD, the default user) */
     char *redis_password;           /* owned or NULL (empty counts as none) */
-    bool redis_tls;                 /* rediss://: TLS to Redis */
+    bool redis_tls;                 /* rediss://, or redis.sentinel.tls: TLS to Redis (with
+                                       Sentinel: to the sentinels and the data nodes) */
     char *redis_tls_ca_file;        /* PEM CAs that sign the server's certificate; NULL: the
                                        system's default CAs; owned */
     char *redis_tls_cert_file;      /* client certificate chain (mutual TLS), PEM; owned or NULL */
@@ -76,6 +80,13 @@ struct config {
     char *redis_tls_server_name;    /* name the certificate must carry and SNI; NULL: the
                                        URL's host; owned */
     bool redis_tls_verify;          /* false: any certificate is accepted (warned at startup) */
+    /* redis.sentinel (README "Redis in production"): the sentinels name the primary */
+    char *redis_sentinel_master;    /* the master's name at the sentinels; NULL: no Sentinel,
+                                       redis.url says where Redis is; owned */
+    struct endpoint redis_sentinels[CONFIG_MAX_SENTINELS]; /* in the order written */
+    size_t n_redis_sentinels;
+    char *redis_sentinel_username;  /* the sentinels' own ACL user; owned or NULL */
+    char *redis_sentinel_password;  /* owned or NULL (empty counts as none) */
     char *key_prefix;               /* owned */
     unsigned redis_min_replicas;    /* WAIT for this many replicas after a claim before it is
                                        forwarded, 0..CONFIG_MAX_MIN_REPLICAS; 0: no WAIT */
@@ -101,8 +112,8 @@ struct config {
  * (errlen bytes, truncated to fit) of the form "FILE:LINE: what is wrong"
  * ("FILE: ..." when no line applies, e.g. the file cannot be read).
  * ${VAR} in values is expanded from the environment; an unset VAR is an
- * error that names it, except in redis.username and redis.password (unset
- * reads as empty).
+ * error that names it, except in redis.username, redis.password and
+ * redis.sentinel's username and password (unset reads as empty).
  */
 int config_load(struct config *cfg, const char *file, char *err, size_t errlen);
 

@@ -1,8 +1,9 @@
 /*
  * config_int.h - what the files of the config module share and nothing
  * outside it includes: the schema's types (a key, its kind and flags), the
- * loader's state, the message helpers, and the typed setters that
- * config_set.c implements and config.c's key tables name.
+ * loader's state, the message and node helpers (config_node.c), the typed
+ * setters that config_set.c implements and config.c's key tables name, and
+ * the redis section's pass 3 (config_redis.c).
  *
  * Ownership rule of every setter: the pass that runs a setter expands the
  * scalar itself (config_scalar: ${VAR}, null as "") and lends the text in
@@ -87,6 +88,7 @@ struct config_loader {
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
+    uint32_t set_redis_sentinel;
     uint32_t set_errors;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
@@ -118,12 +120,41 @@ bool config_is_null(const yaml_node_t *node);
 int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const char *text,
                      size_t len);
 
+/* The node of index in doc (libyaml's numbering); NULL when there is none. */
+yaml_node_t *config_node(struct config_doc *doc, int index);
+
+/* The value of key name in mapping map; NULL when absent, null, or map is NULL. */
+yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name);
+
+/* Items of a list, or of one scalar seen as a list of one; null is []. */
+size_t config_items(const yaml_node_t *node);
+
+/* Item i (< config_items) of node in the document being read. */
+yaml_node_t *config_item(struct config_loader *ld, yaml_node_t *node, size_t i);
+
+/*
+ * The scalar's text, malloc'd (caller frees), with each ${NAME} replaced by
+ * getenv(NAME); null reads as "". An unset NAME is an error naming it
+ * unless key (NULL: none) has CONFIG_UNSET_EMPTY. NULL after config_error.
+ */
+char *config_scalar(struct config_loader *ld, const struct config_key *key, yaml_node_t *node);
+
+/*
+ * Pass 3 of the redis section, after the built-in defaults (config_redis.c):
+ * the credentials (keys over the URL's), redis.sentinel complete (master
+ * and addresses), and redis.tls (with rediss:// or redis.sentinel.tls, a
+ * client certificate with its key, every file readable). Returns 0, or -1
+ * after config_error.
+ */
+int config_finish_redis(struct config_loader *ld);
+
 /* The typed setters (config_set.c), named by the key tables of config.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_string,
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
-    config_set_release_status, config_set_key_from, config_set_secret;
+    config_set_release_status, config_set_key_from, config_set_secret,
+    config_set_sentinel_master, config_set_sentinel_address;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;
@@ -138,6 +169,6 @@ int config_check_replicas(struct config_loader *ld, yaml_node_t *redis);
 
 /* The starts of the list keys (config_set.c). */
 config_list_begin config_begin_methods, config_begin_scope_headers,
-    config_begin_release_statuses, config_begin_secrets;
+    config_begin_release_statuses, config_begin_secrets, config_begin_sentinel_addresses;
 
 #endif

@@ -184,6 +184,63 @@ int config_set_key_prefix(struct config_loader *ld, const struct config_key *key
     return 0;
 }
 
+/*
+ * redis.sentinel.master: the name the sentinels monitor the primary by, 1 to
+ * 255 bytes without spaces or control characters (a +switch-master message
+ * is the name and four words, split at spaces).
+ */
+int config_set_sentinel_master(struct config_loader *ld, const struct config_key *key,
+                               yaml_node_t *node, char **text, void *obj)
+{
+    char **field = (char **)((char *)obj + key->offset);
+    size_t len = strlen(*text);
+
+    if (len == 0 || len > 255)
+        return config_error(ld, node, "redis.sentinel.%s must be 1 to 255 bytes long, not %zu",
+                            key->name, len);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)(*text)[i];
+
+        if (c <= ' ' || c == 0x7f)
+            return config_error(ld, node, "bad redis.sentinel.%s: a name without spaces or "
+                                "control characters", key->name);
+    }
+    free(*field);
+    *field = config_take(text);
+    return 0;
+}
+
+int config_begin_sentinel_addresses(struct config_loader *ld, const struct config_key *key,
+                                    yaml_node_t *list, size_t n, void *obj)
+{
+    struct config *cfg = obj;
+
+    if (n > CONFIG_MAX_SENTINELS)
+        return config_error(ld, list, "redis.sentinel.%s takes at most %d sentinels", key->name,
+                            CONFIG_MAX_SENTINELS);
+    for (size_t i = 0; i < cfg->n_redis_sentinels; i++) {
+        free(cfg->redis_sentinels[i].host);
+        cfg->redis_sentinels[i].host = NULL;
+    }
+    cfg->n_redis_sentinels = 0;
+    return 0;
+}
+
+/* One item of redis.sentinel.addresses: host:port of a sentinel (IPv6 in brackets). */
+int config_set_sentinel_address(struct config_loader *ld, const struct config_key *key,
+                                yaml_node_t *node, char **text, void *obj)
+{
+    struct config *cfg = obj;
+    struct endpoint *ep = &cfg->redis_sentinels[cfg->n_redis_sentinels];
+    const char *why = config_endpoint_split(*text, &ep->host, &ep->port);
+
+    if (why != NULL)
+        return config_error(ld, node, "bad sentinel address '%s' in redis.sentinel.%s: %s "
+                            "(write host:port, e.g. 10.0.0.5:26379)", *text, key->name, why);
+    cfg->n_redis_sentinels++;
+    return 0;
+}
+
 int config_set_bool(struct config_loader *ld, const struct config_key *key,
                     yaml_node_t *node, char **text, void *obj)
 {

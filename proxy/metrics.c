@@ -3,6 +3,7 @@
  */
 #include "metrics.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,33 @@ void metrics_count(struct metrics *m, enum metrics_counter c)
     pthread_mutex_lock(&m->lock);
     m->counters[c]++;
     pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_failover(struct metrics *m, const char *to)
+{
+    pthread_mutex_lock(&m->lock);
+    if (strcmp(m->followed_primary, to) != 0) {
+        m->counters[METRICS_FAILOVERS_FOLLOWED]++;
+        snprintf(m->followed_primary, sizeof(m->followed_primary), "%s", to);
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_gauge_primary(struct metrics_gauges *g, const char *address)
+{
+    size_t i = 0;
+
+    while (i < g->n_redis_primaries && strcmp(g->redis_primaries[i].address, address) != 0)
+        i++;
+    if (i == METRICS_MAX_PRIMARIES)
+        return;
+    if (i == g->n_redis_primaries) {
+        snprintf(g->redis_primaries[i].address, sizeof(g->redis_primaries[i].address), "%s",
+                 address);
+        g->redis_primaries[i].workers = 0;
+        g->n_redis_primaries++;
+    }
+    g->redis_primaries[i].workers++;
 }
 
 void metrics_observe(struct metrics *m, enum metrics_latency which, double seconds)
@@ -150,6 +178,17 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           "Upstream exchanges in flight.", g->upstream_in_flight);
     metrics_render_scalar(out, "idempotency_proxy_redis_up", "gauge",
                           "1 when the Redis connection of every worker is up.", g->redis_up);
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_primary Workers connected to the "
+                        "Redis node at address, its ROLE master confirmed.\n"
+                        "# TYPE idempotency_proxy_redis_primary gauge\n");
+    for (size_t i = 0; i < g->n_redis_primaries; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_redis_primary{address=\"");
+        metrics_label_value(out, g->redis_primaries[i].address);
+        evbuffer_add_printf(out, "\"} %u\n", g->redis_primaries[i].workers);
+    }
+    metrics_render_scalar(out, "idempotency_proxy_redis_failovers_followed_total", "counter",
+                          "Times redis.sentinel named another primary and the proxy moved to it.",
+                          (double)m->counters[METRICS_FAILOVERS_FOLLOWED]);
     metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
                           "Redis commands that failed, timed out or found no connection.",
                           (double)m->counters[METRICS_STORE_ERRORS]);

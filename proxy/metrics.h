@@ -29,6 +29,7 @@ struct metrics_request_count {
 enum metrics_counter {
     METRICS_STORE_ERRORS,           /* Redis unavailable, timed out or erroring */
     METRICS_STORE_ERROR_PASSES,     /* requests forwarded unprotected because of it */
+    METRICS_FAILOVERS_FOLLOWED,     /* redis.sentinel named another primary (metrics_count_failover) */
     METRICS_RELOADS,
     METRICS_RELOAD_FAILURES,
     METRICS_WAIT_SHORTFALLS_CLAIM,  /* claims fewer than min_replicas confirmed (or WAIT failed) */
@@ -49,6 +50,16 @@ struct metrics {
     size_t n_requests, cap_requests;
     uint64_t counters[METRICS_COUNTERS];
     struct metrics_histogram latency[METRICS_LATENCIES];
+    char followed_primary[300];             /* the primary the last failover counted led to */
+};
+
+/* Most distinct primaries /metrics lists: one per worker at most (CONFIG_MAX_WORKERS). */
+#define METRICS_MAX_PRIMARIES 64
+
+/* A Redis primary the workers are connected to, and how many of them. */
+struct metrics_primary {
+    char address[300];              /* host:port, or the socket path */
+    unsigned workers;
 };
 
 /* The gauges, summed over the workers by the caller of metrics_render. */
@@ -57,6 +68,8 @@ struct metrics_gauges {
     unsigned waiting;               /* requests waiting for another's answer */
     unsigned upstream_in_flight;    /* upstream transfers */
     int redis_up;                   /* 1 when every worker's Redis connection is up */
+    struct metrics_primary redis_primaries[METRICS_MAX_PRIMARIES]; /* ready connections */
+    size_t n_redis_primaries;
 };
 
 /* An empty set. Returns 0, or -1 when the lock cannot be created. */
@@ -67,6 +80,21 @@ void metrics_count_request(struct metrics *m, const char *route, const char *out
 
 /* Add one to counter c. */
 void metrics_count(struct metrics *m, enum metrics_counter c);
+
+/*
+ * A worker followed a failover to the primary at to ("host:port"): counts
+ * METRICS_FAILOVERS_FOLLOWED once per move of the primary, however many
+ * workers follow it (a worker that finds the primary the last counted
+ * move led to does not count again).
+ */
+void metrics_count_failover(struct metrics *m, const char *to);
+
+/*
+ * Count one worker connected to the primary at address in g (the gauge
+ * idempotency_proxy_redis_primary); addresses past METRICS_MAX_PRIMARIES are
+ * left out. No lock: g is the caller's.
+ */
+void metrics_gauge_primary(struct metrics_gauges *g, const char *address);
 
 /* Record one latency observation of histogram h, in seconds. */
 void metrics_observe(struct metrics *m, enum metrics_latency h, double seconds);

@@ -25,6 +25,9 @@
  * behind more than one blocked WAIT. Each connection has its own epoch; a
  * call whose write came on another epoch than the one WAIT would go out on
  * fails with STORE_LOST.
+ *
+ * With redis.sentinel the connection asks store_sentinel.c where the primary is
+ * before every attempt.
  */
 #include "store.h"
 #include "store_int.h"
@@ -109,8 +112,11 @@ TAILQ_HEAD(store_waiter_list, store_waiter);
 struct store {
     struct event_base *base;
     const struct config *cfg;
-    struct store_conn *conn;        /* the node: redis.url */
-    struct evdns_base *dns;         /* resolves redis.url's host name; NULL for an address */
+    struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names */
+    struct store_sentinel *sentinel; /* redis.sentinel's discovery; NULL with redis.url */
+    store_failover_observer *failover_observer;
+    void *failover_arg;
+    struct evdns_base *dns;         /* resolves host names; NULL for an address (redis.url) */
     SSL_CTX *tls;                   /* rediss://; NULL otherwise */
     struct store_cmd_queue queued;  /* waiting for the connection's setup, in order */
     struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
@@ -522,13 +528,33 @@ static void store_scripts_build(struct store *s)
     }
 }
 
+/* The data connection's locate hook (redis.sentinel): discovery answers it. */
+static void store_on_conn_locate(void *owner, struct store_conn *c)
+{
+    struct store *s = owner;
+
+    store_sentinel_locate(s->sentinel, c);
+}
+
+/* A discovery named another primary than before: tell the observer (metrics). */
+static void store_on_followed(const char *from, const char *to, void *arg)
+{
+    struct store *s = arg;
+
+    if (s->failover_observer != NULL)
+        s->failover_observer(from, to, s->failover_arg);
+}
+
 struct store *store_create(struct event_base *base, const struct config *cfg, char *err,
                            size_t errlen)
 {
     struct timeval health = clock_ms_to_timeval(STORE_HEALTH_MS);
     struct store *s = calloc(1, sizeof(*s));
-    const struct store_node node = { cfg->redis_host, cfg->redis_port, cfg->redis_unix_path };
-    const struct store_conn_hooks hooks = { store_on_conn_ready, store_on_conn_down, s };
+    bool sentinel = cfg->redis_sentinel_master != NULL;
+    const struct store_node node = { cfg->redis_host, cfg->redis_port, cfg->redis_unix_path,
+                                     STORE_NODE_DATA };
+    const struct store_conn_hooks hooks = { store_on_conn_ready, store_on_conn_down, s,
+                                            sentinel ? store_on_conn_locate : NULL };
     unsigned char addr[16];
 
     if (s == NULL) {
@@ -549,10 +575,18 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
         free(s);
         return NULL;
     }
-    if (cfg->redis_host != NULL && evutil_inet_pton(AF_INET, cfg->redis_host, addr) != 1 &&
-        evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1)
+    /* sentinels and the primaries they name may be host names too */
+    if (sentinel || (cfg->redis_host != NULL &&
+                     evutil_inet_pton(AF_INET, cfg->redis_host, addr) != 1 &&
+                     evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1))
         s->dns = store_dns_create(base);
     s->conn = store_conn_create(base, cfg, &node, s->dns, s->tls, &hooks);
+    if (s->conn != NULL && sentinel &&
+        (s->sentinel = store_sentinel_create(base, cfg, s->dns, s->tls, s->conn,
+                                             store_on_followed, s)) == NULL) {
+        store_conn_destroy(s->conn);
+        s->conn = NULL;
+    }
     if (s->conn == NULL) {
         snprintf(err, errlen, "out of memory");
         if (s->dns != NULL)
@@ -576,8 +610,11 @@ void store_destroy(struct store *s)
     event_del(&s->health_ev);
     event_del(&s->failed_ev);
     event_del(&s->wait_ev);
+    /* the discovery first: it holds the data connection */
+    dns_pending = store_sentinel_destroy(s->sentinel);
+    s->sentinel = NULL;
     /* pending replies: STORE_LOST; what their callbacks submit lands in s->failed */
-    dns_pending = store_conn_destroy(s->conn);
+    dns_pending |= store_conn_destroy(s->conn);
     s->conn = NULL;
     store_on_conn_down(s);
     while (!TAILQ_EMPTY(&s->failed) || !TAILQ_EMPTY(&s->wait_next)) {
@@ -606,6 +643,17 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg)
 bool store_ready(const struct store *s)
 {
     return s->conn != NULL && store_conn_ready(s->conn);
+}
+
+bool store_primary(struct store *s, char *address, size_t len)
+{
+    return s->conn != NULL && store_conn_ready_addr(s->conn, address, len);
+}
+
+void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg)
+{
+    s->failover_observer = fn;
+    s->failover_arg = arg;
 }
 
 static void store_eval(struct store *s, enum store_script script, store_cas_cb *cb, void *arg,

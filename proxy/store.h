@@ -4,7 +4,9 @@
  * with its libevent adapter): names resolved off the loop (evdns), TLS and
  * ACL users, the role checked (a replica is not ready), command timeouts,
  * reconnect with backoff, and the compare-and-set scripts. The connection
- * itself is store_conn.c (store_int.h); README "Redis in production".
+ * itself is store_conn.c (store_int.h); with redis.sentinel the primary is
+ * found through Redis Sentinel (store_sentinel.c); README "Redis in
+ * production".
  *
  * Every store_* call reports through its callback exactly once, never
  * synchronously from inside the call (a failure to send is reported from the
@@ -81,6 +83,23 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
  * thread may ask while s exists.
  */
 bool store_ready(const struct store *s);
+
+/*
+ * The node the store is connected to, "host:port" (or the socket path),
+ * into address (len bytes, truncated to fit): true while store_ready (its
+ * ROLE said master), false otherwise. Any thread may ask while s exists.
+ */
+bool store_primary(struct store *s, char *address, size_t len);
+
+/*
+ * Called on the store's loop when redis.sentinel named a primary other than
+ * the one this store was sent to before: a failover followed. from and to
+ * are "host:port", borrowed for the call.
+ */
+typedef void store_failover_observer(const char *from, const char *to, void *arg);
+
+/* Install the failover observer (metrics); fn may be NULL. */
+void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg);
 
 /*
  * The claim (README "How a request is handled"): one atomic `SET key value NX GET PX px_ms`

@@ -15,6 +15,12 @@
  * resolved again: a DNS-based failover is followed, and a demoted primary
  * (READONLY) is left.
  *
+ * With a locate hook (redis.sentinel) each attempt starts by asking the
+ * owner where the node is (CONN_LOCATING); the rest is the same. A
+ * connection to a sentinel sets up with AUTH (the sentinel's credentials)
+ * and PING only, logs nothing of its own failures and makes one attempt:
+ * its owner hears of the failure (down) and decides.
+ *
  * Command timeouts come from hiredis (command_timeout = redis.timeout): past
  * it, every pending reply is NULL with REDIS_ERR_TIMEOUT and the connection
  * drops. Its timer is one per connection, pushed back by every read and
@@ -25,6 +31,7 @@
 #include "store_int.h"
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,6 +70,7 @@ static const char *const store_setup_name[] = {
 
 enum store_conn_state {
     CONN_IDLE,          /* waiting for the reconnect timer */
+    CONN_LOCATING,      /* the owner's locate hook is finding the node */
     CONN_RESOLVING,     /* evdns looks the name up */
     CONN_CONNECTING,    /* ac exists: TCP, TLS and the setup run */
     CONN_READY,         /* ROLE master, PING answered */
@@ -94,7 +102,13 @@ struct store_conn {
     struct evdns_base *dns;         /* borrowed; NULL: names cannot be resolved */
     SSL_CTX *tls;                   /* borrowed; NULL: plain TCP or unix */
     struct store_conn_hooks hooks;
+    char host[256];                 /* where the locate hook said the node is (node.host) */
+    pthread_mutex_t addr_lock;      /* addr, written on the loop, read by store_conn_ready_addr */
     char addr[300];                 /* host:port or the socket path, for log lines */
+    char why[400];                  /* the last failure, for store_conn_last_error */
+    bool restart;                   /* store_conn_restart while locating or resolving */
+    store_conn_message_cb *sub_cb;  /* store_conn_subscribe's */
+    void *sub_arg;
     enum store_conn_state state;
     _Atomic bool ready;             /* state == CONN_READY, for other threads (readiness) */
     bool destroying;
@@ -113,6 +127,7 @@ struct store_conn {
 };
 
 static void conn_attempt(struct store_conn *c);
+static void conn_restart_now(struct store_conn *c);
 
 /* ---- failing and losing ------------------------------------------------ */
 
@@ -128,11 +143,19 @@ static void conn_schedule_reconnect(struct store_conn *c)
                                                                    : c->backoff_ms * 2;
 }
 
-/* An attempt failed before a connection existed: say why, try again after the backoff. */
+/*
+ * An attempt failed before a connection existed: say why, try again after
+ * the backoff. A sentinel's owner is told instead (one attempt).
+ */
 static void conn_fail(struct store_conn *c, const char *why)
 {
     c->state = CONN_IDLE;
     event_del(&c->attempt_ev);
+    snprintf(c->why, sizeof(c->why), "%s", why);
+    if (c->node.kind == STORE_NODE_SENTINEL) {
+        c->hooks.down(c->hooks.owner);
+        return;
+    }
     log_msg(LOG_ERROR, "redis %s: %s; not ready, reconnecting", c->addr, why);
     conn_schedule_reconnect(c);
 }
@@ -157,6 +180,11 @@ static void conn_lost(struct store_conn *c, const redisAsyncContext *ac, const c
     event_del(&c->watchdog_ev);
     if (c->destroying)
         return;
+    snprintf(c->why, sizeof(c->why), "%s", why);
+    if (c->node.kind == STORE_NODE_SENTINEL) {
+        c->hooks.down(c->hooks.owner);
+        return;
+    }
     if (was_ready)
         log_msg(LOG_WARN, "redis %s: connection lost: %s; not ready, reconnecting", c->addr, why);
     else
@@ -334,13 +362,27 @@ bool store_role_is_primary(const redisReply *r, char *what, size_t len)
     return false;
 }
 
+/* The credentials of AUTH: a sentinel's own, or the data nodes'. */
+static const char *conn_username(const struct store_conn *c)
+{
+    return c->node.kind == STORE_NODE_SENTINEL ? c->cfg->redis_sentinel_username
+                                               : c->cfg->redis_username;
+}
+
+static const char *conn_password(const struct store_conn *c)
+{
+    return c->node.kind == STORE_NODE_SENTINEL ? c->cfg->redis_sentinel_password
+                                               : c->cfg->redis_password;
+}
+
 static void conn_setup_done(struct store_conn *c)
 {
     c->state = CONN_READY;
     c->ready = true;
     c->backoff_ms = STORE_CONN_BACKOFF_MIN_MS;
     event_del(&c->attempt_ev);
-    log_msg(LOG_INFO, "redis %s: ready (primary%s)", c->addr, c->ssl != NULL ? ", TLS" : "");
+    if (c->node.kind == STORE_NODE_DATA)
+        log_msg(LOG_INFO, "redis %s: ready (primary%s)", c->addr, c->ssl != NULL ? ", TLS" : "");
     c->hooks.ready(c->hooks.owner);
 }
 
@@ -369,10 +411,12 @@ static void conn_on_setup_reply(redisAsyncContext *ac, void *reply, void *privda
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0 &&
-        c->cfg->redis_password == NULL) {
+        conn_password(c) == NULL) {
         snprintf(what, sizeof(what), "AUTH failed: the server requires a password and "
-                 "redis.password is not set (%s answered %.200s)", store_setup_name[step],
-                 r->str);
+                 "%s is not set (%s answered %.200s)",
+                 c->node.kind == STORE_NODE_SENTINEL ? "redis.sentinel.password"
+                                                     : "redis.password",
+                 store_setup_name[step], r->str);
         store_conn_drop(c, what);
         return;
     }
@@ -382,9 +426,9 @@ static void conn_on_setup_reply(redisAsyncContext *ac, void *reply, void *privda
         return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        if (step == SETUP_AUTH && c->cfg->redis_username != NULL)
+        if (step == SETUP_AUTH && conn_username(c) != NULL)
             snprintf(what, sizeof(what), "AUTH failed for user %.64s: %.200s",
-                     c->cfg->redis_username, r->str);
+                     conn_username(c), r->str);
         else
             snprintf(what, sizeof(what), "%s failed: %.200s", store_setup_name[step], r->str);
         store_conn_drop(c, what);
@@ -403,33 +447,35 @@ static void conn_setup_command(redisAsyncContext *ac, enum store_setup_step step
     redisAsyncCommandArgv(ac, conn_on_setup_reply, (void *)(intptr_t)step, argc, argv, argvlen);
 }
 
-/* Queue the setup; its replies arrive in this order. */
+/* Queue the setup; its replies arrive in this order. A sentinel: AUTH and PING only. */
 static void conn_send_setup(struct store_conn *c, redisAsyncContext *ac)
 {
     const struct config *cfg = c->cfg;
+    const char *user = conn_username(c), *password = conn_password(c);
+    bool data = c->node.kind == STORE_NODE_DATA;
 
-    if (cfg->redis_password != NULL && cfg->redis_username != NULL) {
-        const char *argv[] = { "AUTH", cfg->redis_username, cfg->redis_password };
-        const size_t argvlen[] = { 4, strlen(cfg->redis_username), strlen(cfg->redis_password) };
+    if (password != NULL && user != NULL) {
+        const char *argv[] = { "AUTH", user, password };
+        const size_t argvlen[] = { 4, strlen(user), strlen(password) };
         conn_setup_command(ac, SETUP_AUTH, 3, argv, argvlen);
-    } else if (cfg->redis_password != NULL) {
-        const char *argv[] = { "AUTH", cfg->redis_password };
-        const size_t argvlen[] = { 4, strlen(cfg->redis_password) };
+    } else if (password != NULL) {
+        const char *argv[] = { "AUTH", password };
+        const size_t argvlen[] = { 4, strlen(password) };
         conn_setup_command(ac, SETUP_AUTH, 2, argv, argvlen);
     }
-    if (cfg->redis_db != 0) {
+    if (data && cfg->redis_db != 0) {
         char db[16];
         int n = snprintf(db, sizeof(db), "%d", cfg->redis_db);
         const char *argv[] = { "SELECT", db };
         const size_t argvlen[] = { 6, (size_t)n };
         conn_setup_command(ac, SETUP_SELECT, 2, argv, argvlen);
     }
-    {
+    if (data) {
         const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
         const size_t argvlen[] = { 6, 3, 16 };
         conn_setup_command(ac, SETUP_POLICY, 3, argv, argvlen);
     }
-    {
+    if (data) {
         const char *argv[] = { "ROLE" };
         const size_t argvlen[] = { 4 };
         conn_setup_command(ac, SETUP_ROLE, 1, argv, argvlen);
@@ -494,9 +540,11 @@ static void conn_on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     if (c->node.host != NULL && strcmp(c->node.host, c->ip) != 0)
-        log_msg(LOG_INFO, "redis %s: connected to %s", c->addr, c->ip);
+        log_msg(c->node.kind == STORE_NODE_DATA ? LOG_INFO : LOG_DEBUG,
+                "redis %s: connected to %s", c->addr, c->ip);
     else
-        log_msg(LOG_INFO, "redis %s: connected", c->addr);
+        log_msg(c->node.kind == STORE_NODE_DATA ? LOG_INFO : LOG_DEBUG, "redis %s: connected",
+                c->addr);
     c->last_reply_ms = clock_mono_ms();
 }
 
@@ -572,6 +620,12 @@ static void conn_on_resolved(int result, struct evutil_addrinfo *res, void *arg)
     }
     c->resolve = NULL;
     event_del(&c->attempt_ev);
+    if (c->restart) { /* the node moved meanwhile: start over */
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        conn_restart_now(c);
+        return;
+    }
     if (result != 0) {
         if (res != NULL)
             evutil_freeaddrinfo(res);
@@ -658,8 +712,8 @@ static void conn_resolve(struct store_conn *c)
         r->req = req;
 }
 
-/* One attempt: resolve the name (every time: a failover may have moved it) or connect. */
-static void conn_attempt(struct store_conn *c)
+/* Resolve the name (every time: a failover may have moved it) or connect. */
+static void conn_go(struct store_conn *c)
 {
     if (c->node.unix_path != NULL) {
         conn_connect(c);
@@ -671,11 +725,153 @@ static void conn_attempt(struct store_conn *c)
     }
 }
 
+/* One attempt: ask the owner where the node is first (locate hook), or go. */
+static void conn_attempt(struct store_conn *c)
+{
+    c->restart = false;
+    if (c->hooks.locate == NULL) {
+        conn_go(c);
+        return;
+    }
+    c->state = CONN_LOCATING;
+    c->hooks.locate(c->hooks.owner, c);
+}
+
 static void conn_on_reconnect(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     conn_attempt(arg);
+}
+
+/* A new attempt from the loop's next turn, without backoff (the node moved). */
+static void conn_restart_now(struct store_conn *c)
+{
+    struct timeval now = { 0, 0 };
+
+    c->restart = false;
+    c->state = CONN_IDLE;
+    event_del(&c->reconnect_ev);
+    evtimer_add(&c->reconnect_ev, &now);
+}
+
+/* c->addr for node host:port (or the socket path), "sentinel " before a sentinel's. */
+static void conn_set_addr(struct store_conn *c)
+{
+    const char *kind = c->node.kind == STORE_NODE_SENTINEL ? "sentinel " : "";
+
+    pthread_mutex_lock(&c->addr_lock);
+    if (c->node.unix_path != NULL)
+        snprintf(c->addr, sizeof(c->addr), "%s%s", kind, c->node.unix_path);
+    else if (c->node.host == NULL)
+        snprintf(c->addr, sizeof(c->addr), "primary (not located yet)");
+    else if (strchr(c->node.host, ':') != NULL)
+        snprintf(c->addr, sizeof(c->addr), "%s[%s]:%u", kind, c->node.host, c->node.port);
+    else
+        snprintf(c->addr, sizeof(c->addr), "%s%s:%u", kind, c->node.host, c->node.port);
+    pthread_mutex_unlock(&c->addr_lock);
+}
+
+void store_conn_located(struct store_conn *c, const char *host, uint16_t port)
+{
+    if (c->state != CONN_LOCATING)
+        return;
+    if (c->restart) {
+        conn_restart_now(c);
+        return;
+    }
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->node.host = c->host;
+    c->node.port = port;
+    conn_set_addr(c);
+    conn_go(c);
+}
+
+void store_conn_locate_failed(struct store_conn *c, const char *why)
+{
+    if (c->state != CONN_LOCATING)
+        return;
+    if (c->restart)
+        conn_restart_now(c);
+    else
+        conn_fail(c, why);
+}
+
+void store_conn_restart(struct store_conn *c, const char *why)
+{
+    if (c->destroying)
+        return;
+    if (c->state == CONN_LOCATING || c->state == CONN_RESOLVING) {
+        c->restart = true; /* its answer may be from before the move */
+        return;
+    }
+    if (c->ac != NULL)
+        store_conn_drop(c, why);
+    else
+        log_msg(LOG_INFO, "redis %s: %s; reconnecting now", c->addr, why);
+    c->backoff_ms = STORE_CONN_BACKOFF_MIN_MS;
+    conn_restart_now(c);
+}
+
+/*
+ * A message, or the confirmation of the subscription, on c's subscribed
+ * connection. A refusal (NOPERM: the user lacks the channel) drops the
+ * connection: a subscription that never delivers must not look alive.
+ */
+static void conn_on_message(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    const redisReply *r = reply;
+    struct store_conn *c = ac->data;
+    char why[300];
+
+    (void)privdata;
+    if (c == NULL || c->ac != ac || r == NULL)
+        return; /* gone: whoever noticed first has handled it */
+    c->last_reply_ms = clock_mono_ms();
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "SUBSCRIBE failed: %.200s", r->str);
+        store_conn_drop(c, why);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[0]->str, "subscribe") == 0)
+        c->sub_cb(r->element[1]->str, NULL, 0, c->sub_arg);
+    else if (strcmp(r->element[0]->str, "message") == 0 &&
+             r->element[2]->type == REDIS_REPLY_STRING)
+        c->sub_cb(r->element[1]->str, r->element[2]->str, r->element[2]->len, c->sub_arg);
+}
+
+int store_conn_subscribe(struct store_conn *c, const char *channel, store_conn_message_cb *cb,
+                         void *arg)
+{
+    const char *argv[] = { "SUBSCRIBE", channel };
+    const size_t argvlen[] = { 9, strlen(channel) };
+
+    if (c->state != CONN_READY || c->ac == NULL)
+        return -1;
+    c->sub_cb = cb;
+    c->sub_arg = arg;
+    return redisAsyncCommandArgv(c->ac, conn_on_message, NULL, 2, argv, argvlen) == REDIS_OK ? 0
+                                                                                           : -1;
+}
+
+const char *store_conn_last_error(const struct store_conn *c)
+{
+    return c->why;
+}
+
+bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len)
+{
+    bool ready;
+
+    pthread_mutex_lock(&c->addr_lock);
+    ready = c->ready;
+    if (ready)
+        snprintf(addr, len, "%s", c->addr);
+    pthread_mutex_unlock(&c->addr_lock);
+    return ready;
 }
 
 /* ---- life --------------------------------------------------------------- */
@@ -697,12 +893,11 @@ struct store_conn *store_conn_create(struct event_base *base, const struct confi
     c->backoff_ms = STORE_CONN_BACKOFF_MIN_MS;
     c->last_reply_ms = clock_mono_ms();
     TAILQ_INIT(&c->calls);
-    if (node->unix_path != NULL)
-        snprintf(c->addr, sizeof(c->addr), "%s", node->unix_path);
-    else if (strchr(node->host, ':') != NULL)
-        snprintf(c->addr, sizeof(c->addr), "[%s]:%u", node->host, node->port);
-    else
-        snprintf(c->addr, sizeof(c->addr), "%s:%u", node->host, node->port);
+    if (pthread_mutex_init(&c->addr_lock, NULL) != 0) {
+        free(c);
+        return NULL;
+    }
+    conn_set_addr(c);
     evtimer_assign(&c->reconnect_ev, base, conn_on_reconnect, c);
     evtimer_assign(&c->attempt_ev, base, conn_on_attempt_deadline, c);
     evtimer_assign(&c->watchdog_ev, base, conn_on_watchdog, c);
@@ -739,6 +934,7 @@ bool store_conn_destroy(struct store_conn *c)
         conn_lost(c, ac, "shutting down"); /* quiet while destroying */
         redisAsyncFree(ac);                /* pending replies: STORE_LOST */
     }
+    pthread_mutex_destroy(&c->addr_lock);
     free(c);
     return cancelled;
 }

@@ -1,7 +1,9 @@
 /*
  * store_int.h - what the files of the store module share and nothing outside
  * it includes: one connection to one Redis node (store_conn.c), which
- * store.c (commands, scripts, the queue, reply classes) drives.
+ * store.c (commands, scripts, the queue, reply classes) drives, and the
+ * Sentinel discovery (store_sentinel.c) that tells a connection where the
+ * primary is.
  *
  * A node connection is one unit: it resolves the name (evdns, off the loop),
  * connects (hiredis async on the worker's event_base, connect and command
@@ -10,7 +12,10 @@
  * maxmemory-policy, ROLE, PING) and reconnects with backoff, resolving the
  * name again each time. It is ready only once ROLE said "master" and PING
  * answered. Its owner learns of ready and down through hooks, and sends
- * commands only while it is ready.
+ * commands only while it is ready. With a locate hook (redis.sentinel) the
+ * owner is asked where the node is before every attempt. A connection to a
+ * sentinel (STORE_NODE_SENTINEL) sets up with the sentinel's credentials and
+ * PING only, and makes one attempt: its owner decides what comes next.
  */
 #ifndef IDEM_STORE_INT_H
 #define IDEM_STORE_INT_H
@@ -29,12 +34,24 @@ struct evdns_base;
 struct config;
 struct store_conn;
 
-/* Where a node is; the strings are borrowed and must outlive the connection. */
+/* What a connection talks to, and so how it is set up. */
+enum store_node_kind {
+    STORE_NODE_DATA,        /* a Redis data node: redis.username/password, SELECT, ROLE master;
+                               reconnects with backoff */
+    STORE_NODE_SENTINEL,    /* a sentinel: redis.sentinel.username/password, PING; one attempt */
+};
+
+/*
+ * Where a node is; the strings are borrowed and must outlive the connection.
+ * host and unix_path both NULL: not known yet, the locate hook says (before
+ * every attempt).
+ */
 struct store_node {
     const char *host;       /* a name or an address literal (IPv6 without brackets); NULL for
                                a unix socket */
     uint16_t port;
     const char *unix_path;  /* NULL for TCP */
+    enum store_node_kind kind;
 };
 
 /*
@@ -46,6 +63,12 @@ struct store_conn_hooks {
     void (*ready)(void *owner);
     void (*down)(void *owner);
     void *owner;
+    /*
+     * Optional (NULL: the node is where store_node says): where the node is
+     * now, asked at the start of every attempt; the owner answers later, on
+     * the loop, with store_conn_located or store_conn_locate_failed.
+     */
+    void (*locate)(void *owner, struct store_conn *c);
 };
 
 /*
@@ -109,10 +132,56 @@ void store_conn_drop(struct store_conn *c, const char *why);
  */
 bool store_role_is_primary(const redisReply *r, char *what, size_t len);
 
+/*
+ * The answer to the locate hook: the node is at host (a name or an address
+ * literal, copied) and port; the attempt goes on (resolve, connect, setup).
+ */
+void store_conn_located(struct store_conn *c, const char *host, uint16_t port);
+
+/* The answer to the locate hook: nowhere known now (why, for the log); retried after backoff. */
+void store_conn_locate_failed(struct store_conn *c, const char *why);
+
+/*
+ * Start over now (a hint that the node moved, e.g. Sentinel's +switch-master):
+ * a connection is dropped (saying why), a pending reconnect runs at once,
+ * and a locate or resolution under way is answered but not used: the
+ * attempt starts again. May be called from a reply callback.
+ */
+void store_conn_restart(struct store_conn *c, const char *why);
+
+/*
+ * What a message on a subscribed channel calls: the channel and the payload
+ * (len bytes); payload NULL once, when Redis confirms the subscription.
+ */
+typedef void store_conn_message_cb(const char *channel, const char *payload, size_t len,
+                                   void *arg);
+
+/*
+ * SUBSCRIBE channel on a ready connection (after which only PING may be
+ * sent on it); cb (with arg) gets the confirmation and each message, on the
+ * loop, while the connection holds; a refusal drops the connection (down).
+ * One subscription per connection. Returns 0, or -1 when it was not sent.
+ */
+int store_conn_subscribe(struct store_conn *c, const char *channel, store_conn_message_cb *cb,
+                         void *arg);
+
+/* Why the last attempt failed or the connection was lost ("" if it never was); borrowed. */
+const char *store_conn_last_error(const struct store_conn *c);
+
+/*
+ * The node's "host:port" into addr (len bytes) while the connection is
+ * ready (a confirmed primary for a data node); false otherwise. Any thread.
+ */
+bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len);
+
 /* ms since the connection last carried a reply (monotonic); for the idle health check. */
 double store_conn_idle_ms(const struct store_conn *c);
 
-/* "host:port" or the socket path, for log lines (borrowed). */
+/*
+ * "host:port" or the socket path (with "sentinel " before it for a
+ * sentinel), for log lines (borrowed; the loop's thread only: a located
+ * connection changes it).
+ */
 const char *store_conn_addr(const struct store_conn *c);
 
 /*
@@ -129,5 +198,46 @@ SSL_CTX *store_tls_context(const struct config *cfg, char *err, size_t errlen);
  * name is being resolved. NULL when libevent cannot make one (logged).
  */
 struct evdns_base *store_dns_create(struct event_base *base);
+
+/* ---- Sentinel (store_sentinel.c; README "Redis in production") ---------- */
+
+struct store_sentinel;
+
+/*
+ * Called on the loop when a discovery names a primary other than the one
+ * named before (a failover followed): from and to are "host:port" (borrowed
+ * for the call).
+ */
+typedef void store_sentinel_followed_cb(const char *from, const char *to, void *arg);
+
+/*
+ * The discovery of redis.sentinel for the data connection data (borrowed,
+ * must outlive it), on base: answers data's locate hook (see
+ * store_sentinel_locate), and keeps one connection subscribed to
+ * +switch-master at one sentinel, restarting data when our master moves.
+ * dns and tls (borrowed, may be NULL) as for store_conn_create. followed
+ * (may be NULL) hears of primaries that changed. NULL on allocation
+ * failure.
+ */
+struct store_sentinel *store_sentinel_create(struct event_base *base, const struct config *cfg,
+                                             struct evdns_base *dns, SSL_CTX *tls,
+                                             struct store_conn *data,
+                                             store_sentinel_followed_cb *followed, void *arg);
+
+/*
+ * data's locate hook: ask the sentinels in turn (the one that answered last
+ * first), each within redis.timeout, `SENTINEL get-master-addr-by-name
+ * MASTER`; the first address named goes to store_conn_located, and when
+ * none names one, store_conn_locate_failed says what each answered. Never
+ * answers from inside this call.
+ */
+void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data);
+
+/*
+ * Close the sentinel connections and free sn (before data). Not from a
+ * callback. Returns true when a name resolution was cancelled (see
+ * store_conn_destroy). NULL is fine.
+ */
+bool store_sentinel_destroy(struct store_sentinel *sn);
 
 #endif

@@ -52,6 +52,21 @@ static bool worker_same(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
+/* redis.sentinel is the same: the master's name, the addresses in order, the credentials. */
+static bool worker_same_sentinel(const struct config *old, const struct config *new)
+{
+    if (!worker_same(old->redis_sentinel_master, new->redis_sentinel_master) ||
+        old->n_redis_sentinels != new->n_redis_sentinels ||
+        !worker_same(old->redis_sentinel_username, new->redis_sentinel_username) ||
+        !worker_same(old->redis_sentinel_password, new->redis_sentinel_password))
+        return false;
+    for (size_t i = 0; i < old->n_redis_sentinels; i++)
+        if (!worker_same(old->redis_sentinels[i].host, new->redis_sentinels[i].host) ||
+            old->redis_sentinels[i].port != new->redis_sentinels[i].port)
+            return false;
+    return true;
+}
+
 /* The first setting that differs and needs a restart, or NULL. */
 static const char *worker_restart_needed(const struct config *old, const struct config *new)
 {
@@ -78,7 +93,8 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         !worker_same(old->redis_tls_cert_file, new->redis_tls_cert_file) ||
         !worker_same(old->redis_tls_key_file, new->redis_tls_key_file) ||
         !worker_same(old->redis_tls_server_name, new->redis_tls_server_name) ||
-        old->redis_tls_verify != new->redis_tls_verify)
+        old->redis_tls_verify != new->redis_tls_verify || old->redis_tls != new->redis_tls ||
+        !worker_same_sentinel(old, new))
         return "redis";
     return NULL;
 }
@@ -99,6 +115,7 @@ struct worker_message {
 };
 
 _Static_assert(sizeof(struct worker_message) <= PIPE_BUF, "a message is one atomic pipe write");
+_Static_assert(METRICS_MAX_PRIMARIES >= CONFIG_MAX_WORKERS, "a primary per worker fits the gauge");
 
 /* Longest a RELOAD or DRAIN waits for room in a full inbox, in ms. */
 #define WORKER_POST_PATIENCE_MS 2000
@@ -239,6 +256,15 @@ static void worker_on_store_command(double seconds, bool ok, void *arg)
         metrics_count(&w->pool->metrics, METRICS_STORE_ERRORS);
 }
 
+/* The worker's store followed a failover (redis.sentinel): count it once per move. */
+static void worker_on_failover(const char *from, const char *to, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)from;
+    metrics_count_failover(&w->pool->metrics, to);
+}
+
 /*
  * epoll with libevent's changelist: curl and evhttp switch a socket's events
  * several times per request; the changelist folds those into at most one
@@ -369,6 +395,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         goto failed;
     }
     store_set_observer(w->store, worker_on_store_command, w);
+    store_set_failover_observer(w->store, worker_on_failover, w);
     exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, cfg,
                       worker_wake_others, w);
     return 0;
@@ -539,11 +566,15 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
     g->redis_up = 1;
     for (unsigned i = 0; i < p->n; i++) {
         struct worker *w = &p->workers[i];
+        char primary[sizeof(g->redis_primaries[0].address)];
+
         g->in_flight += w->xs.active;
         g->waiting += w->xs.waiting;
         g->upstream_in_flight += upstream_in_flight(w->upstream);
-        if (!store_ready(w->store))
+        if (!store_primary(w->store, primary, sizeof(primary)))
             g->redis_up = 0;
+        else
+            metrics_gauge_primary(g, primary);
     }
 }
 

@@ -4,7 +4,8 @@
 # nginx and wrk for the benchmark smoke run; node and npm for the real Stripe
 # and Svix clients of tests/integration/test_clients.py, from Debian's nodejs
 # and npm unless a node is already on PATH; valkey-server, which the store's
-# tests also run against; openssl and iproute2 for the TLS and DNS tests).
+# tests also run against; redis-sentinel and valkey-sentinel for the Sentinel
+# tests; openssl and iproute2 for the TLS and DNS tests).
 # The Redis client library (hiredict, with the hiredis shims) and valkey come
 # from bookworm-backports: docker/build.sh --backports-only adds that source
 # with an apt pin so that nothing else is ever taken from it.
@@ -18,8 +19,8 @@ packages=(
 )
 backports=(libhiredict-dev libhiredict-shims-dev)
 if [[ ${1:-} == --tests ]]; then
-  packages+=(prometheus nginx wrk)
-  backports+=(valkey-server)
+  packages+=(prometheus nginx wrk redis-sentinel)
+  backports+=(valkey-server valkey-sentinel)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 missing_packages() {

@@ -13,6 +13,11 @@ as plain helpers (no pytest), all real:
   SilentResolver   a UDP socket on 127.0.0.1:53 that reads queries and never answers
   AnsweringResolver  the same socket answering A queries for one name with an address
                    the test changes (a DNS-based failover), NODATA for other types
+  sentinel_binary()  redis-sentinel, or valkey-sentinel beside $IDEM_REDIS_SERVER=valkey-server
+  Sentinel         a redis-sentinel process in a temp dir monitoring one master (a
+                   RedisServer: restartable, killable, the same RESP client)
+  SentinelGroup    a primary, its replicas and sentinels on loopback ports: who the
+                   sentinels name, failover, waiting for a replica to rejoin
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
@@ -24,7 +29,10 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 import uuid
+
+from harness import RedisError, RedisServer, free_port, redis_server_binary
 
 CLONE_NEWNET = 0x40000000
 
@@ -235,3 +243,186 @@ class AnsweringResolver(SilentResolver):
         flags = 0x8180 | rcode  # a response, recursion desired and available
         header = query[:2] + struct.pack("!HHHHH", flags, 1, 1 if records else 0, 0, 0)
         return header + question + records
+
+
+def sentinel_binary():
+    """redis-sentinel, or valkey-sentinel when $IDEM_REDIS_SERVER is valkey-server (the
+    Debian packages redis-sentinel and valkey-sentinel, tests/install-deps.sh --tests)."""
+    server = os.path.basename(redis_server_binary())
+    return "valkey-sentinel" if server.startswith("valkey") else "redis-sentinel"
+
+
+class Sentinel(RedisServer):
+    """A sentinel on 127.0.0.1:port monitoring master_name at 127.0.0.1:master_port.
+
+    Its config file is written in workdir (the sentinel rewrites it as it learns);
+    down_after_ms and failover_timeout_ms as written in sentinel.conf. password:
+    requirepass of the sentinel itself (its clients AUTH with it); users: ACL lines
+    (`user NAME on >PASS +@all`) for an ACL user at the sentinel.
+    """
+
+    def __init__(self, workdir, master_name, master_port, quorum=2, down_after_ms=1000,
+                 failover_timeout_ms=3000, binary=None, port=None, password=None,
+                 users=(), extra_conf=(), master_host="127.0.0.1"):
+        super().__init__(workdir, port=port, binary=binary or sentinel_binary())
+        self.sentinel_password = password
+        self.password = password  # the RESP client AUTHs with it
+        self.conf_path = os.path.join(workdir, "sentinel-%d.conf" % self.port)
+        self.log_path = os.path.join(workdir, "sentinel-%d.log" % self.port)
+        lines = ["port %d" % self.port, "bind %s" % self.host, "daemonize no",
+                 "protected-mode no", "dir %s" % workdir, "logfile %s" % self.log_path,
+                 "sentinel monitor %s %s %d %d" % (master_name, master_host, master_port,
+                                                   quorum),
+                 "sentinel down-after-milliseconds %s %d" % (master_name, down_after_ms),
+                 "sentinel failover-timeout %s %d" % (master_name, failover_timeout_ms),
+                 "sentinel parallel-syncs %s 1" % master_name]
+        if password:
+            lines.append("requirepass %s" % password)
+        lines += list(users) + list(extra_conf)
+        os.makedirs(workdir, exist_ok=True)
+        with open(self.conf_path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def start(self, timeout=10.0):
+        assert self.proc is None or self.proc.poll() is not None, "sentinel already running"
+        self.proc = subprocess.Popen([self.binary, self.conf_path], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited with %s: %s"
+                                   % (self.binary, self.proc.returncode, self._log_tail()))
+            try:
+                if self.cmd("PING") == "PONG":
+                    return self
+            except (OSError, RedisError):
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("%s did not answer PING: %s" % (self.binary, self._log_tail()))
+
+    def master_addr(self, name):
+        """"host:port" this sentinel names for master name, or None."""
+        try:
+            r = self.cmd("SENTINEL", "get-master-addr-by-name", name, timeout=2)
+        except (OSError, RedisError):
+            return None
+        return "%s:%s" % (r[0], r[1]) if r else None
+
+    def log_text(self):
+        return self._log_tail()
+
+
+class SentinelGroup:
+    """A primary, n_replicas replicas and n_sentinels sentinels, all on loopback ports in
+    workdir; node_args go to every data node (e.g. min-replicas-to-write). nodes[0]
+    starts as the primary. The sentinels' down-after-milliseconds is down_after_ms,
+    their quorum 2 (1 with a single sentinel). password: requirepass of the data nodes
+    (masterauth and the sentinels' auth-pass follow); sentinel_password and
+    sentinel_users: the sentinels' own (see Sentinel)."""
+
+    def __init__(self, workdir, name="payments", n_replicas=1, n_sentinels=3,
+                 down_after_ms=1000, failover_timeout_ms=3000, node_args=(),
+                 server_binary=None, sentinel_bin=None, password=None,
+                 sentinel_password=None, sentinel_users=()):
+        self.workdir = workdir
+        self.name = name
+        self.down_after_ms = down_after_ms
+        # diskless full syncs start at once (the default waits 5 s for more replicas)
+        self.node_args = ["--repl-diskless-sync-delay", "0"] + list(node_args) + \
+            (["--masterauth", password] if password else [])
+        primary = RedisServer(os.path.join(workdir, "node0"), extra_args=self.node_args,
+                              binary=server_binary, password=password)
+        self.nodes = [primary]
+        for i in range(n_replicas):
+            self.nodes.append(RedisServer(
+                os.path.join(workdir, "node%d" % (i + 1)), binary=server_binary,
+                password=password,
+                extra_args=self.node_args + ["--replicaof", "127.0.0.1", str(primary.port)]))
+        auth = ["sentinel auth-pass %s %s" % (name, password)] if password else []
+        self.sentinels = [
+            Sentinel(os.path.join(workdir, "sentinel%d" % i), name, primary.port,
+                     quorum=min(2, n_sentinels), down_after_ms=down_after_ms,
+                     failover_timeout_ms=failover_timeout_ms, binary=sentinel_bin,
+                     password=sentinel_password, users=sentinel_users, extra_conf=auth)
+            for i in range(n_sentinels)]
+
+    def start(self):
+        for node in self.nodes:
+            node.start()
+        self.wait_replicas(self.nodes[0], len(self.nodes) - 1)
+        for s in self.sentinels:
+            s.start()
+        # every sentinel knows the others and the replicas before a failover is asked for
+        self.wait_until(lambda: all(
+            self._num(s, "num-other-sentinels") == len(self.sentinels) - 1 and
+            self._num(s, "num-slaves") == len(self.nodes) - 1 for s in self.sentinels),
+            20, "the sentinels to know each other and the replicas")
+        return self
+
+    def stop(self):
+        for p in self.sentinels + self.nodes:
+            p.resume()
+            p.kill()
+
+    @staticmethod
+    def wait_until(pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.05)
+        raise AssertionError("not within %.0f s: %s" % (timeout, what))
+
+    def _num(self, sentinel, field):
+        try:
+            info = sentinel.cmd("SENTINEL", "master", self.name, timeout=2)
+        except (OSError, RedisError):
+            return -1
+        fields = dict(zip(info[0::2], info[1::2]))
+        return int(fields.get(field, -1))
+
+    @property
+    def sentinel_addresses(self):
+        return ["127.0.0.1:%d" % s.port for s in self.sentinels]
+
+    def named(self):
+        """The primary every running sentinel names ("127.0.0.1:port"), or None if they
+        do not agree."""
+        names = {s.master_addr(self.name) for s in self.sentinels if s.running}
+        return names.pop() if len(names) == 1 else None
+
+    def node_at(self, address):
+        return next(n for n in self.nodes if "127.0.0.1:%d" % n.port == address)
+
+    def primary(self):
+        return self.node_at(self.named())
+
+    @staticmethod
+    def role(node):
+        try:
+            return node.cmd("ROLE", timeout=2)[0]
+        except (OSError, RedisError):
+            return None
+
+    def wait_replicas(self, primary, n, timeout=20):
+        """Until primary has n replicas online: synced (state=online in INFO replication),
+        not merely connected (a replica in wait_bgsave has none of the data yet, and
+        Sentinel may still promote it)."""
+        def online():
+            try:
+                info = primary.cmd("INFO", "replication", timeout=2)
+            except (OSError, RedisError):
+                return False
+            return sum(1 for line in info.splitlines()
+                       if line.startswith("slave") and "state=online" in line) >= n
+        self.wait_until(online, timeout, "%d replicas online at %d" % (n, primary.port))
+
+    def wait_named(self, not_address, timeout=30):
+        """Until every running sentinel names one primary other than not_address whose
+        ROLE says master; returns its address."""
+        def moved():
+            a = self.named()
+            return a if a and a != not_address and self.role(self.node_at(a)) == "master" \
+                else None
+        return self.wait_until(moved, timeout, "the sentinels to name a new primary")

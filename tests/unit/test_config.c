@@ -382,6 +382,41 @@ static void check_plain_route_fingerprint(const char *name, const struct config 
                      "line %d", __LINE__);
 }
 
+static void check_sentinel(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinel_master, "payments"), "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->n_redis_sentinels == 3, "line %d", __LINE__);
+    if (cfg->n_redis_sentinels != 3)
+        return;
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[0].host, "10.0.0.5") &&
+                     cfg->redis_sentinels[0].port == 26379, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[1].host, "sentinel-b.internal") &&
+                     cfg->redis_sentinels[1].port == 26380, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[2].host, "::1") &&
+                     cfg->redis_sentinels[2].port == 26381, "line %d", __LINE__);
+    /* the built-in redis.url does not apply: nothing but the sentinels says where Redis is */
+    UNIT_CHECK(name, cfg->redis_url == NULL && cfg->redis_host == NULL &&
+                     cfg->redis_unix_path == NULL && cfg->redis_db == 0, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinel_username, "watcher") &&
+                     STREQ(cfg->redis_sentinel_password, "s3cret"), "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "datapw") && cfg->redis_username == NULL,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, !cfg->redis_tls, "line %d", __LINE__);
+}
+
+static void check_sentinel_no_credentials(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_sentinel_username == NULL &&
+                     cfg->redis_sentinel_password == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->n_redis_sentinels == 1 && cfg->redis_url == NULL, "line %d", __LINE__);
+}
+
+static void check_sentinel_tls(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->redis_tls && !cfg->redis_tls_verify, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_tls_ca_file, "/dev/null"), "line %d", __LINE__);
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 static const struct config_case config_cases[] = {
@@ -538,6 +573,58 @@ static const struct config_case config_cases[] = {
     { "redis url database must be a number", "redis:\n  url: redis://h:6379/zero\n", 2,
       "database", NULL },
     { "redis url port out of range", "redis:\n  url: redis://h:70000/0\n", 2, "redis url", NULL },
+
+    /* redis.sentinel (README "Redis in production") */
+    { "redis.sentinel", "redis:\n  password: datapw\n  sentinel:\n    master: payments\n"
+      "    addresses: [10.0.0.5:26379, sentinel-b.internal:26380, '[::1]:26381']\n"
+      "    username: watcher\n    password: ${TEST_IDEM_PASSWORD}\n", 0, NULL, check_sentinel },
+    { "redis.sentinel credentials from unset env read as none", "redis:\n  sentinel:\n"
+      "    master: payments\n    addresses: [127.0.0.1:26379]\n"
+      "    username: ${TEST_IDEM_UNSET}\n    password: ${TEST_IDEM_UNSET}\n", 0, NULL,
+      check_sentinel_no_credentials },
+    { "redis.url and redis.sentinel exclude each other", "redis:\n  sentinel:\n"
+      "    master: payments\n    addresses: [127.0.0.1:26379]\n"
+      "  url: redis://127.0.0.1:6379/0\n", 5, "keep one", NULL },
+    { "redis.sentinel needs addresses", "redis:\n  sentinel:\n    master: payments\n", 3,
+      "addresses", NULL },
+    { "redis.sentinel needs master", "redis:\n  sentinel:\n    addresses: [h:26379]\n", 3,
+      "needs master", NULL },
+    { "redis.sentinel address needs a port", "redis:\n  sentinel:\n    master: m\n"
+      "    addresses:\n      - 10.0.0.5\n", 5, "host:port", NULL },
+    { "redis.sentinel master without spaces", "redis:\n  sentinel:\n    master: my master\n"
+      "    addresses: [h:26379]\n", 3, "without spaces", NULL },
+    { "redis.sentinel at most 16 addresses", "redis:\n  sentinel:\n    master: m\n"
+      "    addresses:\n"
+      "    - 10.0.0.1:26379\n"
+      "    - 10.0.0.2:26379\n"
+      "    - 10.0.0.3:26379\n"
+      "    - 10.0.0.4:26379\n"
+      "    - 10.0.0.5:26379\n"
+      "    - 10.0.0.6:26379\n"
+      "    - 10.0.0.7:26379\n"
+      "    - 10.0.0.8:26379\n"
+      "    - 10.0.0.9:26379\n"
+      "    - 10.0.0.10:26379\n"
+      "    - 10.0.0.11:26379\n"
+      "    - 10.0.0.12:26379\n"
+      "    - 10.0.0.13:26379\n"
+      "    - 10.0.0.14:26379\n"
+      "    - 10.0.0.15:26379\n"
+      "    - 10.0.0.16:26379\n"
+      "    - 10.0.0.17:26379\n"
+      , 5, "at most 16", NULL },
+    { "redis.sentinel user without a password", "redis:\n  sentinel:\n    master: m\n"
+      "    addresses: [h:26379]\n    username: watcher\n", 3, "redis.sentinel.password",
+      NULL },
+    { "redis.sentinel unknown key", "redis:\n  sentinel:\n    name: m\n", 3,
+      "allowed: master", NULL },
+    { "redis.sentinel key in redis", "redis:\n  master: m\n", 2, "redis.sentinel", NULL },
+    { "redis.tls with redis.sentinel needs its tls", "redis:\n  sentinel:\n    master: m\n"
+      "    addresses: [h:26379]\n  tls:\n    verify: false\n", 6, "redis.sentinel.tls",
+      NULL },
+    { "redis.sentinel.tls takes redis.tls", "redis:\n  sentinel:\n    master: m\n"
+      "    addresses: [h:26379]\n    tls: true\n  tls:\n    verify: false\n"
+      "    ca_file: /dev/null\n", 0, NULL, check_sentinel_tls },
 
     /* listen addresses */
     { "listen needs a port", "listen: 0.0.0.0\n", 1, "host:port", NULL },

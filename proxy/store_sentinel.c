@@ -1,0 +1,494 @@
+/*
+ * store_sentinel.c - where the primary is, asked of Redis Sentinel
+ * (redis.sentinel; store_int.h; README "Redis in production"), as the
+ * Sentinel client guidelines say
+ * (https://redis.io/docs/latest/develop/reference/sentinel-clients/):
+ *
+ *   discovery  the data connection's locate hook, so it runs before every
+ *              attempt: on every reconnect, and so whenever the connection
+ *              drops (a "not the primary now" reply, a timeout, a closed
+ *              connection, a failed ROLE check). The sentinels are asked in
+ *              turn, `SENTINEL get-master-addr-by-name MASTER`, each on a
+ *              connection of its own (name resolved with evdns, TLS, AUTH
+ *              with the sentinels' credentials, PING) and each within
+ *              redis.timeout; the first that names an address moves to the
+ *              front of the list, and the data connection goes there, where
+ *              ROLE must say master before anything is sent (store_conn.c).
+ *   hint       one connection subscribed to +switch-master at one sentinel;
+ *              a message for our master restarts the data connection (so
+ *              discovery runs again) and moves that sentinel to the front.
+ *              When the subscription drops, the next sentinel is subscribed
+ *              to at once (after a backoff once a whole round failed). An
+ *              idle subscription is PINGed every second, so a sentinel that
+ *              stopped answering is left within redis.timeout.
+ *
+ * Everything runs on the worker's loop and never blocks it. Connections are
+ * closed from events of our own, never from inside their callbacks.
+ */
+#include "store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <hiredis/hiredis.h>
+
+#include "clock.h"
+#include "config.h"
+#include "log.h"
+
+#define SENTINEL_PING_MS 1000
+#define SENTINEL_BACKOFF_MIN_MS 100
+#define SENTINEL_BACKOFF_MAX_MS 2000
+#define SENTINEL_CHANNEL "+switch-master"
+
+enum sentinel_answer { ASK_PENDING, ASK_FOUND, ASK_FAILED };
+
+struct store_sentinel {
+    struct event_base *base;
+    const struct config *cfg;
+    struct evdns_base *dns;         /* borrowed */
+    SSL_CTX *tls;                   /* borrowed */
+    struct store_conn *data;        /* borrowed: the connection we locate */
+    store_sentinel_followed_cb *followed;
+    void *followed_arg;
+    bool destroying;
+    size_t order[CONFIG_MAX_SENTINELS]; /* indexes of cfg->redis_sentinels, who answered last first */
+    char primary[300];              /* host:port the last discovery found; "" before the first */
+
+    /* discovery */
+    bool asking;                    /* a discovery runs; its answer goes to data */
+    size_t pos;                     /* order[pos] is being asked */
+    struct store_conn *ask;         /* the connection to it, or NULL */
+    enum sentinel_answer answer;
+    char found_host[256];
+    uint16_t found_port;
+    char why[400];                  /* why the sentinel asked gave no address */
+    char tried[1200];               /* each sentinel's why, for the summary */
+    struct event ask_deadline;      /* redis.timeout for each sentinel */
+    struct event ask_step;          /* from the loop: close the asked connection, go on */
+
+    /* +switch-master */
+    size_t sub_index;               /* cfg->redis_sentinels[sub_index] is subscribed to */
+    struct store_conn *sub;
+    bool sub_up;                    /* the sentinel confirmed the subscription */
+    bool sub_ping_in_flight;
+    double sub_sent_ms;             /* when SUBSCRIBE went out (monotonic) */
+    unsigned sub_failures;          /* in a row, without a subscription */
+    unsigned sub_backoff_ms;
+    struct event sub_restart;       /* close the subscription's connection, open the next */
+    struct event sub_tick;          /* every SENTINEL_PING_MS: PING an idle subscription */
+};
+
+/* "host:port" of sentinel i ([host]:port for IPv6), for log lines. */
+static void sentinel_name(const struct store_sentinel *sn, size_t i, char *buf, size_t len)
+{
+    const struct endpoint *ep = &sn->cfg->redis_sentinels[i];
+
+    snprintf(buf, len, strchr(ep->host, ':') != NULL ? "[%s]:%u" : "%s:%u", ep->host,
+             (unsigned)ep->port);
+}
+
+/* Sentinel i is asked first from now on (it answered, or told us of a failover). */
+static void sentinel_to_front(struct store_sentinel *sn, size_t i)
+{
+    size_t at = 0;
+
+    while (at < sn->cfg->n_redis_sentinels && sn->order[at] != i)
+        at++;
+    if (at == sn->cfg->n_redis_sentinels)
+        return;
+    memmove(&sn->order[1], &sn->order[0], at * sizeof(sn->order[0]));
+    sn->order[0] = i;
+}
+
+static struct store_conn *sentinel_connect(struct store_sentinel *sn, size_t i,
+                                           const struct store_conn_hooks *hooks)
+{
+    const struct endpoint *ep = &sn->cfg->redis_sentinels[i];
+    const struct store_node node = { ep->host, ep->port, NULL, STORE_NODE_SENTINEL };
+    struct store_conn *c = store_conn_create(sn->base, sn->cfg, &node, sn->dns, sn->tls, hooks);
+
+    if (c != NULL)
+        store_conn_start(c);
+    return c;
+}
+
+/* ---- discovery ---------------------------------------------------------- */
+
+/* The sentinel asked gave no address: go on from the loop (never inside its callbacks). */
+static void sentinel_ask_failed(struct store_sentinel *sn, const char *why)
+{
+    if (sn->destroying || sn->answer != ASK_PENDING)
+        return;
+    sn->answer = ASK_FAILED;
+    snprintf(sn->why, sizeof(sn->why), "%s", why);
+    event_active(&sn->ask_step, EV_TIMEOUT, 0);
+}
+
+/* The reply to SENTINEL get-master-addr-by-name: [host, port], or nil for an unknown master. */
+static void sentinel_on_ask_reply(enum store_status st, const redisReply *r, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    char why[300];
+    char *end = NULL;
+    unsigned long port = 0;
+
+    if (sn->destroying || sn->answer != ASK_PENDING)
+        return;
+    if (st != STORE_OK) {
+        sentinel_ask_failed(sn, st == STORE_TIMEOUT ? "no answer within redis.timeout"
+                                                    : store_conn_last_error(sn->ask));
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "SENTINEL get-master-addr-by-name failed: %.200s", r->str);
+        sentinel_ask_failed(sn, why);
+        return;
+    }
+    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+        snprintf(why, sizeof(why), "does not monitor a master named '%.200s'",
+                 sn->cfg->redis_sentinel_master);
+        sentinel_ask_failed(sn, why);
+        return;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
+        port = strtoul(r->element[1]->str, &end, 10);
+    if (end == NULL || end == r->element[1]->str || *end != '\0' || port < 1 || port > 65535 ||
+        r->element[0]->len == 0 || r->element[0]->len >= sizeof(sn->found_host) ||
+        strlen(r->element[0]->str) != r->element[0]->len) {
+        sentinel_ask_failed(sn, "SENTINEL get-master-addr-by-name: unexpected reply");
+        return;
+    }
+    memcpy(sn->found_host, r->element[0]->str, r->element[0]->len + 1);
+    sn->found_port = (uint16_t)port;
+    sn->answer = ASK_FOUND;
+    event_active(&sn->ask_step, EV_TIMEOUT, 0);
+}
+
+static void sentinel_on_ask_ready(void *owner)
+{
+    struct store_sentinel *sn = owner;
+    const char *master = sn->cfg->redis_sentinel_master;
+    const char *argv[] = { "SENTINEL", "get-master-addr-by-name", master };
+    const size_t argvlen[] = { 8, 23, strlen(master) };
+
+    if (store_conn_send(sn->ask, sentinel_on_ask_reply, sn, 3, argv, argvlen) != 0)
+        sentinel_ask_failed(sn, "the command could not be sent");
+}
+
+static void sentinel_on_ask_down(void *owner)
+{
+    struct store_sentinel *sn = owner;
+
+    sentinel_ask_failed(sn, store_conn_last_error(sn->ask));
+}
+
+static void sentinel_on_ask_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    char why[100];
+
+    (void)fd;
+    (void)what;
+    snprintf(why, sizeof(why), "no address within redis.timeout (%llu ms)",
+             (unsigned long long)sn->cfg->redis_timeout_ms);
+    sentinel_ask_failed(sn, why);
+}
+
+/* Ask order[pos], within redis.timeout. */
+static void sentinel_ask(struct store_sentinel *sn)
+{
+    const struct store_conn_hooks hooks = { sentinel_on_ask_ready, sentinel_on_ask_down, sn,
+                                            NULL };
+    struct timeval tv = clock_ms_to_timeval(sn->cfg->redis_timeout_ms);
+
+    sn->answer = ASK_PENDING;
+    sn->why[0] = '\0';
+    sn->ask = sentinel_connect(sn, sn->order[sn->pos], &hooks);
+    if (sn->ask == NULL) {
+        sentinel_ask_failed(sn, "out of memory");
+        return;
+    }
+    evtimer_add(&sn->ask_deadline, &tv);
+}
+
+/* A sentinel named the primary: it goes first from now on, the data connection goes there. */
+static void sentinel_found(struct store_sentinel *sn, const char *sentinel)
+{
+    char to[300];
+
+    snprintf(to, sizeof(to), strchr(sn->found_host, ':') != NULL ? "[%s]:%u" : "%s:%u",
+             sn->found_host, (unsigned)sn->found_port);
+    sentinel_to_front(sn, sn->order[sn->pos]);
+    if (sn->primary[0] != '\0' && strcmp(sn->primary, to) != 0) {
+        log_msg(LOG_WARN, "redis sentinel %s: the primary of %s is now %s (was %s): following "
+                "the failover", sentinel, sn->cfg->redis_sentinel_master, to, sn->primary);
+        if (sn->followed != NULL)
+            sn->followed(sn->primary, to, sn->followed_arg);
+    } else {
+        log_msg(LOG_INFO, "redis sentinel %s: the primary of %s is %s", sentinel,
+                sn->cfg->redis_sentinel_master, to);
+    }
+    snprintf(sn->primary, sizeof(sn->primary), "%s", to);
+    sn->asking = false;
+    store_conn_located(sn->data, sn->found_host, sn->found_port);
+}
+
+/* The asked sentinel answered or failed: close its connection, then report or ask the next. */
+static void sentinel_on_ask_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    char sentinel[300], why[1600];
+    size_t used;
+
+    (void)fd;
+    (void)what;
+    event_del(&sn->ask_deadline);
+    if (sn->ask != NULL) {
+        struct store_conn *c = sn->ask;
+
+        sn->ask = NULL;
+        store_conn_destroy(c);
+    }
+    if (!sn->asking)
+        return;
+    sentinel_name(sn, sn->order[sn->pos], sentinel, sizeof(sentinel));
+    if (sn->answer == ASK_FOUND) {
+        sentinel_found(sn, sentinel);
+        return;
+    }
+    used = strlen(sn->tried);
+    snprintf(sn->tried + used, sizeof(sn->tried) - used, "%s%s: %s", used > 0 ? "; " : "",
+             sentinel, sn->why);
+    if (++sn->pos < sn->cfg->n_redis_sentinels) {
+        log_msg(LOG_WARN, "redis sentinel %s: %s; asking the next sentinel", sentinel, sn->why);
+        sentinel_ask(sn);
+        return;
+    }
+    sn->asking = false;
+    snprintf(why, sizeof(why), "no sentinel named the primary of %s (%s)",
+             sn->cfg->redis_sentinel_master, sn->tried);
+    store_conn_locate_failed(sn->data, why);
+}
+
+void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data)
+{
+    (void)data; /* always sn->data */
+    if (sn->asking || sn->destroying)
+        return;
+    sn->asking = true;
+    sn->pos = 0;
+    sn->tried[0] = '\0';
+    sentinel_ask(sn);
+}
+
+/* ---- the +switch-master hint -------------------------------------------- */
+
+static void sentinel_sub_open(struct store_sentinel *sn);
+
+/*
+ * The subscription is gone (why): subscribe at the next sentinel from the
+ * loop, at once, or after a backoff once every sentinel failed in a row.
+ */
+static void sentinel_sub_lost(struct store_sentinel *sn, const char *why)
+{
+    char sentinel[300];
+    struct timeval tv = { 0, 0 };
+
+    if (sn->destroying || evtimer_pending(&sn->sub_restart, NULL))
+        return;
+    sentinel_name(sn, sn->sub_index, sentinel, sizeof(sentinel));
+    /* once per streak of failures: a sentinel that refuses it (NOPERM) is worth a warning */
+    log_msg(sn->sub_up || sn->sub_failures == 0 ? LOG_WARN : LOG_DEBUG, "redis sentinel %s: the "
+            "%s subscription %s: %s; subscribing at the next sentinel", sentinel,
+            SENTINEL_CHANNEL, sn->sub_up ? "was lost" : "failed", why);
+    sn->sub_up = false;
+    sn->sub_ping_in_flight = false;
+    if (++sn->sub_failures >= sn->cfg->n_redis_sentinels) {
+        tv = clock_ms_to_timeval(sn->sub_backoff_ms);
+        sn->sub_backoff_ms = sn->sub_backoff_ms * 2 > SENTINEL_BACKOFF_MAX_MS
+                                 ? SENTINEL_BACKOFF_MAX_MS
+                                 : sn->sub_backoff_ms * 2;
+    }
+    evtimer_add(&sn->sub_restart, &tv);
+}
+
+/*
+ * Whether the data connection is ready on the new primary of a
+ * +switch-master message already (rest: "<old ip> <old port> <new ip> <new
+ * port>", NUL-terminated): a discovery got there first, nothing to redo.
+ */
+static bool sentinel_already_there(struct store_sentinel *sn, const char *rest)
+{
+    char old_ip[256], new_ip[256], to[300], now[300];
+    unsigned old_port, new_port;
+
+    if (sscanf(rest, "%255s %u %255s %u", old_ip, &old_port, new_ip, &new_port) != 4 ||
+        !store_conn_ready_addr(sn->data, now, sizeof(now)))
+        return false;
+    snprintf(to, sizeof(to), strchr(new_ip, ':') != NULL ? "[%s]:%u" : "%s:%u", new_ip,
+             new_port);
+    return strcmp(to, now) == 0;
+}
+
+/*
+ * A message on +switch-master: "<master> <old ip> <old port> <new ip> <new
+ * port>". Ours: the data connection starts over (discovery asks again,
+ * this sentinel first: it knows of the failover).
+ */
+static void sentinel_on_switch(const char *channel, const char *payload, size_t len, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    const char *master = sn->cfg->redis_sentinel_master;
+    size_t mlen = strlen(master);
+    char sentinel[300], why[700];
+
+    if (strcmp(channel, SENTINEL_CHANNEL) != 0)
+        return;
+    sentinel_name(sn, sn->sub_index, sentinel, sizeof(sentinel));
+    if (payload == NULL) { /* the sentinel confirmed the subscription */
+        sn->sub_up = true;
+        sn->sub_failures = 0;
+        sn->sub_backoff_ms = SENTINEL_BACKOFF_MIN_MS;
+        log_msg(LOG_INFO, "redis sentinel %s: subscribed to %s for %s", sentinel,
+                SENTINEL_CHANNEL, master);
+        return;
+    }
+    if (len <= mlen || memcmp(payload, master, mlen) != 0 || payload[mlen] != ' ')
+        return;
+    if (sentinel_already_there(sn, payload + mlen + 1))
+        return;
+    snprintf(why, sizeof(why), "sentinel %s said %s %.*s", sentinel, SENTINEL_CHANNEL,
+             (int)(len < 300 ? len : 300), payload);
+    log_msg(LOG_WARN, "redis %s; asking the sentinels for the primary again", why);
+    sentinel_to_front(sn, sn->sub_index);
+    store_conn_restart(sn->data, why);
+}
+
+static void sentinel_on_sub_ready(void *owner)
+{
+    struct store_sentinel *sn = owner;
+
+    if (store_conn_subscribe(sn->sub, SENTINEL_CHANNEL, sentinel_on_switch, sn) != 0)
+        sentinel_sub_lost(sn, "SUBSCRIBE could not be sent");
+    sn->sub_sent_ms = clock_mono_ms();
+}
+
+static void sentinel_on_sub_down(void *owner)
+{
+    struct store_sentinel *sn = owner;
+
+    sentinel_sub_lost(sn, store_conn_last_error(sn->sub));
+}
+
+static void sentinel_sub_open(struct store_sentinel *sn)
+{
+    const struct store_conn_hooks hooks = { sentinel_on_sub_ready, sentinel_on_sub_down, sn,
+                                            NULL };
+
+    sn->sub = sentinel_connect(sn, sn->sub_index, &hooks);
+    if (sn->sub == NULL)
+        sentinel_sub_lost(sn, "out of memory");
+}
+
+static void sentinel_on_sub_restart(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+
+    (void)fd;
+    (void)what;
+    if (sn->sub != NULL) {
+        struct store_conn *c = sn->sub;
+
+        sn->sub = NULL;
+        store_conn_destroy(c);
+    }
+    sn->sub_index = (sn->sub_index + 1) % sn->cfg->n_redis_sentinels;
+    sentinel_sub_open(sn);
+}
+
+/* PING's reply (["pong", ""] on a subscribed connection); a failure drops the connection. */
+static void sentinel_on_sub_pong(enum store_status st, const redisReply *r, void *arg)
+{
+    struct store_sentinel *sn = arg;
+
+    (void)st;
+    (void)r;
+    if (!sn->destroying)
+        sn->sub_ping_in_flight = false;
+}
+
+static void sentinel_on_sub_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    static const char *const argv[] = { "PING" };
+    static const size_t argvlen[] = { 4 };
+
+    (void)fd;
+    (void)what;
+    if (sn->sub == NULL || !store_conn_ready(sn->sub))
+        return;
+    if (!sn->sub_up) { /* SUBSCRIBE sent: the confirmation is due within redis.timeout */
+        if (clock_mono_ms() - sn->sub_sent_ms > (double)sn->cfg->redis_timeout_ms)
+            sentinel_sub_lost(sn, "no confirmation of SUBSCRIBE within redis.timeout");
+        return;
+    }
+    if (sn->sub_ping_in_flight || store_conn_idle_ms(sn->sub) < SENTINEL_PING_MS)
+        return;
+    if (store_conn_send(sn->sub, sentinel_on_sub_pong, sn, 1, (const char **)argv, argvlen) == 0)
+        sn->sub_ping_in_flight = true;
+}
+
+/* ---- life --------------------------------------------------------------- */
+
+struct store_sentinel *store_sentinel_create(struct event_base *base, const struct config *cfg,
+                                             struct evdns_base *dns, SSL_CTX *tls,
+                                             struct store_conn *data,
+                                             store_sentinel_followed_cb *followed, void *arg)
+{
+    struct store_sentinel *sn = calloc(1, sizeof(*sn));
+    struct timeval tick = clock_ms_to_timeval(SENTINEL_PING_MS);
+
+    if (sn == NULL)
+        return NULL;
+    sn->base = base;
+    sn->cfg = cfg;
+    sn->dns = dns;
+    sn->tls = tls;
+    sn->data = data;
+    sn->followed = followed;
+    sn->followed_arg = arg;
+    for (size_t i = 0; i < cfg->n_redis_sentinels; i++)
+        sn->order[i] = i;
+    sn->sub_backoff_ms = SENTINEL_BACKOFF_MIN_MS;
+    evtimer_assign(&sn->ask_deadline, base, sentinel_on_ask_deadline, sn);
+    event_assign(&sn->ask_step, base, -1, 0, sentinel_on_ask_step, sn);
+    evtimer_assign(&sn->sub_restart, base, sentinel_on_sub_restart, sn);
+    event_assign(&sn->sub_tick, base, -1, EV_PERSIST, sentinel_on_sub_tick, sn);
+    event_add(&sn->sub_tick, &tick);
+    sentinel_sub_open(sn);
+    return sn;
+}
+
+bool store_sentinel_destroy(struct store_sentinel *sn)
+{
+    bool pending = false;
+
+    if (sn == NULL)
+        return false;
+    sn->destroying = true;
+    event_del(&sn->ask_deadline);
+    event_del(&sn->ask_step);
+    event_del(&sn->sub_restart);
+    event_del(&sn->sub_tick);
+    if (sn->ask != NULL)
+        pending |= store_conn_destroy(sn->ask);
+    if (sn->sub != NULL)
+        pending |= store_conn_destroy(sn->sub);
+    free(sn);
+    return pending;
+}
