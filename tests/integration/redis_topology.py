@@ -18,6 +18,8 @@ as plain helpers (no pytest), all real:
                    RedisServer: restartable, killable, the same RESP client)
   SentinelGroup    a primary, its replicas and sentinels on loopback ports: who the
                    sentinels name, failover, waiting for a replica to rejoin
+  SwitchListener   a thread subscribed to +switch-master at one sentinel: every move of
+                   the primary the sentinels announce, with its time
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
@@ -32,7 +34,8 @@ import threading
 import time
 import uuid
 
-from harness import RedisError, RedisServer, free_port, redis_server_binary
+from harness import RedisError, RedisServer, _Reader, _resp_encode, _resp_read, \
+    redis_server_binary
 
 CLONE_NEWNET = 0x40000000
 
@@ -426,3 +429,39 @@ class SentinelGroup:
             return a if a and a != not_address and self.role(self.node_at(a)) == "master" \
                 else None
         return self.wait_until(moved, timeout, "the sentinels to name a new primary")
+
+
+class SwitchListener:
+    """Subscribed to +switch-master at sentinel (a Sentinel) in a thread: .switches is
+    [(monotonic time, "name old_ip old_port new_ip new_port")], every failover the
+    sentinels announced, including any the test did not ask for (a loaded machine can
+    make Sentinel fail over on its own)."""
+
+    def __init__(self, sentinel):
+        self.switches = []
+        self._sock = socket.create_connection((sentinel.host, sentinel.port), timeout=5)
+        pre = [("AUTH", sentinel.password)] if sentinel.password else []
+        self._sock.sendall(b"".join(_resp_encode(c) for c in pre + [("SUBSCRIBE",
+                                                                    "+switch-master")]))
+        self._reader = _Reader(self._sock, time.monotonic() + 3600)
+        for _ in pre + [None]:
+            _resp_read(self._reader)  # +OK, then the subscription's confirmation
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            while True:
+                msg = _resp_read(self._reader)
+                if isinstance(msg, list) and len(msg) == 3 and msg[0] == "message":
+                    self.switches.append((time.monotonic(), msg[2]))
+        except Exception:  # closed
+            return
+
+    def close(self):
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._thread.join(2)

@@ -21,7 +21,7 @@ import pytest
 
 from harness import HTTPError, RedisServer, build_config, free_port, proxy_binary, to_yaml, \
     wait_until
-from redis_topology import Pki, Sentinel, SentinelGroup
+from redis_topology import Pki, Sentinel, SentinelGroup, SwitchListener
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 MASTER = "payments"
@@ -470,6 +470,7 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     workers, wait_timeout_s, redis_timeout_s = 2, 2.0, 0.5
     p = start_proxy(redis=redis, workers=workers, wait_timeout="2s")
     wait_ready(p)
+    switches = SwitchListener(g.sentinels[0])
     watch = Watch(p, workers)
     traffic = Traffic(p).start()
     report = {"mode": mode}
@@ -513,6 +514,7 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     finally:
         traffic.finish()
         watch.stop.set()
+        switches.close()
 
     answers = traffic.answers
     report["requests"] = len(answers)
@@ -523,7 +525,9 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
         report["statuses"][st] = report["statuses"].get(st, 0) + 1
     report["slowest_s"] = max(e for _, _, e, _, _ in answers)
     report["traffic_s"] = time.monotonic() - traffic.started
-    assert failovers_followed(p) == 2, report
+    # the two failovers asked for, and any a loaded machine made Sentinel start on its own
+    report["switches"] = [m for _, m in switches.switches]
+    assert 2 <= failovers_followed(p) <= len(switches.switches), report
     # every answer is bounded
     bound = redis_timeout_s + wait_timeout_s + 2.0
     slow = [a for a in answers if a[2] > bound]
@@ -564,8 +568,11 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     if strict:
         assert not twice, (twice[:5], report)
     else:
-        # without a replication guarantee, only what the demoted primary took before the
-        # proxy followed the hint is lost (README "Redis in production")
+        # without a replication guarantee, only what a demoted primary took before the
+        # proxy followed the hint is lost (README "Redis in production"): after the
+        # SENTINEL FAILOVER, or around any other switch (promotion precedes it)
+        windows = [(split_brain[0], split_brain[1] + 0.5)] + \
+            [(t - failover_timeout_ms / 1000, t + 1.0) for t, _ in switches.switches]
         late = [k for k in twice
-                if not split_brain[0] <= traffic.acked[k] <= split_brain[1] + 0.5]
+                if not any(a <= traffic.acked[k] <= b for a, b in windows)]
         assert not late, (late[:5], report)
