@@ -286,7 +286,7 @@ static void exchange_on_written(enum store_status st, bool applied, void *arg)
     if (st == STORE_OK && applied && x->write != WRITE_RELEASE &&
         x->conf->redis_min_replicas > 0) {
         x->pending++;
-        store_wait_replicas(x->set->store, exchange_on_record_replicated, x);
+        store_wait_replicas(x->set->store, false, exchange_on_record_replicated, x);
     }
 
     if (st != STORE_OK) {

@@ -286,7 +286,7 @@ static void exchange_won(struct exchange *x)
         return;
     x->replicating_ms = clock_mono_ms();
     x->pending++;
-    store_wait_replicas(x->set->store, exchange_on_claim_replicated, x);
+    store_wait_replicas(x->set->store, true, exchange_on_claim_replicated, x);
 }
 
 static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg)

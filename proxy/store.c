@@ -22,9 +22,10 @@
  * of the turn (an event made active, which runs after the callbacks already
  * active), with its reply fanned out to each. One WAIT is in flight at a
  * time: calls made meanwhile share the next, so a command never waits
- * behind more than one blocked WAIT. Each connection has its own epoch; a
- * call whose write came on another epoch than the one WAIT would go out on
- * fails with STORE_LOST.
+ * behind more than one blocked WAIT. A call that nobody waits on (now
+ * false) starts no WAIT of its own for STORE_WAIT_LAZY_MS. Each connection
+ * has its own epoch; a call whose write came on another epoch than the one
+ * WAIT would go out on fails with STORE_LOST.
  *
  * With redis.sentinel the connection asks store_sentinel.c where the primary is
  * before every attempt.
@@ -53,6 +54,13 @@
 #include "record.h"
 
 #define STORE_HEALTH_MS 1000
+
+/*
+ * How long a store_wait_replicas call that nobody waits on (a record's) may
+ * wait for another call's WAIT to share before it sends its own: under
+ * traffic the next claim's WAIT covers it, so a request costs one WAIT.
+ */
+#define STORE_WAIT_LAZY_MS 10
 
 enum store_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
@@ -133,7 +141,9 @@ struct store {
     struct store_waiter_list wait_next; /* for the next WAIT */
     struct store_waiter_list wait_sent; /* the WAIT in flight answers them */
     bool wait_in_flight;
+    bool wait_now;                  /* wait_next holds a call that wants its WAIT this turn */
     struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
+    struct event wait_lazy_ev;      /* STORE_WAIT_LAZY_MS after a call that can wait */
 };
 
 enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT };
@@ -478,6 +488,9 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (s->wait_in_flight)
         return; /* its answer starts the next one */
+    /* every call waiting now goes out with this WAIT or fails */
+    s->wait_now = false;
+    event_del(&s->wait_lazy_ev);
     for (w = TAILQ_FIRST(&s->wait_next); w != NULL; w = next) {
         next = TAILQ_NEXT(w, link);
         if (!ready || w->epoch == 0 || w->epoch != s->epoch) {
@@ -499,12 +512,17 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
     store_waiters_report(&stale, STORE_LOST, 0);
 }
 
-/* The WAIT in flight answered (or failed): fan it out, then start the next one. */
+/*
+ * The WAIT in flight answered (or failed): fan it out, then start the next
+ * one: at once for a call that wants it now or whose lazy delay ran out
+ * meanwhile, else when the delay ends.
+ */
 static void store_wait_answered(struct store *s, enum store_status st, long long replicas)
 {
     s->wait_in_flight = false;
     store_waiters_report(&s->wait_sent, st, replicas);
-    if (!TAILQ_EMPTY(&s->wait_next) && !s->destroying)
+    if (!TAILQ_EMPTY(&s->wait_next) && !s->destroying &&
+        (s->wait_now || !evtimer_pending(&s->wait_lazy_ev, NULL)))
         event_active(&s->wait_ev, EV_TIMEOUT, 0);
 }
 
@@ -569,6 +587,7 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     TAILQ_INIT(&s->wait_sent);
     event_assign(&s->failed_ev, base, -1, 0, store_on_failed, s);
     event_assign(&s->wait_ev, base, -1, 0, store_on_wait_turn, s);
+    evtimer_assign(&s->wait_lazy_ev, base, store_on_wait_turn, s);
     event_assign(&s->health_ev, base, -1, EV_PERSIST, store_on_health_tick, s);
     store_scripts_build(s);
     if (cfg->redis_tls && (s->tls = store_tls_context(cfg, err, errlen)) == NULL) {
@@ -610,6 +629,7 @@ void store_destroy(struct store *s)
     event_del(&s->health_ev);
     event_del(&s->failed_ev);
     event_del(&s->wait_ev);
+    event_del(&s->wait_lazy_ev);
     /* the discovery first: it holds the data connection */
     dns_pending = store_sentinel_destroy(s->sentinel);
     s->sentinel = NULL;
@@ -748,9 +768,10 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)
     store_submit(cmd, 2, argv, argvlen);
 }
 
-void store_wait_replicas(struct store *s, store_int_cb *cb, void *arg)
+void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg)
 {
     struct store_waiter *w = calloc(1, sizeof(*w));
+    struct timeval lazy = clock_ms_to_timeval(STORE_WAIT_LAZY_MS);
 
     if (w == NULL) {
         log_msg(LOG_ERROR, "redis: out of memory");
@@ -760,6 +781,13 @@ void store_wait_replicas(struct store *s, store_int_cb *cb, void *arg)
     w->arg = arg;
     w->epoch = s->reply_epoch;
     TAILQ_INSERT_TAIL(&s->wait_next, w, link);
-    if (!s->wait_in_flight && !s->destroying)
-        event_active(&s->wait_ev, EV_TIMEOUT, 0);
+    if (s->destroying)
+        return;
+    if (now) {
+        s->wait_now = true;
+        if (!s->wait_in_flight)
+            event_active(&s->wait_ev, EV_TIMEOUT, 0);
+    } else if (!evtimer_pending(&s->wait_lazy_ev, NULL)) {
+        evtimer_add(&s->wait_lazy_ev, &lazy);
+    }
 }

@@ -148,13 +148,15 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
  * (store_claim, store_takeover, store_replace_owned...); the store then sends
  * `WAIT redis.min_replicas redis.replica_timeout` on the connection that
  * carried that write (WAIT counts that connection's writes only), once per
- * loop turn for all the calls of that turn. cb gets STORE_OK and the number
+ * loop turn for all the calls of that turn. now: the caller waits on the
+ * answer (a claim); false (a record) lets the call wait up to 10 ms for
+ * another call's WAIT, which covers it as well. cb gets STORE_OK and the number
  * of replicas that acknowledged the write (compare it with min_replicas:
  * fewer is a shortfall), or STORE_LOST (called elsewhere, or that connection
  * dropped or was replaced before the WAIT was answered: the write may or may
  * not be replicated), STORE_TIMEOUT, STORE_ERROR (e.g. NOPERM: an ACL user
  * without +wait) or STORE_UNAVAILABLE, with 0. Never synchronously.
  */
-void store_wait_replicas(struct store *s, store_int_cb *cb, void *arg);
+void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg);
 
 #endif
