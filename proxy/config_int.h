@@ -87,7 +87,7 @@ struct config_loader {
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_limits, set_defaults;
-    uint32_t set_errors;
+    uint32_t set_errors, set_log;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_password;              /* from redis://:PASSWORD@; owned */
