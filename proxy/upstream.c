@@ -571,37 +571,81 @@ static struct curl_slist *upstream_header_add(struct curl_slist *list, const cha
     return list;
 }
 
+/*
+ * The request fields upstream_request_headers looks up, found in one pass
+ * (evhttp_find_header would scan the list once for each).
+ */
+struct upstream_client_fields {
+    const char *connection, *xff, *accept, *content_type; /* the first of each, or NULL */
+};
+
+static void upstream_client_fields(const struct evkeyvalq *headers, struct upstream_client_fields *f)
+{
+    const struct evkeyval *h;
+
+    *f = (struct upstream_client_fields){ 0 };
+    TAILQ_FOREACH(h, headers, next) {
+        switch (strlen(h->key)) { /* a length check before each comparison */
+        case 6:
+            if (strcasecmp(h->key, "Accept") == 0)
+                f->accept = f->accept != NULL ? f->accept : h->value;
+            break;
+        case 10:
+            if (strcasecmp(h->key, "Connection") == 0)
+                f->connection = f->connection != NULL ? f->connection : h->value;
+            break;
+        case 12:
+            if (strcasecmp(h->key, "Content-Type") == 0)
+                f->content_type = f->content_type != NULL ? f->content_type : h->value;
+            break;
+        case 15:
+            if (strcasecmp(h->key, "X-Forwarded-For") == 0)
+                f->xff = f->xff != NULL ? f->xff : h->value;
+            break;
+        }
+    }
+}
+
 static struct curl_slist *upstream_request_headers(const struct evkeyvalq *headers,
                                                    const char *client_addr, bool has_body,
                                                    bool *failed)
 {
     struct curl_slist *list = NULL;
-    const char *connection = evhttp_find_header(headers, "Connection");
-    const char *xff = evhttp_find_header(headers, "X-Forwarded-For");
+    struct upstream_client_fields f;
     struct evkeyval *h;
 
+    upstream_client_fields(headers, &f);
     TAILQ_FOREACH(h, headers, next) {
-        if (!header_is_forwarded(h->key) || header_named_by_connection(connection, h->key) ||
+        if (!header_is_forwarded(h->key) || header_named_by_connection(f.connection, h->key) ||
             strcasecmp(h->key, "X-Forwarded-For") == 0)
             continue;
         list = upstream_header_add(list, h->key, h->value, failed);
     }
     if (client_addr != NULL) {
-        char *value = NULL;
-        if (xff != NULL ? asprintf(&value, "%s, %s", xff, client_addr) < 0
-                        : asprintf(&value, "%s", client_addr) < 0)
+        /* "previous, client" (or the client alone); on the stack unless very long */
+        size_t prev = f.xff != NULL ? strlen(f.xff) : 0, addr = strlen(client_addr);
+        char small[512], *value = prev + addr + 3 <= sizeof(small) ? small : malloc(prev + addr + 3);
+        if (value == NULL) {
             *failed = true;
-        else
+        } else {
+            if (f.xff != NULL) {
+                memcpy(value, f.xff, prev);
+                memcpy(value + prev, ", ", 2);
+                prev += 2;
+            }
+            memcpy(value + prev, client_addr, addr + 1);
             list = upstream_header_add(list, "X-Forwarded-For", value, failed);
-        free(value);
-    } else if (xff != NULL) {
-        list = upstream_header_add(list, "X-Forwarded-For", xff, failed);
+            if (value != small)
+                free(value);
+        }
+    } else if (f.xff != NULL) {
+        list = upstream_header_add(list, "X-Forwarded-For", f.xff, failed);
     }
     /* Stop curl from adding fields the client did not send. */
     list = upstream_header_line(list, "Expect:", failed);
-    if (evhttp_find_header(headers, "Accept") == NULL)
+    if (f.accept == NULL)
         list = upstream_header_line(list, "Accept:", failed);
-    if (has_body && evhttp_find_header(headers, "Content-Type") == NULL)
+    if (has_body && f.content_type == NULL)
         list = upstream_header_line(list, "Content-Type:", failed);
     return list;
 }
