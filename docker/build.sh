@@ -28,6 +28,7 @@ prefix=/usr/local
 build_packages=(
   gcc libc6-dev meson ninja-build pkg-config
   libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
+  libmimalloc-dev
 )
 
 usage() {

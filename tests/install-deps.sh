@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
   libevent-dev libhiredis-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
+  libmimalloc-dev
   redis-server redis-tools python3 python3-pytest python3-yaml curl git
 )
 if [[ ${1:-} == --tests ]]; then
