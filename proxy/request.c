@@ -85,8 +85,9 @@ int request_view_init(struct request_view *v, struct evhttp_request *req)
         char *addr = NULL;
         ev_uint16_t port = 0;
         evhttp_connection_get_peer(conn, &addr, &port);
-        if (addr != NULL)
-            snprintf(v->client_addr, sizeof(v->client_addr), "%s", addr);
+        size_t len = addr != NULL ? strnlen(addr, sizeof(v->client_addr) - 1) : 0;
+        memcpy(v->client_addr, addr != NULL ? addr : "", len);
+        v->client_addr[len] = '\0';
     }
     return 0;
 }
