@@ -135,14 +135,15 @@ static bool classify_route(const struct config *cfg, const char *path,
                            struct classify_result *out)
 {
     size_t size = path_normalized_size(path);
-    char *normalized = malloc(size);
+    char small[512], *normalized = size <= sizeof(small) ? small : malloc(size);
     enum path_status st = normalized != NULL ? path_normalize(path, normalized, size)
                                              : PATH_NO_MEMORY;
 
     /* never match the raw path instead: it is a spelling the routes were not written for */
     if (st == PATH_OK)
         out->route = config_match_route(cfg, normalized);
-    free(normalized);
+    if (normalized != small)
+        free(normalized);
     if (st != PATH_OK) {
         classify_refuse(out, PROBLEM_INVALID_TARGET, 400, path_status_reason(st));
         return false;

@@ -71,6 +71,10 @@ static const struct config_enum config_mismatch_names[] = {
 static const struct config_enum config_error_format_names[] = {
     { "problem", ERROR_FORMAT_PROBLEM }, { "stripe", ERROR_FORMAT_STRIPE }, { NULL, 0 },
 };
+static const struct config_enum config_access_log_names[] = {
+    { "all", ACCESS_LOG_ALL }, { "errors", ACCESS_LOG_ERRORS }, { "off", ACCESS_LOG_OFF },
+    { NULL, 0 },
+};
 
 /* The schema (README "Configuration"). Each table ends with { NULL }. */
 
@@ -128,6 +132,11 @@ static const struct config_key config_errors_keys[] = {
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
+static const struct config_key config_log_keys[] = {
+    { "access", CONFIG_SCALAR, config_set_enum, CFG(access_log), 0, NULL, config_access_log_names, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
 /* `defaults:` takes these without the route-only (webhook) ones; a route takes all. */
 static const struct config_key config_policy_keys[] = {
     { "key_header", CONFIG_SCALAR, config_set_key_header, 0, 0, NULL, NULL, NULL },
@@ -170,6 +179,8 @@ static const struct config_section config_limits_section = {
     "limits", { config_limits_keys, NULL }, 0 };
 static const struct config_section config_errors_section = {
     "errors", { config_errors_keys, NULL }, 0 };
+static const struct config_section config_log_section = {
+    "log", { config_log_keys, NULL }, 0 };
 static const struct config_section config_defaults_section = {
     "defaults", { config_policy_keys, NULL }, CONFIG_ROUTE_ONLY };
 static const struct config_section config_route_section = {
@@ -183,6 +194,7 @@ static const struct config_key config_root_keys[] = {
     { "redis", CONFIG_SECTION, NULL, 0, 0, &config_redis_section, NULL, NULL },
     { "limits", CONFIG_SECTION, NULL, 0, 0, &config_limits_section, NULL, NULL },
     { "errors", CONFIG_SECTION, NULL, 0, 0, &config_errors_section, NULL, NULL },
+    { "log", CONFIG_SECTION, NULL, 0, 0, &config_log_section, NULL, NULL },
     { "defaults", CONFIG_SECTION, NULL, 0, 0, &config_defaults_section, NULL, NULL },
     { "routes", CONFIG_ROUTES, NULL, 0, 0, &config_route_section, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
@@ -198,7 +210,7 @@ static const struct config_section config_root_section = {
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
     &config_redis_sentinel_section, &config_limits_section, &config_defaults_section, &config_route_section,
-    &config_errors_section,
+    &config_errors_section, &config_log_section,
 };
 
 /*
@@ -227,6 +239,8 @@ static const char config_builtin_yaml[] =
     "  max_stored_response: 1MiB\n"
     "errors:\n"
     "  format: problem\n"
+    "log:\n"
+    "  access: all\n"
     "defaults:\n"
     "  key_header: Idempotency-Key\n"
     "  methods: [POST, PATCH]\n"
@@ -506,6 +520,8 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
                              cfg, &ld->set_limits) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,
                              cfg, &ld->set_errors) < 0 ||
+        config_apply_mapping(ld, doc, config_lookup(doc, root, "log"), config_log_keys,
+                             cfg, &ld->set_log) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "defaults"), config_policy_keys,
                              &cfg->defaults, &ld->set_defaults) < 0)
         return -1;

@@ -22,6 +22,12 @@
 enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
 
 /*
+ * `log.access`: which requests get an access-log line. ACCESS_LOG_ERRORS
+ * keeps the lines of outcome_is_error (outcome.h) and of a status >= 400.
+ */
+enum access_log { ACCESS_LOG_ALL, ACCESS_LOG_ERRORS, ACCESS_LOG_OFF };
+
+/*
  * Longest redis.key_prefix, in bytes. A record's Redis key is
  * "PREFIX:{RECORD_ID}" and must never be cut (two identities would share
  * one record): RECORD_KEY_MAX (fingerprint.h) is derived from this.
@@ -97,6 +103,7 @@ struct config {
     size_t max_stored_response;     /* bytes */
 
     enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
+    enum access_log access_log;     /* log.access: all, errors or off */
 
     struct route_policy defaults;
     struct route *routes;           /* owned array */

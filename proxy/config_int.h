@@ -89,7 +89,7 @@ struct config_loader {
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
     uint32_t set_redis_sentinel;
-    uint32_t set_errors;
+    uint32_t set_errors, set_log;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_username;              /* from redis://USER:PASSWORD@; owned */

@@ -396,7 +396,8 @@ int config_set_enum(struct config_loader *ld, const struct config_key *key,
 {
     _Static_assert(sizeof(enum fingerprint_mode) == sizeof(int) &&
                    sizeof(enum verify_scheme) == sizeof(int) &&
-                   sizeof(enum error_format) == sizeof(int), "enums are stored as int");
+                   sizeof(enum error_format) == sizeof(int) &&
+                   sizeof(enum access_log) == sizeof(int), "enums are stored as int");
     char allowed[256];
     int v;
 

@@ -127,8 +127,14 @@ static const char *exchange_outcome_name(const struct exchange *x)
     return x->outcome == OUTCOME_REFUSED ? problem_slug(x->refusal) : outcome_name(x->outcome);
 }
 
+/* The access-log line, as `log.access` says (README "Logs"). */
 static void exchange_log(const struct exchange *x)
 {
+    enum access_log level = x->conf->access_log;
+
+    if (level == ACCESS_LOG_OFF ||
+        (level == ACCESS_LOG_ERRORS && x->status < 400 && !outcome_is_error(x->outcome)))
+        return;
     struct access_entry e = {
         .route = x->route != NULL ? x->route->path : NULL,
         .method = x->rq.method,

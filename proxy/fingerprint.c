@@ -89,11 +89,14 @@ void record_id_compute(const char *source, char *const *scope_names,
                        const char *const *scope_values, size_t n_scope,
                        const char *key, size_t key_len, char *hex)
 {
+    _Static_assert(RECORD_ID_VERSION == 2, "RECORD_ID_VERSION_STRING says the same");
+    /* "record-id-vN" and the scope count in decimal, each with its NUL, without snprintf */
+    static const char version[] = "record-id-v" RECORD_ID_VERSION_STRING;
     EVP_MD_CTX *ctx;
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
-    char head[64];
-    int head_len;
+    char count[24];
+    size_t count_at = sizeof(count) - 1, n = n_scope;
 
     pthread_once(&fingerprint_sha256_once, fingerprint_fetch_sha256);
     if (fingerprint_ctx == NULL)
@@ -106,11 +109,14 @@ void record_id_compute(const char *source, char *const *scope_names,
         abort();
     }
     /* version and scope count first: every later field is then NUL-delimited or last */
-    head_len = snprintf(head, sizeof(head), "record-id-v%d", RECORD_ID_VERSION);
-    EVP_DigestUpdate(ctx, head, (size_t)head_len + 1);
+    EVP_DigestUpdate(ctx, version, sizeof(version));
     EVP_DigestUpdate(ctx, source, strlen(source) + 1);
-    head_len = snprintf(head, sizeof(head), "%zu", n_scope);
-    EVP_DigestUpdate(ctx, head, (size_t)head_len + 1);
+    count[count_at] = '\0';
+    do {
+        count[--count_at] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n > 0);
+    EVP_DigestUpdate(ctx, count + count_at, sizeof(count) - count_at);
     for (size_t i = 0; i < n_scope; i++) {
         record_id_update_lower(ctx, scope_names[i]);
         /* "0" for an absent header, "1value\0" for a present one */
@@ -131,18 +137,19 @@ _Static_assert(RECORD_KEY_MAX == CONFIG_MAX_KEY_PREFIX + 3 + RECORD_ID_HEX_LEN +
 
 int record_key_format(const char *prefix, const char *record_id, char *out, size_t outsize)
 {
-    int n;
+    size_t prefix_len = strlen(prefix), id_len = strlen(record_id);
 
     if (outsize == 0)
         return -1;
     out[0] = '\0';
-    if (strlen(prefix) > CONFIG_MAX_KEY_PREFIX || strlen(record_id) != RECORD_ID_HEX_LEN)
+    if (prefix_len > CONFIG_MAX_KEY_PREFIX || id_len != RECORD_ID_HEX_LEN ||
+        prefix_len + 2 + id_len + 2 > outsize)
         return -1;
-    n = snprintf(out, outsize, "%s:{%s}", prefix, record_id);
-    if (n < 0 || (size_t)n >= outsize) {
-        out[0] = '\0';
-        return -1;
-    }
+    /* "PREFIX:{ID}" */
+    memcpy(out, prefix, prefix_len);
+    memcpy(out + prefix_len, ":{", 2);
+    memcpy(out + prefix_len + 2, record_id, id_len);
+    memcpy(out + prefix_len + 2 + id_len, "}", 2);
     return 0;
 }
 

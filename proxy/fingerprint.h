@@ -22,6 +22,7 @@
  * record id (README "Redis records"). 0.1.0 hashed the route pattern (1).
  */
 #define RECORD_ID_VERSION 2
+#define RECORD_ID_VERSION_STRING "2" /* the same, as hashed */
 
 /* Longest Redis key of a record, "PREFIX:{RECORD_ID}", plus its NUL, in bytes. */
 #define RECORD_KEY_MAX (CONFIG_MAX_KEY_PREFIX + sizeof(":{}") - 1 + RECORD_ID_HEX_LEN + 1)

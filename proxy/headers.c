@@ -9,20 +9,36 @@
 
 #include <event2/keyvalq_struct.h>
 
-static bool header_in(const char *name, const char *const *list)
+struct header_name {
+    const char *name;
+    size_t len;
+};
+
+#define HEADER_NAME(s) { s, sizeof(s) - 1 }
+
+/* name (len bytes) is in list; lengths are compared first, so most names cost no strcasecmp. */
+static bool header_in(const char *name, size_t len, const struct header_name *list)
 {
-    for (; *list != NULL; list++)
-        if (strcasecmp(name, *list) == 0)
+    for (; list->name != NULL; list++)
+        if (list->len == len && strncasecmp(name, list->name, len) == 0)
             return true;
     return false;
 }
 
+static bool header_hop_by_hop(const char *name, size_t len)
+{
+    static const struct header_name hop[] = {
+        HEADER_NAME("Connection"), HEADER_NAME("Keep-Alive"), HEADER_NAME("TE"),
+        HEADER_NAME("Trailer"), HEADER_NAME("Transfer-Encoding"), HEADER_NAME("Upgrade"),
+        { NULL, 0 },
+    };
+
+    return header_in(name, len, hop) || (len >= 6 && strncasecmp(name, "Proxy-", 6) == 0);
+}
+
 bool header_is_hop_by_hop(const char *name)
 {
-    static const char *const hop[] = { "Connection", "Keep-Alive", "TE", "Trailer",
-                                       "Transfer-Encoding", "Upgrade", NULL };
-
-    return header_in(name, hop) || strncasecmp(name, "Proxy-", 6) == 0;
+    return header_hop_by_hop(name, strlen(name));
 }
 
 bool header_named_by_connection(const char *connection, const char *name)
@@ -44,17 +60,23 @@ bool header_named_by_connection(const char *connection, const char *name)
 
 bool header_is_stored(const char *name)
 {
-    static const char *const never[] = { "Set-Cookie", "WWW-Authenticate", "Content-Length",
-                                         "Idempotent-Replayed", NULL };
+    static const struct header_name never[] = {
+        HEADER_NAME("Set-Cookie"), HEADER_NAME("WWW-Authenticate"),
+        HEADER_NAME("Content-Length"), HEADER_NAME("Idempotent-Replayed"), { NULL, 0 },
+    };
+    size_t len = strlen(name);
 
-    return !header_is_hop_by_hop(name) && !header_in(name, never);
+    return !header_hop_by_hop(name, len) && !header_in(name, len, never);
 }
 
 bool header_is_forwarded(const char *name)
 {
-    static const char *const never[] = { "Content-Length", "Expect", NULL };
+    static const struct header_name never[] = {
+        HEADER_NAME("Content-Length"), HEADER_NAME("Expect"), { NULL, 0 },
+    };
+    size_t len = strlen(name);
 
-    return !header_is_hop_by_hop(name) && !header_in(name, never);
+    return !header_hop_by_hop(name, len) && !header_in(name, len, never);
 }
 
 const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count)

@@ -6,6 +6,8 @@
 #include <jansson.h>
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +36,18 @@ static void log_timestamp(char *buf, size_t len)
         cached_len = strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &tm);
         cached_s = tv.tv_sec;
     }
+    if (len < cached_len + 6) {
+        buf[0] = '\0';
+        return;
+    }
     memcpy(buf, cached, cached_len);
-    snprintf(buf + cached_len, len - cached_len, ".%03dZ", (int)(tv.tv_usec / 1000));
+    buf += cached_len;
+    *buf++ = '.';
+    *buf++ = (char)('0' + tv.tv_usec / 100000);
+    *buf++ = (char)('0' + tv.tv_usec / 10000 % 10);
+    *buf++ = (char)('0' + tv.tv_usec / 1000 % 10);
+    *buf++ = 'Z';
+    *buf = '\0';
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)
@@ -56,86 +68,166 @@ void log_msg(enum log_level level, const char *fmt, ...)
     funlockfile(stderr);
 }
 
-/* The access-log line: one object per thread, its members kept in this order and refilled per line. */
-enum { F_ROUTE, F_METHOD, F_PATH, F_OUTCOME, F_STATUS, F_RECORD_ID, F_UPSTREAM_MS, F_TOTAL_MS,
-       F_TIME, F_COUNT };
-static const char *const access_names[F_COUNT] = {
-    "route", "method", "path", "outcome", "status", "record_id", "upstream_ms", "total_ms", "time",
+/*
+ * The access-log line: a fixed schema written into one buffer per thread,
+ * kept between lines. Member names are constants. Strings from outside (the
+ * route pattern, the request path) are JSON-encoded by jansson (json_dumpb of
+ * a string, into the buffer), except that a string of printable ASCII
+ * without '"' and '\' is copied as it is: RFC 8259 section 7 lets every such
+ * byte stand unescaped, so the copy is exactly what jansson would write. Our
+ * own strings (method, outcome, record id, time) are drawn from fixed
+ * alphabets and go through the same check. Numbers are written by the
+ * helpers below (digits only, a valid JSON number for every value).
+ */
+struct log_line {
+    char *buf;
+    size_t len, cap;
+    bool failed;        /* out of memory: the line is dropped */
 };
-static _Thread_local json_t *access_line;
-static _Thread_local json_t *access_value[F_COUNT]; /* our own reference to each member's value */
 
-static int access_line_create(void)
+static _Thread_local struct log_line access_buf;
+static _Thread_local json_t *access_string; /* reused for jansson's encoding */
+
+static bool log_reserve(struct log_line *l, size_t more)
 {
-    access_line = json_object();
-    for (int i = 0; i < F_COUNT; i++) {
-        access_value[i] = i == F_STATUS ? json_integer(0)
-                          : i == F_UPSTREAM_MS || i == F_TOTAL_MS ? json_real(0.0)
-                          : json_string("");
-        if (access_line == NULL || access_value[i] == NULL ||
-            json_object_set(access_line, access_names[i], access_value[i]) != 0)
-            return -1;
+    size_t cap;
+    char *grown;
+
+    if (l->failed)
+        return false;
+    if (l->len + more <= l->cap)
+        return true;
+    cap = l->cap > 0 ? l->cap : 1024;
+    while (cap < l->len + more)
+        cap *= 2;
+    grown = realloc(l->buf, cap);
+    if (grown == NULL) {
+        l->failed = true;
+        return false;
     }
-    return 0;
+    l->buf = grown;
+    l->cap = cap;
+    return true;
 }
 
-/* Member i becomes s, or null when s is NULL, or "(not UTF-8)" when s is not UTF-8. */
-static void access_set_string(int i, const char *s)
+static void log_put(struct log_line *l, const char *s, size_t n)
 {
+    if (log_reserve(l, n)) {
+        memcpy(l->buf + l->len, s, n);
+        l->len += n;
+    }
+}
+
+#define LOG_PUT_LITERAL(l, lit) log_put((l), (lit), sizeof(lit) - 1)
+
+/* Printable ASCII without '"' and '\': JSON's unescaped characters, as they are. */
+static bool log_plain(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+            return false;
+    }
+    return true;
+}
+
+/* s as a JSON string; null for NULL; "(not UTF-8)" when it is not UTF-8. */
+static void log_put_string(struct log_line *l, const char *s)
+{
+    size_t n, need;
+
     if (s == NULL) {
-        json_object_set_new(access_line, access_names[i], json_null());
+        LOG_PUT_LITERAL(l, "null");
         return;
     }
-    if (json_string_set(access_value[i], s) != 0)
-        json_string_set(access_value[i], "(not UTF-8)");
-    if (json_object_get(access_line, access_names[i]) != access_value[i])
-        json_object_set(access_line, access_names[i], access_value[i]);
+    n = strlen(s);
+    if (log_plain(s, n)) {
+        if (log_reserve(l, n + 2)) {
+            l->buf[l->len++] = '"';
+            memcpy(l->buf + l->len, s, n);
+            l->len += n;
+            l->buf[l->len++] = '"';
+        }
+        return;
+    }
+    if (access_string == NULL && (access_string = json_string("")) == NULL) {
+        l->failed = true;
+        return;
+    }
+    if (json_string_setn(access_string, s, n) != 0)
+        json_string_set(access_string, "(not UTF-8)");
+    /* at most 6 bytes per input byte (\u00XX) and the quotes */
+    need = 6 * n + 2;
+    if (log_reserve(l, need)) {
+        size_t written = json_dumpb(access_string, l->buf + l->len, need, JSON_ENCODE_ANY);
+        if (written == 0 || written > need)
+            l->failed = true;
+        else
+            l->len += written;
+    }
+}
+
+/* v in decimal. */
+static void log_put_uint(struct log_line *l, uint64_t v)
+{
+    char digits[20];
+    size_t n = 0;
+
+    do {
+        digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    log_put(l, digits + sizeof(digits) - n, n);
+}
+
+/* ms with three decimals (µs resolution), e.g. 12.345; negative or not a number: 0.000. */
+static void log_put_ms(struct log_line *l, double ms)
+{
+    uint64_t us = ms >= 0 && ms < 1e15 ? (uint64_t)(ms * 1000.0 + 0.5) : 0;
+    char frac[4] = { '.', (char)('0' + us / 100 % 10), (char)('0' + us / 10 % 10),
+                     (char)('0' + us % 10) };
+
+    log_put_uint(l, us / 1000);
+    log_put(l, frac, sizeof(frac));
 }
 
 void log_thread_end(void)
 {
-    for (int i = 0; i < F_COUNT; i++) {
-        json_decref(access_value[i]);
-        access_value[i] = NULL;
-    }
-    json_decref(access_line);
-    access_line = NULL;
+    free(access_buf.buf);
+    access_buf = (struct log_line){ 0 };
+    json_decref(access_string);
+    access_string = NULL;
 }
 
 void log_access(const struct access_entry *e)
 {
-    char ts[40], small[2048];
-    size_t n;
+    struct log_line *l = &access_buf;
+    char ts[40];
 
-    if (access_line == NULL && access_line_create() != 0) {
-        log_thread_end();
-        return;
-    }
+    l->len = 0;
+    l->failed = false;
     log_timestamp(ts, sizeof(ts));
-    access_set_string(F_ROUTE, e->route);
-    access_set_string(F_METHOD, e->method);
-    access_set_string(F_PATH, e->path);
-    access_set_string(F_OUTCOME, e->outcome);
-    json_integer_set(access_value[F_STATUS], e->status);
-    access_set_string(F_RECORD_ID, e->record_id);
-    json_real_set(access_value[F_UPSTREAM_MS], e->upstream_ms);
-    json_real_set(access_value[F_TOTAL_MS], e->total_ms);
-    access_set_string(F_TIME, ts);
-
-    n = json_dumpb(access_line, small, sizeof(small), JSON_COMPACT | JSON_REAL_PRECISION(6));
-    if (n > 0 && n < sizeof(small)) {
-        small[n++] = '\n';
-        fwrite(small, 1, n, stdout); /* one call: stdout's lock keeps the line whole */
-    } else if (n >= sizeof(small)) {
-        char *line = json_dumps(access_line, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        if (line != NULL) {
-            flockfile(stdout);
-            fputs(line, stdout);
-            fputc('\n', stdout);
-            funlockfile(stdout);
-            free(line);
-        }
-    }
+    LOG_PUT_LITERAL(l, "{\"route\":");
+    log_put_string(l, e->route);
+    LOG_PUT_LITERAL(l, ",\"method\":");
+    log_put_string(l, e->method);
+    LOG_PUT_LITERAL(l, ",\"path\":");
+    log_put_string(l, e->path);
+    LOG_PUT_LITERAL(l, ",\"outcome\":");
+    log_put_string(l, e->outcome);
+    LOG_PUT_LITERAL(l, ",\"status\":");
+    log_put_uint(l, e->status > 0 ? (uint64_t)e->status : 0);
+    LOG_PUT_LITERAL(l, ",\"record_id\":");
+    log_put_string(l, e->record_id);
+    LOG_PUT_LITERAL(l, ",\"upstream_ms\":");
+    log_put_ms(l, e->upstream_ms);
+    LOG_PUT_LITERAL(l, ",\"total_ms\":");
+    log_put_ms(l, e->total_ms);
+    LOG_PUT_LITERAL(l, ",\"time\":");
+    log_put_string(l, ts);
+    LOG_PUT_LITERAL(l, "}\n");
+    if (!l->failed)
+        fwrite(l->buf, 1, l->len, stdout); /* one call: stdout's lock keeps the line whole */
 }
 
 void log_init(void)

@@ -27,9 +27,11 @@ struct access_entry {
 };
 
 /*
- * Print e as one JSON line (jansson) on stdout with a "time" member added.
- * The line's JSON object is kept (one per thread) and refilled, so a line
- * costs no object building; lines of different threads never interleave.
+ * Print e as one JSON line on stdout with a "time" member added: the fixed
+ * member order of README "Logs", strings JSON-encoded by jansson (or copied
+ * when they need no escaping), upstream_ms and total_ms with three decimals.
+ * The line is built in a buffer kept per thread; lines of different threads
+ * never interleave. The caller decides whether to log (log.access).
  * stdout is block-buffered (log_init): lines reach it at the next log_flush,
  * which the event loop calls every LOG_FLUSH_INTERVAL_MS.
  */

@@ -27,3 +27,17 @@ const char *outcome_name(enum outcome o)
 {
     return (unsigned)o < OUTCOME_COUNT ? outcome_names[o] : "unknown";
 }
+
+bool outcome_is_error(enum outcome o)
+{
+    switch (o) {
+    case OUTCOME_FORWARDED:
+    case OUTCOME_REPLAYED:
+    case OUTCOME_WAITED:
+    case OUTCOME_PASS_THROUGH:
+    case OUTCOME_UNPROTECTED:
+        return false;
+    default:
+        return true;
+    }
+}

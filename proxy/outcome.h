@@ -6,6 +6,8 @@
 #ifndef IDEM_OUTCOME_H
 #define IDEM_OUTCOME_H
 
+#include <stdbool.h>
+
 enum outcome {
     OUTCOME_UNKNOWN = 0,        /* never set: a bug, logged as "unknown" */
     OUTCOME_FORWARDED,          /* first execution, answer recorded */
@@ -32,5 +34,14 @@ enum outcome {
  * own: the caller names it by the problem's slug (missing-key, ...). Static.
  */
 const char *outcome_name(enum outcome o);
+
+/*
+ * Whether `log.access: errors` keeps a request that ended in o (whatever its
+ * status; a status >= 400 is kept too): everything but the routine endings
+ * forwarded, replayed, waited, pass-through and unprotected. So a released
+ * claim, an ambiguous answer, a store error passed through, an answer too
+ * large to store and every refusal are kept. README "Logs".
+ */
+bool outcome_is_error(enum outcome o);
 
 #endif

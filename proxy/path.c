@@ -91,13 +91,13 @@ static enum path_status path_append(char *seg, char *out, size_t outsize, size_t
 enum path_status path_normalize(const char *raw, char *out, size_t outsize)
 {
     enum path_status st = PATH_OK;
-    char *work, *seg, *save = NULL;
-    size_t n = 0;
+    char small[512], *work, *seg, *save = NULL;
+    size_t n = 0, raw_len = strlen(raw);
 
     if (outsize < 2)
         return PATH_TOO_LONG;
     strcpy(out, "/");
-    work = strdup(raw);
+    work = raw_len < sizeof(small) ? memcpy(small, raw, raw_len + 1) : strdup(raw);
     if (work == NULL)
         return PATH_NO_MEMORY;
     for (char *c = work; *c != '\0'; c++)
@@ -107,18 +107,24 @@ enum path_status path_normalize(const char *raw, char *out, size_t outsize)
     for (seg = strtok_r(work, "/", &save); seg != NULL && st == PATH_OK;
          seg = strtok_r(NULL, "/", &save)) {
         size_t len = 0;
-        char *decoded = evhttp_uridecode(seg, 0, &len);
+        /* without a '%' evhttp_uridecode (no '+' decoding) would return a copy of seg */
+        bool escaped = strchr(seg, '%') != NULL;
+        char *decoded = escaped ? evhttp_uridecode(seg, 0, &len) : seg;
 
         if (decoded == NULL) {
             st = PATH_NO_MEMORY;
             break;
         }
+        if (!escaped)
+            len = strlen(seg);
         st = path_check_segment(decoded, len);
         if (st == PATH_OK)
             st = path_append(decoded, out, outsize, &n);
-        free(decoded);
+        if (escaped)
+            free(decoded);
     }
-    free(work);
+    if (work != small)
+        free(work);
     if (st != PATH_OK || n == 0)
         strcpy(out, "/");
     return st;

@@ -39,8 +39,15 @@ static int request_take_target(struct request_view *v, struct evhttp_request *re
 
     if (target != NULL && target[0] == '/') {
         /* origin-form: the path is everything before '?'; "//x" is a path here, not an authority */
-        v->target = strdup(target);
-        v->path = v->target != NULL ? strndup(v->target, strcspn(v->target, "?#")) : NULL;
+        size_t len = strlen(target), path_len = strcspn(target, "?#");
+        if (len + 1 + path_len + 1 <= sizeof(v->small)) {
+            v->target = memcpy(v->small, target, len + 1);
+            v->path = memcpy(v->small + len + 1, target, path_len);
+            v->path[path_len] = '\0';
+        } else {
+            v->target = strdup(target);
+            v->path = strndup(target, path_len);
+        }
     } else {
         const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
         const char *p = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
@@ -61,33 +68,42 @@ int request_view_init(struct request_view *v, struct evhttp_request *req)
 {
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
 
-    memset(v, 0, sizeof(*v));
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+
     v->method = request_method_name(evhttp_request_get_command(req));
-    v->body = evbuffer_new();
-    if (request_take_target(v, req) != 0 || v->body == NULL) {
+    v->target = v->path = NULL;
+    v->invalid_target = false;
+    v->client_addr[0] = '\0';
+    if (request_take_target(v, req) != 0) {
         request_view_deinit(v);
         return -1;
     }
-    evbuffer_add_buffer(v->body, evhttp_request_get_input_buffer(req));
-    v->body_len = evbuffer_get_length(v->body);
-    v->body_bytes = v->body_len > 0 ? (const char *)evbuffer_pullup(v->body, -1) : NULL;
+    v->body_len = evbuffer_get_length(body);
+    v->body_bytes = v->body_len > 0 ? (const char *)evbuffer_pullup(body, -1) : NULL;
+    if (v->body_len > 0 && v->body_bytes == NULL) {
+        request_view_deinit(v);
+        return -1;
+    }
     if (conn != NULL) {
         char *addr = NULL;
         ev_uint16_t port = 0;
         evhttp_connection_get_peer(conn, &addr, &port);
-        if (addr != NULL)
-            snprintf(v->client_addr, sizeof(v->client_addr), "%s", addr);
+        size_t len = addr != NULL ? strnlen(addr, sizeof(v->client_addr) - 1) : 0;
+        memcpy(v->client_addr, addr != NULL ? addr : "", len);
+        v->client_addr[len] = '\0';
     }
     return 0;
 }
 
 void request_view_deinit(struct request_view *v)
 {
-    if (v->body != NULL)
-        evbuffer_free(v->body);
-    free(v->target);
-    free(v->path);
-    memset(v, 0, sizeof(*v));
+    if (v->target != v->small) { /* else both live in v->small */
+        free(v->target);
+        free(v->path);
+    }
+    v->target = v->path = NULL;
+    v->body_bytes = NULL;
+    v->body_len = 0;
 }
 
 /* Whether libevent 2.1 reads a body for cmd (evhttp_method_may_have_body in 2.1.12's http.c). */

@@ -14,20 +14,22 @@ struct evbuffer;
 
 struct request_view {
     const char *method;             /* static string */
-    char *target;                   /* path with query, origin-form; owned */
-    char *path;                     /* the target's path (no query), as sent; owned */
+    char *target;                   /* path with query, origin-form; in `small` or owned */
+    char *path;                     /* the target's path (no query), as sent; in `small` or owned */
     bool invalid_target;            /* a control character, or neither origin- nor absolute-form */
-    struct evbuffer *body;          /* the body, moved out of evhttp's input buffer; owned */
-    const char *body_bytes;         /* contiguous view of body, NULL when empty */
+    const char *body_bytes;         /* the body, contiguous in req's input buffer; NULL when empty */
     size_t body_len;                /* bytes */
     char client_addr[64];           /* the peer's address, "" when unknown */
+    char small[256];                /* target and path when both fit: no allocation */
 };
 
 /*
- * Fill v from req (taking its body over). An absolute-form target
- * (RFC 9112 3.2.2) is rewritten to origin-form: the upstream gets, and the
- * routes and the fingerprint see, its path and query. Returns 0, or -1 when
- * out of memory (v is then empty). Release with request_view_deinit.
+ * Fill v from req. An absolute-form target (RFC 9112 3.2.2) is rewritten to
+ * origin-form: the upstream gets, and the routes and the fingerprint see,
+ * its path and query. body_bytes points into req's input buffer (made
+ * contiguous there, no copy): valid while req is, i.e. until the answer is
+ * sent (evhttp keeps a request whose client left until then). Returns 0, or
+ * -1 when out of memory (v is then empty). Release with request_view_deinit.
  */
 int request_view_init(struct request_view *v, struct evhttp_request *req);
 

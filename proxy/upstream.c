@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <event2/buffer.h>
@@ -55,9 +58,29 @@ struct upstream_call {
     TAILQ_ENTRY(upstream_call) link;
 };
 
+/*
+ * One upstream socket, from curl's open callback to its close callback. A
+ * socket that has carried a request stays registered with the event loop
+ * while its connection idles in curl's pool (EV_READ), so reusing it for the
+ * next transfer costs no epoll_ctl: curl's socket callback only says which
+ * events a transfer waits for, and CURL_POLL_REMOVE (the transfer is done)
+ * changes nothing but `in_use`.
+ *
+ * libcurl 7.88 closes a socket whose connect failed (connect timeout, refused,
+ * the losing address of happy eyeballs) with close(2) alone: no close
+ * callback, and CURL_POLL_REMOVE only after the close. Such a socket was only
+ * ever watched for EV_WRITE (connecting), never asked for CURL_POLL_IN; so
+ * only a socket that was (`carried`: connected, it sent a request) is kept
+ * watched after CURL_POLL_REMOVE, and a record left behind by a silent close
+ * is dropped when its number comes back (upstream_open_socket).
+ */
 struct upstream_socket {
     struct upstream *up;
+    curl_socket_t fd;
     struct event ev;
+    short watched;      /* EV_READ|EV_WRITE while ev is added, 0 when not */
+    bool in_use;        /* a transfer waits on it (curl asked for events, no REMOVE since) */
+    bool carried;       /* curl asked for CURL_POLL_IN once: connected, closed through us */
 };
 
 struct upstream {
@@ -67,18 +90,57 @@ struct upstream {
     struct event timer;
     _Atomic unsigned in_flight; /* read by other threads (metrics) */
     TAILQ_HEAD(, upstream_call) calls;
-    CURL *pool[UPSTREAM_HANDLE_POOL];   /* idle, reset easy handles */
+    CURL *pool[UPSTREAM_HANDLE_POOL];   /* idle easy handles, their fixed options set */
     size_t n_pool;
+    struct upstream_socket **sockets;   /* by fd: the sockets curl opened through us */
+    size_t n_sockets;                   /* length of sockets */
 };
 
 static void upstream_check_done(struct upstream *up);
+static void upstream_on_socket_event(evutil_socket_t fd, short what, void *arg);
 
-static void upstream_on_event(evutil_socket_t fd, short what, void *arg)
+/* The socket record of fd, or NULL when curl did not open fd through upstream_open_socket. */
+static struct upstream_socket *upstream_socket_find(const struct upstream *up, curl_socket_t fd)
 {
-    struct upstream *up = arg;
+    return fd >= 0 && (size_t)fd < up->n_sockets ? up->sockets[fd] : NULL;
+}
+
+/* Watch exactly `kind` (EV_READ, EV_WRITE, both, or 0 for nothing) on us. */
+static void upstream_socket_watch(struct upstream_socket *us, short kind)
+{
+    if (kind == us->watched)
+        return;
+    if (us->watched != 0)
+        event_del(&us->ev);
+    us->watched = 0;
+    if (kind == 0)
+        return;
+    event_assign(&us->ev, us->up->base, us->fd, kind | EV_PERSIST, upstream_on_socket_event, us);
+    if (event_add(&us->ev, NULL) == 0)
+        us->watched = kind;
+}
+
+/*
+ * An event on an upstream socket. While a transfer waits on it, curl handles
+ * it. While it idles in curl's pool, readable means the upstream closed it
+ * (EOF, RST) or sent bytes nobody asked for: either way it must not carry
+ * another request. We stop watching it (epoll is level-triggered: it would
+ * wake us on every loop) and leave it to curl, whose liveness check before a
+ * reuse, and its prune of dead idle connections (when a transfer starts, at
+ * most once a second), see the same
+ * and close it through upstream_close_socket.
+ */
+static void upstream_on_socket_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream_socket *us = arg;
+    struct upstream *up = us->up;
     int running = 0;
     int action = ((what & EV_READ) ? CURL_CSELECT_IN : 0) | ((what & EV_WRITE) ? CURL_CSELECT_OUT : 0);
 
+    if (!us->in_use) {
+        upstream_socket_watch(us, 0);
+        return;
+    }
     curl_multi_socket_action(up->multi, fd, action, &running);
     upstream_check_done(up);
 }
@@ -94,34 +156,114 @@ static void upstream_on_timeout(evutil_socket_t fd, short what, void *arg)
     upstream_check_done(up);
 }
 
-/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl asks, or stop watching it. */
+/*
+ * CURLMOPT_SOCKETFUNCTION: a transfer waits for `what` on fd, or
+ * (CURL_POLL_REMOVE) no transfer uses fd any more. The socket stays
+ * registered (EV_READ) until curl closes it.
+ */
 static int upstream_on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    struct upstream *up = userp;
-    struct upstream_socket *us = socketp;
-    short kind;
+    struct upstream_socket *us = upstream_socket_find(userp, fd);
 
     (void)easy;
+    (void)socketp;
+    if (us == NULL) /* every socket comes from upstream_open_socket; a silent close ended this one */
+        return what == CURL_POLL_REMOVE ? 0 : -1;
     if (what == CURL_POLL_REMOVE) {
-        if (us != NULL) {
-            event_del(&us->ev);
-            free(us);
-        }
+        us->in_use = false;
+        upstream_socket_watch(us, us->carried ? EV_READ : 0);
         return 0;
     }
-    if (us == NULL) {
-        us = calloc(1, sizeof(*us));
-        if (us == NULL)
-            return -1;
-        us->up = up;
-        curl_multi_assign(up->multi, fd, us);
-    } else {
-        event_del(&us->ev);
-    }
-    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
-    event_assign(&us->ev, up->base, fd, kind, upstream_on_event, up);
-    event_add(&us->ev, NULL);
+    us->in_use = true;
+    if (what & CURL_POLL_IN)
+        us->carried = true;
+    upstream_socket_watch(us, (short)(((what & CURL_POLL_IN) ? EV_READ : 0) |
+                                      ((what & CURL_POLL_OUT) ? EV_WRITE : 0)));
     return 0;
+}
+
+/* Room for fd in up->sockets; -1 when out of memory. */
+static int upstream_sockets_reserve(struct upstream *up, int fd)
+{
+    size_t n = up->n_sockets > 0 ? up->n_sockets : 64;
+    struct upstream_socket **grown;
+
+    if ((size_t)fd < up->n_sockets)
+        return 0;
+    while (n <= (size_t)fd)
+        n *= 2;
+    grown = realloc(up->sockets, n * sizeof(*grown));
+    if (grown == NULL)
+        return -1;
+    memset(grown + up->n_sockets, 0, (n - up->n_sockets) * sizeof(*grown));
+    up->sockets = grown;
+    up->n_sockets = n;
+    return 0;
+}
+
+/*
+ * CURLOPT_OPENSOCKETFUNCTION: open the socket (as curl would, plus
+ * SOCK_CLOEXEC) and keep a record of it for the event loop.
+ */
+static curl_socket_t upstream_open_socket(void *clientp, curlsocktype purpose,
+                                          struct curl_sockaddr *addr)
+{
+    struct upstream *up = clientp;
+    struct upstream_socket *us, *stale;
+    int fd;
+
+    if (purpose != CURLSOCKTYPE_IPCXN)
+        return CURL_SOCKET_BAD;
+    fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    /*
+     * A record at this number is what a silent close left (see struct
+     * upstream_socket). Unwatched, it is dropped. Still watched, its event
+     * is still in libevent's map of that number, and libevent adds a number
+     * to epoll only when its first event arrives: a new socket under it would
+     * never be watched. So curl gets another number, and the record goes when
+     * curl's CURL_POLL_REMOVE for it arrives (in the same curl call).
+     */
+    while (fd >= 0 && (stale = upstream_socket_find(up, fd)) != NULL) {
+        int other;
+        if (stale->watched == 0) {
+            up->sockets[fd] = NULL;
+            free(stale);
+            break;
+        }
+        other = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        close(fd);
+        fd = other;
+    }
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    us = upstream_sockets_reserve(up, fd) == 0 ? calloc(1, sizeof(*us)) : NULL;
+    if (us == NULL) {
+        close(fd);
+        return CURL_SOCKET_BAD;
+    }
+    us->up = up;
+    us->fd = fd;
+    up->sockets[fd] = us;
+    return fd;
+}
+
+/*
+ * CURLOPT_CLOSESOCKETFUNCTION: the one place a connected upstream socket
+ * leaves the event loop, before its number is free again. (libevent's
+ * changelist turns a later add under the same number into EPOLL_CTL_MOD,
+ * which it retries as ADD when the kernel no longer knows the number.)
+ */
+static int upstream_close_socket(void *clientp, curl_socket_t fd)
+{
+    struct upstream *up = clientp;
+    struct upstream_socket *us = upstream_socket_find(up, fd);
+
+    if (us != NULL) {
+        upstream_socket_watch(us, 0);
+        up->sockets[fd] = NULL;
+        free(us);
+    }
+    return close(fd);
 }
 
 /* CURLMOPT_TIMERFUNCTION: arm our one timer; -1 disarms it. */
@@ -166,15 +308,48 @@ static size_t upstream_on_write(char *data, size_t size, size_t nmemb, void *use
     return size * nmemb;
 }
 
+/*
+ * A pooled easy handle, or a new one with the options that never change set
+ * once. Handles are not reset between transfers (curl_easy_reset frees and
+ * re-initialises every option): upstream_send sets what changes per transfer.
+ */
 static CURL *upstream_handle_get(struct upstream *up)
 {
-    return up->n_pool > 0 ? up->pool[--up->n_pool] : curl_easy_init();
+    const struct config *cfg = up->cfg;
+    CURL *e;
+
+    if (up->n_pool > 0)
+        return up->pool[--up->n_pool];
+    e = curl_easy_init();
+    if (e == NULL)
+        return NULL;
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    if (cfg->upstream_unix_path != NULL)
+        curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, cfg->upstream_unix_path);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_S);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->upstream_connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)cfg->upstream_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_write);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, upstream_open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, up);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, upstream_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, up);
+    return e;
 }
 
+/* Back to the pool, holding no pointer into the finished call. */
 static void upstream_handle_put(struct upstream *up, CURL *easy)
 {
     if (up->n_pool < UPSTREAM_HANDLE_POOL) {
-        curl_easy_reset(easy);
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, NULL);
+        curl_easy_setopt(easy, CURLOPT_PREREQDATA, NULL);
+        curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
         up->pool[up->n_pool++] = easy;
     } else {
         curl_easy_cleanup(easy);
@@ -317,6 +492,7 @@ struct upstream *upstream_create(struct event_base *base, const struct config *c
         return NULL;
     }
     evtimer_assign(&up->timer, base, upstream_on_timeout, up);
+
     curl_multi_setopt(up->multi, CURLMOPT_SOCKETFUNCTION, upstream_on_socket);
     curl_multi_setopt(up->multi, CURLMOPT_SOCKETDATA, up);
     curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, upstream_on_timer_change);
@@ -334,8 +510,16 @@ void upstream_destroy(struct upstream *up)
         upstream_call_free(TAILQ_FIRST(&up->calls));
     while (up->n_pool > 0)
         curl_easy_cleanup(up->pool[--up->n_pool]);
-    curl_multi_cleanup(up->multi);
+    curl_multi_cleanup(up->multi); /* closes the idle connections through upstream_close_socket */
     evtimer_del(&up->timer);
+
+    for (size_t fd = 0; fd < up->n_sockets; fd++) {
+        if (up->sockets[fd] != NULL) {
+            upstream_socket_watch(up->sockets[fd], 0);
+            free(up->sockets[fd]);
+        }
+    }
+    free(up->sockets);
     free(up);
 }
 
@@ -387,39 +571,114 @@ static struct curl_slist *upstream_header_add(struct curl_slist *list, const cha
     return list;
 }
 
+/*
+ * The request fields upstream_request_headers looks up, found in one pass
+ * (evhttp_find_header would scan the list once for each).
+ */
+struct upstream_client_fields {
+    const char *connection, *xff, *accept, *content_type; /* the first of each, or NULL */
+};
+
+static void upstream_client_fields(const struct evkeyvalq *headers, struct upstream_client_fields *f)
+{
+    const struct evkeyval *h;
+
+    *f = (struct upstream_client_fields){ 0 };
+    TAILQ_FOREACH(h, headers, next) {
+        switch (strlen(h->key)) { /* a length check before each comparison */
+        case 6:
+            if (strcasecmp(h->key, "Accept") == 0)
+                f->accept = f->accept != NULL ? f->accept : h->value;
+            break;
+        case 10:
+            if (strcasecmp(h->key, "Connection") == 0)
+                f->connection = f->connection != NULL ? f->connection : h->value;
+            break;
+        case 12:
+            if (strcasecmp(h->key, "Content-Type") == 0)
+                f->content_type = f->content_type != NULL ? f->content_type : h->value;
+            break;
+        case 15:
+            if (strcasecmp(h->key, "X-Forwarded-For") == 0)
+                f->xff = f->xff != NULL ? f->xff : h->value;
+            break;
+        }
+    }
+}
+
 static struct curl_slist *upstream_request_headers(const struct evkeyvalq *headers,
                                                    const char *client_addr, bool has_body,
                                                    bool *failed)
 {
     struct curl_slist *list = NULL;
-    const char *connection = evhttp_find_header(headers, "Connection");
-    const char *xff = evhttp_find_header(headers, "X-Forwarded-For");
+    struct upstream_client_fields f;
     struct evkeyval *h;
 
+    upstream_client_fields(headers, &f);
     TAILQ_FOREACH(h, headers, next) {
-        if (!header_is_forwarded(h->key) || header_named_by_connection(connection, h->key) ||
+        if (!header_is_forwarded(h->key) || header_named_by_connection(f.connection, h->key) ||
             strcasecmp(h->key, "X-Forwarded-For") == 0)
             continue;
         list = upstream_header_add(list, h->key, h->value, failed);
     }
     if (client_addr != NULL) {
-        char *value = NULL;
-        if (xff != NULL ? asprintf(&value, "%s, %s", xff, client_addr) < 0
-                        : asprintf(&value, "%s", client_addr) < 0)
+        /* "previous, client" (or the client alone); on the stack unless very long */
+        size_t prev = f.xff != NULL ? strlen(f.xff) : 0, addr = strlen(client_addr);
+        char small[512], *value = prev + addr + 3 <= sizeof(small) ? small : malloc(prev + addr + 3);
+        if (value == NULL) {
             *failed = true;
-        else
+        } else {
+            if (f.xff != NULL) {
+                memcpy(value, f.xff, prev);
+                memcpy(value + prev, ", ", 2);
+                prev += 2;
+            }
+            memcpy(value + prev, client_addr, addr + 1);
             list = upstream_header_add(list, "X-Forwarded-For", value, failed);
-        free(value);
-    } else if (xff != NULL) {
-        list = upstream_header_add(list, "X-Forwarded-For", xff, failed);
+            if (value != small)
+                free(value);
+        }
+    } else if (f.xff != NULL) {
+        list = upstream_header_add(list, "X-Forwarded-For", f.xff, failed);
     }
     /* Stop curl from adding fields the client did not send. */
     list = upstream_header_line(list, "Expect:", failed);
-    if (evhttp_find_header(headers, "Accept") == NULL)
+    if (f.accept == NULL)
         list = upstream_header_line(list, "Accept:", failed);
-    if (has_body && evhttp_find_header(headers, "Content-Type") == NULL)
+    if (has_body && f.content_type == NULL)
         list = upstream_header_line(list, "Content-Type:", failed);
     return list;
+}
+
+/*
+ * The method and body of a transfer on a reused handle: every option a
+ * previous transfer may have set (NOBODY, POSTFIELDS, CUSTOMREQUEST) is set
+ * again.
+ */
+static void upstream_set_method(CURL *e, const char *method, bool with_body, const char *body,
+                                size_t len)
+{
+    bool post = strcmp(method, "POST") == 0;
+
+    if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+    } else if (with_body) {
+        /*
+         * The body in memory: curl writes a body under 64 KiB in the same send as
+         * the head (one segment, one upstream wakeup). curl could rewind it, so
+         * the resend guard is upstream_on_prereq alone.
+         */
+        curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, len > 0 ? body : "");
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, post ? NULL : method);
+    } else {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") == 0 ? NULL : method);
+    }
 }
 
 int upstream_send(struct upstream *up, const char *method, const char *target,
@@ -429,7 +688,8 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     const struct config *cfg = up->cfg;
     struct upstream_call *call = calloc(1, sizeof(*call));
     bool failed = false, with_body;
-    char *url = NULL;
+    size_t base_len = strlen(cfg->upstream_base), target_len = strlen(target);
+    char small[2048], *url = NULL;
     CURL *e;
 
     if (call == NULL)
@@ -440,8 +700,12 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     TAILQ_INIT(&call->response_headers);
     call->response_body = evbuffer_new();
     call->easy = e = upstream_handle_get(up);
-    if (call->response_body == NULL || e == NULL || asprintf(&url, "%s%s", cfg->upstream_base, target) < 0)
+    /* base + target; curl copies it (CURLOPT_CURLU would not save the parse: README "Performance") */
+    url = base_len + target_len < sizeof(small) ? small : malloc(base_len + target_len + 1);
+    if (call->response_body == NULL || e == NULL || url == NULL)
         goto failed;
+    memcpy(url, cfg->upstream_base, base_len);
+    memcpy(url + base_len, target, target_len + 1);
 
     with_body = len > 0 || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
                 strcmp(method, "PATCH") == 0;
@@ -450,37 +714,14 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
         goto failed;
 
     curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-    if (cfg->upstream_unix_path != NULL)
-        curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, cfg->upstream_unix_path);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_S);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->upstream_connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)cfg->upstream_timeout_ms);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->request_headers);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
-    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
     curl_easy_setopt(e, CURLOPT_PREREQDATA, call);
     curl_easy_setopt(e, CURLOPT_PRIVATE, call);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->error);
-    if (strcmp(method, "HEAD") == 0) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    } else if (with_body) {
-        /*
-         * The body in memory: curl writes a body under 64 KiB in the same send as
-         * the head (one segment, one upstream wakeup). curl could rewind it, so
-         * the resend guard is upstream_on_prereq alone.
-         */
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, len > 0 ? body : "");
-        if (strcmp(method, "POST") != 0)
-            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    } else if (strcmp(method, "GET") != 0) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    }
-    free(url);
+    upstream_set_method(e, method, with_body, body, len);
+    if (url != small)
+        free(url);
     url = NULL;
     TAILQ_INSERT_TAIL(&up->calls, call, link);
     up->in_flight++;
@@ -492,7 +733,8 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     return 0;
 
 failed:
-    free(url);
+    if (url != small)
+        free(url);
     if (call->easy != NULL)
         upstream_handle_put(up, call->easy);
     curl_slist_free_all(call->request_headers);

@@ -644,7 +644,7 @@ DEFAULT_ROUTES = [
 ]
 
 TOP_LEVEL = ("listen", "admin_listen", "workers", "upstream", "redis", "limits", "defaults",
-             "routes", "errors")
+             "routes", "errors", "log")
 
 # IDEM_TEST_WORKERS=N runs every proxy that build_config writes with `workers: N`
 # (tests/run.sh runs the suite once that way); a test's own workers= wins.

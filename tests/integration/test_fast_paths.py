@@ -1,0 +1,340 @@
+"""The CPU-saving paths of issue 16 keep every request answered, once.
+
+- upstream sockets stay registered with the event loop while their connection idles in
+  curl's pool (upstream.c): keep-alive reuse, an upstream that closes idle connections,
+  curl closing an expired idle connection and opening its successor in one call (unix
+  socket: connect completes at once), and a 1 MiB answer;
+- answers are written in the loop iteration that produced them (reply.c): pipelined
+  requests, HEAD, Connection: close;
+- the access log's `log.access` levels (log.c).
+
+The upstream of the socket tests is a small HTTP server in this file that counts the
+connections it accepted and can close a connection once it has been idle for a while.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from harness import Connection, build_request, read_response
+
+
+def new_key():
+    return "fast-" + uuid.uuid4().hex
+
+
+class CountingUpstream:
+    """HTTP/1.1 on TCP or a unix socket: 201 + a JSON body naming the connection and its
+    request number; idle_close_s closes a connection that stays idle that long."""
+
+    def __init__(self, unix_path=None, idle_close_s=None, body_size=None):
+        self.unix_path = unix_path
+        self.idle_close_s = idle_close_s
+        self.body_size = body_size
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.requests = 0
+        self.closed_idle = 0
+        self.stop = threading.Event()
+        if unix_path:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(unix_path)
+            self.url = "unix:" + unix_path
+        else:
+            self.sock = socket.socket()
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind(("127.0.0.1", 0))
+            self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.sock.listen(128)
+        self.sock.settimeout(0.2)
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self.lock:
+                self.connections += 1
+                n = self.connections
+            threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
+
+    def _serve(self, c, conn_no):
+        buf = b""
+        served = 0
+        c.settimeout(self.idle_close_s or 30)
+        try:
+            while not self.stop.is_set():
+                while b"\r\n\r\n" not in buf:
+                    try:
+                        chunk = c.recv(65536)
+                    except socket.timeout:
+                        if self.idle_close_s:
+                            with self.lock:
+                                self.closed_idle += 1
+                        return
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                while len(buf) < length:
+                    buf += c.recv(65536)
+                buf = buf[length:]
+                served += 1
+                with self.lock:
+                    self.requests += 1
+                if self.body_size:
+                    body = bytes((i * 7 + 3) % 251 for i in range(self.body_size))
+                    ctype = b"application/octet-stream"
+                else:
+                    body = json.dumps({"connection": conn_no, "request": served}).encode()
+                    ctype = b"application/json"
+                c.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: " + ctype +
+                          b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            return
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+        self.thread.join(2)
+
+
+@pytest.fixture
+def counting_upstream():
+    made = []
+
+    def make(**kw):
+        u = CountingUpstream(**kw)
+        made.append(u)
+        return u
+
+    yield make
+    for u in made:
+        u.close()
+
+
+def proxy_cpu_s(p):
+    """utime + stime of the proxy process, in seconds."""
+    with open("/proc/%d/stat" % p.pid()) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------
+# upstream sockets kept registered across transfers
+# --------------------------------------------------------------------------
+
+def test_sequential_requests_reuse_one_upstream_connection(start_proxy, counting_upstream):
+    up = counting_upstream()
+    p = start_proxy(upstream_url=up.url)
+    for _ in range(30):
+        r = p.post(key=new_key())
+        assert r.status == 201, r
+    assert up.requests == 30
+    assert up.connections == 1, "keep-alive reuse lost: %d connections" % up.connections
+
+
+def test_upstream_closing_idle_connections_loses_no_request(start_proxy, counting_upstream):
+    """The upstream closes each connection 0.2 s after its answer: the idle socket turns
+    readable (EOF) while curl keeps it in its pool. Every later request still gets its
+    201 on a fresh connection, executed once, and the proxy does not spin on the closed
+    socket."""
+    up = counting_upstream(idle_close_s=0.2)
+    p = start_proxy(upstream_url=up.url)
+    for i in range(5):
+        r = p.post(key=new_key())
+        assert r.status == 201, (i, r)
+        time.sleep(0.5)
+    assert up.requests == 5
+    assert up.closed_idle >= 4
+    assert up.connections == 5
+    before = proxy_cpu_s(p)
+    time.sleep(1.0)  # every upstream connection closed by now, none reused yet
+    assert proxy_cpu_s(p) - before < 0.2, "the proxy spins on a closed idle socket"
+    assert p.post(key=new_key()).status == 201
+
+
+def test_expired_idle_unix_connection_is_replaced_in_one_call(start_proxy, counting_upstream,
+                                                             tmp_path):
+    """Past its idle limit (CURLOPT_MAXAGE_CONN 4: more than 4 whole seconds) curl closes the pooled connection and opens the next one in
+    the same call; on a unix socket the connect completes at once and curl asks for
+    EV_READ straight away, under the number the closed socket just had. The answer must
+    come at once, not after upstream.timeout."""
+    up = counting_upstream(unix_path=str(tmp_path / "up.sock"))
+    p = start_proxy(upstream_url=up.url, upstream={"timeout": "10s"})
+    assert p.post(key=new_key()).status == 201
+    time.sleep(5.3)
+    t = time.monotonic()
+    r = p.post(key=new_key(), timeout=15)
+    assert r.status == 201, r
+    assert time.monotonic() - t < 2, "the answer waited %.1f s" % (time.monotonic() - t)
+    assert up.connections == 2 and up.requests == 2
+
+
+def test_one_mib_answer_is_forwarded_and_replayed_whole(start_proxy, counting_upstream):
+    up = counting_upstream(body_size=1048576)
+    p = start_proxy(upstream_url=up.url)
+    key = new_key()
+    want = bytes((i * 7 + 3) % 251 for i in range(1048576))
+    first = p.post(key=key, timeout=30)
+    assert first.status == 201 and first.body == want, (first.status, len(first.body))
+    retry = p.post(key=key, timeout=30)
+    assert retry.status == 201 and retry.header("Idempotent-Replayed") == "true"
+    assert retry.body == want
+    assert up.requests == 1
+
+
+# --------------------------------------------------------------------------
+# answers written in the iteration that produced them
+# --------------------------------------------------------------------------
+
+def test_pipelined_requests_are_answered_in_order(proxy, upstream):
+    keys = [new_key() for _ in range(3)]
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(b"".join(build_request("POST", "/v1/payments",
+                                         [("Idempotency-Key", k),
+                                          ("Content-Type", "application/json")],
+                                         b'{"amount": 7}') for k in keys) +
+                  build_request("HEAD", "/v1/payments", []))
+        answers = [read_response(s) for _ in keys]
+        head = read_response(s, method="HEAD")
+    finally:
+        s.close()
+    assert [a.status for a in answers] == [201, 201, 201], answers
+    assert len({a.json()["id"] for a in answers}) == 3
+    assert head.body == b""
+    for k in keys:
+        assert upstream.executions(k) == 1
+
+
+def test_connection_close_is_honoured_after_the_answer(proxy, upstream):
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", new_key()), ("Connection", "close"),
+                                 ("Content-Type", "application/json")], b"{}"))
+        r = read_response(s)
+        s.settimeout(5)
+        assert s.recv(1) == b"", "the proxy kept a Connection: close connection open"
+    finally:
+        s.close()
+    assert r.status == 201
+
+
+def test_keep_alive_connection_alternates_replays_and_forwards(proxy, upstream):
+    key = new_key()
+    with Connection(proxy.port) as c:
+        hs = [("Idempotency-Key", key), ("Content-Type", "application/json")]
+        first = c.request("POST", "/v1/payments", hs, b'{"a": 1}')
+        for i in range(5):
+            assert c.request("POST", "/v1/payments", hs, b'{"a": 1}').replayed
+            other = c.request("POST", "/v1/payments",
+                              [("Idempotency-Key", new_key()),
+                               ("Content-Type", "application/json")], b'{"b": %d}' % i)
+            assert other.status == 201 and not other.replayed
+    assert first.status == 201
+    assert upstream.executions(key) == 1
+
+
+# --------------------------------------------------------------------------
+# log.access
+# --------------------------------------------------------------------------
+
+def access_lines(p, settle=0.35):
+    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON."""
+    time.sleep(settle)
+    return [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+
+
+def drive_outcomes(p):
+    """One request of each kind; returns the key of the forwarded one."""
+    key = new_key()
+    assert p.post(key=key, body=b'{"a": 1}').status == 201                 # forwarded
+    assert p.post(key=key, body=b'{"a": 1}').replayed                       # replayed
+    assert p.post(key=key, body=b'{"a": 2}').status == 409                  # mismatch
+    assert p.post(body=b'{"a": 3}').status == 201                           # unprotected
+    assert p.post(key=new_key(), headers=[("X-Demo-Status", "503")]).status == 503  # released
+    assert p.post(key="", body=b"{}").status == 400                         # invalid-key
+    return key
+
+
+def test_access_log_all_errors_and_off(start_proxy, upstream):
+    everything = start_proxy(log={"access": "all"}, name="all")
+    errors = start_proxy(log={"access": "errors"}, name="errors")
+    off = start_proxy(log={"access": "off"}, name="off")
+    for p in (everything, errors, off):
+        drive_outcomes(p)
+    got = {name: [(d["outcome"], d["status"]) for d in access_lines(p)]
+           for name, p in (("all", everything), ("errors", errors), ("off", off))}
+    assert got["all"] == [("forwarded", 201), ("replayed", 201), ("mismatch", 409),
+                          ("unprotected", 201), ("released", 503), ("invalid-key", 400)], got
+    assert got["errors"] == [("mismatch", 409), ("released", 503), ("invalid-key", 400)], got
+    assert got["off"] == [], got
+    # the counts stay in /metrics whatever the log keeps
+    m = off.admin("GET", "/metrics").body.decode()
+    assert 'outcome="forwarded"} 1' in m and 'outcome="mismatch"} 1' in m, m
+
+
+def test_access_log_errors_keeps_a_2xx_that_is_not_routine(start_proxy, redis, upstream):
+    """forwarded-not-stored answers 201 but retries will get not-replayable: kept."""
+    p = start_proxy(log={"access": "errors"}, limits={"max_stored_response": "10B"})
+    assert p.post(key=new_key()).status == 201
+    assert [(d["outcome"], d["status"]) for d in access_lines(p)] == \
+        [("forwarded-not-stored", 201)]
+
+
+def test_access_log_level_changes_on_reload(start_proxy, upstream):
+    import signal as _signal
+    p = start_proxy(log={"access": "off"})
+    assert p.post(key=new_key()).status == 201
+    assert access_lines(p) == []
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("access: \"off\"", "access: all").replace("access: off",
+                                                                         "access: all"))
+    p.signal(_signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.post(key=new_key()).status == 201
+    assert [d["outcome"] for d in access_lines(p)] == ["forwarded"]
+
+
+@pytest.mark.parametrize("path, logged", [
+    (b"/v1/payments/\"quoted\"\\back", '/v1/payments/"quoted"\\back'),
+    (b"/v1/payments/caf\xc3\xa9", "/v1/payments/caf\u00e9"),
+    (b"/v1/payments/\xff\xfe", "(not UTF-8)"),
+    (b"/v1/payments/" + b"x" * 5000 + b"\"", "/v1/payments/" + "x" * 5000 + '"'),
+    (b"/v1/payments/%22%5C", "/v1/payments/%22%5C"),
+])
+def test_access_log_line_is_json_for_any_path(proxy, upstream, path, logged):
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 2\r\n\r\n{}")
+        r = read_response(s)
+    finally:
+        s.close()
+    lines = access_lines(proxy)
+    assert len(lines) == 1, lines
+    d = lines[0]
+    assert d["path"] == logged and d["status"] == r.status, (d, r)
+    assert list(d) == ["route", "method", "path", "outcome", "status", "record_id",
+                       "upstream_ms", "total_ms", "time"]
+    assert isinstance(d["upstream_ms"], float) and isinstance(d["total_ms"], float)
+    assert d["total_ms"] >= d["upstream_ms"] >= 0
