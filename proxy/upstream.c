@@ -576,7 +576,8 @@ static struct curl_slist *upstream_header_add(struct curl_slist *list, const cha
  * (evhttp_find_header would scan the list once for each).
  */
 struct upstream_client_fields {
-    const char *connection, *xff, *accept, *content_type; /* the first of each, or NULL */
+    const char *connection, *accept, *content_type; /* the first of each, or NULL */
+    size_t xff_lines, xff_bytes;    /* X-Forwarded-For: how many lines, their values' bytes */
 };
 
 static void upstream_client_fields(const struct evkeyvalq *headers, struct upstream_client_fields *f)
@@ -599,8 +600,10 @@ static void upstream_client_fields(const struct evkeyvalq *headers, struct upstr
                 f->content_type = f->content_type != NULL ? f->content_type : h->value;
             break;
         case 15:
-            if (strcasecmp(h->key, "X-Forwarded-For") == 0)
-                f->xff = f->xff != NULL ? f->xff : h->value;
+            if (strcasecmp(h->key, "X-Forwarded-For") == 0) {
+                f->xff_lines++;
+                f->xff_bytes += strlen(h->value);
+            }
             break;
         }
     }
@@ -621,25 +624,28 @@ static struct curl_slist *upstream_request_headers(const struct evkeyvalq *heade
             continue;
         list = upstream_header_add(list, h->key, h->value, failed);
     }
-    if (client_addr != NULL) {
-        /* "previous, client" (or the client alone); on the stack unless very long */
-        size_t prev = f.xff != NULL ? strlen(f.xff) : 0, addr = strlen(client_addr);
-        char small[512], *value = prev + addr + 3 <= sizeof(small) ? small : malloc(prev + addr + 3);
+    if (client_addr != NULL || f.xff_lines > 0) {
+        /*
+         * every earlier X-Forwarded-For line, in order, then the client
+         * (RFC 9110 5.3: field lines combine with ", "); on the stack unless long
+         */
+        size_t addr = client_addr != NULL ? strlen(client_addr) : 0;
+        size_t need = f.xff_bytes + 2 * f.xff_lines + addr + 1, used = 0;
+        char small[512], *value = need <= sizeof(small) ? small : malloc(need);
         if (value == NULL) {
             *failed = true;
         } else {
-            if (f.xff != NULL) {
-                memcpy(value, f.xff, prev);
-                memcpy(value + prev, ", ", 2);
-                prev += 2;
+            TAILQ_FOREACH(h, headers, next) {
+                if (strlen(h->key) != 15 || strcasecmp(h->key, "X-Forwarded-For") != 0)
+                    continue;
+                used += (size_t)sprintf(value + used, "%s%s", used > 0 ? ", " : "", h->value);
             }
-            memcpy(value + prev, client_addr, addr + 1);
+            if (client_addr != NULL)
+                used += (size_t)sprintf(value + used, "%s%s", used > 0 ? ", " : "", client_addr);
             list = upstream_header_add(list, "X-Forwarded-For", value, failed);
             if (value != small)
                 free(value);
         }
-    } else if (f.xff != NULL) {
-        list = upstream_header_add(list, "X-Forwarded-For", f.xff, failed);
     }
     /* Stop curl from adding fields the client did not send. */
     list = upstream_header_line(list, "Expect:", failed);

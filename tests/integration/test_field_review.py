@@ -201,3 +201,13 @@ def test_a_422_mismatch_carries_its_reason_phrase(start_proxy, upstream):
     assert p.post(key=k, body=b'{"amount": 1}').status == 201
     r = p.post(key=k, body=b'{"amount": 2}')
     assert r.status == 422 and r.reason == "Unprocessable Content", (r.status, r.reason)
+
+
+def test_every_x_forwarded_for_line_reaches_the_upstream(proxy, upstream):
+    """A second X-Forwarded-For line was dropped: the upstream saw only the first and
+    the client address."""
+    r = proxy.post(key=new_key(), headers=[("X-Forwarded-For", "203.0.113.1"),
+                                           ("X-Forwarded-For", "198.51.100.2")])
+    assert r.status == 201
+    seen = upstream.last_headers().get("x-forwarded-for")
+    assert seen == ["203.0.113.1, 198.51.100.2, 127.0.0.1"], seen
