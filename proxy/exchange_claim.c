@@ -289,16 +289,26 @@ static void exchange_won(struct exchange *x)
     store_wait_replicas(x->set->store, true, exchange_on_claim_replicated, x);
 }
 
+/*
+ * Our claim or takeover got no answer (timeout, lost connection): it may have
+ * landed. Under on_store_error: reject nothing is forwarded, so the janitor
+ * releases what may have landed; under pass the request is forwarded and its
+ * claim must stay. Then the store-failure policy answers.
+ */
+static void exchange_claim_failed(struct exchange *x, enum store_status st)
+{
+    if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
+        x->policy->on_store_error == STORE_ERROR_REJECT)
+        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
+    exchange_store_failed(x, st);
+}
+
 static void exchange_on_claim(enum store_status st, const char *value, size_t len, void *arg)
 {
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
-        /* under on_store_error: pass the request is forwarded: its claim must stay */
-        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
-            x->policy->on_store_error == STORE_ERROR_REJECT)
-            janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
-        exchange_store_failed(x, st);
+        exchange_claim_failed(x, st);
     } else if (value == NULL) {
         exchange_won(x);
     } else {
@@ -312,11 +322,7 @@ static void exchange_on_takeover(enum store_status st, bool applied, void *arg)
     struct exchange *x = arg;
 
     if (st != STORE_OK) {
-        /* a takeover that may have landed wrote our claim: released like a claim's */
-        if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
-            x->policy->on_store_error == STORE_ERROR_REJECT)
-            janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
-        exchange_store_failed(x, st);
+        exchange_claim_failed(x, st);
     } else if (applied) {
         log_msg(LOG_WARN, "exchange %s: took over a record whose lease expired", x->record_id);
         exchange_won(x);
