@@ -141,7 +141,7 @@ def proxy_cpu_s(p):
 
 def test_sequential_requests_reuse_one_upstream_connection(start_proxy, counting_upstream):
     up = counting_upstream()
-    p = start_proxy(upstream_url=up.url)
+    p = start_proxy(upstream_url=up.url, workers=1)  # one worker: one upstream connection
     for _ in range(30):
         r = p.post(key=new_key())
         assert r.status == 201, r

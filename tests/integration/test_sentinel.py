@@ -234,8 +234,10 @@ def test_sentinel_credentials_and_data_credentials(sentinel_group, start_proxy, 
         sentinel={"username": "watcher", "password": "${WATCH_PW}"}), env={"WATCH_PW": "watch-pw"})
     wrong = start_proxy(redis=sentinel_redis(
         addresses, password="data-pw", sentinel={"password": "not-it"}))
+    # one worker: each worker subscribes, and logs its own failure
     no_channel = start_proxy(redis=sentinel_redis(
-        addresses, password="data-pw", sentinel={"username": "nochannel", "password": "nc-pw"}))
+        addresses, password="data-pw", sentinel={"username": "nochannel", "password": "nc-pw"}),
+        workers=1)
     for p in (default_user, acl_user):
         wait_ready(p)
         key = new_key()
@@ -272,7 +274,7 @@ def test_tls_to_the_sentinels_and_the_data_nodes(start_proxy, upstream, tmp_path
     try:
         tls = {"ca_file": ca[0]}
         p = start_proxy(redis=sentinel_redis(["127.0.0.1:%d" % sentinel_tls],
-                                             sentinel={"tls": True}, tls=tls))
+                                             sentinel={"tls": True}, tls=tls), workers=1)
         wait_ready(p)
         key = new_key()
         assert p.post(key=key).status == 201
