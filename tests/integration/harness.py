@@ -835,3 +835,33 @@ def wait_until(pred, timeout=5.0, interval=0.02, what="condition"):
             return last
         time.sleep(interval)
     raise AssertionError("not within %.1f s: %s (last: %r)" % (timeout, what, last))
+
+
+def readyz(p):
+    """The status of p's /readyz."""
+    return p.admin("GET", "/readyz").status
+
+
+def wait_ready(p, timeout=10):
+    wait_until(lambda: readyz(p) == 200, timeout=timeout, interval=0.05, what="/readyz 200")
+
+
+def assert_stays_unready(p, seconds=1.5):
+    """/readyz answers 503 every time it is asked for `seconds`."""
+    deadline = time.monotonic() + seconds
+    seen = set()
+    while time.monotonic() < deadline:
+        seen.add(readyz(p))
+        time.sleep(0.05)
+    assert seen == {503}, seen
+
+
+def log_lines(p, *words):
+    """Every stderr line of p that holds every word."""
+    return [l for l in p.stderr_text().splitlines() if all(w in l for w in words)]
+
+
+def log_line(p, *words, timeout=5):
+    """The first stderr line of p that holds every word (waits for it)."""
+    return wait_until(lambda: log_lines(p, *words), timeout=timeout,
+                      what="a log line with %r" % (words,))[0]

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import (
-    REPO, Proxy, RedisServer, Upstream, build_config, free_port, to_yaml, wait_until,
+    REPO, Proxy, RedisServer, Upstream, assert_stays_unready, build_config, free_port, log_line,
+    readyz, to_yaml, wait_ready, wait_until,
 )
 from redis_topology import AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args
 
@@ -50,28 +51,12 @@ def record_keys(redis, db=0):
     return [k for k in redis.keys("*", db=db) if str(k).startswith("idem")]
 
 
-def readyz(p):
-    return p.admin("GET", "/readyz").status
 
 
-def wait_ready(p, timeout=10):
-    wait_until(lambda: readyz(p) == 200, timeout=timeout, interval=0.05, what="/readyz 200")
 
 
-def assert_stays_unready(p, seconds=1.5):
-    deadline = time.monotonic() + seconds
-    seen = set()
-    while time.monotonic() < deadline:
-        seen.add(readyz(p))
-        time.sleep(0.05)
-    assert seen == {503}, seen
 
 
-def log_line(p, *words, timeout=5):
-    """The first stderr line of p that holds every word (waits for it)."""
-    return wait_until(lambda: [l for l in p.stderr_text().splitlines()
-                               if all(w in l for w in words)],
-                      timeout=timeout, what="a log line with %r" % (words,))[0]
 
 
 def assert_refused_unprotected_nothing(p, upstream, redis, db=0):

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import TEST_WORKERS, RedisServer, wait_until
+from harness import TEST_WORKERS, RedisServer, wait_ready, wait_until
 from test_config_reload import reload_and_wait, rewrite, run_check
 from redis_gate import RedisGate
 from redis_topology import acl_setuser
@@ -43,9 +43,6 @@ def record_keys(redis):
     return [k for k in redis.keys("*") if str(k).startswith("idem")]
 
 
-def wait_ready(p, timeout=10):
-    wait_until(lambda: p.admin("GET", "/readyz").status == 200, timeout=timeout,
-               interval=0.05, what="/readyz 200")
 
 
 def metric(p, name, **labels):

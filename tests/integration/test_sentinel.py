@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import HTTPError, RedisServer, build_config, free_port, proxy_binary, to_yaml, \
-    wait_until
+from harness import HTTPError, RedisServer, assert_stays_unready, build_config, free_port, \
+    log_line, log_lines, proxy_binary, to_yaml, wait_ready, wait_until
 from redis_topology import Pki, Sentinel, SentinelGroup, SwitchListener
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
@@ -31,21 +31,10 @@ def new_key(tag="k"):
     return "%s-%s" % (tag, uuid.uuid4().hex)
 
 
-def readyz(p):
-    return p.admin("GET", "/readyz").status
 
 
-def wait_ready(p, timeout=10):
-    wait_until(lambda: readyz(p) == 200, timeout=timeout, interval=0.05, what="/readyz 200")
 
 
-def assert_stays_unready(p, seconds=1.5):
-    deadline = time.monotonic() + seconds
-    seen = set()
-    while time.monotonic() < deadline:
-        seen.add(readyz(p))
-        time.sleep(0.05)
-    assert seen == {503}, seen
 
 
 def assert_problem(r, status, cause):
@@ -54,14 +43,8 @@ def assert_problem(r, status, cause):
     assert r.json()["type"] == PROBLEM_PREFIX + cause, r.json()
 
 
-def log_lines(p, *words):
-    return [l for l in p.stderr_text().splitlines() if all(w in l for w in words)]
 
 
-def log_line(p, *words, timeout=5):
-    """The first stderr line of p that holds every word (waits for it)."""
-    return wait_until(lambda: log_lines(p, *words), timeout=timeout,
-                      what="a log line with %r" % (words,))[0]
 
 
 def metrics_text(p):
