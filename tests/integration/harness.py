@@ -354,14 +354,17 @@ class RedisServer:
     def url_db(self, db):
         return "redis://%s:%d/%d" % (self.host, self.port, db)
 
-    def start(self, timeout=10.0):
-        assert self.proc is None or self.proc.poll() is not None, "redis already running"
-        os.makedirs(self.workdir, exist_ok=True)
-        args = [self.binary, "--port", str(self.port), "--bind", self.host,
+    def argv(self):
+        """The server's command line (a subclass may start another server the same way)."""
+        return [self.binary, "--port", str(self.port), "--bind", self.host,
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
                 "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", self.log_path] + self.extra_args
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+
+    def start(self, timeout=10.0):
+        assert self.proc is None or self.proc.poll() is not None, "redis already running"
+        os.makedirs(self.workdir, exist_ok=True)
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

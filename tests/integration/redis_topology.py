@@ -34,8 +34,8 @@ import threading
 import time
 import uuid
 
-from harness import RedisError, RedisServer, _Reader, _resp_encode, _resp_read, \
-    redis_server_binary
+from harness import RedisServer, _Reader, _resp_encode, _resp_read, \
+    redis_server_binary, wait_until
 
 CLONE_NEWNET = 0x40000000
 
@@ -286,22 +286,8 @@ class Sentinel(RedisServer):
         with open(self.conf_path, "w") as f:
             f.write("\n".join(lines) + "\n")
 
-    def start(self, timeout=10.0):
-        assert self.proc is None or self.proc.poll() is not None, "sentinel already running"
-        self.proc = subprocess.Popen([self.binary, self.conf_path], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("%s exited with %s: %s"
-                                   % (self.binary, self.proc.returncode, self._log_tail()))
-            try:
-                if self.cmd("PING") == "PONG":
-                    return self
-            except (OSError, RedisError):
-                pass
-            time.sleep(0.02)
-        raise RuntimeError("%s did not answer PING: %s" % (self.binary, self._log_tail()))
+    def argv(self):
+        return [self.binary, self.conf_path]
 
     def master_addr(self, name):
         """"host:port" this sentinel names for master name, or None."""
@@ -369,13 +355,7 @@ class SentinelGroup:
 
     @staticmethod
     def wait_until(pred, timeout, what):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.05)
-        raise AssertionError("not within %.0f s: %s" % (timeout, what))
+        return wait_until(pred, timeout=timeout, interval=0.05, what=what)
 
     def _num(self, sentinel, field):
         try:
