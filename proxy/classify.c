@@ -122,6 +122,10 @@ static void classify_key_from_header(const struct route_policy *policy,
     } else if (lines > 1) {
         classify_refuse(out, PROBLEM_INVALID_KEY, 400,
                         "the idempotency key header appears more than once");
+    } else if (key_is_folded_list(raw)) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                        "the idempotency key has a comma outside quotes, so it may be two header "
+                        "lines joined into one; send it as an RFC 8941 string (\"a,b\")");
     } else if ((ks = key_parse(raw, policy->key_max_length, key, max, &out->key_len)) !=
                KEY_OK) {
         classify_refuse(out, PROBLEM_INVALID_KEY, 400, key_status_reason(ks));

@@ -78,6 +78,13 @@ enum key_status key_parse(const char *value, size_t max_len, char *out, size_t o
     return KEY_OK;
 }
 
+bool key_is_folded_list(const char *value)
+{
+    while (key_char_ows(*value))
+        value++;
+    return *value != '"' && strchr(value, ',') != NULL;
+}
+
 const char *key_status_reason(enum key_status st)
 {
     switch (st) {

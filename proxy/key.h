@@ -6,6 +6,7 @@
 #ifndef IDEM_KEY_H
 #define IDEM_KEY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum key_status {
@@ -25,6 +26,14 @@ enum key_status {
  */
 enum key_status key_parse(const char *value, size_t max_len, char *out, size_t outsize,
                           size_t *out_len);
+
+/*
+ * True when a header value is a bare (unquoted) key with a comma. RFC 9110
+ * section 5.3 lets an intermediary fold two `Idempotency-Key` lines into one
+ * comma-joined line, so such a value may be two keys: the caller refuses it
+ * (fail closed). A comma inside an sf-string (`"a,b"`) is one key. Borrows value.
+ */
+bool key_is_folded_list(const char *value);
 
 /* A short human reason for a key_status, for problem details. Static string. */
 const char *key_status_reason(enum key_status st);

@@ -211,3 +211,18 @@ def test_every_x_forwarded_for_line_reaches_the_upstream(proxy, upstream):
     assert r.status == 201
     seen = upstream.last_headers().get("x-forwarded-for")
     assert seen == ["203.0.113.1, 198.51.100.2, 127.0.0.1"], seen
+
+
+def test_a_bare_key_with_a_comma_is_refused_and_a_quoted_one_is_one_key(proxy, upstream):
+    """`t4, t5` was taken as one key, though an intermediary may have joined two
+    Idempotency-Key lines into it (RFC 9110 section 5.3)."""
+    a, b = new_key(), new_key()
+    before = upstream.total()
+    r = proxy.post(key=a + ", " + b)
+    assert_problem(r, 400, "invalid-key")
+    assert upstream.total() == before
+    quoted = '"' + a + "," + b + '"'
+    assert proxy.post(key=quoted).status == 201
+    again = proxy.post(key=quoted)
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true"
+    assert upstream.executions(quoted) == 1  # forwarded as sent

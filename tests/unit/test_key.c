@@ -48,6 +48,10 @@ int main(void)
             ok = len == strlen(cases[i].key) && memcmp(out, cases[i].key, len) == 0;
         UNIT_CHECK(cases[i].name, ok, "status %d (want %d)", st, cases[i].want);
     }
+    UNIT_CHECK("folded list: bare with a comma", key_is_folded_list(" t4, t5"), "not seen");
+    UNIT_CHECK("folded list: a comma in quotes is one key", !key_is_folded_list(" \"t4,t5\""),
+               "refused a quoted comma");
+    UNIT_CHECK("folded list: no comma", !key_is_folded_list("a b"), "refused a bare key");
     {
         char out[4];
         size_t len;
