@@ -144,6 +144,7 @@ struct store {
     bool wait_now;                  /* wait_next holds a call that wants its WAIT this turn */
     struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
     struct event wait_lazy_ev;      /* STORE_WAIT_LAZY_MS after a call that can wait */
+    _Atomic bool replicas_short;    /* the last WAIT or idle ROLE saw < redis.min_replicas */
 };
 
 enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT };
@@ -178,6 +179,38 @@ static void store_cmd_free(struct store_cmd *cmd)
 }
 
 static void store_wait_answered(struct store *s, enum store_status st, long long replicas);
+
+/*
+ * An idle primary's ROLE reply: "master", its replication offset, and its
+ * online replicas as [ip, port, acknowledged offset]. With redis.min_replicas,
+ * fewer replicas listed than that means every claim would be refused: not
+ * ready. Ready again only once enough replicas have acknowledged the whole
+ * offset (a replica that is connected but stalled, the case a WAIT shortfall
+ * found, is listed and lags, so it does not clear the shortfall).
+ */
+static void store_count_replicas(struct store *s, const redisReply *role)
+{
+    unsigned need = s->cfg->redis_min_replicas, caught_up = 0;
+    const redisReply *list;
+
+    if (need == 0)
+        return;
+    if (role->elements < 3 || role->element[1]->type != REDIS_REPLY_INTEGER ||
+        role->element[2]->type != REDIS_REPLY_ARRAY || role->element[2]->elements < need) {
+        s->replicas_short = true;
+        return;
+    }
+    list = role->element[2];
+    for (size_t i = 0; i < list->elements; i++) {
+        const redisReply *r = list->element[i];
+        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+            r->element[2]->type == REDIS_REPLY_STRING &&
+            strtoll(r->element[2]->str, NULL, 10) >= role->element[1]->integer)
+            caught_up++;
+    }
+    if (caught_up >= need)
+        s->replicas_short = false;
+}
 
 /*
  * Run the caller's callback once; later outcomes of the same command are
@@ -216,6 +249,8 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
         break;
     case REPLY_HEALTH:
         cmd->s->health_in_flight = false;
+        if (st == STORE_OK)
+            store_count_replicas(s, r);
         break;
     case REPLY_WAIT:
         store_wait_answered(s, st, st == STORE_OK ? r->integer : 0);
@@ -520,6 +555,8 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
 static void store_wait_answered(struct store *s, enum store_status st, long long replicas)
 {
     s->wait_in_flight = false;
+    if (st == STORE_OK)
+        s->replicas_short = replicas < (long long)s->cfg->redis_min_replicas;
     store_waiters_report(&s->wait_sent, st, replicas);
     if (!TAILQ_EMPTY(&s->wait_next) && !s->destroying &&
         (s->wait_now || !evtimer_pending(&s->wait_lazy_ev, NULL)))
@@ -581,6 +618,8 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     }
     s->base = base;
     s->cfg = cfg;
+    /* no replica seen yet: ready once a ROLE or WAIT counts enough of them */
+    s->replicas_short = cfg->redis_min_replicas > 0;
     TAILQ_INIT(&s->queued);
     TAILQ_INIT(&s->failed);
     TAILQ_INIT(&s->wait_next);
@@ -663,6 +702,15 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg)
 bool store_ready(const struct store *s)
 {
     return s->conn != NULL && store_conn_ready(s->conn);
+}
+
+const char *store_unready(const struct store *s)
+{
+    if (!store_ready(s))
+        return "redis unreachable";
+    if (s->replicas_short)
+        return "too few replicas acknowledge writes (redis.min_replicas)";
+    return NULL;
 }
 
 bool store_primary(struct store *s, char *address, size_t len)

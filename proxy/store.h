@@ -85,6 +85,16 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
 bool store_ready(const struct store *s);
 
 /*
+ * Why the store cannot take claims, for /readyz: NULL when it can, else a
+ * static reason: "redis unreachable" (!store_ready), or, with
+ * redis.min_replicas, "too few replicas acknowledge writes" after the last
+ * WAIT counted fewer than min_replicas acknowledgements or an idle
+ * connection's ROLE listed fewer online replicas (every claim would get 503
+ * store-unavailable). Any thread may ask while s exists.
+ */
+const char *store_unready(const struct store *s);
+
+/*
  * The node the store is connected to, "host:port" (or the socket path),
  * into address (len bytes, truncated to fit): true while store_ready (its
  * ROLE said master), false otherwise. Any thread may ask while s exists.

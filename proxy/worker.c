@@ -585,8 +585,10 @@ static const char *worker_pool_unready(void *arg)
 
     if (p->workers[0].xs.draining)
         return "draining";
-    for (unsigned i = 0; i < p->n; i++)
-        if (!store_ready(p->workers[i].store))
-            return "redis unreachable";
+    for (unsigned i = 0; i < p->n; i++) {
+        const char *why = store_unready(p->workers[i].store);
+        if (why != NULL)
+            return why;
+    }
     return NULL;
 }

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import TEST_WORKERS, RedisServer, wait_ready, wait_until
+from harness import TEST_WORKERS, RedisServer, readyz, wait_ready, wait_until
 from test_config_reload import reload_and_wait, rewrite, run_check
 from redis_gate import RedisGate
 from redis_topology import acl_setuser
@@ -196,10 +196,21 @@ def test_frozen_replica_gets_503_claim_released_nothing_forwarded(start_proxy, u
     assert shortfalls(p, "claim") == 1
 
 
+def unready_reason(p):
+    r = p.admin("GET", "/readyz")
+    return r.status, r.body.decode().strip()
+
+
+REPLICAS_SHORT = (503, "too few replicas acknowledge writes (redis.min_replicas)")
+
+
 def test_two_replicas_wanted_one_present_every_claim_refused(start_proxy, upstream, pair):
+    """...and /readyz says so: a proxy that refuses every payment is not ready."""
     promtool_path()
     primary, _ = pair
-    p = start_replicated(start_proxy, primary, min_replicas=2, replica_timeout="100ms")
+    p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
+                           "timeout": "2s"})
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=5, what="/readyz 503")
     for _ in range(3):
         assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
@@ -219,8 +230,10 @@ def test_on_store_error_pass_forwards_once_with_the_claim_kept(start_proxy, upst
     """pass: a shortfall is a store failure the route accepted; the request is forwarded
     with its (unreplicated) claim, recorded, and a retry is replayed, never re-executed."""
     primary, _ = pair
-    p = start_replicated(start_proxy, primary, min_replicas=2, replica_timeout="100ms",
-                         on_store_error="pass")
+    p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
+                           "timeout": "2s"}, on_store_error="pass")
+    # connected; /readyz says what the store lacks, whatever the routes do about it
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=5, what="/readyz 503")
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
@@ -459,3 +472,27 @@ def test_sighup_changing_min_replicas_needs_a_restart(start_proxy, upstream, pai
     assert p.post(key=key).status == 201
     assert wait_calls(primary) >= 1, "the running min_replicas 1 still WAITs"
 
+
+
+def test_readyz_follows_the_replicas_min_replicas_needs(start_proxy, upstream, pair):
+    """A proxy whose claims all get 503 (too few replicas) must not report ready: a
+    stopped replica turns /readyz 503 without any traffic, a frozen one from its first
+    shortfall on (it is still listed, but its offset lags), and both come back once the
+    replica has caught up, again without traffic."""
+    primary, replica = pair
+    p = start_replicated(start_proxy, primary, replica_timeout="200ms",
+                         redis={"timeout": "500ms"})
+    replica.pause()
+    try:
+        assert_problem(p.post(key=new_key()), 503, "store-unavailable")
+        assert unready_reason(p) == REPLICAS_SHORT
+        time.sleep(2.5)  # idle health checks meanwhile see the frozen replica listed, lagging
+        assert unready_reason(p) == REPLICAS_SHORT
+    finally:
+        replica.resume()
+    wait_until(lambda: readyz(p) == 200, timeout=10, what="ready once the replica caught up")
+    assert p.post(key=new_key()).status == 201
+    replica.kill()
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=10,
+               what="/readyz 503 with the replica gone, no traffic")
+    assert upstream.total() == 1
