@@ -105,6 +105,8 @@ static void exchange_free(struct exchange *x)
 {
     event_del(&x->lease_timer);
     event_del(&x->wait_timer);
+    event_del(&x->write_timer);
+    free(x->write_value);
     evhttp_clear_headers(&x->resp_headers);
     if (x->resp_body != NULL)
         evbuffer_free(x->resp_body);
@@ -227,12 +229,13 @@ void exchange_record_init(const struct exchange *x, struct record *rec,
 }
 
 /* The claim value: state C with a lease deadline of now + lease. */
-char *exchange_claim_value(const struct exchange *x, size_t *len)
+char *exchange_claim_value(const struct exchange *x, size_t *len, uint64_t *deadline_ms)
 {
     struct record rec;
 
     exchange_record_init(x, &rec, RECORD_CLAIMED);
     rec.lease_deadline_ms = clock_now_ms() + x->policy->lease_ms;
+    *deadline_ms = rec.lease_deadline_ms;
     return record_encode_alloc(&rec, len);
 }
 
@@ -283,11 +286,68 @@ static void exchange_on_record_replicated(enum store_status st, long long replic
     exchange_unref(x);
 }
 
+/*
+ * Until when (wall clock ms) a write that failed for want of Redis is sent
+ * again: while our lease, as last confirmed, still stops anyone else from
+ * taking the record over, and at most one lease after WRITING began (so the
+ * client's wait is bounded even while renewals succeed); during a drain,
+ * early enough that the last attempt is answered before it ends.
+ */
+static uint64_t exchange_write_deadline(const struct exchange *x)
+{
+    uint64_t deadline = x->lease_deadline_ms;
+    uint64_t margin = x->conf->redis_timeout_ms + 2 * EXCHANGE_STORE_RETRY_MS;
+
+    if (deadline > x->write_started_ms + x->policy->lease_ms)
+        deadline = x->write_started_ms + x->policy->lease_ms;
+    if (x->set->draining) {
+        uint64_t drain = x->set->drain_deadline_ms > margin ? x->set->drain_deadline_ms - margin
+                                                             : 0;
+        if (deadline > drain)
+            deadline = drain;
+    }
+    return deadline;
+}
+
+/*
+ * The write failed for want of Redis (st: nothing sent, timeout, connection
+ * lost): it may have landed, or not. Keep the answer and send the same write
+ * again (the scripts are idempotent for their owner) every
+ * EXCHANGE_STORE_RETRY_MS while the lease holds, renewing it meanwhile:
+ * a stall shorter than the lease must not leave the claim to expire, or a
+ * retry would execute again (on_ambiguous: release) or get "outcome
+ * unknown" (hold). True when a retry is scheduled (the client waits).
+ */
+static bool exchange_write_retry(struct exchange *x, enum store_status st)
+{
+    uint64_t now = clock_now_ms();
+    struct timeval tv = clock_ms_to_timeval(EXCHANGE_STORE_RETRY_MS);
+
+    if (x->state != X_WRITING || !exchange_store_retryable(st) ||
+        (x->write != WRITE_RELEASE && x->write_value == NULL) ||
+        now + EXCHANGE_STORE_RETRY_MS >= exchange_write_deadline(x))
+        return false;
+    if (!x->write_retrying) {
+        log_msg(LOG_WARN, "exchange %s: the record write failed (%s); sending it again every "
+                "%d ms for up to %llu ms, while the lease holds", x->record_id,
+                st == STORE_TIMEOUT ? "timeout" : "no connection", EXCHANGE_STORE_RETRY_MS,
+                (unsigned long long)(exchange_write_deadline(x) - now));
+        x->write_retrying = true;
+        exchange_lease_rearm(x, EXCHANGE_STORE_RETRY_MS / 2);
+    }
+    evtimer_add(&x->write_timer, &tv);
+    return true;
+}
+
 /* The one callback of WRITING: whatever was written, or not, the client gets its answer. */
 static void exchange_on_written(enum store_status st, bool applied, void *arg)
 {
     struct exchange *x = arg;
 
+    if (exchange_write_retry(x, st)) {
+        exchange_unref(x);
+        return;
+    }
     /* from inside the write's callback (store.h); the WAIT goes out after the answer */
     if (st == STORE_OK && applied && x->write != WRITE_RELEASE &&
         x->conf->redis_min_replicas > 0) {
@@ -306,24 +366,49 @@ static void exchange_on_written(enum store_status st, bool applied, void *arg)
     } else if (!applied && x->write == WRITE_ANSWER) {
         log_msg(LOG_WARN, "exchange %s: record no longer ours; answer not recorded",
                 x->record_id);
+    } else if (x->write_retrying) {
+        log_msg(LOG_INFO, "exchange %s: the record write went through on a later attempt",
+                x->record_id);
     }
+    x->write_retrying = false; /* no more renewals */
+    event_del(&x->lease_timer);
     exchange_record_changed(x->set, x->record_key);
     if (x->state == X_WRITING)
         exchange_answer_after_write(x);
     exchange_unref(x);
 }
 
-/* Start writing what x->write says; value (len bytes) is the record for ANSWER and UNKNOWN. */
-static void exchange_write(struct exchange *x, const char *value, size_t len)
+/* Send what x->write says: the record kept in x->write_value for ANSWER and UNKNOWN. */
+static void exchange_write_send(struct exchange *x)
 {
     x->pending++;
     if (x->write == WRITE_RELEASE)
         store_release_owned(x->set->store, x->record_key, x->owner, exchange_on_written, x);
-    else if (value == NULL) /* unencodable: the claim's lease runs out, which reads the same */
+    else if (x->write_value == NULL) /* unencodable: the lease runs out, which reads the same */
         exchange_on_written(STORE_ERROR, false, x);
     else
-        store_replace_owned(x->set->store, x->record_key, x->owner, value, len,
-                            x->policy->retention_ms, exchange_on_written, x);
+        store_replace_owned(x->set->store, x->record_key, x->owner, x->write_value,
+                            x->write_len, x->policy->retention_ms, exchange_on_written, x);
+}
+
+/* x->write_timer: the next attempt of a write that failed for want of Redis. */
+static void exchange_on_write_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)fd;
+    (void)what;
+    if (x->state == X_WRITING)
+        exchange_write_send(x);
+}
+
+/* Start writing what x->write says; value (len bytes, taken over) is the record for ANSWER and UNKNOWN. */
+static void exchange_write(struct exchange *x, char *value, size_t len)
+{
+    x->write_value = value;
+    x->write_len = len;
+    x->write_started_ms = clock_now_ms();
+    exchange_write_send(x);
 }
 
 /* The upstream's body as one run of bytes; NULL when too large to store (no copy made). */
@@ -383,7 +468,6 @@ void exchange_finish_protected(struct exchange *x)
         }
     }
     exchange_write(x, value, len);
-    free(value);
 }
 
 static void exchange_on_upstream(enum upstream_outcome outcome,
@@ -465,6 +549,7 @@ static struct exchange *exchange_create(struct exchange_set *set, struct evhttp_
     TAILQ_INIT(&x->resp_headers);
     evtimer_assign(&x->lease_timer, set->base, exchange_on_lease_timer, x);
     evtimer_assign(&x->wait_timer, set->base, exchange_on_wait_timer, x);
+    evtimer_assign(&x->write_timer, set->base, exchange_on_write_timer, x);
     set->active++;
     return x;
 }

@@ -37,6 +37,7 @@ struct exchange_set {
     struct metrics *metrics;                /* the process's, shared */
     struct config *conf;                    /* new requests start under it; one reference */
     bool draining;                          /* after SIGTERM: refuse new requests */
+    uint64_t drain_deadline_ms;             /* wall clock: when the drain ends (draining) */
     _Atomic unsigned active;                /* exchanges not yet freed */
     _Atomic unsigned unflushed;             /* answers evhttp is still writing */
     _Atomic unsigned waiting;               /* exchanges in `waiters` */

@@ -24,15 +24,65 @@
 
 /* ---- lease renewal ----------------------------------------------------- */
 
+/*
+ * Whether x holds a lease to keep alive: its request is at the upstream, or
+ * its record write failed for want of Redis and is being sent again.
+ */
+static bool exchange_lease_held(const struct exchange *x)
+{
+    return x->state == X_FORWARDING || (x->state == X_WRITING && x->write_retrying);
+}
+
+bool exchange_store_retryable(enum store_status st)
+{
+    return st == STORE_UNAVAILABLE || st == STORE_TIMEOUT || st == STORE_LOST;
+}
+
+void exchange_lease_rearm(struct exchange *x, uint64_t delay_ms)
+{
+    struct timeval tv = clock_ms_to_timeval(delay_ms);
+
+    if (x->renew_deadline_ms == 0 && exchange_lease_held(x))
+        evtimer_add(&x->lease_timer, &tv);
+}
+
+/*
+ * One renewal is in flight at a time, so its answer knows which lease it
+ * set; the answer arms the next one: after lease/3, or after
+ * EXCHANGE_STORE_RETRY_MS when it failed for want of Redis, so a stall
+ * shorter than the lease never lets it lapse.
+ */
 static void exchange_on_renewed(enum store_status st, bool applied, void *arg)
 {
     struct exchange *x = arg;
+    uint64_t deadline = x->renew_deadline_ms;
+    struct timeval interval = exchange_lease_interval(x);
+    uint64_t next_ms = (uint64_t)interval.tv_sec * 1000 + (uint64_t)interval.tv_usec / 1000;
 
-    if (st != STORE_OK)
+    x->renew_deadline_ms = 0;
+    if (st == STORE_OK && applied) {
+        if (deadline > x->lease_deadline_ms)
+            x->lease_deadline_ms = deadline;
+        if (x->renew_failing)
+            log_msg(LOG_INFO, "exchange %s: lease renewed again", x->record_id);
+        x->renew_failing = false;
+        exchange_lease_rearm(x, next_ms);
+    } else if (st == STORE_OK) {
+        /* while WRITING our own record may have replaced the claim already */
+        if (x->state == X_FORWARDING)
+            log_msg(LOG_WARN, "exchange %s: lease lost: another request took the record over",
+                    x->record_id);
+    } else if (exchange_store_retryable(st)) {
+        if (!x->renew_failing) /* once per run of failures: a stall must not flood the log */
+            log_msg(LOG_WARN, "exchange %s: lease renewal failed (%s); retrying every %d ms",
+                    x->record_id, st == STORE_TIMEOUT ? "timeout" : "no connection",
+                    EXCHANGE_STORE_RETRY_MS);
+        x->renew_failing = true;
+        exchange_lease_rearm(x, EXCHANGE_STORE_RETRY_MS);
+    } else {
         log_msg(LOG_WARN, "exchange %s: lease renewal failed", x->record_id);
-    else if (!applied)
-        log_msg(LOG_WARN, "exchange %s: lease lost: another request took the record over",
-                x->record_id);
+        exchange_lease_rearm(x, next_ms);
+    }
     exchange_unref(x);
 }
 
@@ -47,26 +97,28 @@ void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct exchange *x = arg;
     struct timeval tv = exchange_lease_interval(x);
+    uint64_t deadline;
     size_t len;
     char *value;
 
     (void)fd;
     (void)what;
-    if (x->state != X_FORWARDING)
+    if (!exchange_lease_held(x) || x->renew_deadline_ms != 0)
         return;
-    value = exchange_claim_value(x, &len);
-    if (value != NULL) {
-        x->pending++;
-        /*
-         * the key lives `retention` from the last renewal, so a call longer than
-         * retention keeps its claim, and a dead owner's claim stays visible
-         */
-        store_replace_owned(x->set->store, x->record_key, x->owner, value, len,
-                            x->policy->retention_ms,
-                            exchange_on_renewed, x);
-        free(value);
+    value = exchange_claim_value(x, &len, &deadline);
+    if (value == NULL) {
+        evtimer_add(&x->lease_timer, &tv);
+        return;
     }
-    evtimer_add(&x->lease_timer, &tv);
+    x->renew_deadline_ms = deadline;
+    x->pending++;
+    /*
+     * the key lives `retention` from the last renewal, so a call longer than
+     * retention keeps its claim, and a dead owner's claim stays visible
+     */
+    store_replace_owned(x->set->store, x->record_key, x->owner, value, len,
+                        x->policy->retention_ms, exchange_on_renewed, x);
+    free(value);
 }
 
 /* ---- waiting for another request's answer ------------------------------ */
@@ -133,7 +185,8 @@ static void exchange_on_claim(enum store_status st, const char *value, size_t le
 static void exchange_send_claim(struct exchange *x, const char *expected, size_t expected_len)
 {
     size_t len;
-    char *value = exchange_claim_value(x, &len);
+    uint64_t deadline;
+    char *value = exchange_claim_value(x, &len, &deadline);
 
     if (value == NULL) {
         exchange_store_failed(x, STORE_ERROR);
@@ -143,6 +196,7 @@ static void exchange_send_claim(struct exchange *x, const char *expected, size_t
         free(value);
         return;
     }
+    x->renew_deadline_ms = deadline; /* the lease we hold if it wins */
     x->pending++;
     if (expected == NULL)
         store_claim(x->set->store, x->record_key, value, len, x->policy->retention_ms,
@@ -277,6 +331,8 @@ static void exchange_on_claim_replicated(enum store_status st, long long replica
  */
 static void exchange_won(struct exchange *x)
 {
+    x->lease_deadline_ms = x->renew_deadline_ms;
+    x->renew_deadline_ms = 0;
     if (x->conf->redis_min_replicas == 0) {
         if (exchange_set_state(x, X_FORWARDING))
             exchange_forward(x);

@@ -64,6 +64,9 @@ struct exchange {
 
     unsigned pending;                   /* callbacks that can still reach us */
     struct event lease_timer;
+    uint64_t lease_deadline_ms;         /* wall clock: our claim's lease, as last confirmed */
+    uint64_t renew_deadline_ms;         /* the lease the claim or renewal in flight sets; 0 none */
+    bool renew_failing;                 /* the last renewal failed for want of Redis */
     struct event wait_timer;
     uint64_t wait_deadline_ms;
     unsigned poll_delay_ms;
@@ -73,6 +76,11 @@ struct exchange {
     /* the upstream's verdict and answer, kept while the record is written */
     enum upstream_outcome upstream;
     enum exchange_write write;
+    char *write_value;                  /* ANSWER, UNKNOWN: the record, kept to send again */
+    size_t write_len;
+    bool write_retrying;                /* a write failed for want of Redis: sent again */
+    uint64_t write_started_ms;          /* wall clock: when WRITING began */
+    struct event write_timer;           /* the next attempt of a failed write */
     int resp_status;
     struct evkeyvalq resp_headers;
     struct evbuffer *resp_body;
@@ -105,8 +113,11 @@ void exchange_store_failed(struct exchange *x, enum store_status st);
 /* Start rec as a record of x's claim. */
 void exchange_record_init(const struct exchange *x, struct record *rec, enum record_state state);
 
-/* The claim value (state C, lease deadline now + lease), malloc'd; NULL on failure. */
-char *exchange_claim_value(const struct exchange *x, size_t *len);
+/*
+ * The claim value (state C, lease deadline now + lease, also put in
+ * *deadline_ms, wall clock), malloc'd (len bytes); NULL on failure.
+ */
+char *exchange_claim_value(const struct exchange *x, size_t *len, uint64_t *deadline_ms);
 
 /* The record at record_key changed: wake its waiters in every thread. */
 void exchange_record_changed(struct exchange_set *set, const char *record_key);
@@ -125,6 +136,18 @@ void exchange_claim(struct exchange *x);
 
 /* How often a held lease is renewed: lease/3, at least 10 ms. */
 struct timeval exchange_lease_interval(const struct exchange *x);
+
+/*
+ * How long to wait before sending a renewal or a record write again that
+ * failed for want of Redis (no connection, timeout, connection lost).
+ */
+#define EXCHANGE_STORE_RETRY_MS 200
+
+/* Whether a store failure may be retried: the command was not refused by Redis itself. */
+bool exchange_store_retryable(enum store_status st);
+
+/* Renew the lease again in delay_ms, unless a renewal is in flight (its answer re-arms). */
+void exchange_lease_rearm(struct exchange *x, uint64_t delay_ms);
 
 /* The timer callbacks of x->lease_timer and x->wait_timer. */
 void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg);

@@ -70,11 +70,18 @@ enum store_script {
  * Every later change of a record is a compare-and-set on state 'C' and the
  * owner token. The scripts read both by their offsets in record.h; "%s"
  * in a template stands for that test (store_scripts_build fills it in).
+ * REPLACE is idempotent for its owner: a record already byte-for-byte the
+ * value (which carries the owner token) is reported applied, so a write
+ * that timed out, may have landed and is sent again succeeds; anyone
+ * else's value still differs and is refused.
  */
 #define STORE_SCRIPT_MAX 512
 static const char *const store_script_template[SCRIPT_COUNT] = {
     [SCRIPT_REPLACE] =
         "local v = redis.call('GET', KEYS[1])\n"
+        "if v == ARGV[2] then\n"
+        "  return 1\n"
+        "end\n"
         "if not v or %s then\n"
         "  return 0\n"
         "end\n"

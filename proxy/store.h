@@ -125,6 +125,9 @@ void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg);
  * Compare-and-set on the owner token (Lua): when the record still carries
  * owner, replace it with value, keeping the key's TTL when px_ms is 0 (a
  * lease renewal) or setting PX px_ms (completion). applied says whether it did.
+ * Idempotent: when the record already is value (byte for byte, owner token
+ * included), applied is true and nothing changes, so the owner may send the
+ * same write again after a timeout or a lost connection.
  */
 void store_replace_owned(struct store *s, const char *key, const char *owner, const char *value,
                          size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg);

@@ -203,6 +203,7 @@ static void worker_drain(struct worker *w, uint64_t deadline_ms)
 
     if (w->drain_timer != NULL)
         return;
+    w->xs.drain_deadline_ms = deadline_ms; /* a record write retried stops in time */
     worker_stop_accepting(w);
     w->drain_deadline_ms = deadline_ms;
     w->drain_timer = event_new(w->base, -1, EV_PERSIST, worker_on_drain_tick, w);
