@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from redis_gate import RedisGate
+
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
 
@@ -182,3 +184,28 @@ def test_drain_during_a_retried_write_ends_in_time(start_proxy, upstream, redis)
         assert time.monotonic() - t < 8.5, time.monotonic() - t
     finally:
         redis.resume()
+
+
+def test_a_record_write_that_timed_out_but_landed_counts_as_done(start_proxy, upstream, redis):
+    """The record write is held back past redis.timeout (the proxy drops the connection)
+    and lands in Redis before the proxy sends it again: the same write by its owner is
+    reported done (the script is idempotent for the owner token), not "no longer ours"."""
+    gate = RedisGate(redis.port).start()
+    try:
+        p = start_proxy(lease="10s", workers=1, redis={"url": gate.url, "timeout": "200ms"})
+        wait_for(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+        assert p.post(key=new_key()).status == 201  # loads the scripts into Redis
+        key = new_key()
+        gate.hold_next(("EVALSHA", "EVAL"), ms=300)
+        r1 = p.post(key=key)
+        assert r1.status == 201 and not r1.replayed, r1
+        assert gate.held == 1 and gate.delivered.wait(5), "the write was not held back"
+        log = p.stderr_text()
+        assert "the record write failed (timeout)" in log, log[-2000:]
+        assert "went through on a later attempt" in log, log[-2000:]
+        assert "no longer ours" not in log, log[-2000:]
+        r2 = p.post(key=key)
+        assert r2.replayed and r2.body == r1.body, r2
+        assert upstream.executions(key) == 1
+    finally:
+        gate.stop()
