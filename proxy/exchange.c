@@ -290,8 +290,8 @@ static void exchange_on_record_replicated(enum store_status st, long long replic
  * Until when (wall clock ms) a write that failed for want of Redis is sent
  * again: while our lease, as last confirmed, still stops anyone else from
  * taking the record over, and at most one lease after WRITING began (so the
- * client's wait is bounded even while renewals succeed); during a drain,
- * early enough that the last attempt is answered before it ends.
+ * retries end even while renewals succeed); during a drain, early enough
+ * that the last attempt is answered before it ends.
  */
 static uint64_t exchange_write_deadline(const struct exchange *x)
 {
@@ -316,14 +316,19 @@ static uint64_t exchange_write_deadline(const struct exchange *x)
  * EXCHANGE_STORE_RETRY_MS while the lease holds, renewing it meanwhile:
  * a stall shorter than the lease must not leave the claim to expire, or a
  * retry would execute again (on_ambiguous: release) or get "outcome
- * unknown" (hold). True when a retry is scheduled (the client waits).
+ * unknown" (hold). The client gets its answer at once: it should not wait
+ * on Redis for an answer it already has, and one that has it does not
+ * retry; a retry of the same key meanwhile finds the claim and waits for
+ * the record like any duplicate. The retries hold the exchange (one pending
+ * reference) until the write lands or its deadline passes. True when a
+ * retry is scheduled.
  */
 static bool exchange_write_retry(struct exchange *x, enum store_status st)
 {
     uint64_t now = clock_now_ms();
     struct timeval tv = clock_ms_to_timeval(EXCHANGE_STORE_RETRY_MS);
 
-    if (x->state != X_WRITING || !exchange_store_retryable(st) ||
+    if ((x->state != X_WRITING && !x->write_retrying) || !exchange_store_retryable(st) ||
         (x->write != WRITE_RELEASE && x->write_value == NULL) ||
         now + EXCHANGE_STORE_RETRY_MS >= exchange_write_deadline(x))
         return false;
@@ -333,7 +338,9 @@ static bool exchange_write_retry(struct exchange *x, enum store_status st)
                 st == STORE_TIMEOUT ? "timeout" : "no connection", EXCHANGE_STORE_RETRY_MS,
                 (unsigned long long)(exchange_write_deadline(x) - now));
         x->write_retrying = true;
+        x->pending++;
         exchange_lease_rearm(x, EXCHANGE_STORE_RETRY_MS / 2);
+        exchange_answer_after_write(x);
     }
     evtimer_add(&x->write_timer, &tv);
     return true;
@@ -343,6 +350,7 @@ static bool exchange_write_retry(struct exchange *x, enum store_status st)
 static void exchange_on_written(enum store_status st, bool applied, void *arg)
 {
     struct exchange *x = arg;
+    bool retried;
 
     if (exchange_write_retry(x, st)) {
         exchange_unref(x);
@@ -370,11 +378,14 @@ static void exchange_on_written(enum store_status st, bool applied, void *arg)
         log_msg(LOG_INFO, "exchange %s: the record write went through on a later attempt",
                 x->record_id);
     }
+    retried = x->write_retrying;
     x->write_retrying = false; /* no more renewals */
     event_del(&x->lease_timer);
     exchange_record_changed(x->set, x->record_key);
     if (x->state == X_WRITING)
         exchange_answer_after_write(x);
+    if (retried)
+        exchange_unref(x); /* the retries' hold; this callback's keeps x alive */
     exchange_unref(x);
 }
 
@@ -398,7 +409,7 @@ static void exchange_on_write_timer(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (x->state == X_WRITING)
+    if (x->write_retrying)
         exchange_write_send(x);
 }
 

@@ -26,11 +26,12 @@
 
 /*
  * Whether x holds a lease to keep alive: its request is at the upstream, or
- * its record write failed for want of Redis and is being sent again.
+ * its record write failed for want of Redis and is being sent again (also
+ * after the client got its answer).
  */
 static bool exchange_lease_held(const struct exchange *x)
 {
-    return x->state == X_FORWARDING || (x->state == X_WRITING && x->write_retrying);
+    return x->state == X_FORWARDING || x->write_retrying;
 }
 
 bool exchange_store_retryable(enum store_status st)
