@@ -163,7 +163,7 @@ static void exchange_reply(struct exchange *x, int status, struct evbuffer *body
     metrics_count_request(x->set->metrics, x->route != NULL ? x->route->path : NULL,
                           exchange_outcome_name(x));
     exchange_log(x);
-    reply_send(x->req, status, body, x->set->draining, &x->set->unflushed);
+    reply_send(x->req, status, body, x->set->draining, &x->set->conns);
     x->req = NULL;
     if (x->pending == 0)
         exchange_free(x);
@@ -590,6 +590,7 @@ void exchange_handle(struct evhttp_request *req, void *arg)
     const char *framing;
     char key[CLASSIFY_KEY_MAX];
 
+    reply_watch(&set->conns, req);
     if (x == NULL) {
         evhttp_send_error(req, 500, NULL);
         return;
@@ -655,6 +656,7 @@ void exchange_set_init(struct exchange_set *set, struct event_base *base, struct
     set->metrics = metrics;
     set->conf = config_ref(conf);
     TAILQ_INIT(&set->waiters);
+    reply_conns_init(&set->conns, base, &set->unflushed);
     janitor_init(&set->janitor, base, store, exchange_on_released, set);
     set->wake_others = wake_others;
     set->wake_arg = wake_arg;
@@ -675,6 +677,7 @@ unsigned exchange_set_busy(const struct exchange_set *set)
 
 void exchange_set_deinit(struct exchange_set *set)
 {
+    reply_conns_deinit(&set->conns);
     janitor_deinit(&set->janitor);
     config_unref(set->conf);
     set->conf = NULL;

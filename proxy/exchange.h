@@ -18,6 +18,7 @@
 #include <sys/queue.h>
 
 #include "janitor.h"
+#include "reply.h"
 
 struct evhttp_request;
 struct event_base;
@@ -42,6 +43,7 @@ struct exchange_set {
     _Atomic unsigned unflushed;             /* answers evhttp is still writing */
     _Atomic unsigned waiting;               /* exchanges in `waiters` */
     TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
+    struct reply_conns conns;               /* the client connections (reply.h) */
     struct janitor janitor;                 /* claims of refused requests to release */
     exchange_wake_cb *wake_others;
     void *wake_arg;

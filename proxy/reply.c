@@ -92,26 +92,158 @@ struct evbuffer *reply_replay(struct evhttp_request *req, const struct record *r
 }
 
 /*
+ * One client connection. evhttp stops reading a connection while a request
+ * is handled (bufferevent_disable(EV_READ) once the request is read) and
+ * reads again once the answer is written: with nothing else watching the
+ * socket, that is an epoll_ctl to take it out of epoll and one to put it
+ * back, per request, as the answer mostly comes in a later loop pass.
+ * `watch` is a second EV_READ event on the socket: libevent keeps a socket
+ * in epoll while any event wants it, so evhttp's pause and resume change
+ * nothing in the kernel. watch itself does nothing while evhttp reads; while
+ * evhttp pauses, bytes or an EOF the client sends (a pipelined request, a
+ * close) keep the level-triggered socket readable, so on its second call in
+ * one pause watch takes itself out (as before: one epoll_ctl) until the
+ * answer is sent. Nothing is read here: evhttp reads everything, as before.
+ *
  * An answer is out of our hands only once evhttp has written it all, or its
  * connection has closed: until then a SIGTERM drain must not end (it would
- * free the connection with the answer unsent). One answer at a time is
- * written per connection, so the connection's close callback is ours until
- * the answer completes.
+ * free the connection with the answer unsent). `answering` says an answer is
+ * being written; evhttp's close callback of the connection (reply_on_closed,
+ * set once per connection) settles it, removes watch before evhttp closes
+ * the socket, and frees the record.
  */
-static void reply_on_flushed(struct evhttp_request *req, void *arg)
-{
-    _Atomic unsigned *unflushed = arg;
+struct reply_conn {
+    struct reply_conns *conns;
+    struct evhttp_connection *evcon;
+    struct bufferevent *bev;        /* evhttp's, for its socket and its read state */
+    evutil_socket_t fd;
+    struct event watch;
+    bool watching;                  /* watch is added */
+    int paused_calls;               /* calls of watch since evhttp paused reading */
+    bool answering;                 /* counted in conns->unflushed */
+};
 
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
-    (*unflushed)--;
+void reply_conns_init(struct reply_conns *conns, struct event_base *base,
+                      _Atomic unsigned *unflushed)
+{
+    conns->base = base;
+    conns->unflushed = unflushed;
+    conns->by_fd = NULL;
+    conns->n_by_fd = 0;
 }
 
-static void reply_on_closed_unflushed(struct evhttp_connection *conn, void *arg)
+static void reply_conn_free(struct reply_conn *rc)
 {
-    _Atomic unsigned *unflushed = arg;
+    if (rc->watching)
+        event_del(&rc->watch);
+    if (rc->answering)
+        (*rc->conns->unflushed)--;
+    rc->conns->by_fd[rc->fd] = NULL;
+    free(rc);
+}
 
-    evhttp_connection_set_closecb(conn, NULL, NULL);
-    (*unflushed)--;
+void reply_conns_deinit(struct reply_conns *conns)
+{
+    for (size_t fd = 0; fd < conns->n_by_fd; fd++) {
+        struct reply_conn *rc = conns->by_fd[fd];
+        if (rc != NULL) {
+            evhttp_connection_set_closecb(rc->evcon, NULL, NULL);
+            reply_conn_free(rc);
+        }
+    }
+    free(conns->by_fd);
+    conns->by_fd = NULL;
+    conns->n_by_fd = 0;
+}
+
+/* evhttp is freeing the connection (before it closes the socket). */
+static void reply_on_closed(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    reply_conn_free(arg);
+}
+
+static void reply_on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    struct reply_conn *rc = arg;
+
+    (void)fd;
+    (void)what;
+    if (bufferevent_get_enabled(rc->bev) & EV_READ) {
+        rc->paused_calls = 0; /* evhttp reads this */
+    } else if (++rc->paused_calls >= 2) {
+        event_del(&rc->watch);
+        rc->watching = false;
+    }
+}
+
+static void reply_conn_watch(struct reply_conn *rc)
+{
+    rc->paused_calls = 0;
+    if (!rc->watching && event_add(&rc->watch, NULL) == 0)
+        rc->watching = true;
+}
+
+/* The record of evcon, made on its first request; NULL when out of memory. */
+static struct reply_conn *reply_conn_of(struct reply_conns *conns,
+                                        struct evhttp_connection *evcon)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    evutil_socket_t fd = bev != NULL ? bufferevent_getfd(bev) : -1;
+    struct reply_conn *rc;
+
+    if (fd < 0)
+        return NULL;
+    if ((size_t)fd < conns->n_by_fd && (rc = conns->by_fd[fd]) != NULL) {
+        if (rc->evcon == evcon)
+            return rc;
+        /* evhttp freed the old one without its close callback: never, but stay safe */
+        evhttp_connection_set_closecb(rc->evcon, NULL, NULL);
+        reply_conn_free(rc);
+    }
+    if ((size_t)fd >= conns->n_by_fd) {
+        size_t n = conns->n_by_fd > 0 ? conns->n_by_fd : 64;
+        struct reply_conn **grown;
+        while (n <= (size_t)fd)
+            n *= 2;
+        grown = realloc(conns->by_fd, n * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        memset(grown + conns->n_by_fd, 0, (n - conns->n_by_fd) * sizeof(*grown));
+        conns->by_fd = grown;
+        conns->n_by_fd = n;
+    }
+    rc = calloc(1, sizeof(*rc));
+    if (rc == NULL)
+        return NULL;
+    rc->conns = conns;
+    rc->evcon = evcon;
+    rc->bev = bev;
+    rc->fd = fd;
+    event_assign(&rc->watch, conns->base, fd, EV_READ | EV_PERSIST, reply_on_watch, rc);
+    conns->by_fd[fd] = rc;
+    evhttp_connection_set_closecb(evcon, reply_on_closed, rc);
+    return rc;
+}
+
+void reply_watch(struct reply_conns *conns, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct reply_conn *rc = evcon != NULL ? reply_conn_of(conns, evcon) : NULL;
+
+    if (rc != NULL)
+        reply_conn_watch(rc);
+}
+
+static void reply_on_flushed(struct evhttp_request *req, void *arg)
+{
+    struct reply_conn *rc = arg;
+
+    (void)req;
+    if (rc->answering) {
+        rc->answering = false;
+        (*rc->conns->unflushed)--;
+    }
 }
 
 /*
@@ -156,25 +288,28 @@ static void reply_write_now(struct evhttp_connection *conn)
 }
 
 void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
-                _Atomic unsigned *unflushed)
+                struct reply_conns *conns)
 {
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    struct reply_conn *rc = conn != NULL ? reply_conn_of(conns, conn) : NULL;
 
-    if (close)
+    if (close || (conn != NULL && rc == NULL)) /* no record: out of memory, close after it */
         evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
     if (body != NULL && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
         /* RFC 9110 9.3.2: never a body on HEAD; libevent 2.1 would write it */
         evbuffer_free(body);
         body = NULL;
     }
-    if (conn != NULL) { /* else the client is gone: evhttp_send_reply just frees req */
-        (*unflushed)++;
-        evhttp_request_set_on_complete_cb(req, reply_on_flushed, unflushed);
-        evhttp_connection_set_closecb(conn, reply_on_closed_unflushed, unflushed);
+    if (rc != NULL) { /* else the client is gone: evhttp_send_reply just frees req */
+        (*conns->unflushed)++;
+        rc->answering = true;
+        evhttp_request_set_on_complete_cb(req, reply_on_flushed, rc);
     }
     evhttp_send_reply(req, status, reply_reason(status), body);
-    if (conn != NULL)
+    if (rc != NULL) {
+        reply_conn_watch(rc); /* evhttp reads again once this is out */
         reply_write_now(conn);
+    }
     if (body != NULL)
         evbuffer_free(body);
 }

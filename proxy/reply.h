@@ -45,12 +45,44 @@ void reply_move_headers(struct evhttp_request *req, struct evkeyvalq *from);
 struct evbuffer *reply_replay(struct evhttp_request *req, const struct record *rec);
 
 /*
+ * The client connections of one worker (embedded in its exchange set). Each
+ * connection that carried a request has a record here until evhttp frees
+ * it: its answer-in-flight flag and a second EV_READ event on its socket
+ * (see reply.c) that keeps the socket in epoll while evhttp pauses reading
+ * during a request, so a request costs no epoll_ctl pair.
+ */
+struct reply_conn;
+struct reply_conns {
+    struct event_base *base;
+    _Atomic unsigned *unflushed;    /* answers evhttp is still writing (any thread reads it) */
+    struct reply_conn **by_fd;      /* indexed by socket */
+    size_t n_by_fd;
+};
+
+/* Set up conns for base; *unflushed counts the answers not yet written out. */
+void reply_conns_init(struct reply_conns *conns, struct event_base *base,
+                      _Atomic unsigned *unflushed);
+
+/*
+ * Forget every connection record (their events removed, evhttp's close
+ * callbacks unset). Call before the evhttp that owns the connections is
+ * freed, on the worker's thread.
+ */
+void reply_conns_deinit(struct reply_conns *conns);
+
+/*
+ * A request arrived on req's connection: make sure the connection has its
+ * record and its read event. Call first thing in the request callback.
+ */
+void reply_watch(struct reply_conns *conns, struct evhttp_request *req);
+
+/*
  * Send status with body (may be NULL; freed here) on req, which evhttp then
  * owns. With close, the connection closes after it (a draining proxy moves
- * keep-alive clients away). *unflushed is incremented until evhttp has
- * written the answer out or the connection closed (any thread may read it).
+ * keep-alive clients away). conns->unflushed is incremented until evhttp has
+ * written the answer out or the connection closed.
  */
 void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
-                _Atomic unsigned *unflushed);
+                struct reply_conns *conns);
 
 #endif

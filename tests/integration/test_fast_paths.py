@@ -338,3 +338,64 @@ def test_access_log_line_is_json_for_any_path(proxy, upstream, path, logged):
                        "upstream_ms", "total_ms", "time"]
     assert isinstance(d["upstream_ms"], float) and isinstance(d["total_ms"], float)
     assert d["total_ms"] >= d["upstream_ms"] >= 0
+
+
+# --------------------------------------------------------------------------
+# client sockets stay in epoll while evhttp pauses reading (reply.c `watch`)
+# --------------------------------------------------------------------------
+
+def test_client_closing_during_its_request_does_not_make_the_proxy_spin(proxy, upstream):
+    """While a request waits for the upstream, evhttp does not read its connection; the
+    client's close keeps the socket readable, and the proxy's extra read event must not
+    wake the loop for it again and again."""
+    key = new_key()
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    s.sendall(build_request("POST", "/v1/payments",
+                            [("Idempotency-Key", key), ("X-Demo-Delay-Ms", "1500"),
+                             ("Content-Type", "application/json")], b"{}"))
+    time.sleep(0.2)
+    s.close()
+    before = proxy_cpu_s(proxy)
+    time.sleep(1.0)
+    assert proxy_cpu_s(proxy) - before < 0.2, "the proxy spins on a closed client socket"
+    time.sleep(0.5)
+    assert upstream.executions(key) == 1
+    retry = proxy.post(key=key, body=b"{}")
+    assert retry.status == 201 and retry.replayed
+
+
+def test_half_closed_client_still_gets_its_answer(proxy, upstream):
+    """A client that shuts down its sending side after the request (HTTP/1.0-style tools)
+    is answered, as before."""
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", new_key()), ("X-Demo-Delay-Ms", "300"),
+                                 ("Content-Type", "application/json")], b"{}"))
+        s.shutdown(socket.SHUT_WR)
+        r = read_response(s)
+    finally:
+        s.close()
+    assert r.status == 201, r
+
+
+def test_pipelined_requests_beyond_one_read_are_all_answered(proxy, upstream):
+    """More than evhttp reads at once (4 KiB) arrives while the first request waits: the
+    rest stays in the socket, readable, until evhttp reads again."""
+    keys = [new_key() for _ in range(6)]
+    pad = b'{"pad": "' + b"x" * 3000 + b'"}'
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(b"".join(build_request("POST", "/v1/payments",
+                                         [("Idempotency-Key", k), ("X-Demo-Delay-Ms", "100"),
+                                          ("Content-Type", "application/json")], pad)
+                           for k in keys))
+        before = proxy_cpu_s(proxy)
+        answers = [read_response(s) for _ in keys]
+        spent = proxy_cpu_s(proxy) - before
+    finally:
+        s.close()
+    assert [a.status for a in answers] == [201] * len(keys), answers
+    assert spent < 0.3, "%.2f s of CPU for 6 requests: the proxy spun" % spent
+    for k in keys:
+        assert upstream.executions(k) == 1
