@@ -197,8 +197,12 @@ static struct reply_conn *reply_conn_of(struct reply_conns *conns,
     if ((size_t)fd < conns->n_by_fd && (rc = conns->by_fd[fd]) != NULL) {
         if (rc->evcon == evcon)
             return rc;
-        /* evhttp freed the old one without its close callback: never, but stay safe */
-        evhttp_connection_set_closecb(rc->evcon, NULL, NULL);
+        /*
+         * evhttp freed the old connection without its close callback: libevent
+         * 2.1 never does for an incoming one (it calls it whenever the socket
+         * is still set), but if it did, the old evcon is gone: drop the record
+         * without touching it.
+         */
         reply_conn_free(rc);
     }
     if ((size_t)fd >= conns->n_by_fd) {

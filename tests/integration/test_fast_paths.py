@@ -15,13 +15,14 @@ connections it accepted and can close a connection once it has been idle for a w
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import uuid
 
 import pytest
 
-from harness import Connection, build_request, read_response
+from harness import Connection, _Reader, build_request, read_response, wait_until
 
 
 def new_key():
@@ -391,7 +392,8 @@ def test_pipelined_requests_beyond_one_read_are_all_answered(proxy, upstream):
                                           ("Content-Type", "application/json")], pad)
                            for k in keys))
         before = proxy_cpu_s(proxy)
-        answers = [read_response(s) for _ in keys]
+        reader = _Reader(s, time.monotonic() + 15)
+        answers = [read_response(s, reader=reader) for _ in keys]
         spent = proxy_cpu_s(proxy) - before
     finally:
         s.close()
@@ -399,3 +401,94 @@ def test_pipelined_requests_beyond_one_read_are_all_answered(proxy, upstream):
     assert spent < 0.3, "%.2f s of CPU for 6 requests: the proxy spun" % spent
     for k in keys:
         assert upstream.executions(k) == 1
+
+
+def test_pipelined_request_sent_while_the_first_is_upstream_waits_its_turn(proxy, upstream):
+    """The second request arrives while the first is at the upstream and evhttp does not
+    read: the extra read event sees it, takes itself out (no spin), and evhttp reads it
+    once the first answer is out; both are answered in order, each executed once."""
+    k1, k2 = new_key(), new_key()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as s:
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", k1), ("X-Demo-Delay-Ms", "1200"),
+                                 ("Content-Type", "application/json")], b'{"n": 1}'))
+        wait_until(lambda: upstream.executions(k1) == 1, what="first request upstream")
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", k2), ("Content-Type", "application/json")],
+                                b'{"n": 2}'))
+        before = proxy_cpu_s(proxy)
+        time.sleep(0.6)  # the second request waits, unread, behind the first
+        spent = proxy_cpu_s(proxy) - before
+        reader = _Reader(s, time.monotonic() + 15)
+        first = read_response(s, reader=reader)
+        second = read_response(s, reader=reader)
+    assert spent < 0.2, "%.2f s of CPU while a pipelined request waited: the proxy spun" % spent
+    assert (first.status, second.status) == (201, 201), (first, second)
+    assert json.loads(first.body)["body_length"] == 8
+    assert upstream.executions(k1) == 1 and upstream.executions(k2) == 1
+
+
+def test_slow_reader_gets_a_large_answer_whole_then_its_pipelined_answer(proxy, upstream):
+    """A client that reads nothing for a while: the 4 MiB answer waits in the proxy (its
+    write event armed, reading on again); the client's next request arrives meanwhile. The
+    proxy neither spins nor stalls other clients, and both answers arrive whole, in order."""
+    size = 4 * 1024 * 1024
+    key = new_key()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(build_request("POST", "/v1/exports", [("X-Demo-Size", str(size))], b"{}"))
+        wait_until(lambda: upstream.total() >= 1, what="export requested")
+        time.sleep(0.3)
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", key), ("Content-Type", "application/json")],
+                                b'{"n": 3}'))
+        before = proxy_cpu_s(proxy)
+        other = proxy.post(key=new_key(), body=b'{"other": 1}')  # another client meanwhile
+        time.sleep(0.8)
+        spent = proxy_cpu_s(proxy) - before
+        reader = _Reader(s, time.monotonic() + 30)
+        big = read_response(s, reader=reader)
+        paid = read_response(s, reader=reader)
+    assert other.status == 201, other
+    assert spent < 0.3, "%.2f s of CPU while a slow reader waited: the proxy spun" % spent
+    assert big.status == 201 and len(big.body) == size, (big.status, len(big.body))
+    assert paid.status == 201 and json.loads(paid.body)["body_length"] == 8, paid
+    assert upstream.executions(key) == 1
+
+
+def test_clients_closing_mid_request_then_new_connections_on_their_sockets(proxy, upstream):
+    """Eighty clients send a slow request and go away while it is at the upstream, half with
+    a FIN and half with a RST: each connection's record and read event must go with it, so
+    the new connections that get the same socket numbers afterwards are served as usual
+    (and more than 64 sockets grow the per-socket table). Every request executed once, and
+    the abandoned ones were recorded (a retry replays)."""
+    keys = [new_key() for _ in range(80)]
+    socks = []
+    for i, k in enumerate(keys):
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=15)
+        s.sendall(build_request("POST", "/v1/payments",
+                                [("Idempotency-Key", k), ("X-Demo-Delay-Ms", "700"),
+                                 ("Content-Type", "application/json")], b'{"i": %d}' % i))
+        socks.append(s)
+    wait_until(lambda: all(upstream.executions(k) == 1 for k in keys), timeout=15,
+               what="every request at the upstream")
+    for i, s in enumerate(socks):
+        if i % 2:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    before = proxy_cpu_s(proxy)
+    time.sleep(0.5)
+    assert proxy_cpu_s(proxy) - before < 0.3, "the proxy spins on closed client sockets"
+    time.sleep(0.5)  # the answers are written to the closed sockets; evhttp frees them
+    conns = [Connection(proxy.port) for _ in range(80)]
+    try:
+        for round_no in range(2):
+            for i, c in enumerate(conns):
+                r = c.request("POST", "/v1/payments",
+                              [("Idempotency-Key", keys[i]), ("Content-Type", "application/json")],
+                              b'{"i": %d}' % i)
+                assert r.status == 201 and r.replayed, (round_no, i, r)
+    finally:
+        for c in conns:
+            c.close()
+    assert all(upstream.executions(k) == 1 for k in keys)
