@@ -62,6 +62,16 @@
  */
 #define STORE_WAIT_LAZY_MS 10
 
+/*
+ * Finished commands are kept for the next ones (store_cmd_new), each with
+ * its block for a saved argv, so a steady stream of commands allocates
+ * nothing here: at most STORE_SPARE_MAX of them, and a block above
+ * STORE_SPARE_SAVE_MAX bytes (a large record's) is freed, not kept, so the
+ * spares hold at most 128 * 4 KiB per worker.
+ */
+#define STORE_SPARE_MAX 128
+#define STORE_SPARE_SAVE_MAX 4096
+
 enum store_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
 };
@@ -135,6 +145,8 @@ struct store {
     SSL_CTX *tls;                   /* rediss://; NULL otherwise */
     struct store_cmd_queue queued;  /* waiting for the connection's setup, in order */
     struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
+    struct store_cmd_queue spare;   /* finished commands kept for reuse (STORE_SPARE_MAX) */
+    unsigned n_spare;
     struct event failed_ev;
     bool destroying;
     struct event health_ev;         /* every STORE_HEALTH_MS: ROLE on an idle connection */
@@ -166,22 +178,29 @@ struct store_cmd {
     } cb;
     void *arg;
     bool reported;              /* the caller's callback has run */
-    TAILQ_ENTRY(store_cmd) link; /* in s->queued or s->failed */
+    TAILQ_ENTRY(store_cmd) link; /* in s->queued, s->failed or s->spare */
     int script;                 /* enum store_script, or -1 */
     bool resent;                /* a script's body went out after NOSCRIPT */
     struct timeval submitted;
     int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
                                    queued command */
-    char **argv;
-    size_t *argvlen;
+    char **argv;                /* into `saved` */
+    size_t *argvlen;            /* into `saved` */
+    void *saved;                /* argv, argvlen and the argument bytes; kept by a spare */
+    size_t saved_cap;           /* bytes of `saved` */
 };
 
+/* Done with cmd: kept as a spare for the next command, or freed. */
 static void store_cmd_free(struct store_cmd *cmd)
 {
-    for (int i = 0; i < cmd->argc; i++)
-        free(cmd->argv[i]);
-    free(cmd->argv);
-    free(cmd->argvlen);
+    struct store *s = cmd->s;
+
+    if (s->n_spare < STORE_SPARE_MAX && cmd->saved_cap <= STORE_SPARE_SAVE_MAX) {
+        TAILQ_INSERT_HEAD(&s->spare, cmd, link);
+        s->n_spare++;
+        return;
+    }
+    free(cmd->saved);
     free(cmd);
 }
 
@@ -385,9 +404,18 @@ static void store_on_reply(enum store_status st, const redisReply *r, void *priv
 
 static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind kind, void *arg)
 {
-    struct store_cmd *cmd = calloc(1, sizeof(*cmd));
+    struct store_cmd *cmd = TAILQ_FIRST(&s->spare);
 
-    if (cmd == NULL) {
+    if (cmd != NULL) {
+        void *saved = cmd->saved;
+        size_t cap = cmd->saved_cap;
+
+        TAILQ_REMOVE(&s->spare, cmd, link);
+        s->n_spare--;
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->saved = saved;
+        cmd->saved_cap = cap;
+    } else if ((cmd = calloc(1, sizeof(*cmd))) == NULL) {
         log_msg(LOG_ERROR, "redis: out of memory");
         abort();
     }
@@ -399,26 +427,38 @@ static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind ki
     return cmd;
 }
 
-/* Keep a copy of argv in cmd: a script may need it again, a queued command later. */
+/*
+ * Keep a copy of argv in cmd: a script may need it again, a queued command
+ * later. One block holds the pointers, the lengths and the bytes (each
+ * argument NUL-terminated); a spare's block is reused when it is big enough.
+ */
 static void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv,
                            const size_t *argvlen)
 {
-    cmd->argc = argc;
-    cmd->argv = calloc((size_t)argc, sizeof(char *));
-    cmd->argvlen = calloc((size_t)argc, sizeof(size_t));
-    if (cmd->argv == NULL || cmd->argvlen == NULL) {
-        log_msg(LOG_ERROR, "redis: out of memory");
-        abort();
-    }
-    for (int i = 0; i < argc; i++) {
-        cmd->argv[i] = malloc(argvlen[i] + 1);
-        if (cmd->argv[i] == NULL) {
+    size_t head = (size_t)argc * (sizeof(char *) + sizeof(size_t));
+    size_t need = head;
+    char *bytes;
+
+    for (int i = 0; i < argc; i++)
+        need += argvlen[i] + 1;
+    if (need > cmd->saved_cap) {
+        free(cmd->saved);
+        cmd->saved_cap = need < 512 ? 512 : need;
+        if ((cmd->saved = malloc(cmd->saved_cap)) == NULL) {
             log_msg(LOG_ERROR, "redis: out of memory");
             abort();
         }
-        memcpy(cmd->argv[i], argv[i], argvlen[i]);
-        cmd->argv[i][argvlen[i]] = '\0';
+    }
+    cmd->argc = argc;
+    cmd->argv = cmd->saved;
+    cmd->argvlen = (size_t *)(cmd->argv + argc);
+    bytes = (char *)cmd->saved + head;
+    for (int i = 0; i < argc; i++) {
+        memcpy(bytes, argv[i], argvlen[i]);
+        bytes[argvlen[i]] = '\0';
+        cmd->argv[i] = bytes;
         cmd->argvlen[i] = argvlen[i];
+        bytes += argvlen[i] + 1;
     }
 }
 
@@ -629,6 +669,7 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     s->replicas_short = cfg->redis_min_replicas > 0;
     TAILQ_INIT(&s->queued);
     TAILQ_INIT(&s->failed);
+    TAILQ_INIT(&s->spare);
     TAILQ_INIT(&s->wait_next);
     TAILQ_INIT(&s->wait_sent);
     event_assign(&s->failed_ev, base, -1, 0, store_on_failed, s);
@@ -697,6 +738,12 @@ void store_destroy(struct store *s)
         evdns_base_free(s->dns, 0);
     }
     SSL_CTX_free(s->tls);
+    while (!TAILQ_EMPTY(&s->spare)) {
+        struct store_cmd *cmd = TAILQ_FIRST(&s->spare);
+        TAILQ_REMOVE(&s->spare, cmd, link);
+        free(cmd->saved);
+        free(cmd);
+    }
     free(s);
 }
 
