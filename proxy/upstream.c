@@ -331,6 +331,9 @@ static CURL *upstream_handle_get(struct upstream *up)
     curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, UPSTREAM_MAX_IDLE_S);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->upstream_connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)cfg->upstream_timeout_ms);
+    /* the upstream is the configured one: never through an http_proxy / all_proxy that the
+     * pod's environment sets for its application ("" disables curl's environment lookup) */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, upstream_on_write);
     curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, upstream_on_prereq);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, upstream_open_socket);

@@ -226,3 +226,30 @@ def test_a_bare_key_with_a_comma_is_refused_and_a_quoted_one_is_one_key(proxy, u
     again = proxy.post(key=quoted)
     assert again.status == 201 and again.header("Idempotent-Replayed") == "true"
     assert upstream.executions(quoted) == 1  # forwarded as sent
+
+
+def test_the_upstream_is_reached_directly_whatever_proxy_the_environment_names(start_proxy,
+                                                                               upstream):
+    """libcurl honoured http_proxy / all_proxy from the environment: a sidecar in a pod
+    that sets them for its application sent payments (with their Authorization) through
+    that proxy, or failed when it was unreachable."""
+    trap = socket.socket()
+    trap.bind(("127.0.0.1", 0))
+    trap.listen(8)
+    proxy_url = "http://127.0.0.1:%d" % trap.getsockname()[1]
+    try:
+        p = start_proxy(env={"http_proxy": proxy_url, "HTTP_PROXY": proxy_url,
+                             "all_proxy": proxy_url, "ALL_PROXY": proxy_url,
+                             "no_proxy": "", "NO_PROXY": ""})
+        k = new_key()
+        r = p.post(key=k)
+        assert r.status == 201, r
+        assert upstream.executions(k) == 1
+        trap.setblocking(False)
+        try:
+            trap.accept()
+            raise AssertionError("the upstream call went to the environment's proxy")
+        except BlockingIOError:
+            pass
+    finally:
+        trap.close()
