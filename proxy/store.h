@@ -111,6 +111,26 @@ typedef void store_failover_observer(const char *from, const char *to, void *arg
 /* Install the failover observer (metrics); fn may be NULL. */
 void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg);
 
+/* What a Redis Cluster's slot map did (README "Redis Cluster"), for metrics. */
+enum store_event {
+    STORE_EVENT_MAP_REFRESH,    /* a new slot map was read */
+    STORE_EVENT_MOVED,          /* a command was redirected: the slot has moved */
+    STORE_EVENT_ASK,            /* a command was redirected: the slot is migrating */
+};
+
+/* Called on the store's loop for each event; arg as installed. */
+typedef void store_event_observer(enum store_event ev, void *arg);
+
+/* Install the event observer (metrics); fn may be NULL. */
+void store_set_event_observer(struct store *s, store_event_observer *fn, void *arg);
+
+/*
+ * With many primaries (redis.cluster): how many of them have a ready
+ * connection; -1 with one node (redis.url, redis.sentinel: store_primary
+ * names it). Any thread may ask while s exists.
+ */
+int store_primaries_ready(const struct store *s);
+
 /*
  * The claim (README "How a request is handled"): one atomic `SET key value NX GET PX px_ms`
  * (Redis >= 7.0). Wins when no record existed, else hands back the record.
