@@ -106,6 +106,129 @@ def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, up
     assert upstream.executions(keys[0]) == 1
     assert metric(proxies[0], "idempotency_proxy_redis_cluster_nodes") == 3
     assert metric(proxies[0], "idempotency_proxy_redis_cluster_map_refreshes_total") >= 1
-    # the admin API routes by slot too
-    r = proxies[0].admin("GET", "/records/%s" % keys[1])
-    assert r.status in (200, 404), r
+    # the admin API routes by slot too: one record of each primary, read and purged
+    for n in c.primaries():
+        rkey = n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1][0]
+        rkey = rkey.decode() if isinstance(rkey, bytes) else rkey
+        rid = rkey[rkey.index("{") + 1:rkey.index("}")]
+        info = proxies[1].admin("GET", "/records/" + rid)
+        assert info.status == 200 and info.json()["state"] == "done", info
+        assert proxies[1].admin("DELETE", "/records/" + rid).status == 200
+        assert n.cmd("EXISTS", rkey) == 0
+
+
+# --------------------------------------------------------------------------
+# 2. slots move while traffic runs: ASK, then MOVED
+# --------------------------------------------------------------------------
+
+def redis_cli(node, lines):
+    """Commands piped through one redis-cli connection to node; its output."""
+    out = subprocess.run(["redis-cli", "-p", str(node.port)], input="\n".join(lines) + "\n",
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=True, timeout=60).stdout
+    assert "ERR" not in out, out[-2000:]
+    return out
+
+
+class Traffic:
+    """Threads sending fresh keys and replaying them through the proxies until stopped:
+    every answer is kept with its key, body and time."""
+
+    def __init__(self, proxies, threads=4):
+        self.proxies = proxies
+        self.stop_ev = threading.Event()
+        self.lock = threading.Lock()
+        self.answers = []   # (key, kind, status, body, seconds, replayed)
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(threads)]
+
+    def _one(self, p, key, kind):
+        t = time.monotonic()
+        try:
+            r = p.post(key=key, body=b'{"amount": 7}', timeout=10)
+            status, body, replayed = r.status, r.body, r.header("Idempotent-Replayed") == "true"
+        except Exception as e:  # an answer that never came is a failure of the test
+            status, body, replayed = "exception: %r" % e, b"", False
+        with self.lock:
+            self.answers.append((key, kind, status, body, time.monotonic() - t, replayed))
+        return status, body
+
+    def _run(self, i):
+        n = 0
+        while not self.stop_ev.is_set():
+            key = new_key("t%d" % i)
+            status, body = self._one(self.proxies[n % len(self.proxies)], key, "fresh")
+            n += 1
+            if status == 201:
+                self._one(self.proxies[n % len(self.proxies)], key, "replay")
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(30)
+
+    def check(self, upstream, allowed=(201,)):
+        """Every answer came within bounds with an allowed status; a replay is the stored
+        answer; no key ran twice. Returns the answers."""
+        firsts = {}
+        for key, kind, status, body, secs, replayed in self.answers:
+            assert secs < 5, (key, kind, status, secs)
+            assert status in allowed, (key, kind, status, body[:200])
+            if kind == "fresh" and status == 201:
+                firsts[key] = body
+        for key, kind, status, body, secs, replayed in self.answers:
+            if kind == "replay" and status == 201:
+                assert replayed and body == firsts[key], (key, body[:200])
+        keys = {a[0] for a in self.answers}
+        twice = [k for k in keys if upstream.executions(k) > 1]
+        assert not twice, "keys executed twice: %r" % twice[:5]
+        return self.answers
+
+
+def redirections(proxies, kind):
+    return sum(metric(p, "idempotency_proxy_redis_cluster_redirections_total",
+                      'kind="%s"' % kind) for p in proxies)
+
+
+def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    src, dst = c.primaries()[:2]
+    src_id, dst_id = c.node_id(src), c.node_id(dst)
+    moving = c.slots_of(src)
+    moving = moving[:len(moving) // 2]
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        # the slots migrate: new keys there get ASK to dst, old ones stay on src for now
+        redis_cli(dst, ["CLUSTER SETSLOT %d IMPORTING %s" % (s, src_id)
+                        for s in moving])
+        redis_cli(src, ["CLUSTER SETSLOT %d MIGRATING %s" % (s, dst_id) for s in moving])
+        time.sleep(1.5)
+        # their keys move (a key already moved answers ASK too)
+        lines = []
+        for s in moving:
+            for k in src.cmd("CLUSTER", "GETKEYSINSLOT", s, 1000):
+                k = k.decode() if isinstance(k, bytes) else k
+                lines.append('MIGRATE 127.0.0.1 %d "" 0 5000 KEYS %s' % (dst.port, k))
+        redis_cli(src, lines)
+        # the slots belong to dst now: src answers MOVED
+        for n in [dst, src] + [n for n in c.primaries() if n not in (src, dst)]:
+            redis_cli(n, ["CLUSTER SETSLOT %d NODE %s" % (s, dst_id) for s in moving])
+        time.sleep(2.0)
+    answers = traffic.check(upstream)
+    assert len(answers) > 50, len(answers)
+    assert redirections(proxies, "ask") > 0
+    assert redirections(proxies, "moved") > 0
+    # every record is where its slot now says
+    c.wait_stable()
+    assert len(c.slots_of(dst)) > len(c.slots_of(src))
+    for n in c.primaries():
+        for s in (moving if n is src else []):
+            assert n.cmd("CLUSTER", "COUNTKEYSINSLOT", s) == 0
