@@ -232,3 +232,81 @@ def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, ups
     for n in c.primaries():
         for s in (moving if n is src else []):
             assert n.cmd("CLUSTER", "COUNTKEYSINSLOT", s) == 0
+
+
+# --------------------------------------------------------------------------
+# 3. a primary fails over while traffic runs
+# --------------------------------------------------------------------------
+
+def readyz(p):
+    return p.admin("GET", "/readyz").status
+
+
+def wait_promoted(c, replica, timeout=30):
+    wait_until(lambda: c.node_at(replica.port).cmd("ROLE")[0] in ("master", b"master"),
+               timeout=timeout, interval=0.05, what="the replica to be promoted")
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_cluster_failover_is_followed_without_running_a_key_twice(fresh_cluster, start_proxy,
+                                                                  upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="2s"), workers=2)
+               for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    primary = c.primaries()[0]
+    replica = c.replica_of(primary)
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        replica.cmd("CLUSTER", "FAILOVER")
+        wait_promoted(c, replica)
+        t = time.monotonic()
+        # the old primary is a replica now: the proxy follows (MOVED, then the map)
+        wait_until(lambda: all(readyz(p) == 200 for p in proxies), timeout=10, interval=0.05,
+                   what="the proxies to follow the failover")
+        followed = time.monotonic() - t
+        time.sleep(1.5)
+        n_before = len(traffic.answers)
+        time.sleep(1.0)
+    # planned: the pause of the old primary may refuse a few claims (503), nothing more
+    answers = traffic.check(upstream, allowed=(201, 503))
+    late = answers[n_before:]
+    assert late and all(a[2] == 201 for a in late), late[:5]
+    assert followed < c.node_timeout_ms / 1000.0, followed
+    assert sum(1 for a in answers if a[2] == 201) > 50
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_cluster_primary_killed_is_followed_without_running_a_key_twice(fresh_cluster,
+                                                                       start_proxy, upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="2s"), workers=2)
+               for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    primary = c.primaries()[0]
+    replica = c.replica_of(primary)
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        primary.kill()
+        # its slots have no primary: not ready, and their claims fail closed (503)
+        wait_until(lambda: all(readyz(p) == 503 for p in proxies), timeout=5, interval=0.05,
+                   what="the proxies to see the primary gone")
+        wait_promoted(c, replica)
+        t = time.monotonic()
+        wait_until(lambda: all(readyz(p) == 200 for p in proxies), timeout=10, interval=0.05,
+                   what="the proxies to follow the failover")
+        followed = time.monotonic() - t
+        # the old primary comes back as the new one's replica: min_replicas can be met again
+        primary.start()
+        c.wait_stable()
+        time.sleep(1.5)
+        n_before = len(traffic.answers)
+        time.sleep(1.0)
+    answers = traffic.check(upstream, allowed=(201, 503))
+    late = answers[n_before:]
+    assert late and all(a[2] == 201 for a in late), late[:5]
+    assert followed < c.node_timeout_ms / 1000.0, followed
