@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
@@ -367,8 +368,8 @@ static void cluster_on_map(enum store_status st, const redisReply *r, void *arg)
         cl->probe = NULL;
     }
     if (st == STORE_OK && r->type == REDIS_REPLY_ERROR && !cl->use_slots &&
-        strncmp(r->str, "ERR unknown", 11) == 0) {
-        cl->use_slots = true; /* Redis < 7.0 */
+        strncasecmp(r->str, "ERR unknown", 11) == 0) {
+        cl->use_slots = true; /* Redis < 7.0: "ERR Unknown subcommand" (6.2), "ERR unknown" */
         cl->again = true;
     } else if (st == STORE_OK) {
         ok = cluster_read_map(cl, r);

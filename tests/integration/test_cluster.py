@@ -9,8 +9,8 @@ failover) leave it with every slot served, and each waits for the cluster to be 
 first.
 """
 
+import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import wait_ready, wait_until
-from redis_topology import ClusterGroup
+from harness import REPO, log_lines, wait_ready, wait_until
+from redis_topology import ClusterGroup, acl_setuser
 
 
 def new_key(tag="c"):
@@ -195,6 +195,8 @@ def redirections(proxies, kind):
                       'kind="%s"' % kind) for p in proxies)
 
 
+@pytest.mark.slow
+@pytest.mark.topology
 def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, upstream):
     c = fresh_cluster
     proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
@@ -310,3 +312,41 @@ def test_cluster_primary_killed_is_followed_without_running_a_key_twice(fresh_cl
     late = answers[n_before:]
     assert late and all(a[2] == 201 for a in late), late[:5]
     assert followed < c.node_timeout_ms / 1000.0, followed
+
+
+# --------------------------------------------------------------------------
+# the README's ACL for a cluster
+# --------------------------------------------------------------------------
+
+def readme_cluster_acl():
+    """The rules of the `ACL SETUSER idem-proxy` line in README "Redis Cluster"."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    part = readme[readme.index("### Redis Cluster"):]
+    m = re.search(r"^ACL SETUSER idem-proxy (.*)$", part, re.M)
+    assert m, "README's Redis Cluster part has no `ACL SETUSER idem-proxy ...` line"
+    return [r.replace("PASSWORD", "cluster-secret") for r in m.group(1).split()]
+
+
+def test_readme_cluster_acl_is_enough(fresh_cluster, start_proxy, upstream):
+    c = fresh_cluster
+    rules = readme_cluster_acl()
+    assert "+cluster|shards" in rules and "+asking" in rules, rules
+    for n in c.alive():
+        acl_setuser(n, "idem-proxy", "reset", *rules)
+    try:
+        p = start_proxy(redis=cluster_redis(c, username="idem-proxy", password="cluster-secret"),
+                        workers=1)
+        wait_ready(p, timeout=15)
+        keys = [new_key() for _ in range(20)]
+        firsts = [post_body(p, k, 5) for k in keys]
+        assert all(r.status == 201 for r in firsts), firsts
+        assert all(v > 0 for v in record_counts(c).values()), record_counts(c)
+        for k, r in zip(keys, firsts):
+            again = post_body(p, k, 5)
+            assert again.status == 201 and again.body == r.body and again.replayed, again
+            assert upstream.executions(k) == 1
+        assert not log_lines(p, "NOPERM"), log_lines(p, "NOPERM")
+    finally:
+        for n in c.alive():
+            n.cmd("ACL", "DELUSER", "idem-proxy")
