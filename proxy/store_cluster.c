@@ -135,6 +135,8 @@ static void cluster_on_node_ready(void *owner)
 {
     struct cluster_node *n = owner;
 
+    if (n->conn == NULL)
+        return; /* closed (cluster_close), waiting to be freed */
     cluster_update(n->cl);
     n->cl->hooks.ready(n->cl->hooks.owner, n->conn);
 }
@@ -145,6 +147,8 @@ static void cluster_on_node_down(void *owner)
     struct cluster_node *n = owner;
     struct store_cluster *cl = n->cl;
 
+    if (n->conn == NULL)
+        return; /* closed: the store heard down then */
     cluster_update(cl);
     cl->hooks.down(cl->hooks.owner, n->conn);
     cl->again = true;
