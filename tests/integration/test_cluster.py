@@ -350,3 +350,32 @@ def test_readme_cluster_acl_is_enough(fresh_cluster, start_proxy, upstream):
     finally:
         for n in c.alive():
             n.cmd("ACL", "DELUSER", "idem-proxy")
+
+
+# --------------------------------------------------------------------------
+# moving from one node to a cluster (README "When one Redis is not enough")
+# --------------------------------------------------------------------------
+
+def test_records_copied_from_one_node_replay_through_the_cluster(fresh_cluster, redis,
+                                                                start_proxy, upstream):
+    c = fresh_cluster
+    single = start_proxy(workers=1)
+    wait_ready(single)
+    keys = [new_key("m") for _ in range(30)]
+    firsts = {k: post_body(single, k, 3) for k in keys}
+    assert all(r.status == 201 for r in firsts.values())
+    single.stop()
+    # the README's copy: MIGRATE ... COPY REPLACE key by key, expiry included
+    subprocess.run(["redis-cli", "--cluster", "import", c.addresses()[0], "--cluster-from",
+                    "127.0.0.1:%d" % redis.port, "--cluster-copy", "--cluster-replace"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    assert sum(record_counts(c).values()) == len(keys)
+    for n in c.primaries():
+        for k in n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1]:
+            assert n.cmd("PTTL", k) > 0
+    p = start_proxy(redis=cluster_redis(c), workers=1)
+    wait_ready(p, timeout=15)
+    for k in keys:
+        r = post_body(p, k, 3)
+        assert r.status == 201 and r.replayed and r.body == firsts[k].body, r
+        assert upstream.executions(k) == 1
