@@ -5,8 +5,9 @@
  * ACL users, the role checked (a replica is not ready), command timeouts,
  * reconnect with backoff, and the compare-and-set scripts. The connection
  * itself is store_conn.c (store_int.h); with redis.sentinel the primary is
- * found through Redis Sentinel (store_sentinel.c); README "Redis in
- * production".
+ * found through Redis Sentinel (store_sentinel.c); with redis.cluster each
+ * key's commands go to the primary of its slot, one connection per primary
+ * (store_cluster.c); README "Redis in production", "Redis Cluster".
  *
  * Every store_* call reports through its callback exactly once, never
  * synchronously from inside the call (a failure to send is reported from the
@@ -79,8 +80,9 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
  * (both drop the connection) until a new connection's setup succeeds.
  * Client commands submitted while a connection is being set up wait for it
  * (still bounded by redis.timeout) and fail with STORE_UNAVAILABLE, unsent,
- * when the setup fails; with no connection at all they fail at once. Any
- * thread may ask while s exists.
+ * when the setup fails; with no connection at all they fail at once. With
+ * redis.cluster: every slot of the map has a primary whose connection is
+ * ready. Any thread may ask while s exists.
  */
 bool store_ready(const struct store *s);
 
@@ -97,7 +99,8 @@ const char *store_unready(const struct store *s);
 /*
  * The node the store is connected to, "host:port" (or the socket path),
  * into address (len bytes, truncated to fit): true while store_ready (its
- * ROLE said master), false otherwise. Any thread may ask while s exists.
+ * ROLE said master), false otherwise; with redis.cluster "cluster", true
+ * while store_ready. Any thread may ask while s exists.
  */
 bool store_primary(struct store *s, char *address, size_t len);
 

@@ -20,6 +20,8 @@ as plain helpers (no pytest), all real:
                    sentinels name, failover, waiting for a replica to rejoin
   SwitchListener   a thread subscribed to +switch-master at one sentinel: every move of
                    the primary the sentinels announce, with its time
+  ClusterGroup     a Redis Cluster on loopback (redis-server --cluster-enabled yes, joined
+                   by redis-cli --cluster create): primaries, replicas, slots, stability
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
