@@ -878,7 +878,8 @@ const char *store_unready(const struct store *s)
 {
     if (!store_ready(s))
         return "redis unreachable";
-    if (s->replicas_short)
+    /* a cluster counts each primary's replicas in its slot map, not in one ROLE or WAIT */
+    if (s->cluster != NULL ? store_cluster_replicas_short(s->cluster) : s->replicas_short)
         return "too few replicas acknowledge writes (redis.min_replicas)";
     return NULL;
 }

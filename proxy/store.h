@@ -92,7 +92,8 @@ bool store_ready(const struct store *s);
  * redis.min_replicas, "too few replicas acknowledge writes" after the last
  * WAIT counted fewer than min_replicas acknowledgements or an idle
  * connection's ROLE listed fewer online replicas (every claim would get 503
- * store-unavailable). Any thread may ask while s exists.
+ * store-unavailable); with redis.cluster, after the slot map listed fewer
+ * online replicas for some primary. Any thread may ask while s exists.
  */
 const char *store_unready(const struct store *s);
 

@@ -46,6 +46,7 @@ struct cluster_node {
     uint16_t port;
     struct store_conn *conn;    /* NULL: not opened, or closed (not a primary now) */
     bool master;                /* the last map (or a MOVED) names it a primary */
+    unsigned replicas;          /* its replicas the last map says are online */
 };
 
 struct store_cluster {
@@ -61,6 +62,7 @@ struct store_cluster {
     bool have_map;
     _Atomic bool covered;
     _Atomic unsigned primaries_ready;
+    _Atomic bool replicas_short; /* a primary with slots has < redis.min_replicas replicas */
     bool destroying;
     bool use_slots;             /* CLUSTER SHARDS is unknown (Redis < 7.0): CLUSTER SLOTS */
     bool in_flight;             /* a map is being read */
@@ -85,19 +87,27 @@ static bool cluster_node_ready(const struct cluster_node *n)
     return n != NULL && n->conn != NULL && store_conn_ready(n->conn);
 }
 
-/* Recount the ready primaries and whether every slot has one (for other threads). */
+/*
+ * Recount the ready primaries, whether every slot has one, and whether
+ * every primary that owns slots has redis.min_replicas online replicas (for
+ * other threads).
+ */
 static void cluster_update(struct store_cluster *cl)
 {
     unsigned ready = 0;
-    bool covered = cl->have_map;
+    bool covered = cl->have_map, is_short = false;
 
     for (size_t i = 0; i < cl->n_nodes; i++)
         if (cl->nodes[i]->master && cluster_node_ready(cl->nodes[i]))
             ready++;
-    for (size_t s = 0; covered && s < STORE_CLUSTER_SLOTS; s++)
+    for (size_t s = 0; covered && s < STORE_CLUSTER_SLOTS; s++) {
         covered = cluster_node_ready(cl->slot[s]);
+        if (covered && cl->slot[s]->replicas < cl->cfg->redis_min_replicas)
+            is_short = true;
+    }
     cl->primaries_ready = ready;
     cl->covered = covered;
+    cl->replicas_short = is_short;
 }
 
 /* ---- connections ------------------------------------------------------------ */
@@ -216,9 +226,9 @@ static const redisReply *cluster_field(const redisReply *r, const char *name)
     return NULL;
 }
 
-/* Slots from..to (inclusive) go to the primary at host:port in cl->next. */
+/* Slots from..to (inclusive) go to the primary at host:port, with replicas online, in cl->next. */
 static bool cluster_assign(struct store_cluster *cl, const char *host, long long port,
-                           long long from, long long to)
+                           long long from, long long to, unsigned replicas)
 {
     struct cluster_node *n;
 
@@ -232,6 +242,7 @@ static bool cluster_assign(struct store_cluster *cl, const char *host, long long
     if (n == NULL)
         return false;
     n->master = true;
+    n->replicas = replicas;
     while (cl->nodes[i] != n)
         i++;
     for (long long s = from; s <= to; s++)
@@ -246,7 +257,8 @@ static bool cluster_assign(struct store_cluster *cl, const char *host, long long
 static bool cluster_read_shard(struct store_cluster *cl, const redisReply *shard)
 {
     const redisReply *slots = cluster_field(shard, "slots"), *nodes = cluster_field(shard, "nodes");
-    const redisReply *primary = NULL;
+    const redisReply *primary = NULL, *primary_health = NULL;
+    unsigned replicas = 0;
 
     if (slots == NULL || nodes == NULL || slots->type != REDIS_REPLY_ARRAY ||
         nodes->type != REDIS_REPLY_ARRAY || slots->elements % 2 != 0)
@@ -255,11 +267,20 @@ static bool cluster_read_shard(struct store_cluster *cl, const redisReply *shard
         const redisReply *role = cluster_field(nodes->element[i], "role");
         const redisReply *health = cluster_field(nodes->element[i], "health");
 
-        if (role == NULL || role->type != REDIS_REPLY_STRING || strcmp(role->str, "master") != 0)
+        if (role == NULL || role->type != REDIS_REPLY_STRING)
             continue;
+        if (strcmp(role->str, "master") != 0) {
+            /* a replica still in its first sync is "loading": it holds nothing yet */
+            if (health != NULL && health->type == REDIS_REPLY_STRING &&
+                strcmp(health->str, "online") == 0)
+                replicas++;
+            continue;
+        }
         if (primary == NULL || (health != NULL && health->type == REDIS_REPLY_STRING &&
-                                strcmp(health->str, "online") == 0))
+                                strcmp(health->str, "online") == 0)) {
             primary = nodes->element[i];
+            primary_health = health;
+        }
     }
     if (primary == NULL)
         return slots->elements == 0; /* no primary: its slots stay uncovered */
@@ -274,20 +295,28 @@ static bool cluster_read_shard(struct store_cluster *cl, const redisReply *shard
 
         if (port == NULL || port->type != REDIS_REPLY_INTEGER)
             return false;
+        /* a failed primary whose slots went to its replica stays listed, slotless */
+        if (slots->elements == 0 && (primary_health == NULL ||
+                                     primary_health->type != REDIS_REPLY_STRING ||
+                                     strcmp(primary_health->str, "online") != 0))
+            return true;
         if (slots->elements == 0)
-            return cluster_assign(cl, host, port->integer, 0, -1);
+            return cluster_assign(cl, host, port->integer, 0, -1, replicas);
         for (size_t i = 0; i < slots->elements; i += 2) {
             if (slots->element[i]->type != REDIS_REPLY_INTEGER ||
                 slots->element[i + 1]->type != REDIS_REPLY_INTEGER ||
                 !cluster_assign(cl, host, port->integer, slots->element[i]->integer,
-                                slots->element[i + 1]->integer))
+                                slots->element[i + 1]->integer, replicas))
                 return false;
         }
     }
     return true;
 }
 
-/* One range of CLUSTER SLOTS: start, end, then the primary [host, port, id, ...]. */
+/*
+ * One range of CLUSTER SLOTS: start, end, the primary [host, port, id, ...],
+ * then its replicas (listed whatever their health).
+ */
 static bool cluster_read_range(struct store_cluster *cl, const redisReply *range)
 {
     const redisReply *p;
@@ -301,7 +330,8 @@ static bool cluster_read_range(struct store_cluster *cl, const redisReply *range
         p->element[0]->type != REDIS_REPLY_STRING || p->element[1]->type != REDIS_REPLY_INTEGER)
         return false;
     return cluster_assign(cl, p->element[0]->str, p->element[1]->integer,
-                          range->element[0]->integer, range->element[1]->integer);
+                          range->element[0]->integer, range->element[1]->integer,
+                          (unsigned)(range->elements - 3));
 }
 
 /*
@@ -312,21 +342,26 @@ static bool cluster_read_range(struct store_cluster *cl, const redisReply *range
 static bool cluster_read_map(struct store_cluster *cl, const redisReply *r)
 {
     bool was_master[CLUSTER_MAX_NODES];
+    unsigned had_replicas[CLUSTER_MAX_NODES];
     size_t known = cl->n_nodes;
 
     if (r->type != REDIS_REPLY_ARRAY)
         return false;
     for (size_t i = 0; i < cl->n_nodes; i++) {
         was_master[i] = cl->nodes[i]->master;
+        had_replicas[i] = cl->nodes[i]->replicas;
         cl->nodes[i]->master = false;
+        cl->nodes[i]->replicas = 0;
     }
     for (size_t s = 0; s < STORE_CLUSTER_SLOTS; s++)
         cl->next[s] = -1;
     for (size_t i = 0; i < r->elements; i++) {
         if (!(cl->use_slots ? cluster_read_range(cl, r->element[i])
                             : cluster_read_shard(cl, r->element[i]))) {
-            for (size_t j = 0; j < cl->n_nodes; j++)
+            for (size_t j = 0; j < cl->n_nodes; j++) {
                 cl->nodes[j]->master = j < known ? was_master[j] : false;
+                cl->nodes[j]->replicas = j < known ? had_replicas[j] : 0;
+            }
             return false;
         }
     }
@@ -561,6 +596,11 @@ bool store_cluster_redirect(struct store_cluster *cl, const char *err, size_t le
 bool store_cluster_covered(const struct store_cluster *cl)
 {
     return cl->covered;
+}
+
+bool store_cluster_replicas_short(const struct store_cluster *cl)
+{
+    return cl->replicas_short;
 }
 
 unsigned store_cluster_primaries_ready(const struct store_cluster *cl)

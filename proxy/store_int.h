@@ -313,6 +313,13 @@ bool store_cluster_redirect(struct store_cluster *cl, const char *err, size_t le
  */
 bool store_cluster_covered(const struct store_cluster *cl);
 
+/*
+ * With redis.min_replicas: some primary that owns slots has fewer replicas
+ * online (CLUSTER SHARDS' health; a replica in its first sync is not) than
+ * that, so its claims would be refused. Any thread may ask while cl exists.
+ */
+bool store_cluster_replicas_short(const struct store_cluster *cl);
+
 /* Primaries in the map whose connection is ready. Any thread may ask while cl exists. */
 unsigned store_cluster_primaries_ready(const struct store_cluster *cl);
 
