@@ -309,6 +309,7 @@ def test_cluster_primary_killed_is_followed_without_running_a_key_twice(fresh_cl
         took = max(followed(c, p, primary, t, 10) for p in proxies)
         # the promoted replica has no replica of its own: with min_replicas 1, not ready
         # until the old primary is back as its replica
+        assert all(readyz(p) == 503 for p in proxies)
         primary.start()
         c.wait_stable()
         wait_until(lambda: all(readyz(p) == 200 for p in proxies), timeout=30, interval=0.05,
