@@ -462,10 +462,6 @@ static void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv,
 }
 
 /*
- * Send argv on a ready connection, queue it while the connection is being
- * set up, or report STORE_UNAVAILABLE from the event loop.
- */
-/*
  * Send cmd (argv saved in it) on cmd->conn when it is ready, queue it while
  * that connection is being set up, or report STORE_UNAVAILABLE from the
  * event loop.
@@ -481,6 +477,11 @@ static void store_dispatch(struct store_cmd *cmd)
         store_fail_later(cmd);
 }
 
+/*
+ * Send argv on a ready connection (with redis.cluster: the one of the
+ * primary of its key's slot), queue it while the connection is being set
+ * up, or report STORE_UNAVAILABLE from the event loop.
+ */
 static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
                          const size_t *argvlen)
 {
@@ -669,7 +670,7 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (s->wait_in_flight)
         return; /* its answer starts the next one */
-    /* every call waiting now goes out with this WAIT or fails */
+    /* every call waiting now goes out with this WAIT or fails, but another primary's */
     s->wait_now = false;
     event_del(&s->wait_lazy_ev);
     /* this WAIT goes to the first waiter's connection; another's (a cluster) waits its turn */
