@@ -236,6 +236,37 @@ def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, ups
             assert n.cmd("CLUSTER", "COUNTKEYSINSLOT", s) == 0
 
 
+@pytest.mark.slow
+@pytest.mark.topology
+def test_a_redirection_loop_is_bounded_and_fails_closed(fresh_cluster, start_proxy, upstream):
+    """Slots MIGRATING on src to a dst that is not IMPORTING them: src answers ASK for a new
+    key, dst answers MOVED back: after 5 redirections the claim fails (503), never forwarded."""
+    c = fresh_cluster
+    p = start_proxy(redis=cluster_redis(c), workers=1)
+    wait_ready(p, timeout=15)
+    src, dst = c.primaries()[:2]
+    slots = c.slots_of(src)
+    redis_cli(src, ["CLUSTER SETSLOT %d MIGRATING %s" % (s, c.node_id(dst)) for s in slots])
+    try:
+        answers = []
+        for _ in range(30):
+            k = new_key("loop")
+            t = time.monotonic()
+            r = post_body(p, k, 9)
+            answers.append((k, r.status, time.monotonic() - t))
+    finally:
+        redis_cli(src, ["CLUSTER SETSLOT %d STABLE" % s for s in slots])
+    looped = [a for a in answers if a[1] == 503]
+    assert looped and all(a[1] in (201, 503) for a in answers), answers
+    assert all(a[2] < 2 for a in answers), answers
+    assert all(upstream.executions(a[0]) == 0 for a in looped)
+    assert log_lines(p, "not followed (too many redirections)")
+    assert redirections([p], "ask") >= 3 * len(looped)
+    # the slots are stable again: the same keys are served
+    for k, _, _ in looped[:3]:
+        assert post_body(p, k, 9).status == 201
+
+
 # --------------------------------------------------------------------------
 # 3. a primary fails over while traffic runs
 # --------------------------------------------------------------------------
