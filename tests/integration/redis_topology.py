@@ -468,10 +468,11 @@ class ClusterGroup:
     every node a RedisServer started with --cluster-enabled yes in its own dir of workdir,
     joined by `redis-cli --cluster create ... --cluster-replicas N --cluster-yes`.
     node_timeout_ms is cluster-node-timeout (how soon a dead primary's replica takes
-    over); node_args go to every node (e.g. --min-replicas-to-write)."""
+    over); node_args go to every node (e.g. --min-replicas-to-write), node_args_for(i) (if
+    given) to node i besides (e.g. its TLS port)."""
 
     def __init__(self, workdir, n_primaries=3, replicas_per=1, node_timeout_ms=2000,
-                 node_args=()):
+                 node_args=(), node_args_for=None):
         self.workdir = workdir
         self.node_timeout_ms = node_timeout_ms
         self.nodes = []
@@ -481,7 +482,7 @@ class ClusterGroup:
                 "--cluster-enabled", "yes", "--cluster-config-file",
                 os.path.join(d, "nodes.conf"), "--cluster-node-timeout", str(node_timeout_ms),
                 "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"]
-                + list(node_args))
+                + list(node_args) + (list(node_args_for(i)) if node_args_for else []))
             self.nodes.append(node)
         self.replicas_per = replicas_per
 

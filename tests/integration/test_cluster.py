@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import REPO, log_line, log_lines, wait_ready, wait_until
-from redis_topology import ClusterGroup, acl_setuser
+from redis_topology import ClusterGroup, Pki, acl_setuser, cluster_free_port, tls_args
 
 
 def new_key(tag="c"):
@@ -419,3 +419,39 @@ def test_records_copied_from_one_node_replay_through_the_cluster(fresh_cluster, 
         r = post_body(p, k, 3)
         assert r.status == 201 and r.replayed and r.body == firsts[k].body, r
         assert upstream.executions(k) == 1
+
+
+# --------------------------------------------------------------------------
+# TLS to every node (redis.cluster.tls)
+# --------------------------------------------------------------------------
+
+def test_tls_cluster_serves_through_every_primarys_tls_port(tmp_path, start_proxy, upstream):
+    pki = Pki(str(tmp_path / "pki"))
+    ca = pki.ca("ca")
+    # the nodes also dial each other's bus with it (tls-cluster yes): client and server use
+    cert = pki._leaf(ca, "redis", "basicConstraints=CA:FALSE\n"
+                                  "keyUsage=critical,digitalSignature\n"
+                                  "extendedKeyUsage=serverAuth,clientAuth\n"
+                                  "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    tls_ports = [cluster_free_port() for _ in range(3)]  # with tls-cluster the bus is +10000
+    c = ClusterGroup(str(tmp_path / "tls-cluster"), replicas_per=0,
+                     node_args=["--tls-cluster", "yes", "--tls-replication", "yes"],
+                     node_args_for=lambda i: tls_args(tls_ports[i], cert, ca))
+    c.start()
+    try:
+        p = start_proxy(redis={"url": None, "cluster": {
+            "addresses": ["127.0.0.1:%d" % tls_ports[0]], "tls": True},
+            "tls": {"ca_file": ca[0]}}, workers=1)
+        wait_ready(p, timeout=15)
+        for port in tls_ports:
+            assert log_lines(p, "redis 127.0.0.1:%d: ready (primary, TLS)" % port)
+        keys = [new_key("tls") for _ in range(20)]
+        firsts = {k: post_body(p, k, 4) for k in keys}
+        assert all(r.status == 201 for r in firsts.values()), firsts
+        assert all(n > 0 for n in record_counts(c).values()), record_counts(c)
+        for k in keys:
+            r = post_body(p, k, 4)
+            assert r.replayed and r.body == firsts[k].body, r
+            assert upstream.executions(k) == 1
+    finally:
+        c.stop()
