@@ -407,8 +407,10 @@ static void cluster_on_map(enum store_status st, const redisReply *r, void *arg)
         cl->probe = NULL;
     }
     if (st == STORE_OK && r->type == REDIS_REPLY_ERROR && !cl->use_slots &&
-        strncasecmp(r->str, "ERR unknown", 11) == 0) {
-        cl->use_slots = true; /* Redis < 7.0: "ERR Unknown subcommand" (6.2), "ERR unknown" */
+        (strncasecmp(r->str, "ERR unknown", 11) == 0 || strncmp(r->str, "NOPERM", 6) == 0)) {
+        /* Redis < 7.0 ("ERR Unknown subcommand" in 6.2), or an ACL user with +cluster|slots */
+        log_msg(LOG_INFO, "redis: CLUSTER SHARDS refused (%.200s); reading CLUSTER SLOTS", r->str);
+        cl->use_slots = true;
         cl->again = true;
     } else if (st == STORE_OK) {
         ok = cluster_read_map(cl, r);
