@@ -3,7 +3,8 @@
  * Cluster"): which primary owns each of the 16384 slots, one data
  * connection per primary, and what MOVED and ASK change.
  *
- * The map is read with CLUSTER SHARDS (CLUSTER SLOTS before Redis 7.0) on a
+ * The map is read with CLUSTER SHARDS (CLUSTER SLOTS where that is unknown,
+ * Redis < 7.0, or refused by the ACL) on a
  * ready primary's connection, taken in turn (so the refresh also exercises
  * each idle connection: a stalled node times out), or, while none is ready,
  * on a probe: a one-attempt connection to a seed of redis.cluster.addresses
@@ -11,6 +12,8 @@
  * 200 ms while some slot has no ready primary (a failover in progress), and
  * at once after MOVED or a lost primary. A map that cannot be read keeps
  * the last one: commands to a slot whose primary is gone fail (fail closed).
+ * Readiness: every slot's primary has a ready connection and, with
+ * redis.min_replicas, that many replicas the map calls online.
  *
  * A node that the map stops naming as a primary (a failed-over primary, now
  * a replica) loses its connection: the store hears down first (its queued
