@@ -87,10 +87,12 @@ static const struct config_key config_upstream_keys[] = {
 
 static const struct config_section config_redis_tls_section;
 static const struct config_section config_redis_sentinel_section;
+static const struct config_section config_redis_cluster_section;
 
 static const struct config_key config_redis_keys[] = {
     { "url", CONFIG_SCALAR, config_set_redis_url, 0, 0, NULL, NULL, NULL },
     { "sentinel", CONFIG_SECTION, NULL, 0, 0, &config_redis_sentinel_section, NULL, NULL },
+    { "cluster", CONFIG_SECTION, NULL, 0, 0, &config_redis_cluster_section, NULL, NULL },
     { "username", CONFIG_SCALAR, config_set_string, CFG(redis_username), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "tls", CONFIG_SECTION, NULL, 0, 0, &config_redis_tls_section, NULL, NULL },
@@ -117,6 +119,13 @@ static const struct config_key config_redis_sentinel_keys[] = {
     { "addresses", CONFIG_LIST, config_set_sentinel_address, 0, 0, NULL, NULL, config_begin_sentinel_addresses },
     { "username", CONFIG_SCALAR, config_set_string, CFG(redis_sentinel_username), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
     { "password", CONFIG_SCALAR, config_set_string, CFG(redis_sentinel_password), CONFIG_UNSET_EMPTY, NULL, NULL, NULL },
+    { "tls", CONFIG_SCALAR, config_set_bool, CFG(redis_tls), 0, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
+/* redis.cluster: instead of redis.url (config_finish); the data nodes' credentials. */
+static const struct config_key config_redis_cluster_keys[] = {
+    { "addresses", CONFIG_LIST, config_set_cluster_address, 0, 0, NULL, NULL, config_begin_cluster_addresses },
     { "tls", CONFIG_SCALAR, config_set_bool, CFG(redis_tls), 0, NULL, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
@@ -175,6 +184,8 @@ static const struct config_section config_redis_tls_section = {
     "redis.tls", { config_redis_tls_keys, NULL }, 0 };
 static const struct config_section config_redis_sentinel_section = {
     "redis.sentinel", { config_redis_sentinel_keys, NULL }, 0 };
+static const struct config_section config_redis_cluster_section = {
+    "redis.cluster", { config_redis_cluster_keys, NULL }, 0 };
 static const struct config_section config_limits_section = {
     "limits", { config_limits_keys, NULL }, 0 };
 static const struct config_section config_errors_section = {
@@ -209,7 +220,7 @@ static const struct config_section config_root_section = {
  */
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
-    &config_redis_sentinel_section, &config_limits_section, &config_defaults_section, &config_route_section,
+    &config_redis_sentinel_section, &config_redis_cluster_section, &config_limits_section, &config_defaults_section, &config_route_section,
     &config_errors_section, &config_log_section,
 };
 
@@ -516,6 +527,9 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
         config_apply_mapping(ld, doc,
                              config_lookup(doc, config_lookup(doc, root, "redis"), "sentinel"),
                              config_redis_sentinel_keys, cfg, &ld->set_redis_sentinel) < 0 ||
+        config_apply_mapping(ld, doc,
+                             config_lookup(doc, config_lookup(doc, root, "redis"), "cluster"),
+                             config_redis_cluster_keys, cfg, &ld->set_redis_cluster) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "limits"), config_limits_keys,
                              cfg, &ld->set_limits) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,
@@ -668,12 +682,19 @@ static int config_finish(struct config_loader *ld)
     yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
 
     /* one place says where Redis is; the built-in url is no choice of the user's */
-    if (config_lookup(&ld->user, redis, "sentinel") != NULL) {
+    if (config_lookup(&ld->user, redis, "sentinel") != NULL &&
+        config_lookup(&ld->user, redis, "cluster") != NULL)
+        return config_error(ld, config_lookup(&ld->user, redis, "cluster"), "redis.sentinel "
+                            "and redis.cluster both say where Redis is; keep one");
+    for (int i = 0; i < 2; i++) {
+        const char *name = i == 0 ? "sentinel" : "cluster";
         uint32_t url = 1u << config_key_index(config_redis_keys, "url");
 
+        if (config_lookup(&ld->user, redis, name) == NULL)
+            continue;
         if (ld->set_redis & url)
             return config_error(ld, config_lookup(&ld->user, redis, "url"), "redis.url and "
-                                "redis.sentinel both say where Redis is; keep one");
+                                "redis.%s both say where Redis is; keep one", name);
         ld->set_redis |= url;
     }
     if (config_apply_doc(ld, &ld->builtin) < 0)
@@ -787,6 +808,8 @@ void config_deinit(struct config *cfg)
         free(cfg->redis_sentinels[i].host);
     free(cfg->redis_sentinel_username);
     free(cfg->redis_sentinel_password);
+    for (size_t i = 0; i < cfg->n_redis_cluster; i++)
+        free(cfg->redis_cluster[i].host);
     free(cfg->key_prefix);
     config_policy_deinit(&cfg->defaults);
     for (size_t i = 0; i < cfg->n_routes; i++) {

@@ -52,6 +52,9 @@ struct endpoint {
 /* Most sentinels `redis.sentinel.addresses` may list. */
 #define CONFIG_MAX_SENTINELS 16
 
+/* Most seed nodes `redis.cluster.addresses` may list. */
+#define CONFIG_MAX_CLUSTER_SEEDS 16
+
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
 
@@ -77,8 +80,9 @@ struct config {
     char *redis_username;           /* ACL user for AUTH USER PASSWORD; owned or NULL (none:
                                        AUTH PASSWORD, the default user) */
     char *redis_password;           /* owned or NULL (empty counts as none) */
-    bool redis_tls;                 /* rediss://, or redis.sentinel.tls: TLS to Redis (with
-                                       Sentinel: to the sentinels and the data nodes) */
+    bool redis_tls;                 /* rediss://, redis.sentinel.tls or redis.cluster.tls: TLS
+                                       to Redis (with Sentinel: to the sentinels and the data
+                                       nodes; with a cluster: to every node) */
     char *redis_tls_ca_file;        /* PEM CAs that sign the server's certificate; NULL: the
                                        system's default CAs; owned */
     char *redis_tls_cert_file;      /* client certificate chain (mutual TLS), PEM; owned or NULL */
@@ -93,6 +97,9 @@ struct config {
     size_t n_redis_sentinels;
     char *redis_sentinel_username;  /* the sentinels' own ACL user; owned or NULL */
     char *redis_sentinel_password;  /* owned or NULL (empty counts as none) */
+    /* redis.cluster (README "Redis Cluster"): the slot map comes from any of these seeds */
+    struct endpoint redis_cluster[CONFIG_MAX_CLUSTER_SEEDS]; /* in the order written */
+    size_t n_redis_cluster;         /* 0: no cluster */
     char *key_prefix;               /* owned */
     unsigned redis_min_replicas;    /* WAIT for this many replicas after a claim before it is
                                        forwarded, 0..CONFIG_MAX_MIN_REPLICAS; 0: no WAIT */

@@ -88,7 +88,7 @@ struct config_loader {
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
-    uint32_t set_redis_sentinel;
+    uint32_t set_redis_sentinel, set_redis_cluster;
     uint32_t set_errors, set_log;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
@@ -154,7 +154,8 @@ config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret,
-    config_set_sentinel_master, config_set_sentinel_address;
+    config_set_sentinel_master, config_set_sentinel_address,
+    config_set_cluster_address;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;
@@ -169,6 +170,7 @@ int config_check_replicas(struct config_loader *ld, yaml_node_t *redis);
 
 /* The starts of the list keys (config_set.c). */
 config_list_begin config_begin_methods, config_begin_scope_headers,
-    config_begin_release_statuses, config_begin_secrets, config_begin_sentinel_addresses;
+    config_begin_release_statuses, config_begin_secrets, config_begin_sentinel_addresses,
+    config_begin_cluster_addresses;
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * config_redis.c - pass 3 of the redis section (config_int.h), once the
- * built-in defaults are in: where Redis is (redis.url or redis.sentinel,
+ * built-in defaults are in: where Redis is (redis.url, redis.sentinel or redis.cluster,
  * complete), the credentials (the keys over the URL's, the sentinels' own),
  * and TLS (README "Configuration", "Redis in production").
  */
@@ -63,15 +63,28 @@ static int config_finish_sentinel(struct config_loader *ld, yaml_node_t *sentine
     return 0;
 }
 
+/* redis.cluster (config_finish has already refused it beside redis.url): a seed at least. */
+static int config_finish_cluster(struct config_loader *ld, yaml_node_t *cluster)
+{
+    if (ld->cfg->n_redis_cluster == 0)
+        return config_error(ld, cluster, "redis.cluster needs addresses (host:port of one or "
+                            "more cluster nodes: the slot map is read from the first that "
+                            "answers)");
+    return 0;
+}
+
 int config_finish_redis(struct config_loader *ld)
 {
     struct config *cfg = ld->cfg;
     yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
     yaml_node_t *tls = config_lookup(&ld->user, redis, "tls");
     yaml_node_t *sentinel = config_lookup(&ld->user, redis, "sentinel");
+    yaml_node_t *cluster = config_lookup(&ld->user, redis, "cluster");
 
     ld->cur = &ld->user;
     if (sentinel != NULL && config_finish_sentinel(ld, sentinel) < 0)
+        return -1;
+    if (cluster != NULL && config_finish_cluster(ld, cluster) < 0)
         return -1;
     config_take_credential(&cfg->redis_username, &ld->redis_url_username);
     config_take_credential(&cfg->redis_password, &ld->redis_url_password);
@@ -87,6 +100,8 @@ int config_finish_redis(struct config_loader *ld)
         return config_error(ld, tls, sentinel != NULL
                             ? "redis.tls needs redis.sentinel.tls: true (TLS to the sentinels "
                               "and the data nodes)"
+                            : cluster != NULL
+                            ? "redis.tls needs redis.cluster.tls: true (TLS to every node)"
                             : "redis.tls needs a rediss:// URL in redis.url (redis:// is plain "
                               "TCP)");
     if ((cfg->redis_tls_cert_file == NULL) != (cfg->redis_tls_key_file == NULL))

@@ -241,6 +241,37 @@ int config_set_sentinel_address(struct config_loader *ld, const struct config_ke
     return 0;
 }
 
+int config_begin_cluster_addresses(struct config_loader *ld, const struct config_key *key,
+                                   yaml_node_t *list, size_t n, void *obj)
+{
+    struct config *cfg = obj;
+
+    if (n > CONFIG_MAX_CLUSTER_SEEDS)
+        return config_error(ld, list, "redis.cluster.%s takes at most %d seed nodes", key->name,
+                            CONFIG_MAX_CLUSTER_SEEDS);
+    for (size_t i = 0; i < cfg->n_redis_cluster; i++) {
+        free(cfg->redis_cluster[i].host);
+        cfg->redis_cluster[i].host = NULL;
+    }
+    cfg->n_redis_cluster = 0;
+    return 0;
+}
+
+/* One item of redis.cluster.addresses: host:port of a cluster node (IPv6 in brackets). */
+int config_set_cluster_address(struct config_loader *ld, const struct config_key *key,
+                               yaml_node_t *node, char **text, void *obj)
+{
+    struct config *cfg = obj;
+    struct endpoint *ep = &cfg->redis_cluster[cfg->n_redis_cluster];
+    const char *why = config_endpoint_split(*text, &ep->host, &ep->port);
+
+    if (why != NULL)
+        return config_error(ld, node, "bad cluster node address '%s' in redis.cluster.%s: %s "
+                            "(write host:port, e.g. 10.0.0.5:6379)", *text, key->name, why);
+    cfg->n_redis_cluster++;
+    return 0;
+}
+
 int config_set_bool(struct config_loader *ld, const struct config_key *key,
                     yaml_node_t *node, char **text, void *obj)
 {

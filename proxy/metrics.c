@@ -189,6 +189,24 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
     metrics_render_scalar(out, "idempotency_proxy_redis_failovers_followed_total", "counter",
                           "Times redis.sentinel named another primary and the proxy moved to it.",
                           (double)m->counters[METRICS_FAILOVERS_FOLLOWED]);
+    if (g->redis_cluster_nodes >= 0) {
+        metrics_render_scalar(out, "idempotency_proxy_redis_cluster_nodes", "gauge",
+                              "Redis Cluster primaries with a ready connection (the fewest "
+                              "over the workers).", g->redis_cluster_nodes);
+        metrics_render_scalar(out, "idempotency_proxy_redis_cluster_map_refreshes_total",
+                              "counter", "Redis Cluster slot maps read (CLUSTER SHARDS).",
+                              (double)m->counters[METRICS_CLUSTER_REFRESHES]);
+        evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_cluster_redirections_total "
+                            "Redis commands sent again to another node, by kind: moved (the "
+                            "slot moved) or ask (the slot is migrating).\n"
+                            "# TYPE idempotency_proxy_redis_cluster_redirections_total counter\n"
+                            "idempotency_proxy_redis_cluster_redirections_total{kind=\"moved\"} "
+                            "%llu\n"
+                            "idempotency_proxy_redis_cluster_redirections_total{kind=\"ask\"} "
+                            "%llu\n",
+                            (unsigned long long)m->counters[METRICS_CLUSTER_MOVED],
+                            (unsigned long long)m->counters[METRICS_CLUSTER_ASK]);
+    }
     metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
                           "Redis commands that failed, timed out or found no connection.",
                           (double)m->counters[METRICS_STORE_ERRORS]);

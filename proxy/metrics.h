@@ -34,6 +34,9 @@ enum metrics_counter {
     METRICS_RELOAD_FAILURES,
     METRICS_WAIT_SHORTFALLS_CLAIM,  /* claims fewer than min_replicas confirmed (or WAIT failed) */
     METRICS_WAIT_SHORTFALLS_RECORD, /* the same for written records (logged only) */
+    METRICS_CLUSTER_REFRESHES,      /* redis.cluster: slot maps read */
+    METRICS_CLUSTER_MOVED,          /* redis.cluster: commands redirected by MOVED */
+    METRICS_CLUSTER_ASK,            /* redis.cluster: commands redirected by ASK */
     METRICS_COUNTERS
 };
 
@@ -70,6 +73,8 @@ struct metrics_gauges {
     int redis_up;                   /* 1 when every worker's Redis connection is up */
     struct metrics_primary redis_primaries[METRICS_MAX_PRIMARIES]; /* ready connections */
     size_t n_redis_primaries;
+    int redis_cluster_nodes;        /* redis.cluster: primaries with a ready connection, the
+                                       fewest over the workers; -1 without a cluster */
 };
 
 /* An empty set. Returns 0, or -1 when the lock cannot be created. */

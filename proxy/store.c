@@ -23,12 +23,17 @@
  * active), with its reply fanned out to each. One WAIT is in flight at a
  * time: calls made meanwhile share the next, so a command never waits
  * behind more than one blocked WAIT. A call that nobody waits on (now
- * false) starts no WAIT of its own for STORE_WAIT_LAZY_MS. Each connection
- * has its own epoch; a call whose write came on another epoch than the one
- * WAIT would go out on fails with STORE_LOST.
+ * false) starts no WAIT of its own for STORE_WAIT_LAZY_MS. A call whose
+ * write's connection went down (or was replaced) before its WAIT went out
+ * fails with STORE_LOST.
  *
  * With redis.sentinel the connection asks store_sentinel.c where the primary is
- * before every attempt.
+ * before every attempt. With redis.cluster each command goes to the
+ * connection of the primary that owns its key's slot (store_cluster.c); a
+ * MOVED or ASK reply, which proves the command did not run, sends it again
+ * to the node named (ASKING first for ASK), at most STORE_MAX_REDIRECTS
+ * times; a reply that never came is never resent. WAIT then goes out once
+ * per connection that carried the writes, one at a time.
  */
 #include "store.h"
 #include "store_int.h"
@@ -71,6 +76,9 @@
  */
 #define STORE_SPARE_MAX 128
 #define STORE_SPARE_SAVE_MAX 4096
+
+/* Redirections (MOVED, ASK) one command may follow before it fails (redis.cluster). */
+#define STORE_MAX_REDIRECTS 5
 
 enum store_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
@@ -125,11 +133,14 @@ static const char *const store_script_template[SCRIPT_COUNT] = {
 struct store_cmd;
 TAILQ_HEAD(store_cmd_queue, store_cmd);
 
-/* One store_wait_replicas call: the write it covers came on connection epoch `epoch`. */
+/*
+ * One store_wait_replicas call: the write it covers came on conn, which was
+ * ready then; a waiter is failed when conn goes down, so conn is alive.
+ */
 struct store_waiter {
     store_int_cb *cb;
     void *arg;
-    uint64_t epoch;             /* 0: not called from a write's successful reply */
+    struct store_conn *conn;    /* NULL: not called from a write's successful reply */
     TAILQ_ENTRY(store_waiter) link;
 };
 TAILQ_HEAD(store_waiter_list, store_waiter);
@@ -137,7 +148,11 @@ TAILQ_HEAD(store_waiter_list, store_waiter);
 struct store {
     struct event_base *base;
     const struct config *cfg;
-    struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names */
+    struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names;
+                                       NULL with redis.cluster */
+    struct store_cluster *cluster;  /* redis.cluster's slot map and connections; or NULL */
+    store_event_observer *event_observer;
+    void *event_arg;
     struct store_sentinel *sentinel; /* redis.sentinel's discovery; NULL with redis.url */
     store_failover_observer *failover_observer;
     void *failover_arg;
@@ -155,8 +170,7 @@ struct store {
     char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
     store_observer *observer;
     void *observer_arg;
-    uint64_t epoch;                 /* changes whenever the connection becomes ready or goes */
-    uint64_t reply_epoch;           /* while a reply is reported OK: the epoch it came on */
+    struct store_conn *reply_conn;  /* while a reply is reported OK: the connection it came on */
     struct store_waiter_list wait_next; /* for the next WAIT */
     struct store_waiter_list wait_sent; /* the WAIT in flight answers them */
     bool wait_in_flight;
@@ -177,6 +191,9 @@ struct store_cmd {
         store_int_cb *integer;
     } cb;
     void *arg;
+    struct store_conn *conn;    /* where it is sent or queued; NULL: no connection */
+    bool asking;                /* ASK: send ASKING before it */
+    int redirects;              /* MOVED and ASK followed so far */
     bool reported;              /* the caller's callback has run */
     TAILQ_ENTRY(store_cmd) link; /* in s->queued, s->failed or s->spare */
     int script;                 /* enum store_script, or -1 */
@@ -240,13 +257,13 @@ static void store_count_replicas(struct store *s, const redisReply *role)
 
 /*
  * Run the caller's callback once; later outcomes of the same command are
- * swallowed. During a successful reply's callback reply_epoch names the
+ * swallowed. During a successful reply's callback reply_conn names the
  * connection it came on, for store_wait_replicas.
  */
 static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const redisReply *r)
 {
     struct store *s = cmd->s;
-    uint64_t outer = s->reply_epoch;
+    struct store_conn *outer = s->reply_conn;
 
     if (cmd->reported)
         return;
@@ -259,7 +276,8 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
                          cmd->s->observer_arg);
     }
     /* a lost connection's replies come NULL: an OK one came on the connection that is ready */
-    s->reply_epoch = st == STORE_OK && s->conn != NULL && store_conn_ready(s->conn) ? s->epoch : 0;
+    s->reply_conn = st == STORE_OK && cmd->conn != NULL && store_conn_ready(cmd->conn) ? cmd->conn
+                                                                                     : NULL;
     switch (cmd->kind) {
     case REPLY_VALUE:
         if (st == STORE_OK && r->type == REDIS_REPLY_STRING)
@@ -282,7 +300,7 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
         store_wait_answered(s, st, st == STORE_OK ? r->integer : 0);
         break;
     }
-    s->reply_epoch = outer;
+    s->reply_conn = outer;
 }
 
 static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
@@ -325,10 +343,28 @@ static void store_on_failed(evutil_socket_t fd, short what, void *arg)
 }
 
 static void store_on_reply(enum store_status st, const redisReply *r, void *privdata);
+static bool store_redirect(struct store_cmd *cmd, const redisReply *r);
+
+/* ASKING's own reply: an error shows in the command's reply that follows it. */
+static void store_on_asking(enum store_status st, const redisReply *r, void *privdata)
+{
+    (void)st;
+    (void)r;
+    (void)privdata;
+}
 
 static int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen)
 {
-    return store_conn_send(cmd->s->conn, store_on_reply, cmd, argc, argv, argvlen);
+    static const char *const asking[] = { "ASKING" };
+    static const size_t asking_len[] = { 6 };
+
+    if (cmd->conn == NULL)
+        return -1;
+    /* ASKING holds for the very next command of the connection: nothing goes between */
+    if (cmd->asking && store_conn_send(cmd->conn, store_on_asking, NULL, 1,
+                                       (const char **)asking, asking_len) != 0)
+        return -1;
+    return store_conn_send(cmd->conn, store_on_reply, cmd, argc, argv, argvlen);
 }
 
 /* A restarted or replaced Redis has an empty script cache: send the body once. */
@@ -365,13 +401,15 @@ static void store_on_error_reply(struct store_cmd *cmd, const redisReply *r)
     if (cls == STORE_REPLY_NOSCRIPT && cmd->script >= 0 && !cmd->resent &&
         store_resend_script(cmd) == 0)
         return;
+    if (s->cluster != NULL && store_redirect(cmd, r))
+        return;
     if (cls == STORE_REPLY_NOT_PRIMARY) {
         char why[300];
 
         snprintf(why, sizeof(why), "%s: %.200s", store_reply_class_name(cls), r->str);
-        store_conn_drop(s->conn, why);
+        store_conn_drop(cmd->conn, why);
     } else {
-        log_msg(LOG_WARN, "redis %s: error reply (%s): %.*s", store_conn_addr(s->conn),
+        log_msg(LOG_WARN, "redis %s: error reply (%s): %.*s", store_conn_addr(cmd->conn),
                 store_reply_class_name(cls), (int)r->len, r->str);
     }
     store_cmd_report(cmd, STORE_ERROR, NULL);
@@ -388,7 +426,7 @@ static void store_on_reply(enum store_status st, const redisReply *r, void *priv
         store_on_error_reply(cmd, r);
         return;
     } else if (!store_reply_fits(cmd, r)) {
-        log_msg(LOG_WARN, "redis %s: unexpected reply type %d", store_conn_addr(cmd->s->conn),
+        log_msg(LOG_WARN, "redis %s: unexpected reply type %d", store_conn_addr(cmd->conn),
                 r->type);
         store_cmd_report(cmd, STORE_ERROR, NULL);
     } else {
@@ -396,7 +434,7 @@ static void store_on_reply(enum store_status st, const redisReply *r, void *priv
 
         /* a primary demoted while the connection was idle: not ready from now on */
         if (cmd->kind == REPLY_HEALTH && !store_role_is_primary(r, why, sizeof(why)))
-            store_conn_drop(cmd->s->conn, why);
+            store_conn_drop(cmd->conn, why);
         store_cmd_report(cmd, STORE_OK, r);
     }
     store_cmd_free(cmd);
@@ -422,6 +460,7 @@ static struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind ki
     cmd->s = s;
     cmd->kind = kind;
     cmd->arg = arg;
+    cmd->conn = s->conn;
     cmd->script = -1;
     gettimeofday(&cmd->submitted, NULL);
     return cmd;
@@ -463,16 +502,43 @@ static void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv,
 }
 
 /*
- * Send argv on a ready connection, queue it while the connection is being
- * set up, or report STORE_UNAVAILABLE from the event loop.
+ * Send cmd (argv saved in it) on cmd->conn when it is ready, queue it while
+ * that connection is being set up, or report STORE_UNAVAILABLE from the
+ * event loop.
+ */
+static void store_dispatch(struct store_cmd *cmd)
+{
+    struct store *s = cmd->s;
+    bool ready = !s->destroying && cmd->conn != NULL && store_conn_ready(cmd->conn);
+
+    if (!ready && !s->destroying && cmd->conn != NULL && store_conn_setting_up(cmd->conn))
+        TAILQ_INSERT_TAIL(&s->queued, cmd, link);
+    else if (!ready || store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0)
+        store_fail_later(cmd);
+}
+
+/*
+ * Send argv on a ready connection (with redis.cluster: the one of the
+ * primary of its key's slot), queue it while the connection is being set
+ * up, or report STORE_UNAVAILABLE from the event loop.
  */
 static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
                          const size_t *argvlen)
 {
     struct store *s = cmd->s;
-    bool ready = !s->destroying && store_conn_ready(s->conn);
-    bool queue = !s->destroying && !ready && store_conn_setting_up(s->conn);
+    bool ready, queue;
 
+    if (s->cluster != NULL && !s->destroying) {
+        /* the key: argv[1], or a script's KEYS[1] after EVALSHA sha 1 */
+        int k = cmd->script >= 0 ? 3 : 1;
+
+        store_cmd_save(cmd, argc, argv, argvlen); /* a redirection sends it again */
+        cmd->conn = argc > k ? store_cluster_route(s->cluster, argv[k], argvlen[k]) : NULL;
+        store_dispatch(cmd);
+        return;
+    }
+    ready = !s->destroying && store_conn_ready(s->conn);
+    queue = !s->destroying && !ready && store_conn_setting_up(s->conn);
     if (cmd->script >= 0 || queue)
         store_cmd_save(cmd, argc, argv, argvlen);
     if (queue)
@@ -481,37 +547,110 @@ static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
         store_fail_later(cmd);
 }
 
-/* The connection is ready: send the commands that waited for it, in order. */
-static void store_on_conn_ready(void *owner)
+/*
+ * r is a redirection (redis.cluster: MOVED or ASK): the node did not run
+ * the command, so it goes to the node named; past STORE_MAX_REDIRECTS, or
+ * with no connection there, it fails. False: r is no redirection.
+ */
+static bool store_redirect(struct store_cmd *cmd, const redisReply *r)
+{
+    struct store_conn *to;
+    bool ask;
+
+    if (!store_cluster_redirect(cmd->s->cluster, r->str, r->len, &ask, &to))
+        return false;
+    if (++cmd->redirects > STORE_MAX_REDIRECTS || to == NULL) {
+        log_msg(LOG_WARN, "redis %s: %s; not followed (%s)", store_conn_addr(cmd->conn),
+                ask ? "ASK" : "MOVED", to == NULL ? "no connection to the node named"
+                                                  : "too many redirections");
+        store_cmd_report(cmd, STORE_ERROR, NULL);
+        store_cmd_free(cmd);
+        return true;
+    }
+    cmd->conn = to;
+    cmd->asking = ask;
+    cmd->resent = false; /* another node, another script cache */
+    store_dispatch(cmd);
+    return true;
+}
+
+/* conn is ready: send the commands that waited for it, in order. */
+static void store_on_node_ready(void *owner, struct store_conn *conn)
 {
     struct store *s = owner;
+    struct store_cmd *cmd, *next;
 
-    s->epoch++;
-    while (!TAILQ_EMPTY(&s->queued)) {
-        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
+    for (cmd = TAILQ_FIRST(&s->queued); cmd != NULL; cmd = next) {
+        next = TAILQ_NEXT(cmd, link);
+        if (cmd->conn != conn)
+            continue;
         TAILQ_REMOVE(&s->queued, cmd, link);
         if (store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0)
             store_fail_later(cmd);
     }
 }
 
+static void store_waiters_report(struct store_waiter_list *list, enum store_status st,
+                                 long long replicas);
+
 /*
- * The connection is gone (or its setup failed): the commands that waited
- * for it fail, never sent. Their callbacks may submit again: the connection
- * is not ready or setting up any more, so those fail from the event loop.
+ * conn is gone (or its setup failed): the commands that waited for it
+ * fail, never sent, and so do the WAITs not yet sent for its writes (a WAIT
+ * on its next connection would not cover them). Their callbacks may submit
+ * again: conn is not ready or setting up any more, so those fail from the
+ * event loop.
  */
-static void store_on_conn_down(void *owner)
+static void store_on_node_down(void *owner, struct store_conn *conn)
 {
     struct store *s = owner;
+    struct store_cmd_queue failed = TAILQ_HEAD_INITIALIZER(failed);
+    struct store_waiter_list stale = TAILQ_HEAD_INITIALIZER(stale);
+    struct store_cmd *cmd, *next;
+    struct store_waiter *w, *wnext;
 
-    s->epoch++; /* a WAIT on the next connection would not cover this one's writes */
-    s->health_in_flight = false;
-    while (!TAILQ_EMPTY(&s->queued)) {
-        struct store_cmd *cmd = TAILQ_FIRST(&s->queued);
-        TAILQ_REMOVE(&s->queued, cmd, link);
+    if (conn == s->conn)
+        s->health_in_flight = false;
+    for (cmd = TAILQ_FIRST(&s->queued); cmd != NULL; cmd = next) {
+        next = TAILQ_NEXT(cmd, link);
+        if (cmd->conn == conn) {
+            TAILQ_REMOVE(&s->queued, cmd, link);
+            TAILQ_INSERT_TAIL(&failed, cmd, link);
+        }
+    }
+    for (w = TAILQ_FIRST(&s->wait_next); w != NULL; w = wnext) {
+        wnext = TAILQ_NEXT(w, link);
+        if (w->conn == conn) {
+            TAILQ_REMOVE(&s->wait_next, w, link);
+            TAILQ_INSERT_TAIL(&stale, w, link);
+        }
+    }
+    while (!TAILQ_EMPTY(&failed)) {
+        cmd = TAILQ_FIRST(&failed);
+        TAILQ_REMOVE(&failed, cmd, link);
         store_cmd_report(cmd, STORE_UNAVAILABLE, NULL);
         store_cmd_free(cmd);
     }
+    store_waiters_report(&stale, STORE_LOST, 0);
+}
+
+/* The single connection's hooks (redis.url, redis.sentinel). */
+static void store_on_conn_ready(void *owner)
+{
+    store_on_node_ready(owner, ((struct store *)owner)->conn);
+}
+
+static void store_on_conn_down(void *owner)
+{
+    store_on_node_down(owner, ((struct store *)owner)->conn);
+}
+
+/* A Redis Cluster's map refreshed or redirected a command: tell the observer (metrics). */
+static void store_on_cluster_event(void *owner, enum store_event ev)
+{
+    struct store *s = owner;
+
+    if (s->event_observer != NULL)
+        s->event_observer(ev, s->event_arg);
 }
 
 /*
@@ -526,7 +665,8 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (!store_conn_ready(s->conn) || s->health_in_flight ||
+    /* a cluster's connections are checked by its map refreshes (store_cluster.c) */
+    if (s->conn == NULL || !store_conn_ready(s->conn) || s->health_in_flight ||
         store_conn_idle_ms(s->conn) < STORE_HEALTH_MS)
         return;
     s->health_in_flight = true;
@@ -560,7 +700,7 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
     struct store *s = arg;
     struct store_waiter_list stale = TAILQ_HEAD_INITIALIZER(stale);
     struct store_waiter *w, *next;
-    bool ready = !s->destroying && store_conn_ready(s->conn);
+    struct store_conn *to = NULL;
     struct store_cmd *cmd;
     char n[16], ms[24];
     const char *argv[3] = { "WAIT", n, ms };
@@ -570,23 +710,28 @@ static void store_on_wait_turn(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (s->wait_in_flight)
         return; /* its answer starts the next one */
-    /* every call waiting now goes out with this WAIT or fails */
+    /* every call waiting now goes out with this WAIT or fails, but another primary's */
     s->wait_now = false;
     event_del(&s->wait_lazy_ev);
+    /* this WAIT goes to the first waiter's connection; another's (a cluster) waits its turn */
     for (w = TAILQ_FIRST(&s->wait_next); w != NULL; w = next) {
         next = TAILQ_NEXT(w, link);
-        if (!ready || w->epoch == 0 || w->epoch != s->epoch) {
+        if (s->destroying || w->conn == NULL || !store_conn_ready(w->conn)) {
             TAILQ_REMOVE(&s->wait_next, w, link);
             TAILQ_INSERT_TAIL(&stale, w, link);
+        } else if (to == NULL || w->conn == to) {
+            to = w->conn;
+            TAILQ_REMOVE(&s->wait_next, w, link);
+            TAILQ_INSERT_TAIL(&s->wait_sent, w, link);
         }
     }
-    if (!TAILQ_EMPTY(&s->wait_next)) {
-        TAILQ_CONCAT(&s->wait_sent, &s->wait_next, link);
+    if (to != NULL) {
         s->wait_in_flight = true;
         argvlen[1] = (size_t)snprintf(n, sizeof(n), "%u", s->cfg->redis_min_replicas);
         argvlen[2] = (size_t)snprintf(ms, sizeof(ms), "%llu",
                                       (unsigned long long)s->cfg->redis_replica_timeout_ms);
         cmd = store_cmd_new(s, REPLY_WAIT, NULL);
+        cmd->conn = to;
         /* never queued for a later connection: that one's WAIT would not cover these writes */
         if (store_send(cmd, 3, argv, argvlen) != 0)
             store_fail_later(cmd);
@@ -657,6 +802,9 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
                                      STORE_NODE_DATA };
     const struct store_conn_hooks hooks = { store_on_conn_ready, store_on_conn_down, s,
                                             sentinel ? store_on_conn_locate : NULL };
+    const struct store_cluster_hooks cluster_hooks = { store_on_node_ready, store_on_node_down,
+                                                       store_on_cluster_event, s };
+    bool cluster = cfg->n_redis_cluster > 0;
     unsigned char addr[16];
 
     if (s == NULL) {
@@ -681,11 +829,23 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
         free(s);
         return NULL;
     }
-    /* sentinels and the primaries they name may be host names too */
-    if (sentinel || (cfg->redis_host != NULL &&
-                     evutil_inet_pton(AF_INET, cfg->redis_host, addr) != 1 &&
-                     evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1))
+    /* sentinels, cluster nodes and the primaries they name may be host names too */
+    if (sentinel || cluster || (cfg->redis_host != NULL &&
+                                evutil_inet_pton(AF_INET, cfg->redis_host, addr) != 1 &&
+                                evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1))
         s->dns = store_dns_create(base);
+    if (cluster) {
+        s->cluster = store_cluster_create(base, cfg, s->dns, s->tls, &cluster_hooks);
+        if (s->cluster == NULL) {
+            snprintf(err, errlen, "out of memory");
+            if (s->dns != NULL)
+                evdns_base_free(s->dns, 0);
+            SSL_CTX_free(s->tls);
+            free(s);
+            return NULL;
+        }
+        return s; /* it reads the slot map from the loop's first turn */
+    }
     s->conn = store_conn_create(base, cfg, &node, s->dns, s->tls, &hooks);
     if (s->conn != NULL && sentinel &&
         (s->sentinel = store_sentinel_create(base, cfg, s->dns, s->tls, s->conn,
@@ -721,9 +881,11 @@ void store_destroy(struct store *s)
     dns_pending = store_sentinel_destroy(s->sentinel);
     s->sentinel = NULL;
     /* pending replies: STORE_LOST; what their callbacks submit lands in s->failed */
+    dns_pending |= store_cluster_destroy(s->cluster);
+    s->cluster = NULL;
     dns_pending |= store_conn_destroy(s->conn);
     s->conn = NULL;
-    store_on_conn_down(s);
+    TAILQ_CONCAT(&s->failed, &s->queued, link); /* never sent: STORE_UNAVAILABLE */
     while (!TAILQ_EMPTY(&s->failed) || !TAILQ_EMPTY(&s->wait_next)) {
         store_on_failed(-1, 0, s);
         store_waiters_report(&s->wait_next, STORE_LOST, 0);
@@ -755,6 +917,8 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg)
 
 bool store_ready(const struct store *s)
 {
+    if (s->cluster != NULL)
+        return store_cluster_covered(s->cluster);
     return s->conn != NULL && store_conn_ready(s->conn);
 }
 
@@ -762,14 +926,31 @@ const char *store_unready(const struct store *s)
 {
     if (!store_ready(s))
         return "redis unreachable";
-    if (s->replicas_short)
+    /* a cluster counts each primary's replicas in its slot map, not in one ROLE or WAIT */
+    if (s->cluster != NULL ? store_cluster_replicas_short(s->cluster) : s->replicas_short)
         return "too few replicas acknowledge writes (redis.min_replicas)";
     return NULL;
 }
 
 bool store_primary(struct store *s, char *address, size_t len)
 {
+    if (s->cluster != NULL) {
+        /* many primaries: /metrics counts them in idempotency_proxy_redis_cluster_nodes */
+        snprintf(address, len, "cluster");
+        return store_cluster_covered(s->cluster);
+    }
     return s->conn != NULL && store_conn_ready_addr(s->conn, address, len);
+}
+
+int store_primaries_ready(const struct store *s)
+{
+    return s->cluster != NULL ? (int)store_cluster_primaries_ready(s->cluster) : -1;
+}
+
+void store_set_event_observer(struct store *s, store_event_observer *fn, void *arg)
+{
+    s->event_observer = fn;
+    s->event_arg = arg;
 }
 
 void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg)
@@ -881,7 +1062,7 @@ void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg)
     }
     w->cb = cb;
     w->arg = arg;
-    w->epoch = s->reply_epoch;
+    w->conn = s->reply_conn;
     TAILQ_INSERT_TAIL(&s->wait_next, w, link);
     if (s->destroying)
         return;

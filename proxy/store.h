@@ -5,8 +5,9 @@
  * ACL users, the role checked (a replica is not ready), command timeouts,
  * reconnect with backoff, and the compare-and-set scripts. The connection
  * itself is store_conn.c (store_int.h); with redis.sentinel the primary is
- * found through Redis Sentinel (store_sentinel.c); README "Redis in
- * production".
+ * found through Redis Sentinel (store_sentinel.c); with redis.cluster each
+ * key's commands go to the primary of its slot, one connection per primary
+ * (store_cluster.c); README "Redis in production", "Redis Cluster".
  *
  * Every store_* call reports through its callback exactly once, never
  * synchronously from inside the call (a failure to send is reported from the
@@ -79,8 +80,9 @@ void store_set_observer(struct store *s, store_observer *fn, void *arg);
  * (both drop the connection) until a new connection's setup succeeds.
  * Client commands submitted while a connection is being set up wait for it
  * (still bounded by redis.timeout) and fail with STORE_UNAVAILABLE, unsent,
- * when the setup fails; with no connection at all they fail at once. Any
- * thread may ask while s exists.
+ * when the setup fails; with no connection at all they fail at once. With
+ * redis.cluster: every slot of the map has a primary whose connection is
+ * ready. Any thread may ask while s exists.
  */
 bool store_ready(const struct store *s);
 
@@ -90,14 +92,16 @@ bool store_ready(const struct store *s);
  * redis.min_replicas, "too few replicas acknowledge writes" after the last
  * WAIT counted fewer than min_replicas acknowledgements or an idle
  * connection's ROLE listed fewer online replicas (every claim would get 503
- * store-unavailable). Any thread may ask while s exists.
+ * store-unavailable); with redis.cluster, after the slot map listed fewer
+ * online replicas for some primary. Any thread may ask while s exists.
  */
 const char *store_unready(const struct store *s);
 
 /*
  * The node the store is connected to, "host:port" (or the socket path),
  * into address (len bytes, truncated to fit): true while store_ready (its
- * ROLE said master), false otherwise. Any thread may ask while s exists.
+ * ROLE said master), false otherwise; with redis.cluster "cluster", true
+ * while store_ready. Any thread may ask while s exists.
  */
 bool store_primary(struct store *s, char *address, size_t len);
 
@@ -110,6 +114,26 @@ typedef void store_failover_observer(const char *from, const char *to, void *arg
 
 /* Install the failover observer (metrics); fn may be NULL. */
 void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg);
+
+/* What a Redis Cluster's slot map did (README "Redis Cluster"), for metrics. */
+enum store_event {
+    STORE_EVENT_MAP_REFRESH,    /* a new slot map was read */
+    STORE_EVENT_MOVED,          /* a command was redirected: the slot has moved */
+    STORE_EVENT_ASK,            /* a command was redirected: the slot is migrating */
+};
+
+/* Called on the store's loop for each event; arg as installed. */
+typedef void store_event_observer(enum store_event ev, void *arg);
+
+/* Install the event observer (metrics); fn may be NULL. */
+void store_set_event_observer(struct store *s, store_event_observer *fn, void *arg);
+
+/*
+ * With many primaries (redis.cluster): how many of them have a ready
+ * connection; -1 with one node (redis.url, redis.sentinel: store_primary
+ * names it). Any thread may ask while s exists.
+ */
+int store_primaries_ready(const struct store *s);
 
 /*
  * The claim (README "How a request is handled"): one atomic `SET key value NX GET PX px_ms`

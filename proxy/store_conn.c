@@ -19,7 +19,8 @@
  * owner where the node is (CONN_LOCATING); the rest is the same. A
  * connection to a sentinel sets up with AUTH (the sentinel's credentials)
  * and PING only, logs nothing of its own failures and makes one attempt:
- * its owner hears of the failure (down) and decides.
+ * its owner hears of the failure (down) and decides. So does a cluster
+ * probe (STORE_NODE_PROBE), with the data nodes' credentials.
  *
  * Command timeouts come from hiredis (command_timeout = redis.timeout): past
  * it, every pending reply is NULL with REDIS_ERR_TIMEOUT and the connection
@@ -152,7 +153,7 @@ static void conn_fail(struct store_conn *c, const char *why)
     c->state = CONN_IDLE;
     event_del(&c->attempt_ev);
     snprintf(c->why, sizeof(c->why), "%s", why);
-    if (c->node.kind == STORE_NODE_SENTINEL) {
+    if (c->node.kind != STORE_NODE_DATA) { /* a sentinel or a cluster probe: one attempt */
         c->hooks.down(c->hooks.owner);
         return;
     }
@@ -181,7 +182,7 @@ static void conn_lost(struct store_conn *c, const redisAsyncContext *ac, const c
     if (c->destroying)
         return;
     snprintf(c->why, sizeof(c->why), "%s", why);
-    if (c->node.kind == STORE_NODE_SENTINEL) {
+    if (c->node.kind != STORE_NODE_DATA) { /* a sentinel or a cluster probe: one attempt */
         c->hooks.down(c->hooks.owner);
         return;
     }
@@ -909,6 +910,11 @@ void store_conn_start(struct store_conn *c)
     struct timeval now = { 0, 0 };
 
     evtimer_add(&c->reconnect_ev, &now);
+}
+
+void store_conn_start_now(struct store_conn *c)
+{
+    conn_attempt(c);
 }
 
 bool store_conn_destroy(struct store_conn *c)

@@ -1,9 +1,10 @@
 /*
  * store_int.h - what the files of the store module share and nothing outside
  * it includes: one connection to one Redis node (store_conn.c), which
- * store.c (commands, scripts, the queue, reply classes) drives, and the
+ * store.c (commands, scripts, the queue, reply classes) drives, the
  * Sentinel discovery (store_sentinel.c) that tells a connection where the
- * primary is.
+ * primary is, and the Redis Cluster slot map (store_cluster.c) that says
+ * which primary's connection a key's commands go to.
  *
  * A node connection is one unit: it resolves the name (evdns, off the loop),
  * connects (hiredis async on the worker's event_base, connect and command
@@ -39,6 +40,8 @@ enum store_node_kind {
     STORE_NODE_DATA,        /* a Redis data node: redis.username/password, SELECT, ROLE master;
                                reconnects with backoff */
     STORE_NODE_SENTINEL,    /* a sentinel: redis.sentinel.username/password, PING; one attempt */
+    STORE_NODE_PROBE,       /* a cluster node asked for the slot map (any role):
+                               redis.username/password, PING; one attempt */
 };
 
 /*
@@ -92,6 +95,14 @@ struct store_conn *store_conn_create(struct event_base *base, const struct confi
 
 /* Start the first attempt (from the loop's first turn, never synchronously). */
 void store_conn_start(struct store_conn *c);
+
+/*
+ * Start the first attempt now, for a connection without a locate hook that
+ * a command is about to wait for: when it returns the connection is setting
+ * up (store_conn_setting_up), or it failed already (logged, retried after
+ * backoff; down may have run from inside this call).
+ */
+void store_conn_start_now(struct store_conn *c);
 
 /*
  * Close and free c; pending replies get STORE_LOST first. Not from inside a
@@ -239,5 +250,77 @@ void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data);
  * store_conn_destroy). NULL is fine.
  */
 bool store_sentinel_destroy(struct store_sentinel *sn);
+
+/* ---- Redis Cluster (store_cluster.c; README "Redis Cluster") -------------- */
+
+struct store_cluster;
+
+/*
+ * What the slot map tells the store, on the loop. ready and down are a
+ * primary's connection's (store_conn_hooks, with the connection named):
+ * ready, commands may go; down, those queued for it fail and its replies
+ * are lost. down also runs, before it is closed, for a connection the map
+ * no longer needs (its node is not a primary any more). event counts map
+ * refreshes and redirections (metrics).
+ */
+struct store_cluster_hooks {
+    void (*ready)(void *owner, struct store_conn *c);
+    void (*down)(void *owner, struct store_conn *c);
+    void (*event)(void *owner, enum store_event ev);
+    void *owner;
+};
+
+/*
+ * The slot map of redis.cluster for base: loaded at once (from the loop's
+ * first turn) through any reachable seed of cfg->redis_cluster, then kept up
+ * to date (every second, sooner after a redirection or a lost primary) with
+ * CLUSTER SHARDS, or CLUSTER SLOTS on servers older than 7.0. One data
+ * connection (store_conn, ROLE master) per primary in the map, opened when
+ * the map names it or a redirection does. dns and tls (borrowed, may be
+ * NULL) as for store_conn_create. NULL on allocation failure.
+ */
+struct store_cluster *store_cluster_create(struct event_base *base, const struct config *cfg,
+                                           struct evdns_base *dns, SSL_CTX *tls,
+                                           const struct store_cluster_hooks *hooks);
+
+/*
+ * Close every connection (pending replies get STORE_LOST; down is not
+ * called) and free cl. Not from a callback. Returns true when a name
+ * resolution was cancelled (see store_conn_destroy). NULL is fine.
+ */
+bool store_cluster_destroy(struct store_cluster *cl);
+
+/*
+ * The connection to the primary that owns key's slot (key: len bytes, its
+ * hash tag decides), or NULL while the map does not cover that slot. It may
+ * not be ready yet (store_conn_ready / store_conn_setting_up say).
+ */
+struct store_conn *store_cluster_route(struct store_cluster *cl, const char *key, size_t len);
+
+/*
+ * Whether the error reply err (len bytes) is a redirection (MOVED or ASK,
+ * store_reply_redirect), and where to: *ask, and *to, the named node's
+ * connection (opened now when there was none; NULL when it cannot be made).
+ * MOVED also points the slot at that node and refreshes the map soon; ASK
+ * changes nothing (the slot is migrating). False for any other reply.
+ */
+bool store_cluster_redirect(struct store_cluster *cl, const char *err, size_t len, bool *ask,
+                            struct store_conn **to);
+
+/*
+ * Every slot is owned by a primary whose connection is ready (readiness).
+ * Any thread may ask while cl exists.
+ */
+bool store_cluster_covered(const struct store_cluster *cl);
+
+/*
+ * With redis.min_replicas: some primary that owns slots has fewer replicas
+ * online (CLUSTER SHARDS' health; a replica in its first sync is not) than
+ * that, so its claims would be refused. Any thread may ask while cl exists.
+ */
+bool store_cluster_replicas_short(const struct store_cluster *cl);
+
+/* Primaries in the map whose connection is ready. Any thread may ask while cl exists. */
+unsigned store_cluster_primaries_ready(const struct store_cluster *cl);
 
 #endif

@@ -4,6 +4,8 @@
  */
 #include "store_reply.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct store_reply_code {
@@ -55,4 +57,73 @@ const char *store_reply_class_name(enum store_reply_class c)
         break;
     }
     return "command failed";
+}
+
+uint16_t store_crc16(const char *buf, size_t len)
+{
+    uint16_t crc = 0;
+
+    /* bit by bit: keys are short, and there is no table to share between threads */
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)((unsigned char)buf[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+    return crc;
+}
+
+unsigned store_key_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+
+    if (open != NULL) {
+        size_t from = (size_t)(open - key) + 1;
+        const char *close = memchr(key + from, '}', len - from);
+
+        if (close != NULL && close > key + from) {
+            key += from;
+            len = (size_t)(close - key);
+        }
+    }
+    return store_crc16(key, len) % STORE_CLUSTER_SLOTS;
+}
+
+bool store_reply_redirect(const char *err, size_t len, bool *ask, unsigned *slot, char *host,
+                          size_t hostlen, uint16_t *port)
+{
+    char buf[320], *end, *colon, *h = NULL;
+    unsigned long n, p;
+
+    if (err == NULL || len >= sizeof(buf))
+        return false;
+    memcpy(buf, err, len);
+    buf[len] = '\0';
+    *ask = strncmp(buf, "ASK ", 4) == 0;
+    if (*ask)
+        h = buf + 4;
+    else if (strncmp(buf, "MOVED ", 6) == 0)
+        h = buf + 6;
+    if (h == NULL || *h < '0' || *h > '9')
+        return false;
+    n = strtoul(h, &end, 10);
+    if (*end != ' ' || n >= STORE_CLUSTER_SLOTS)
+        return false;
+    h = end + 1;
+    colon = strrchr(h, ':');
+    if (colon == NULL || colon[1] < '0' || colon[1] > '9')
+        return false;
+    p = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || p == 0 || p > 65535)
+        return false;
+    *colon = '\0';
+    if (h[0] == '[' && colon > h + 1 && colon[-1] == ']') {
+        h++;
+        colon[-1] = '\0';
+    }
+    if (h[0] == '\0' || strlen(h) >= hostlen || strchr(h, ' ') != NULL)
+        return false;
+    snprintf(host, hostlen, "%s", h);
+    *slot = (unsigned)n;
+    *port = (uint16_t)p;
+    return true;
 }

@@ -12,7 +12,9 @@
 #ifndef IDEM_STORE_REPLY_H
 #define IDEM_STORE_REPLY_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum store_reply_class {
     STORE_REPLY_FAILED,      /* any other error (ERR, WRONGTYPE, NOPERM, ...): this command
@@ -35,5 +37,32 @@ enum store_reply_class store_reply_class(const char *err, size_t len);
 
 /* A short name of the class for log lines ("not the primary", ...); static. */
 const char *store_reply_class_name(enum store_reply_class c);
+
+/* Slots of a Redis Cluster (Redis Cluster specification, "Key distribution model"). */
+#define STORE_CLUSTER_SLOTS 16384
+
+/*
+ * CRC16-XMODEM (polynomial 0x1021, initial value 0, no reflection) of len
+ * bytes, the checksum the Redis Cluster specification hashes keys with
+ * ("123456789" is 0x31C3).
+ */
+uint16_t store_crc16(const char *buf, size_t len);
+
+/*
+ * The cluster slot of key (len bytes): CRC16 of its hash tag (the bytes
+ * between the first '{' and the next '}', when that is not empty), else of
+ * the whole key, mod 16384 (Redis Cluster specification, "Hash tags").
+ */
+unsigned store_key_slot(const char *key, size_t len);
+
+/*
+ * A cluster redirection in the error reply err (len bytes): "MOVED SLOT
+ * HOST:PORT" or "ASK SLOT HOST:PORT" (the host may be an IPv6 literal, the
+ * port after the last ':'). True with *ask, *slot, host (copied into
+ * hostlen bytes, without brackets) and *port; false for any other reply or
+ * a malformed one (the command then fails: fail closed).
+ */
+bool store_reply_redirect(const char *err, size_t len, bool *ask, unsigned *slot, char *host,
+                          size_t hostlen, uint16_t *port);
 
 #endif

@@ -67,6 +67,18 @@ static bool worker_same_sentinel(const struct config *old, const struct config *
     return true;
 }
 
+/* redis.cluster is the same: the seed addresses, in order. */
+static bool worker_same_cluster(const struct config *old, const struct config *new)
+{
+    if (old->n_redis_cluster != new->n_redis_cluster)
+        return false;
+    for (size_t i = 0; i < old->n_redis_cluster; i++)
+        if (!worker_same(old->redis_cluster[i].host, new->redis_cluster[i].host) ||
+            old->redis_cluster[i].port != new->redis_cluster[i].port)
+            return false;
+    return true;
+}
+
 /* The first setting that differs and needs a restart, or NULL. */
 static const char *worker_restart_needed(const struct config *old, const struct config *new)
 {
@@ -94,7 +106,7 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         !worker_same(old->redis_tls_key_file, new->redis_tls_key_file) ||
         !worker_same(old->redis_tls_server_name, new->redis_tls_server_name) ||
         old->redis_tls_verify != new->redis_tls_verify || old->redis_tls != new->redis_tls ||
-        !worker_same_sentinel(old, new))
+        !worker_same_sentinel(old, new) || !worker_same_cluster(old, new))
         return "redis";
     return NULL;
 }
@@ -266,6 +278,19 @@ static void worker_on_failover(const char *from, const char *to, void *arg)
     metrics_count_failover(&w->pool->metrics, to);
 }
 
+/* The worker's store read a cluster's slot map or followed a redirection (redis.cluster). */
+static void worker_on_store_event(enum store_event ev, void *arg)
+{
+    struct worker *w = arg;
+    static const enum metrics_counter counter[] = {
+        [STORE_EVENT_MAP_REFRESH] = METRICS_CLUSTER_REFRESHES,
+        [STORE_EVENT_MOVED] = METRICS_CLUSTER_MOVED,
+        [STORE_EVENT_ASK] = METRICS_CLUSTER_ASK,
+    };
+
+    metrics_count(&w->pool->metrics, counter[ev]);
+}
+
 /*
  * epoll with libevent's changelist: curl and evhttp switch a socket's events
  * several times per request; the changelist folds those into at most one
@@ -397,6 +422,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     }
     store_set_observer(w->store, worker_on_store_command, w);
     store_set_failover_observer(w->store, worker_on_failover, w);
+    store_set_event_observer(w->store, worker_on_store_event, w);
     exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, cfg,
                       worker_wake_others, w);
     return 0;
@@ -565,9 +591,11 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
 
     memset(g, 0, sizeof(*g));
     g->redis_up = 1;
+    g->redis_cluster_nodes = -1;
     for (unsigned i = 0; i < p->n; i++) {
         struct worker *w = &p->workers[i];
         char primary[sizeof(g->redis_primaries[0].address)];
+        int n;
 
         g->in_flight += w->xs.active;
         g->waiting += w->xs.waiting;
@@ -576,6 +604,9 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
             g->redis_up = 0;
         else
             metrics_gauge_primary(g, primary);
+        n = store_primaries_ready(w->store);
+        if (n >= 0 && (g->redis_cluster_nodes < 0 || n < g->redis_cluster_nodes))
+            g->redis_cluster_nodes = n;
     }
 }
 

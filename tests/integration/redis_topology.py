@@ -20,6 +20,8 @@ as plain helpers (no pytest), all real:
                    sentinels name, failover, waiting for a replica to rejoin
   SwitchListener   a thread subscribed to +switch-master at one sentinel: every move of
                    the primary the sentinels announce, with its time
+  ClusterGroup     a Redis Cluster on loopback (redis-server --cluster-enabled yes, joined
+                   by redis-cli --cluster create): primaries, replicas, slots, stability
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
@@ -34,8 +36,8 @@ import threading
 import time
 import uuid
 
-from harness import RedisServer, _Reader, _resp_encode, _resp_read, \
-    redis_server_binary, wait_until
+from harness import RedisError, RedisServer, _Reader, _resp_encode, _resp_read, \
+    free_port, redis_server_binary, wait_until
 
 CLONE_NEWNET = 0x40000000
 
@@ -445,3 +447,132 @@ class SwitchListener:
             pass
         self._sock.close()
         self._thread.join(2)
+
+
+def cluster_free_port():
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+
+
+class ClusterGroup:
+    """A Redis Cluster on loopback: n_primaries primaries, each with replicas_per replicas,
+    every node a RedisServer started with --cluster-enabled yes in its own dir of workdir,
+    joined by `redis-cli --cluster create ... --cluster-replicas N --cluster-yes`.
+    node_timeout_ms is cluster-node-timeout (how soon a dead primary's replica takes
+    over); node_args go to every node (e.g. --min-replicas-to-write), node_args_for(i) (if
+    given) to node i besides (e.g. its TLS port)."""
+
+    def __init__(self, workdir, n_primaries=3, replicas_per=1, node_timeout_ms=2000,
+                 node_args=(), node_args_for=None):
+        self.workdir = workdir
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes = []
+        for i in range(n_primaries * (1 + replicas_per)):
+            d = os.path.join(workdir, "cnode%d" % i)
+            node = RedisServer(d, port=cluster_free_port(), extra_args=[
+                "--cluster-enabled", "yes", "--cluster-config-file",
+                os.path.join(d, "nodes.conf"), "--cluster-node-timeout", str(node_timeout_ms),
+                "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"]
+                + list(node_args) + (list(node_args_for(i)) if node_args_for else []))
+            self.nodes.append(node)
+        self.replicas_per = replicas_per
+
+    def start(self, timeout=60):
+        for node in self.nodes:
+            node.start()
+        subprocess.run(["redis-cli", "--cluster", "create"] +
+                       ["127.0.0.1:%d" % n.port for n in self.nodes] +
+                       ["--cluster-replicas", str(self.replicas_per), "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=timeout)
+        self.wait_stable(timeout)
+        return self
+
+    def stop(self):
+        for n in self.nodes:
+            n.resume()
+            n.kill()
+
+    def alive(self):
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def node_at(self, port):
+        return next(n for n in self.nodes if n.port == port)
+
+    def _info(self, node):
+        text = node.cmd("CLUSTER", "INFO", timeout=2)
+        if isinstance(text, bytes):
+            text = text.decode()
+        return dict(l.split(":", 1) for l in text.split("\r\n") if ":" in l)
+
+    def state_ok(self):
+        """Every live node says cluster_state:ok and agrees on one configuration epoch map."""
+        try:
+            return all(self._info(n).get("cluster_state") == "ok" for n in self.alive())
+        except (OSError, RedisError):
+            return False
+
+    def primaries(self):
+        """The live nodes whose ROLE is master and that own slots."""
+        out = []
+        for n in self.alive():
+            try:
+                role = n.cmd("ROLE", timeout=2)
+            except (OSError, RedisError):
+                continue
+            if role[0] in (b"master", "master") and self.slots_of(n):
+                out.append(n)
+        return out
+
+    def replica_of(self, primary):
+        """A live replica of primary."""
+        for n in self.alive():
+            role = n.cmd("ROLE", timeout=2)
+            if role[0] in (b"slave", "slave") and int(role[2]) == primary.port:
+                return n
+        return None
+
+    def slots_of(self, node):
+        """The slots node says it owns (CLUSTER MYSHARDID is 7.2: read CLUSTER SLOTS)."""
+        out = []
+        for r in node.cmd("CLUSTER", "SLOTS", timeout=2):
+            if int(r[2][1]) == node.port:
+                out.extend(range(int(r[0]), int(r[1]) + 1))
+        return out
+
+    def node_id(self, node):
+        nid = node.cmd("CLUSTER", "MYID", timeout=2)
+        return nid.decode() if isinstance(nid, bytes) else nid
+
+    def wait_stable(self, timeout=60):
+        """cluster_state ok everywhere, every primary's replicas attached, and each live
+        node's CLUSTER SLOTS the same."""
+        def stable():
+            if not self.state_ok():
+                return False
+            try:
+                views = [sorted((int(r[0]), int(r[1]), int(r[2][1]), len(r) - 3)
+                                for r in n.cmd("CLUSTER", "SLOTS", timeout=2))
+                         for n in self.alive()]
+            except (OSError, RedisError):
+                return False
+            return all(v == views[0] for v in views) and \
+                sum(e - s + 1 for s, e, _, _ in views[0]) == 16384 and \
+                all(n == self.replicas_per for _, _, _, n in views[0])
+        wait_until(stable, timeout=timeout, interval=0.1, what="the cluster to be stable")
+
+    def keys_per_node(self):
+        """DBSIZE of each live primary, by port."""
+        return {n.port: int(n.cmd("DBSIZE", timeout=2)) for n in self.primaries()}
+
+    def addresses(self):
+        return ["127.0.0.1:%d" % n.port for n in self.nodes]

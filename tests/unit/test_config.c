@@ -417,6 +417,24 @@ static void check_sentinel_tls(const char *name, const struct config *cfg)
     UNIT_CHECK(name, STREQ(cfg->redis_tls_ca_file, "/dev/null"), "line %d", __LINE__);
 }
 
+static void check_cluster(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->n_redis_cluster == 2, "line %d", __LINE__);
+    if (cfg->n_redis_cluster != 2)
+        return;
+    UNIT_CHECK(name, STREQ(cfg->redis_cluster[0].host, "10.0.0.21") &&
+                     cfg->redis_cluster[0].port == 6379, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_cluster[1].host, "::1") &&
+                     cfg->redis_cluster[1].port == 7000, "line %d", __LINE__);
+    /* the built-in redis.url does not apply */
+    UNIT_CHECK(name, cfg->redis_url == NULL && cfg->redis_host == NULL &&
+                     cfg->redis_db == 0 && cfg->redis_sentinel_master == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_password, "datapw") && cfg->redis_min_replicas == 1,
+               "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_tls && STREQ(cfg->redis_tls_ca_file, "/dev/null"),
+               "line %d", __LINE__);
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 static const struct config_case config_cases[] = {
@@ -622,6 +640,24 @@ static const struct config_case config_cases[] = {
     { "redis.tls with redis.sentinel needs its tls", "redis:\n  sentinel:\n    master: m\n"
       "    addresses: [h:26379]\n  tls:\n    verify: false\n", 6, "redis.sentinel.tls",
       NULL },
+    /* redis.cluster (README "Redis Cluster") */
+    { "redis.cluster", "redis:\n  password: datapw\n  min_replicas: 1\n  replica_timeout: 100ms\n"
+      "  cluster:\n    addresses: [10.0.0.21:6379, '[::1]:7000']\n    tls: true\n"
+      "  tls:\n    ca_file: /dev/null\n", 0, NULL, check_cluster },
+    { "redis.url and redis.cluster exclude each other", "redis:\n  cluster:\n"
+      "    addresses: [127.0.0.1:7000]\n  url: redis://127.0.0.1:6379/0\n", 4, "keep one",
+      NULL },
+    { "redis.sentinel and redis.cluster exclude each other", "redis:\n  sentinel:\n"
+      "    master: m\n    addresses: [h:26379]\n  cluster:\n    addresses: [h:7000]\n", 6,
+      "keep one", NULL },
+    { "redis.cluster needs addresses", "redis:\n  cluster:\n    tls: false\n", 3, "addresses",
+      NULL },
+    { "redis.cluster address needs a port", "redis:\n  cluster:\n    addresses: [10.0.0.5]\n",
+      3, "host:port", NULL },
+    { "redis.cluster unknown key", "redis:\n  cluster:\n    master: m\n", 3, "redis.cluster",
+      NULL },
+    { "redis.tls with redis.cluster needs its tls", "redis:\n  cluster:\n"
+      "    addresses: [h:7000]\n  tls:\n    verify: false\n", 5, "redis.cluster.tls", NULL },
     { "redis.sentinel.tls takes redis.tls", "redis:\n  sentinel:\n    master: m\n"
       "    addresses: [h:26379]\n    tls: true\n  tls:\n    verify: false\n"
       "    ca_file: /dev/null\n", 0, NULL, check_sentinel_tls },

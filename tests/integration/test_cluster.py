@@ -1,0 +1,465 @@
+"""Redis Cluster (README "Redis Cluster"): records spread over the primaries by key slot;
+MOVED and ASK are followed without running a key twice; a failover is followed.
+
+Real processes only: six redis-server nodes with --cluster-enabled yes on free loopback
+ports (redis_topology.ClusterGroup: three primaries, three replicas, joined with
+`redis-cli --cluster create`), started once for the module to keep CI time low; the
+demo upstream and the proxy binary. Tests that change the cluster's shape (resharding,
+failover) leave it with every slot served, and each waits for the cluster to be stable
+first.
+"""
+
+import os
+import re
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import REPO, log_line, log_lines, wait_ready, wait_until
+from redis_topology import ClusterGroup, Pki, acl_setuser, cluster_free_port, tls_args
+
+
+def new_key(tag="c"):
+    return "%s-%s" % (tag, uuid.uuid4().hex)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    g = ClusterGroup(str(tmp_path_factory.mktemp("cluster")), node_timeout_ms=2000)
+    g.start()
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def fresh_cluster(cluster):
+    """The module's cluster, stable and empty."""
+    cluster.wait_stable()
+    for n in cluster.primaries():
+        n.cmd("FLUSHALL")
+    return cluster
+
+
+def cluster_redis(cluster, **kw):
+    """The redis section for the cluster (redis.url left out)."""
+    return dict({"url": None, "cluster": {"addresses": cluster.addresses()[:2]}}, **kw)
+
+
+def metric(p, name, labels=None):
+    text = p.admin("GET", "/metrics").body.decode()
+    pat = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)$"
+    m = re.search("^" + pat, text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def record_counts(cluster):
+    """Record keys on each primary, by port (SCAN over the idem prefix)."""
+    out = {}
+    for n in cluster.primaries():
+        keys, cursor = [], "0"
+        while True:
+            cursor, batch = n.cmd("SCAN", cursor, "MATCH", "idem:*", "COUNT", 1000)
+            keys += batch
+            if cursor in ("0", b"0"):
+                break
+        out[n.port] = len(keys)
+    return out
+
+
+def post_body(p, key, amount):
+    return p.post(key=key, body=b'{"amount": %d}' % amount, timeout=10)
+
+
+# --------------------------------------------------------------------------
+# 1. records spread over the primaries
+# --------------------------------------------------------------------------
+
+def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    keys = [new_key() for _ in range(60)]
+    first = {}
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: post_body(proxies[i % 2], keys[i], 100 + i),
+                                range(len(keys))))
+    for k, r in zip(keys, results):
+        assert r.status == 201, r
+        first[k] = r.body
+    counts = record_counts(c)
+    assert len(counts) == 3 and all(n >= 5 for n in counts.values()), counts
+    assert sum(counts.values()) == len(keys), counts
+    # replays through the other proxy: the stored answer, no second execution
+    for i, k in enumerate(keys):
+        r = post_body(proxies[(i + 1) % 2], k, 100 + i)
+        assert r.status == 201 and r.body == first[k], r
+        assert r.header("Idempotent-Replayed") == "true", r
+        assert upstream.executions(k) == 1
+    # a reused key with another body
+    r = post_body(proxies[0], keys[0], 999)
+    assert r.status == 409, r
+    assert upstream.executions(keys[0]) == 1
+    assert metric(proxies[0], "idempotency_proxy_redis_cluster_nodes") == 3
+    assert metric(proxies[0], "idempotency_proxy_redis_cluster_map_refreshes_total") >= 1
+    # the admin API routes by slot too: one record of each primary, read and purged
+    for n in c.primaries():
+        rkey = n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1][0]
+        rkey = rkey.decode() if isinstance(rkey, bytes) else rkey
+        rid = rkey[rkey.index("{") + 1:rkey.index("}")]
+        info = proxies[1].admin("GET", "/records/" + rid)
+        assert info.status == 200 and info.json()["state"] == "done", info
+        assert proxies[1].admin("DELETE", "/records/" + rid).status == 200
+        assert n.cmd("EXISTS", rkey) == 0
+
+
+# --------------------------------------------------------------------------
+# 2. slots move while traffic runs: ASK, then MOVED
+# --------------------------------------------------------------------------
+
+def redis_cli(node, lines):
+    """Commands piped through one redis-cli connection to node; its output."""
+    out = subprocess.run(["redis-cli", "-p", str(node.port)], input="\n".join(lines) + "\n",
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=True, timeout=60).stdout
+    assert "ERR" not in out, out[-2000:]
+    return out
+
+
+class Traffic:
+    """Threads sending fresh keys and replaying them through the proxies until stopped:
+    every answer is kept with its key, body and time."""
+
+    def __init__(self, proxies, threads=4):
+        self.proxies = proxies
+        self.stop_ev = threading.Event()
+        self.lock = threading.Lock()
+        self.answers = []   # (key, kind, status, body, seconds, replayed)
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(threads)]
+
+    def _one(self, p, key, kind):
+        t = time.monotonic()
+        try:
+            r = p.post(key=key, body=b'{"amount": 7}', timeout=10)
+            status, body, replayed = r.status, r.body, r.header("Idempotent-Replayed") == "true"
+        except Exception as e:  # an answer that never came is a failure of the test
+            status, body, replayed = "exception: %r" % e, b"", False
+        with self.lock:
+            self.answers.append((key, kind, status, body, time.monotonic() - t, replayed))
+        return status, body
+
+    def _run(self, i):
+        n = 0
+        while not self.stop_ev.is_set():
+            key = new_key("t%d" % i)
+            status, body = self._one(self.proxies[n % len(self.proxies)], key, "fresh")
+            n += 1
+            if status == 201:
+                self._one(self.proxies[n % len(self.proxies)], key, "replay")
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(30)
+
+    def check(self, upstream, allowed=(201,)):
+        """Every answer came within bounds with an allowed status; a replay is the stored
+        answer; no key ran twice. Returns the answers."""
+        firsts = {}
+        for key, kind, status, body, secs, replayed in self.answers:
+            assert secs < 5, (key, kind, status, secs)
+            assert status in allowed, (key, kind, status, body[:200])
+            if kind == "fresh" and status == 201:
+                firsts[key] = body
+        for key, kind, status, body, secs, replayed in self.answers:
+            if kind == "replay" and status == 201:
+                assert replayed and body == firsts[key], (key, body[:200])
+        keys = {a[0] for a in self.answers}
+        twice = [k for k in keys if upstream.executions(k) > 1]
+        assert not twice, "keys executed twice: %r" % twice[:5]
+        return self.answers
+
+
+def redirections(proxies, kind):
+    return sum(metric(p, "idempotency_proxy_redis_cluster_redirections_total",
+                      'kind="%s"' % kind) for p in proxies)
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    src, dst = c.primaries()[:2]
+    src_id, dst_id = c.node_id(src), c.node_id(dst)
+    moving = c.slots_of(src)
+    moving = moving[:len(moving) // 2]
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        # the slots migrate: new keys there get ASK to dst, old ones stay on src for now
+        redis_cli(dst, ["CLUSTER SETSLOT %d IMPORTING %s" % (s, src_id)
+                        for s in moving])
+        redis_cli(src, ["CLUSTER SETSLOT %d MIGRATING %s" % (s, dst_id) for s in moving])
+        time.sleep(1.5)
+        # their keys move (a key already moved answers ASK too)
+        lines = []
+        for s in moving:
+            for k in src.cmd("CLUSTER", "GETKEYSINSLOT", s, 1000):
+                k = k.decode() if isinstance(k, bytes) else k
+                lines.append('MIGRATE 127.0.0.1 %d "" 0 5000 KEYS %s' % (dst.port, k))
+        redis_cli(src, lines)
+        # the slots belong to dst now: src answers MOVED
+        for n in [dst, src] + [n for n in c.primaries() if n not in (src, dst)]:
+            redis_cli(n, ["CLUSTER SETSLOT %d NODE %s" % (s, dst_id) for s in moving])
+        time.sleep(2.0)
+    answers = traffic.check(upstream)
+    assert len(answers) > 50, len(answers)
+    assert redirections(proxies, "ask") > 0
+    assert redirections(proxies, "moved") > 0
+    # every record is where its slot now says
+    c.wait_stable()
+    assert len(c.slots_of(dst)) > len(c.slots_of(src))
+    for n in c.primaries():
+        for s in (moving if n is src else []):
+            assert n.cmd("CLUSTER", "COUNTKEYSINSLOT", s) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_a_redirection_loop_is_bounded_and_fails_closed(fresh_cluster, start_proxy, upstream):
+    """Slots MIGRATING on src to a dst that is not IMPORTING them: src answers ASK for a new
+    key, dst answers MOVED back: after 5 redirections the claim fails (503), never forwarded."""
+    c = fresh_cluster
+    p = start_proxy(redis=cluster_redis(c), workers=1)
+    wait_ready(p, timeout=15)
+    src, dst = c.primaries()[:2]
+    slots = c.slots_of(src)
+    redis_cli(src, ["CLUSTER SETSLOT %d MIGRATING %s" % (s, c.node_id(dst)) for s in slots])
+    try:
+        answers = []
+        for _ in range(30):
+            k = new_key("loop")
+            t = time.monotonic()
+            r = post_body(p, k, 9)
+            answers.append((k, r.status, time.monotonic() - t))
+    finally:
+        redis_cli(src, ["CLUSTER SETSLOT %d STABLE" % s for s in slots])
+    looped = [a for a in answers if a[1] == 503]
+    assert looped and all(a[1] in (201, 503) for a in answers), answers
+    assert all(a[2] < 2 for a in answers), answers
+    assert all(upstream.executions(a[0]) == 0 for a in looped)
+    assert log_lines(p, "not followed (too many redirections)")
+    assert redirections([p], "ask") >= 3 * len(looped)
+    # the slots are stable again: the same keys are served
+    for k, _, _ in looped[:3]:
+        assert post_body(p, k, 9).status == 201
+
+
+# --------------------------------------------------------------------------
+# 3. a primary fails over while traffic runs
+# --------------------------------------------------------------------------
+
+def readyz(p):
+    return p.admin("GET", "/readyz").status
+
+
+def wait_promoted(c, replica, timeout=30):
+    wait_until(lambda: c.node_at(replica.port).cmd("ROLE")[0] in ("master", b"master"),
+               timeout=timeout, interval=0.05, what="the replica to be promoted")
+
+
+def followed(c, p, old_primary, t0, timeout):
+    """Seconds from t0 until p's log says it left old_primary (its slot map names a new one)."""
+    log_line(p, "redis 127.0.0.1:%d: not a primary in the cluster's slot map" % old_primary.port,
+             timeout=timeout)
+    return time.monotonic() - t0
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_cluster_failover_is_followed_without_running_a_key_twice(fresh_cluster, start_proxy,
+                                                                  upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="2s"), workers=2)
+               for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    primary = c.primaries()[0]
+    replica = c.replica_of(primary)
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        replica.cmd("CLUSTER", "FAILOVER")
+        wait_promoted(c, replica)
+        t = time.monotonic()
+        # the old primary is a replica now: the proxies follow (MOVED, then the map)
+        took = max(followed(c, p, primary, t, 10) for p in proxies)
+        wait_until(lambda: all(readyz(p) == 200 for p in proxies), timeout=20, interval=0.05,
+                   what="the proxies to be ready again")
+        time.sleep(1.0)
+        n_before = len(traffic.answers)
+        time.sleep(1.0)
+    # planned: the pause of the old primary may refuse a few claims (503), nothing more
+    answers = traffic.check(upstream, allowed=(201, 503))
+    late = answers[n_before:]
+    assert late and all(a[2] == 201 for a in late), late[:5]
+    assert took < c.node_timeout_ms / 1000.0, took
+    assert sum(1 for a in answers if a[2] == 201) > 50
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_cluster_primary_killed_is_followed_without_running_a_key_twice(fresh_cluster,
+                                                                       start_proxy, upstream):
+    c = fresh_cluster
+    proxies = [start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="2s"), workers=2)
+               for _ in range(2)]
+    for p in proxies:
+        wait_ready(p, timeout=15)
+    primary = c.primaries()[0]
+    replica = c.replica_of(primary)
+    with Traffic(proxies) as traffic:
+        time.sleep(1.0)
+        primary.kill()
+        # its slots have no primary: not ready, and their claims fail closed (503)
+        wait_until(lambda: all(readyz(p) == 503 for p in proxies), timeout=5, interval=0.05,
+                   what="the proxies to see the primary gone")
+        wait_promoted(c, replica)
+        t = time.monotonic()
+        took = max(followed(c, p, primary, t, 10) for p in proxies)
+        # the promoted replica has no replica of its own: with min_replicas 1, not ready
+        # until the old primary is back as its replica
+        assert all(readyz(p) == 503 for p in proxies)
+        primary.start()
+        c.wait_stable()
+        wait_until(lambda: all(readyz(p) == 200 for p in proxies), timeout=30, interval=0.05,
+                   what="the proxies to be ready again")
+        time.sleep(1.0)
+        n_before = len(traffic.answers)
+        time.sleep(1.0)
+    answers = traffic.check(upstream, allowed=(201, 503))
+    late = answers[n_before:]
+    assert late and all(a[2] == 201 for a in late), late[:5]
+    assert took < c.node_timeout_ms / 1000.0, took
+
+
+# --------------------------------------------------------------------------
+# the README's ACL for a cluster
+# --------------------------------------------------------------------------
+
+def readme_cluster_acl():
+    """The rules of the `ACL SETUSER idem-proxy` line in README "Redis Cluster"."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    part = readme[readme.index("### Redis Cluster"):]
+    m = re.search(r"^ACL SETUSER idem-proxy (.*)$", part, re.M)
+    assert m, "README's Redis Cluster part has no `ACL SETUSER idem-proxy ...` line"
+    return [r.replace("PASSWORD", "cluster-secret") for r in m.group(1).split()]
+
+
+@pytest.mark.parametrize("without", [None, "+cluster|shards"])
+def test_readme_cluster_acl_is_enough(without, fresh_cluster, start_proxy, upstream):
+    """The README's ACL; and without +cluster|shards (Redis 6 has no CLUSTER SHARDS) the map
+    comes from CLUSTER SLOTS."""
+    c = fresh_cluster
+    rules = readme_cluster_acl()
+    assert "+cluster|shards" in rules and "+cluster|slots" in rules and "+asking" in rules
+    rules = [r for r in rules if r != without]
+    for n in c.alive():
+        acl_setuser(n, "idem-proxy", "reset", *rules)
+    try:
+        p = start_proxy(redis=cluster_redis(c, username="idem-proxy", password="cluster-secret"),
+                        workers=1)
+        wait_ready(p, timeout=15)
+        keys = [new_key() for _ in range(20)]
+        firsts = [post_body(p, k, 5) for k in keys]
+        assert all(r.status == 201 for r in firsts), firsts
+        assert all(v > 0 for v in record_counts(c).values()), record_counts(c)
+        for k, r in zip(keys, firsts):
+            again = post_body(p, k, 5)
+            assert again.status == 201 and again.body == r.body and again.replayed, again
+            assert upstream.executions(k) == 1
+        if without:
+            assert log_lines(p, "CLUSTER SHARDS refused (NOPERM")
+            assert not [l for l in log_lines(p, "NOPERM") if "CLUSTER SHARDS" not in l]
+        else:
+            assert not log_lines(p, "NOPERM"), log_lines(p, "NOPERM")
+    finally:
+        for n in c.alive():
+            n.cmd("ACL", "DELUSER", "idem-proxy")
+
+
+# --------------------------------------------------------------------------
+# moving from one node to a cluster (README "When one Redis is not enough")
+# --------------------------------------------------------------------------
+
+def test_records_copied_from_one_node_replay_through_the_cluster(fresh_cluster, redis,
+                                                                start_proxy, upstream):
+    c = fresh_cluster
+    single = start_proxy(workers=1)
+    wait_ready(single)
+    keys = [new_key("m") for _ in range(30)]
+    firsts = {k: post_body(single, k, 3) for k in keys}
+    assert all(r.status == 201 for r in firsts.values())
+    single.stop()
+    # the README's copy: MIGRATE ... COPY REPLACE key by key, expiry included
+    subprocess.run(["redis-cli", "--cluster", "import", c.addresses()[0], "--cluster-from",
+                    "127.0.0.1:%d" % redis.port, "--cluster-copy", "--cluster-replace"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    assert sum(record_counts(c).values()) == len(keys)
+    for n in c.primaries():
+        for k in n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1]:
+            assert n.cmd("PTTL", k) > 0
+    p = start_proxy(redis=cluster_redis(c), workers=1)
+    wait_ready(p, timeout=15)
+    for k in keys:
+        r = post_body(p, k, 3)
+        assert r.status == 201 and r.replayed and r.body == firsts[k].body, r
+        assert upstream.executions(k) == 1
+
+
+# --------------------------------------------------------------------------
+# TLS to every node (redis.cluster.tls)
+# --------------------------------------------------------------------------
+
+def test_tls_cluster_serves_through_every_primarys_tls_port(tmp_path, start_proxy, upstream):
+    pki = Pki(str(tmp_path / "pki"))
+    ca = pki.ca("ca")
+    # the nodes also dial each other's bus with it (tls-cluster yes): client and server use
+    cert = pki._leaf(ca, "redis", "basicConstraints=CA:FALSE\n"
+                                  "keyUsage=critical,digitalSignature\n"
+                                  "extendedKeyUsage=serverAuth,clientAuth\n"
+                                  "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    tls_ports = [cluster_free_port() for _ in range(3)]  # with tls-cluster the bus is +10000
+    c = ClusterGroup(str(tmp_path / "tls-cluster"), replicas_per=0,
+                     node_args=["--tls-cluster", "yes", "--tls-replication", "yes"],
+                     node_args_for=lambda i: tls_args(tls_ports[i], cert, ca))
+    c.start()
+    try:
+        p = start_proxy(redis={"url": None, "cluster": {
+            "addresses": ["127.0.0.1:%d" % tls_ports[0]], "tls": True},
+            "tls": {"ca_file": ca[0]}}, workers=1)
+        wait_ready(p, timeout=15)
+        for port in tls_ports:
+            assert log_lines(p, "redis 127.0.0.1:%d: ready (primary, TLS)" % port)
+        keys = [new_key("tls") for _ in range(20)]
+        firsts = {k: post_body(p, k, 4) for k in keys}
+        assert all(r.status == 201 for r in firsts.values()), firsts
+        assert all(n > 0 for n in record_counts(c).values()), record_counts(c)
+        for k in keys:
+            r = post_body(p, k, 4)
+            assert r.replayed and r.body == firsts[k].body, r
+            assert upstream.executions(k) == 1
+    finally:
+        c.stop()
