@@ -268,7 +268,7 @@ static void exchange_on_unreplicated_released(enum store_status st, bool applied
     struct exchange *x = arg;
 
     if (st != STORE_OK) /* nothing was forwarded: the janitor keeps trying */
-        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
+        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->retention_ms);
     else if (applied)
         exchange_record_changed(x->set, x->record_key);
     exchange_unref(x);
@@ -356,7 +356,7 @@ static void exchange_claim_failed(struct exchange *x, enum store_status st)
 {
     if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
         x->policy->on_store_error == STORE_ERROR_REJECT)
-        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->lease_ms);
+        janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->retention_ms);
     exchange_store_failed(x, st);
 }
 

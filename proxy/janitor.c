@@ -45,8 +45,9 @@ static void janitor_on_released(enum store_status st, bool applied, void *arg)
     } else if (o->attempts_left-- > 0) {
         evtimer_add(&o->timer, &retry);
     } else {
-        log_msg(LOG_WARN, "gave up releasing a possibly orphaned claim (record key %s); "
-                "it ends with its lease", o->record_key);
+        log_msg(LOG_ERROR, "gave up releasing a claim that was never forwarded (record key %s) "
+                "after its retention; if a retry reports outcome-unknown, purge it "
+                "(DELETE /records/<id>)", o->record_key);
         janitor_free(o);
     }
 }
@@ -72,19 +73,28 @@ void janitor_init(struct janitor *j, struct event_base *base, struct store *stor
 }
 
 void janitor_release(struct janitor *j, const char *record_key, const char *owner,
-                     uint64_t lease_ms)
+                     uint64_t retention_ms)
 {
     size_t key_len = strlen(record_key);
-    struct orphan_claim *o = calloc(1, sizeof(*o) + key_len + 1);
+    struct orphan_claim *o = NULL;
     struct timeval first = clock_ms_to_timeval(JANITOR_RETRY_MS);
 
-    if (o == NULL)
+    if (j->pending < JANITOR_MAX_CLAIMS)
+        o = calloc(1, sizeof(*o) + key_len + 1);
+    if (o == NULL) {
+        log_msg(LOG_ERROR, "cannot keep releasing a claim that was never forwarded (record key "
+                "%s): %u claims wait already; if a retry reports outcome-unknown, purge it "
+                "(DELETE /records/<id>)", record_key, (unsigned)j->pending);
         return;
+    }
     o->j = j;
     memcpy(o->record_key, record_key, key_len + 1);
     memcpy(o->owner, owner, sizeof(o->owner) - 1);
-    /* until the claim's lease would have ended anyway */
-    o->attempts_left = (unsigned)(lease_ms / JANITOR_RETRY_MS) + 1;
+    /*
+     * until the claim itself would be gone: once its lease ends it would read
+     * as "outcome unknown" (on_ambiguous: hold), though nothing was forwarded
+     */
+    o->attempts_left = (unsigned)(retention_ms / JANITOR_RETRY_MS) + 1;
     evtimer_assign(&o->timer, j->base, janitor_on_timer, o);
     TAILQ_INSERT_TAIL(&j->claims, o, link);
     j->pending++;

@@ -7,8 +7,10 @@
  * under in_flight: reject), then read it as "outcome unknown" or take it
  * over. Nothing was sent upstream, so the janitor releases it
  * (compare-and-set on the owner token, README "How a request is handled" "Claim") once Redis answers
- * again, retrying every JANITOR_RETRY_MS until the claim's lease would have
- * ended anyway. One janitor per worker, on the worker's event_base.
+ * again, retrying every JANITOR_RETRY_MS until the claim would be gone
+ * (its retention): a claim whose lease ended reads as "outcome unknown" under
+ * on_ambiguous: hold, though nothing was forwarded, so waiting for the lease
+ * is not enough. One janitor per worker, on the worker's event_base.
  */
 #ifndef IDEM_JANITOR_H
 #define IDEM_JANITOR_H
@@ -21,6 +23,7 @@ struct store;
 struct orphan_claim;
 
 #define JANITOR_RETRY_MS 1000
+#define JANITOR_MAX_CLAIMS 100000           /* per worker: about 10 MB at most */
 
 /* A claim was released: the record at record_key changed (wake its waiters). */
 typedef void janitor_released_cb(const char *record_key, void *arg);
@@ -40,11 +43,12 @@ void janitor_init(struct janitor *j, struct event_base *base, struct store *stor
 
 /*
  * Release the claim at record_key (copied) owned by owner (32 hex chars,
- * copied) once Redis answers, for up to lease_ms. Out of memory: the claim
- * ends with its lease, as if the janitor had given up.
+ * copied) once Redis answers, trying for up to retention_ms (the claim's
+ * own expiry). Out of memory or past JANITOR_MAX_CLAIMS: logged (error),
+ * the claim stays until an operator purges it or its retention ends.
  */
 void janitor_release(struct janitor *j, const char *record_key, const char *owner,
-                     uint64_t lease_ms);
+                     uint64_t retention_ms);
 
 /* Forget every pending release (at exit, after the store is gone). */
 void janitor_deinit(struct janitor *j);

@@ -1028,6 +1028,26 @@ def test_claim_that_lands_after_a_redis_stall_is_released(proxy, upstream, redis
     assert_replay_of(proxy.post(key=key), proxy.post(key=key))
 
 
+def test_claim_that_lands_after_a_stall_longer_than_the_lease_is_released(start_proxy,
+                                                                          upstream, redis):
+    """The same with Redis stopped longer than the lease: the release was given up when
+    the lease ended, so the claim (never forwarded) then read as "outcome unknown" (hold)
+    for its whole retention. The janitor keeps trying for the claim's retention."""
+    p = start_proxy(lease="1s", on_ambiguous="hold", redis={"timeout": "300ms"})
+    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    key = new_key()
+    redis.pause()
+    try:
+        assert_problem(p.post(key=key), 503, "store-unavailable")
+        time.sleep(4.5)  # well past the lease, and past the janitor's old give-up
+    finally:
+        redis.resume()
+    wait_until(lambda: p.post(key=key).status == 201, timeout=8, interval=0.5,
+               what="the retry executes once the orphaned claim is released")
+    assert upstream.executions(key) == 1
+    assert "gave up releasing" not in p.stderr_text()
+
+
 def test_redis_keys_have_a_hash_tag_and_never_the_raw_key(proxy, upstream, redis):
     key = "RAW-CLIENT-KEY-" + uuid.uuid4().hex
     token = "Bearer sk_live_" + uuid.uuid4().hex
