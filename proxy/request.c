@@ -112,6 +112,38 @@ static bool request_method_reads_body(enum evhttp_cmd_type cmd)
     return cmd != EVHTTP_REQ_HEAD && cmd != EVHTTP_REQ_TRACE;
 }
 
+/* RFC 9110 5.6.2: tchar, the characters of a token such as a field name. */
+static bool request_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/*
+ * A header line libevent 2.1 took as given but another parser may read
+ * otherwise: a field name that is not a token (RFC 9112 5.1: "X-Note : v",
+ * whitespace before the colon, must be refused; an upstream that stops its
+ * header block there would read the body as a next request), or a value with
+ * a control character other than HTAB (RFC 9110 5.5). NULL when none.
+ */
+static const char *request_header_fault(const struct evkeyvalq *headers)
+{
+    const struct evkeyval *h;
+
+    TAILQ_FOREACH(h, headers, next) {
+        if (h->key[0] == '\0')
+            return "a header line has an empty field name";
+        for (const unsigned char *c = (const unsigned char *)h->key; *c != '\0'; c++)
+            if (!request_tchar(*c))
+                return "a header field name has a character outside RFC 9110 tchar, such as "
+                       "whitespace before the colon";
+        for (const unsigned char *c = (const unsigned char *)h->value; *c != '\0'; c++)
+            if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
+                return "a header field value has a control character";
+    }
+    return NULL;
+}
+
 const char *request_framing_fault(struct evhttp_request *req)
 {
     const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
@@ -122,6 +154,9 @@ const char *request_framing_fault(struct evhttp_request *req)
 
     if (req->major != 1 || req->minor > 1)
         return "only HTTP/1.0 and HTTP/1.1 requests are served";
+    const char *fault = request_header_fault(headers);
+    if (fault != NULL)
+        return fault;
     if (n_te > 0) {
         if (n_te > 1 || strcasecmp(te, "chunked") != 0)
             return "Transfer-Encoding must be exactly one 'chunked'";

@@ -42,8 +42,10 @@ int request_view_init(struct request_view *v, struct evhttp_request *req);
  * Content-Length or to no body), and never reads a body for HEAD or TRACE;
  * the bytes it leaves unread would be parsed as a next request on the
  * connection. The caller refuses such a request whole and closes the
- * connection. A bodiless method may say "Content-Length: 0". Returns a
- * static human reason.
+ * connection. A bodiless method may say "Content-Length: 0". Also refused:
+ * a header field name that is not a token (RFC 9112 5.1: whitespace before
+ * the colon) or a value with a control character (RFC 9110 5.5), which an
+ * upstream's parser may split differently. Returns a static human reason.
  */
 const char *request_framing_fault(struct evhttp_request *req);
 
