@@ -531,6 +531,44 @@ def test_acknowledgement_lost_to_a_redis_outage_is_sent_again_not_redelivered(
         srv.kill()
 
 
+# ---- Redis Cluster --------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_queued_route_on_a_redis_cluster_stays_in_one_slot(tmp_path, start_proxy,
+                                                          receiver_factory):
+    from redis_topology import ClusterGroup
+    c = ClusterGroup(str(tmp_path / "cluster"), n_primaries=3, replicas_per=0)
+    c.start()
+    try:
+        receiver = receiver_factory(status=500)
+        secret = new_secret()
+        p = start_proxy(routes=[queued_route(secret, max_attempts=2,
+                                             backoff={"initial": "100ms", "max": "100ms"})],
+                        upstream_url=receiver.url, env={"STRIPE_SECRET": secret},
+                        redis={"url": None, "cluster": {"addresses": c.addresses()[:2]}})
+        events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
+        for evt in events:
+            assert deliver(p, secret, stripe_body(evt)).status == 202
+        wait_until(lambda: inbox(p)["dead"] == 3, 15, interval=0.2, what="dead letters")
+        receiver.control(status=200)
+        letter = p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"][0]
+        assert p.admin("POST", "/inbox/%s/dead/%s/redeliver"
+                       % (ENCODED, letter["id"])).status == 200
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+                   what="redelivered through the cluster")
+        # every inbox command went straight to the slot's primary (XREADGROUP names its key
+        # after STREAMS), and the route's keys live on one node
+        text = p.admin("GET", "/metrics").body.decode()
+        assert re.search(r'^idempotency_proxy_redis_cluster_redirections_total\{kind="moved"\} 0$',
+                         text, re.M), text
+        holders = [n.port for n in c.primaries() if n.cmd("KEYS", "idem:inbox:*")]
+        assert len(holders) == 1, holders
+        assert p.stop() == 0
+    finally:
+        c.stop()
+
+
 # ---- SIGTERM ----------------------------------------------------------------------
 
 def test_sigterm_releases_deliveries_in_flight_to_another_instance(start_proxy,
