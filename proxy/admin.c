@@ -17,6 +17,7 @@
 #include "config.h"
 #include "exchange.h"
 #include "fingerprint.h"
+#include "inbox.h"
 #include "metrics.h"
 #include "record.h"
 #include "store.h"
@@ -235,6 +236,14 @@ void admin_handle(struct evhttp_request *req, void *arg)
         path = "";
     if (strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0) {
         admin_records(env, req, path + strlen(ADMIN_RECORDS_PATH));
+        return;
+    }
+    if (strcmp(path, "/inbox") == 0 || strncmp(path, "/inbox/", 7) == 0) {
+        inbox_admin(req, env->set->store, env->set->conf, path + 6);
+        return;
+    }
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_POST) {
+        admin_reply_text(req, 405, "method not allowed\n");
         return;
     }
     if (evhttp_request_get_command(req) == EVHTTP_REQ_DELETE) {

@@ -168,9 +168,41 @@ static const struct config_key config_policy_keys[] = {
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
+#define DLV(f) offsetof(struct delivery_policy, f)
+
+static const struct config_enum config_delivery_mode_names[] = {
+    { "direct", DELIVERY_DIRECT }, { "queued", DELIVERY_QUEUED }, { NULL, 0 },
+};
+
+/* A webhook route's delivery.backoff (README "Webhook inbox"). */
+static const struct config_key config_delivery_backoff_keys[] = {
+    { "initial", CONFIG_SCALAR, config_set_duration, DLV(backoff_initial_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "max", CONFIG_SCALAR, config_set_duration, DLV(backoff_max_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
+static const struct config_section config_delivery_backoff_section = {
+    "delivery.backoff", { config_delivery_backoff_keys, NULL }, 0 };
+
+/* A webhook route's delivery (README "Webhook inbox"); obj is its struct delivery_policy. */
+static const struct config_key config_delivery_keys[] = {
+    { "mode", CONFIG_SCALAR, config_set_enum, DLV(mode), 0, NULL, config_delivery_mode_names, NULL },
+    { "max_attempts", CONFIG_SCALAR, config_set_delivery_count, DLV(max_attempts), 0, NULL, NULL, NULL },
+    { "max_age", CONFIG_SCALAR, config_set_duration, DLV(max_age_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "backoff", CONFIG_SECTION, NULL, 0, 0, &config_delivery_backoff_section, NULL, NULL },
+    { "visibility_timeout", CONFIG_SCALAR, config_set_duration, DLV(visibility_timeout_ms), CONFIG_POSITIVE, NULL, NULL, NULL },
+    { "concurrency", CONFIG_SCALAR, config_set_delivery_count, DLV(concurrency), 0, NULL, NULL, NULL },
+    { "ack_status", CONFIG_SCALAR, config_set_ack_status, DLV(ack_status), 0, NULL, NULL, NULL },
+    { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
+};
+
+static const struct config_section config_delivery_section = {
+    "delivery", { config_delivery_keys, NULL }, 0 };
+
 /* A route is `path` plus any key of config_policy_keys. */
 static const struct config_key config_route_keys[] = {
     { "path", CONFIG_SCALAR, config_set_route_path, 0, 0, NULL, NULL, NULL },
+    { "delivery", CONFIG_SECTION, NULL, 0, 0, &config_delivery_section, NULL, NULL },
     { NULL, 0, NULL, 0, 0, NULL, NULL, NULL },
 };
 
@@ -221,7 +253,8 @@ static const struct config_section config_root_section = {
 static const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
     &config_redis_sentinel_section, &config_redis_cluster_section, &config_limits_section, &config_defaults_section, &config_route_section,
-    &config_errors_section, &config_log_section,
+    &config_errors_section, &config_log_section, &config_delivery_section,
+    &config_delivery_backoff_section,
 };
 
 /*
@@ -542,6 +575,42 @@ static int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
     return 0;
 }
 
+/* README "Webhook inbox": what a route's delivery is when it says nothing. */
+static void config_delivery_defaults(struct delivery_policy *d)
+{
+    *d = (struct delivery_policy){
+        .mode = DELIVERY_DIRECT,
+        .max_attempts = 12,
+        .max_age_ms = 72ull * 3600 * 1000,
+        .backoff_initial_ms = 1000,
+        .backoff_max_ms = 3600ull * 1000,
+        .visibility_timeout_ms = 30000,
+        .concurrency = 16,
+        .ack_status = 202,
+    };
+}
+
+/*
+ * delivery: only on a webhook route (queued mode dedupes by the event id
+ * before it answers the provider), and a backoff that can grow.
+ */
+static int config_check_delivery(struct config_loader *ld, const struct route_policy *policy,
+                                 yaml_node_t *map)
+{
+    yaml_node_t *delivery = config_lookup(&ld->user, map, "delivery");
+    const struct delivery_policy *d = &policy->delivery;
+
+    if (delivery == NULL)
+        return 0;
+    if (!policy->webhook)
+        return config_error(ld, delivery, "delivery is for webhook routes (key_from and "
+                            "verify): queued delivery dedupes by the provider's event id");
+    if (d->backoff_initial_ms > d->backoff_max_ms)
+        return config_error(ld, delivery, "delivery.backoff.initial must not be longer than "
+                            "delivery.backoff.max");
+    return 0;
+}
+
 /* Each route's own keys; what it leaves unset is inherited in pass 3. */
 static int config_apply_routes(struct config_loader *ld)
 {
@@ -565,11 +634,20 @@ static int config_apply_routes(struct config_loader *ld)
         yaml_node_t *item = config_item(ld, list, i);
         uint32_t path_set = 0;
 
+        yaml_node_t *delivery = config_lookup(doc, item, "delivery");
+        uint32_t delivery_set = 0, backoff_set = 0;
+
         ld->route_nodes[i] = item;
         route->line = (int)item->start_mark.line + 1;
+        config_delivery_defaults(&route->policy.delivery);
         if (config_apply_mapping(ld, doc, item, config_route_keys, route, &path_set) < 0 ||
             config_apply_mapping(ld, doc, item, config_policy_keys, &route->policy,
-                                 &ld->set_routes[i]) < 0)
+                                 &ld->set_routes[i]) < 0 ||
+            config_apply_mapping(ld, doc, delivery, config_delivery_keys,
+                                 &route->policy.delivery, &delivery_set) < 0 ||
+            config_apply_mapping(ld, doc, config_lookup(doc, delivery, "backoff"),
+                                 config_delivery_backoff_keys, &route->policy.delivery,
+                                 &backoff_set) < 0)
             return -1;
     }
     return 0;
@@ -673,6 +751,8 @@ static int config_finish_route(struct config_loader *ld, size_t i)
         if (webhook_secret_check(policy->verify, policy->secrets[i], &why) != 0)
             return config_error(ld, secret, "bad secret: %s", why != NULL ? why : "unusable");
     }
+    if (config_check_delivery(ld, policy, map) < 0)
+        return -1;
     return config_check_policy(ld, policy, map);
 }
 
@@ -833,10 +913,30 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
     return route_warnings(cfg->routes, cfg->n_routes, file, out, outsize);
 }
 
+/* Every queued route of a is a queued route of b, by its path as written. */
+static bool config_same_queued(const struct config *a, const struct config *b)
+{
+    for (size_t i = 0; i < a->n_routes; i++) {
+        bool found = false;
+
+        if (a->routes[i].policy.delivery.mode != DELIVERY_QUEUED)
+            continue;
+        for (size_t j = 0; j < b->n_routes && !found; j++)
+            found = b->routes[j].policy.delivery.mode == DELIVERY_QUEUED &&
+                    strcmp(a->routes[i].path, b->routes[j].path) == 0;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
 const char *config_reload_refusal(const struct config *running, const struct config *next)
 {
     /* a new prefix would hide every record: retries would execute again */
     if (!config_same_string(running->key_prefix, next->key_prefix))
         return "redis.key_prefix";
+    /* each worker's inbox consumers are set up at startup, from the queued routes then */
+    if (!config_same_queued(running, next) || !config_same_queued(next, running))
+        return "a route's delivery.mode";
     return route_reload_refusal(running->routes, running->n_routes, next->routes, next->n_routes);
 }

@@ -160,6 +160,9 @@ config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;
 
+/* delivery.max_attempts / delivery.concurrency, and delivery.ack_status (config_set.c). */
+config_setter config_set_delivery_count, config_set_ack_status;
+
 /*
  * Pass 3: with redis.min_replicas > 0, redis.replica_timeout must be at most
  * half of redis.timeout (README "Redis in production"); redis (may be NULL)

@@ -487,3 +487,33 @@ int config_set_secret(struct config_loader *ld, const struct config_key *key,
     policy->secrets[policy->n_secrets++] = config_take(text);
     return 0;
 }
+
+/* delivery.max_attempts (1..DELIVERY_MAX_ATTEMPTS) and delivery.concurrency (1..DELIVERY_MAX_CONCURRENCY). */
+int config_set_delivery_count(struct config_loader *ld, const struct config_key *key,
+                              yaml_node_t *node, char **text, void *obj)
+{
+    unsigned *field = (unsigned *)((char *)obj + key->offset);
+    uint64_t max = strcmp(key->name, "concurrency") == 0 ? DELIVERY_MAX_CONCURRENCY
+                                                         : DELIVERY_MAX_ATTEMPTS;
+    uint64_t n;
+
+    if (config_parse_uint(*text, max, &n) < 0 || n == 0)
+        return config_error(ld, node, "bad %s '%s': expected a whole number from 1 to %llu",
+                            key->name, *text, (unsigned long long)max);
+    *field = (unsigned)n;
+    return 0;
+}
+
+/* delivery.ack_status: a 2xx, or the provider would retry a delivery that was accepted. */
+int config_set_ack_status(struct config_loader *ld, const struct config_key *key,
+                          yaml_node_t *node, char **text, void *obj)
+{
+    int *field = (int *)((char *)obj + key->offset);
+    uint64_t n;
+
+    if (config_parse_uint(*text, 299, &n) < 0 || n < 200)
+        return config_error(ld, node, "bad %s '%s': expected a 2xx status (200 to 299)",
+                            key->name, *text);
+    *field = (int)n;
+    return 0;
+}

@@ -40,6 +40,7 @@
 #include "decide.h"
 #include "fingerprint.h"
 #include "headers.h"
+#include "inbox.h"
 #include "log.h"
 #include "metrics.h"
 #include "outcome.h"
@@ -111,6 +112,7 @@ static void exchange_free(struct exchange *x)
     if (x->resp_body != NULL)
         evbuffer_free(x->resp_body);
     request_view_deinit(&x->rq);
+    free(x->event_id);
     config_unref(x->conf);
     x->set->active--;
     free(x);
@@ -252,7 +254,12 @@ void exchange_record_changed(struct exchange_set *set, const char *record_key)
 /* What the client gets once the record is written: the upstream's answer, or our problem. */
 static void exchange_answer_after_write(struct exchange *x)
 {
-    if (x->upstream == UPSTREAM_ANSWERED)
+    if (x->inbox_failed) {
+        x->outcome = OUTCOME_STORE_ERROR;
+        exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                         "the delivery could not be queued; nothing was recorded; retry", 1,
+                         false);
+    } else if (x->upstream == UPSTREAM_ANSWERED)
         exchange_reply_upstream(x);
     else if (x->upstream == UPSTREAM_TIMEOUT)
         exchange_problem(x, PROBLEM_UPSTREAM_TIMEOUT, 504, "the upstream did not answer in time",
@@ -455,7 +462,7 @@ void exchange_finish_protected(struct exchange *x)
                                        evbuffer_get_length(x->resp_body),
                                        x->conf->max_stored_response) == RECORD_TOMBSTONE
                          ? OUTCOME_FORWARDED_NOT_STORED
-                         : OUTCOME_FORWARDED;
+                         : x->event_id != NULL ? OUTCOME_QUEUED : OUTCOME_FORWARDED;
         value = record_encode_alloc(&rec, &len);
         if (value == NULL) {
             /* executed: never leave the claim to expire, or a retry would execute again */
@@ -516,9 +523,49 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
     exchange_unref(x);
 }
 
+/*
+ * Queued webhook route (README "Webhook inbox"): the delivery is in the
+ * stream, or not. In: record the ack_status answer, then answer it. Not:
+ * release the claim (nothing recorded), then 503 so the provider retries.
+ */
+static void exchange_on_appended(bool ok, void *arg)
+{
+    struct exchange *x = arg;
+
+    event_del(&x->lease_timer);
+    if (ok) {
+        metrics_count(x->set->metrics, METRICS_INBOX_ACCEPTED);
+        inbox_kick(x->set->inbox); /* this worker reads it now, not at its next poll */
+        x->upstream = UPSTREAM_ANSWERED;
+        x->resp_status = x->policy->delivery.ack_status;
+        x->resp_body = evbuffer_new();
+        if (x->resp_body == NULL) {
+            log_msg(LOG_ERROR, "exchange %s: out of memory", x->record_id);
+            abort();
+        }
+    } else {
+        log_msg(LOG_WARN, "exchange %s: the delivery could not be queued; the provider gets "
+                "503", x->record_id);
+        x->upstream = UPSTREAM_NOT_SENT;
+        x->inbox_failed = true;
+    }
+    exchange_finish_protected(x);
+    exchange_unref(x);
+}
+
 /* Send the request upstream: protected (we hold the claim) or passing. */
 void exchange_forward(struct exchange *x)
 {
+    if (x->state == X_FORWARDING && x->event_id != NULL) {
+        struct timeval tv = exchange_lease_interval(x);
+        evtimer_add(&x->lease_timer, &tv);
+        x->pending++;
+        inbox_append(x->set->store, x->conf, x->route, x->event_id, x->record_id,
+                     x->rq.method, x->rq.target, x->rq.client_addr,
+                     evhttp_request_get_input_headers(x->req), x->rq.body_bytes,
+                     x->rq.body_len, exchange_on_appended, x);
+        return;
+    }
     if (x->state == X_FORWARDING) {
         struct timeval tv = exchange_lease_interval(x);
         evtimer_add(&x->lease_timer, &tv);

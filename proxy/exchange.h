@@ -27,6 +27,7 @@ struct store;
 struct upstream;
 struct metrics;
 struct exchange;
+struct inbox;
 
 /* Tell the other threads that the record at record_key changed (best effort). */
 typedef void exchange_wake_cb(const char *record_key, void *arg);
@@ -35,6 +36,7 @@ struct exchange_set {
     struct event_base *base;
     struct store *store;                    /* borrowed from the worker */
     struct upstream *upstream;              /* borrowed */
+    struct inbox *inbox;                    /* this worker's inbox consumer, or NULL; borrowed */
     struct metrics *metrics;                /* the process's, shared */
     struct config *conf;                    /* new requests start under it; one reference */
     bool draining;                          /* after SIGTERM: refuse new requests */

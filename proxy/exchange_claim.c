@@ -417,6 +417,11 @@ void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
                              const char *key, size_t key_len)
 {
     exchange_identify(x, headers, key, key_len);
+    if (x->policy->delivery.mode == DELIVERY_QUEUED &&
+        (x->event_id = strndup(key, key_len)) == NULL) {
+        exchange_store_failed(x, STORE_ERROR);
+        return;
+    }
     if (x->policy->fingerprint == FINGERPRINT_REQUEST)
         fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len, x->fingerprint);
     else

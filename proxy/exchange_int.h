@@ -85,6 +85,9 @@ struct exchange {
     struct evkeyvalq resp_headers;
     struct evbuffer *resp_body;
 
+    char *event_id;                     /* the key: a queued webhook route's event id; owned */
+    bool inbox_failed;                  /* queued: the append failed, the provider gets 503 */
+
     enum outcome outcome;               /* for the access log and metrics */
     enum problem refusal;               /* OUTCOME_REFUSED: named by this problem */
     int status;

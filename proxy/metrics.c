@@ -144,6 +144,8 @@ static void metrics_render_scalar(struct evbuffer *out, const char *name, const 
                         name, value);
 }
 
+static void metrics_render_inbox(struct metrics *m, struct evbuffer *out);
+
 void metrics_render(struct metrics *m, struct evbuffer *out, const struct metrics_gauges *g)
 {
     pthread_mutex_lock(&m->lock);
@@ -229,11 +231,82 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
     metrics_render_scalar(out, "idempotency_proxy_config_reload_failures_total", "counter",
                           "Configuration reloads refused.",
                           (double)m->counters[METRICS_RELOAD_FAILURES]);
+    metrics_render_inbox(m, out);
     pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s)
+{
+    size_t i;
+
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < m->n_inboxes && strcmp(m->inboxes[i].route, route) != 0; i++)
+        ;
+    if (i == m->n_inboxes) {
+        struct metrics_inbox *grown = realloc(m->inboxes, (i + 1) * sizeof(*grown));
+        char *copy = strdup(route);
+        if (grown != NULL)
+            m->inboxes = grown;
+        if (grown == NULL || copy == NULL) {
+            free(copy);
+            pthread_mutex_unlock(&m->lock);
+            return;
+        }
+        m->inboxes[i].route = copy;
+        m->n_inboxes++;
+    }
+    m->inboxes[i].depth = depth;
+    m->inboxes[i].oldest_s = oldest_s;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* The webhook inbox's counters, histogram and per-route gauges (README "Webhook inbox"). */
+static void metrics_render_inbox(struct metrics *m, struct evbuffer *out)
+{
+    static const struct {
+        enum metrics_counter c;
+        const char *name, *help;
+    } counters[] = {
+        { METRICS_INBOX_ACCEPTED, "idempotency_proxy_inbox_accepted_total",
+          "Queued webhook deliveries appended to a route's stream and answered." },
+        { METRICS_INBOX_DELIVERED, "idempotency_proxy_inbox_delivered_total",
+          "Queued deliveries the receiver acknowledged with a 2xx." },
+        { METRICS_INBOX_ATTEMPTS, "idempotency_proxy_inbox_attempts_total",
+          "Queued deliveries tried, first tries and retries." },
+        { METRICS_INBOX_RETRIES, "idempotency_proxy_inbox_retries_scheduled_total",
+          "Retries scheduled after a failed delivery." },
+        { METRICS_INBOX_DEAD, "idempotency_proxy_inbox_dead_lettered_total",
+          "Queued deliveries moved to a dead-letter stream." },
+    };
+
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        metrics_render_scalar(out, counters[i].name, "counter", counters[i].help,
+                              (double)m->counters[counters[i].c]);
+    metrics_render_histogram(out, "idempotency_proxy_inbox_delivery_duration_seconds",
+                             "Queued delivery: accepted from the provider to acknowledged by "
+                             "the receiver.", &m->latency[METRICS_INBOX_DELIVERY_LATENCY]);
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_inbox_depth Entries in a queued route's "
+                        "stream.\n# TYPE idempotency_proxy_inbox_depth gauge\n");
+    for (size_t i = 0; i < m->n_inboxes; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_inbox_depth{route=\"");
+        metrics_label_value(out, m->inboxes[i].route);
+        evbuffer_add_printf(out, "\"} %.17g\n", m->inboxes[i].depth);
+    }
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_inbox_oldest_age_seconds Age of a queued "
+                        "route's oldest undelivered entry.\n"
+                        "# TYPE idempotency_proxy_inbox_oldest_age_seconds gauge\n");
+    for (size_t i = 0; i < m->n_inboxes; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_inbox_oldest_age_seconds{route=\"");
+        metrics_label_value(out, m->inboxes[i].route);
+        evbuffer_add_printf(out, "\"} %.17g\n", m->inboxes[i].oldest_s);
+    }
 }
 
 void metrics_deinit(struct metrics *m)
 {
+    for (size_t i = 0; i < m->n_inboxes; i++)
+        free(m->inboxes[i].route);
+    free(m->inboxes);
     for (size_t i = 0; i < m->n_requests; i++)
         free(m->requests[i].route);
     free(m->requests);

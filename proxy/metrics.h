@@ -37,6 +37,11 @@ enum metrics_counter {
     METRICS_CLUSTER_REFRESHES,      /* redis.cluster: slot maps read */
     METRICS_CLUSTER_MOVED,          /* redis.cluster: commands redirected by MOVED */
     METRICS_CLUSTER_ASK,            /* redis.cluster: commands redirected by ASK */
+    METRICS_INBOX_ACCEPTED,         /* queued webhook deliveries appended and answered */
+    METRICS_INBOX_DELIVERED,        /* acknowledged by the receiver (2xx) */
+    METRICS_INBOX_ATTEMPTS,         /* deliveries tried, first tries and retries */
+    METRICS_INBOX_RETRIES,          /* retries scheduled */
+    METRICS_INBOX_DEAD,             /* moved to a dead-letter stream */
     METRICS_COUNTERS
 };
 
@@ -44,7 +49,15 @@ enum metrics_latency {
     METRICS_UPSTREAM_LATENCY,
     METRICS_REDIS_LATENCY,
     METRICS_REPLICA_WAIT_LATENCY,   /* a won claim's wait for its replicas, batching included */
+    METRICS_INBOX_DELIVERY_LATENCY, /* queued delivery: accepted to acknowledged by the receiver */
     METRICS_LATENCIES
+};
+
+/* A queued route's inbox, as last polled (metrics_inbox_gauges). */
+struct metrics_inbox {
+    char *route;            /* route path as written; owned */
+    double depth;           /* entries in the stream */
+    double oldest_s;        /* age of the oldest undelivered entry, seconds */
 };
 
 struct metrics {
@@ -54,6 +67,8 @@ struct metrics {
     uint64_t counters[METRICS_COUNTERS];
     struct metrics_histogram latency[METRICS_LATENCIES];
     char followed_primary[300];             /* the primary the last failover counted led to */
+    struct metrics_inbox *inboxes;          /* owned array */
+    size_t n_inboxes;
 };
 
 /* Most distinct primaries /metrics lists: one per worker at most (CONFIG_MAX_WORKERS). */
@@ -100,6 +115,12 @@ void metrics_count_failover(struct metrics *m, const char *to);
  * left out. No lock: g is the caller's.
  */
 void metrics_gauge_primary(struct metrics_gauges *g, const char *address);
+
+/*
+ * Set the gauges of route's inbox (README "Webhook inbox"): depth (entries)
+ * and the oldest undelivered entry's age in seconds. route is copied.
+ */
+void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s);
 
 /* Record one latency observation of histogram h, in seconds. */
 void metrics_observe(struct metrics *m, enum metrics_latency h, double seconds);

@@ -21,6 +21,7 @@ static const char *const outcome_names[OUTCOME_COUNT] = {
     [OUTCOME_STORE_ERROR] = "store-error",
     [OUTCOME_STORE_ERROR_PASSED] = "store-error-passed",
     [OUTCOME_REFUSED] = "refused",
+    [OUTCOME_QUEUED] = "queued",
 };
 
 const char *outcome_name(enum outcome o)
@@ -32,6 +33,7 @@ bool outcome_is_error(enum outcome o)
 {
     switch (o) {
     case OUTCOME_FORWARDED:
+    case OUTCOME_QUEUED:
     case OUTCOME_REPLAYED:
     case OUTCOME_WAITED:
     case OUTCOME_PASS_THROUGH:

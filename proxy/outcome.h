@@ -26,6 +26,7 @@ enum outcome {
     OUTCOME_STORE_ERROR,        /* Redis failed, on_store_error: reject */
     OUTCOME_STORE_ERROR_PASSED, /* Redis failed, on_store_error: pass */
     OUTCOME_REFUSED,            /* refused before anything was claimed: named by its problem */
+    OUTCOME_QUEUED,             /* webhook inbox: appended to the route's stream, ack_status recorded */
     OUTCOME_COUNT
 };
 

@@ -36,6 +36,27 @@ enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIF
 /* Longest key_max_length a route may set, bytes. */
 #define CONFIG_MAX_KEY_LENGTH 8192
 
+/*
+ * A webhook route's `delivery:` (README "Webhook inbox"): direct forwards
+ * synchronously; queued appends to a Redis Stream, answers ack_status, and
+ * delivers to the upstream from there, at least once.
+ */
+enum delivery_mode { DELIVERY_DIRECT, DELIVERY_QUEUED };
+
+#define DELIVERY_MAX_ATTEMPTS 1000
+#define DELIVERY_MAX_CONCURRENCY 4096
+
+struct delivery_policy {
+    enum delivery_mode mode;
+    unsigned max_attempts;          /* deliveries in total, the first included; >= 1 */
+    uint64_t max_age_ms;            /* from acceptance; then the dead-letter stream */
+    uint64_t backoff_initial_ms;    /* first retry's ceiling; doubles per attempt */
+    uint64_t backoff_max_ms;        /* the ceiling's ceiling */
+    uint64_t visibility_timeout_ms; /* idle pending entries are taken over after this */
+    unsigned concurrency;           /* deliveries in flight per worker and route */
+    int ack_status;                 /* 200..299: what the provider gets */
+};
+
 /* Everything a route decides; `defaults:` fills one, each route copies and overrides it. */
 struct route_policy {
     char *key_header;               /* "Idempotency-Key"; owned */
@@ -64,6 +85,7 @@ struct route_policy {
     enum verify_scheme verify;
     char *secrets[CONFIG_MAX_SECRETS]; /* owned, after ${VAR} expansion */
     size_t n_secrets;
+    struct delivery_policy delivery; /* routes only (webhook routes) */
 };
 
 #endif

@@ -81,7 +81,9 @@
 #define STORE_MAX_REDIRECTS 5
 
 enum store_script {
-    SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED, SCRIPT_COUNT
+    SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
+    SCRIPT_INBOX_GROUP, SCRIPT_INBOX_ACK, SCRIPT_INBOX_RETRY, SCRIPT_INBOX_BURY,
+    SCRIPT_INBOX_PROMOTE, SCRIPT_INBOX_STATS, SCRIPT_INBOX_REDELIVER, SCRIPT_COUNT
 };
 
 /*
@@ -93,7 +95,7 @@ enum store_script {
  * that timed out, may have landed and is sent again succeeds; anyone
  * else's value still differs and is refused.
  */
-#define STORE_SCRIPT_MAX 512
+#define STORE_SCRIPT_MAX 2048
 static const char *const store_script_template[SCRIPT_COUNT] = {
     [SCRIPT_REPLACE] =
         "local v = redis.call('GET', KEYS[1])\n"
@@ -127,6 +129,84 @@ static const char *const store_script_template[SCRIPT_COUNT] = {
         "  return 0\n"
         "end\n"
         "redis.call('DEL', KEYS[1])\n"
+        "return 1\n",
+    /*
+     * The inbox's scripts (README "Webhook inbox") take the route's four
+     * keys, KEYS = stream, retries, payloads, dead (one hash tag: one slot).
+     */
+    [SCRIPT_INBOX_GROUP] =
+        "local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')\n"
+        "if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP') then\n"
+        "  return r\n"
+        "end\n"
+        "return 1\n",
+    [SCRIPT_INBOX_ACK] =
+        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
+        "return n\n",
+    [SCRIPT_INBOX_RETRY] =
+        "local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
+        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
+        "if #e == 0 or n == 0 then return 0 end\n"
+        "local f = e[1][2]\n"
+        "for i = 1, #f, 2 do if f[i] == 'attempts' then f[i + 1] = ARGV[3] end end\n"
+        "redis.call('HSET', KEYS[3], ARGV[2], cmsgpack.pack(f))\n"
+        "redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])\n"
+        "return 1\n",
+    [SCRIPT_INBOX_BURY] =
+        "local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
+        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+        "if #e == 0 or n == 0 then redis.call('XDEL', KEYS[1], ARGV[2]) return 0 end\n"
+        "local f = e[1][2]\n"
+        "for i = 1, #f, 2 do if f[i] == 'attempts' then f[i + 1] = ARGV[3] end end\n"
+        "table.insert(f, 'reason') table.insert(f, ARGV[4])\n"
+        "table.insert(f, 'died') table.insert(f, ARGV[5])\n"
+        "redis.call('XADD', KEYS[4], '*', unpack(f))\n"
+        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
+        "return 1\n",
+    [SCRIPT_INBOX_PROMOTE] =
+        "local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, "
+        "tonumber(ARGV[2]))\n"
+        "for _, id in ipairs(due) do\n"
+        "  local b = redis.call('HGET', KEYS[3], id)\n"
+        "  if b then redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(b))) end\n"
+        "  redis.call('HDEL', KEYS[3], id)\n"
+        "  redis.call('ZREM', KEYS[2], id)\n"
+        "end\n"
+        "return #due\n",
+    [SCRIPT_INBOX_STATS] =
+        "local function received(f)\n"
+        "  for i = 1, #f, 2 do if f[i] == 'received' then return tonumber(f[i + 1]) end end\n"
+        "  return 0\n"
+        "end\n"
+        "local pending = 0\n"
+        "local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])\n"
+        "if type(p) == 'table' and not p.err then pending = p[1] end\n"
+        "local oldest = 0\n"
+        "local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)\n"
+        "if #first > 0 then oldest = received(first[1][2]) end\n"
+        "local due = redis.call('ZRANGE', KEYS[2], 0, 0)\n"
+        "if #due > 0 then\n"
+        "  local b = redis.call('HGET', KEYS[3], due[1])\n"
+        "  if b then\n"
+        "    local r = received(cmsgpack.unpack(b))\n"
+        "    if oldest == 0 or (r > 0 and r < oldest) then oldest = r end\n"
+        "  end\n"
+        "end\n"
+        "return { redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]), oldest, "
+        "redis.call('XLEN', KEYS[4]) }\n",
+    [SCRIPT_INBOX_REDELIVER] =
+        "local e = redis.call('XRANGE', KEYS[4], ARGV[1], ARGV[1])\n"
+        "if #e == 0 then return 0 end\n"
+        "local f, out = e[1][2], {}\n"
+        "for i = 1, #f, 2 do\n"
+        "  local k, v = f[i], f[i + 1]\n"
+        "  if k == 'attempts' then v = '0' elseif k == 'received' then v = ARGV[2] end\n"
+        "  if k ~= 'reason' and k ~= 'died' then out[#out + 1] = k out[#out + 1] = v end\n"
+        "end\n"
+        "redis.call('XADD', KEYS[1], '*', unpack(out))\n"
+        "redis.call('XDEL', KEYS[4], ARGV[1])\n"
         "return 1\n",
 };
 
@@ -180,7 +260,7 @@ struct store {
     _Atomic bool replicas_short;    /* the last WAIT or idle ROLE saw < redis.min_replicas */
 };
 
-enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT };
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT, REPLY_ANY };
 
 struct store_cmd {
     struct store *s;
@@ -189,6 +269,7 @@ struct store_cmd {
         store_value_cb *value;
         store_cas_cb *cas;
         store_int_cb *integer;
+        store_reply_cb *any;
     } cb;
     void *arg;
     struct store_conn *conn;    /* where it is sent or queued; NULL: no connection */
@@ -197,6 +278,7 @@ struct store_cmd {
     bool reported;              /* the caller's callback has run */
     TAILQ_ENTRY(store_cmd) link; /* in s->queued, s->failed or s->spare */
     int script;                 /* enum store_script, or -1 */
+    int key_arg;                /* redis.cluster: argv index of the key; 0: the usual one */
     bool resent;                /* a script's body went out after NOSCRIPT */
     struct timeval submitted;
     int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
@@ -222,6 +304,72 @@ static void store_cmd_free(struct store_cmd *cmd)
 }
 
 static void store_wait_answered(struct store *s, enum store_status st, long long replicas);
+
+/* r as plain values into out (its arrays malloc'd; store_reply_free); -1 out of memory. */
+static int store_reply_convert(const redisReply *r, struct store_reply *out)
+{
+    struct store_reply *elem;
+
+    memset(out, 0, sizeof(*out));
+    switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+        out->type = STORE_INT;
+        out->integer = r->integer;
+        return 0;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_VERB:
+        out->type = STORE_STR;
+        out->str = r->str;
+        out->len = r->len;
+        return 0;
+    case REDIS_REPLY_ARRAY:
+    case REDIS_REPLY_MAP:
+    case REDIS_REPLY_SET:
+        out->type = STORE_ARR;
+        if (r->elements == 0)
+            return 0;
+        elem = calloc(r->elements, sizeof(*elem));
+        if (elem == NULL)
+            return -1;
+        out->elem = elem;
+        out->n = r->elements;
+        for (size_t i = 0; i < r->elements; i++)
+            if (store_reply_convert(r->element[i], &elem[i]) != 0)
+                return -1;
+        return 0;
+    default:
+        out->type = STORE_NIL;
+        return 0;
+    }
+}
+
+static void store_reply_free(struct store_reply *r)
+{
+    if (r->type != STORE_ARR || r->elem == NULL)
+        return;
+    for (size_t i = 0; i < r->n; i++)
+        store_reply_free((struct store_reply *)&r->elem[i]);
+    free((void *)r->elem);
+}
+
+/* REPLY_ANY: the caller gets the reply as plain values. */
+static void store_report_any(struct store_cmd *cmd, enum store_status st, const redisReply *r)
+{
+    struct store_reply plain;
+
+    if (st != STORE_OK || r == NULL) {
+        cmd->cb.any(st, NULL, cmd->arg);
+        return;
+    }
+    if (store_reply_convert(r, &plain) != 0) {
+        store_reply_free(&plain);
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    cmd->cb.any(st, &plain, cmd->arg);
+    store_reply_free(&plain);
+}
 
 /*
  * An idle primary's ROLE reply: "master", its replication offset, and its
@@ -299,6 +447,9 @@ static void store_cmd_report(struct store_cmd *cmd, enum store_status st, const 
     case REPLY_WAIT:
         store_wait_answered(s, st, st == STORE_OK ? r->integer : 0);
         break;
+    case REPLY_ANY:
+        store_report_any(cmd, st, r);
+        break;
     }
     s->reply_conn = outer;
 }
@@ -314,6 +465,8 @@ static bool store_reply_fits(const struct store_cmd *cmd, const redisReply *r)
         return r->type == REDIS_REPLY_INTEGER;
     case REPLY_HEALTH:
         return r->type == REDIS_REPLY_ARRAY;
+    case REPLY_ANY:
+        return true;
     }
     return false;
 }
@@ -529,8 +682,8 @@ static void store_submit(struct store_cmd *cmd, int argc, const char **argv,
     bool ready, queue;
 
     if (s->cluster != NULL && !s->destroying) {
-        /* the key: argv[1], or a script's KEYS[1] after EVALSHA sha 1 */
-        int k = cmd->script >= 0 ? 3 : 1;
+        /* the key: argv[1], or a script's KEYS[1] after EVALSHA sha 1, or where it says */
+        int k = cmd->key_arg > 0 ? cmd->key_arg : cmd->script >= 0 ? 3 : 1;
 
         store_cmd_save(cmd, argc, argv, argvlen); /* a redirection sends it again */
         cmd->conn = argc > k ? store_cluster_route(s->cluster, argv[k], argvlen[k]) : NULL;
@@ -1073,4 +1226,218 @@ void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg)
     } else if (!evtimer_pending(&s->wait_lazy_ev, NULL)) {
         evtimer_add(&s->wait_lazy_ev, &lazy);
     }
+}
+
+/* ---- the webhook inbox ------------------------------------------------------ */
+
+/* key_arg: where the key is in argv (for redis.cluster's routing), 0: argv[1] or KEYS[1]. */
+static void store_any(struct store *s, int script, int key_arg, int argc, const char **argv,
+                      const size_t *argvlen, store_reply_cb *cb, void *arg)
+{
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
+
+    cmd->cb.any = cb;
+    cmd->script = script;
+    cmd->key_arg = key_arg;
+    store_submit(cmd, argc, argv, argvlen);
+}
+
+/* EVALSHA of an inbox script over the route's four keys; args: nargs of ARGV. */
+static void store_inbox_eval(struct store *s, enum store_script script,
+                             const struct store_inbox_keys *k, int nargs, const char **args,
+                             store_reply_cb *cb, void *arg)
+{
+    const char *argv[16];
+    size_t argvlen[16];
+    int argc = 0;
+
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = s->script_sha[script];
+    argv[argc++] = "4";
+    argv[argc++] = k->stream;
+    argv[argc++] = k->retries;
+    argv[argc++] = k->payloads;
+    argv[argc++] = k->dead;
+    for (int i = 0; i < nargs && argc < 16; i++)
+        argv[argc++] = args[i];
+    for (int i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, (int)script, 0, argc, argv, argvlen, cb, arg);
+}
+
+void store_inbox_append(struct store *s, const struct store_inbox_keys *k, size_t nfields,
+                        const char *const *fv, const size_t *fvlen, store_reply_cb *cb,
+                        void *arg)
+{
+    size_t argc = 3 + 2 * nfields;
+    const char **argv = calloc(argc, sizeof(*argv));
+    size_t *argvlen = calloc(argc, sizeof(*argvlen));
+
+    if (argv == NULL || argvlen == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    argv[0] = "XADD";
+    argv[1] = k->stream;
+    argv[2] = "*";
+    argvlen[0] = 4;
+    argvlen[1] = strlen(k->stream);
+    argvlen[2] = 1;
+    for (size_t i = 0; i < 2 * nfields; i++) {
+        argv[3 + i] = fv[i];
+        argvlen[3 + i] = fvlen[i];
+    }
+    store_any(s, -1, 0, (int)argc, argv, argvlen, cb, arg);
+    free(argv);
+    free(argvlen);
+}
+
+void store_inbox_ensure_group(struct store *s, const struct store_inbox_keys *k,
+                              store_reply_cb *cb, void *arg)
+{
+    const char *args[] = { k->group };
+
+    store_inbox_eval(s, SCRIPT_INBOX_GROUP, k, 1, args, cb, arg);
+}
+
+void store_inbox_read(struct store *s, const struct store_inbox_keys *k, const char *consumer,
+                      unsigned count, store_reply_cb *cb, void *arg)
+{
+    char n[16];
+    const char *argv[] = { "XREADGROUP", "GROUP", k->group, consumer, "COUNT", n, "STREAMS",
+                           k->stream, ">" };
+    size_t argvlen[9];
+
+    snprintf(n, sizeof(n), "%u", count);
+    for (int i = 0; i < 9; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, -1, 7, 9, argv, argvlen, cb, arg); /* XREADGROUP: the key after STREAMS */
+}
+
+void store_inbox_autoclaim(struct store *s, const struct store_inbox_keys *k,
+                           const char *consumer, uint64_t min_idle_ms, const char *start,
+                           unsigned count, store_reply_cb *cb, void *arg)
+{
+    char idle[24], n[16];
+    const char *argv[] = { "XAUTOCLAIM", k->stream, k->group, consumer, idle, start, "COUNT", n };
+    size_t argvlen[8];
+
+    snprintf(idle, sizeof(idle), "%llu", (unsigned long long)min_idle_ms);
+    snprintf(n, sizeof(n), "%u", count);
+    for (int i = 0; i < 8; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, -1, 0, 8, argv, argvlen, cb, arg);
+}
+
+void store_inbox_renew(struct store *s, const struct store_inbox_keys *k, const char *consumer,
+                       const char *const *ids, size_t n, uint64_t idle_ms, store_reply_cb *cb,
+                       void *arg)
+{
+    size_t argc = 8 + n;
+    char idle[24];
+    const char **argv = calloc(argc, sizeof(*argv));
+    size_t *argvlen = calloc(argc, sizeof(*argvlen));
+
+    if (argv == NULL || argvlen == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+    argv[0] = "XCLAIM";
+    argv[1] = k->stream;
+    argv[2] = k->group;
+    argv[3] = consumer;
+    argv[4] = "0";
+    for (size_t i = 0; i < n; i++)
+        argv[5 + i] = ids[i];
+    snprintf(idle, sizeof(idle), "%llu", (unsigned long long)idle_ms);
+    argv[5 + n] = "IDLE";
+    argv[6 + n] = idle;
+    argv[7 + n] = "JUSTID";
+    for (size_t i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, -1, 0, (int)argc, argv, argvlen, cb, arg);
+    free(argv);
+    free(argvlen);
+}
+
+void store_inbox_ack(struct store *s, const struct store_inbox_keys *k, const char *id,
+                     store_reply_cb *cb, void *arg)
+{
+    const char *args[] = { k->group, id };
+
+    store_inbox_eval(s, SCRIPT_INBOX_ACK, k, 2, args, cb, arg);
+}
+
+void store_inbox_retry(struct store *s, const struct store_inbox_keys *k, const char *id,
+                       unsigned attempts, uint64_t due_ms, store_reply_cb *cb, void *arg)
+{
+    char n[16], due[24];
+    const char *args[] = { k->group, id, n, due };
+
+    snprintf(n, sizeof(n), "%u", attempts);
+    snprintf(due, sizeof(due), "%llu", (unsigned long long)due_ms);
+    store_inbox_eval(s, SCRIPT_INBOX_RETRY, k, 4, args, cb, arg);
+}
+
+void store_inbox_bury(struct store *s, const struct store_inbox_keys *k, const char *id,
+                      unsigned attempts, const char *reason, uint64_t now_ms,
+                      store_reply_cb *cb, void *arg)
+{
+    char n[16], now[24];
+    const char *args[] = { k->group, id, n, reason, now };
+
+    snprintf(n, sizeof(n), "%u", attempts);
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
+    store_inbox_eval(s, SCRIPT_INBOX_BURY, k, 5, args, cb, arg);
+}
+
+void store_inbox_promote(struct store *s, const struct store_inbox_keys *k, uint64_t now_ms,
+                         unsigned count, store_reply_cb *cb, void *arg)
+{
+    char now[24], n[16];
+    const char *args[] = { now, n };
+
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
+    snprintf(n, sizeof(n), "%u", count);
+    store_inbox_eval(s, SCRIPT_INBOX_PROMOTE, k, 2, args, cb, arg);
+}
+
+void store_inbox_stats(struct store *s, const struct store_inbox_keys *k, store_reply_cb *cb,
+                       void *arg)
+{
+    const char *args[] = { k->group };
+
+    store_inbox_eval(s, SCRIPT_INBOX_STATS, k, 1, args, cb, arg);
+}
+
+void store_inbox_dead_list(struct store *s, const struct store_inbox_keys *k, unsigned count,
+                           store_reply_cb *cb, void *arg)
+{
+    char n[16];
+    const char *argv[] = { "XRANGE", k->dead, "-", "+", "COUNT", n };
+    size_t argvlen[6];
+
+    snprintf(n, sizeof(n), "%u", count);
+    for (int i = 0; i < 6; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, -1, 0, 6, argv, argvlen, cb, arg);
+}
+
+void store_inbox_redeliver(struct store *s, const struct store_inbox_keys *k, const char *id,
+                           uint64_t now_ms, store_reply_cb *cb, void *arg)
+{
+    char now[24];
+    const char *args[] = { id, now };
+
+    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
+    store_inbox_eval(s, SCRIPT_INBOX_REDELIVER, k, 2, args, cb, arg);
+}
+
+void store_inbox_dead_delete(struct store *s, const struct store_inbox_keys *k, const char *id,
+                             store_reply_cb *cb, void *arg)
+{
+    const char *argv[] = { "XDEL", k->dead, id };
+    size_t argvlen[] = { 4, strlen(k->dead), strlen(id) };
+
+    store_any(s, -1, 0, 3, argv, argvlen, cb, arg);
 }

@@ -196,4 +196,124 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
  */
 void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg);
 
+/* ---- the webhook inbox's commands (README "Webhook inbox") ----------------
+ *
+ * Each call names keys of one route only, all with the route's hash tag
+ * `{...}`, so that one call stays in one cluster slot. The reply comes as
+ * plain values (no hiredis type leaves the store module).
+ */
+
+enum store_reply_type { STORE_NIL, STORE_INT, STORE_STR, STORE_ARR };
+
+/* A Redis reply as plain values; strings are binary-safe and NUL-terminated. */
+struct store_reply {
+    enum store_reply_type type;
+    long long integer;                  /* STORE_INT */
+    const char *str;                    /* STORE_STR: len bytes */
+    size_t len;
+    const struct store_reply *elem;     /* STORE_ARR: n elements */
+    size_t n;
+};
+
+/* Reply callback: r is NULL unless st is STORE_OK; it is valid only during the callback. */
+typedef void store_reply_cb(enum store_status st, const struct store_reply *r, void *arg);
+
+/* The keys of one route's inbox, all in one slot. */
+struct store_inbox_keys {
+    const char *stream;     /* the Redis Stream of accepted deliveries */
+    const char *retries;    /* sorted set: entry id by due time, ms */
+    const char *payloads;   /* hash: entry id -> the fields of a scheduled retry */
+    const char *dead;       /* the dead-letter stream */
+    const char *group;      /* the consumer group's name */
+};
+
+/*
+ * XADD stream * fields... (nfields name/value pairs in fv, lengths in fvlen):
+ * the new entry's id (STORE_STR). Never MAXLEN: Redis 7.0 trims entries that
+ * are still pending; entries are deleted once acknowledged instead.
+ */
+void store_inbox_append(struct store *s, const struct store_inbox_keys *k, size_t nfields,
+                        const char *const *fv, const size_t *fvlen, store_reply_cb *cb,
+                        void *arg);
+
+/* XGROUP CREATE stream group 0 MKSTREAM, an existing group counting as success (Lua). */
+void store_inbox_ensure_group(struct store *s, const struct store_inbox_keys *k,
+                              store_reply_cb *cb, void *arg);
+
+/*
+ * XREADGROUP GROUP group consumer COUNT count STREAMS stream > (no BLOCK:
+ * the connection is shared with the claims): NIL, or the entries.
+ */
+void store_inbox_read(struct store *s, const struct store_inbox_keys *k, const char *consumer,
+                      unsigned count, store_reply_cb *cb, void *arg);
+
+/*
+ * XAUTOCLAIM stream group consumer min_idle_ms start COUNT count: entries
+ * left pending longer than min_idle_ms (a crashed instance's) become
+ * consumer's; the reply's first element is where the next call starts
+ * ("0-0" once the whole pending list was scanned).
+ */
+void store_inbox_autoclaim(struct store *s, const struct store_inbox_keys *k,
+                           const char *consumer, uint64_t min_idle_ms, const char *start,
+                           unsigned count, store_reply_cb *cb, void *arg);
+
+/*
+ * XCLAIM stream group consumer 0 ids... IDLE idle_ms JUSTID: with idle_ms 0
+ * it renews the entries consumer is still delivering, so no other instance
+ * takes them; with visibility_timeout it releases them (SIGTERM), so
+ * another instance takes them at once.
+ */
+void store_inbox_renew(struct store *s, const struct store_inbox_keys *k, const char *consumer,
+                       const char *const *ids, size_t n, uint64_t idle_ms, store_reply_cb *cb,
+                       void *arg);
+
+/* Acknowledged by the receiver: XACK and XDEL id (Lua): STORE_INT 1 when it was pending. */
+void store_inbox_ack(struct store *s, const struct store_inbox_keys *k, const char *id,
+                     store_reply_cb *cb, void *arg);
+
+/*
+ * A failed attempt with attempts left (Lua): the entry's fields, with
+ * `attempts` set to attempts, are kept in payloads and scheduled in retries
+ * at due_ms (unix ms); then XACK and XDEL. STORE_INT 0 when the entry was
+ * gone (acknowledged by someone else).
+ */
+void store_inbox_retry(struct store *s, const struct store_inbox_keys *k, const char *id,
+                       unsigned attempts, uint64_t due_ms, store_reply_cb *cb, void *arg);
+
+/*
+ * No attempts or age left (Lua): the entry's fields plus attempts, reason
+ * and died (unix ms) go to the dead-letter stream; then XACK and XDEL.
+ */
+void store_inbox_bury(struct store *s, const struct store_inbox_keys *k, const char *id,
+                      unsigned attempts, const char *reason, uint64_t now_ms,
+                      store_reply_cb *cb, void *arg);
+
+/* Retries due by now_ms, at most count of them, back into the stream (Lua): STORE_INT moved. */
+void store_inbox_promote(struct store *s, const struct store_inbox_keys *k, uint64_t now_ms,
+                         unsigned count, store_reply_cb *cb, void *arg);
+
+/*
+ * The route's numbers (Lua), STORE_ARR of STORE_INT: depth (XLEN), pending
+ * (read, not acknowledged), scheduled retries, the oldest entry's `received`
+ * (unix ms, 0 when empty), dead letters.
+ */
+void store_inbox_stats(struct store *s, const struct store_inbox_keys *k, store_reply_cb *cb,
+                       void *arg);
+
+/* XRANGE dead - + COUNT count: the dead letters, oldest first. */
+void store_inbox_dead_list(struct store *s, const struct store_inbox_keys *k, unsigned count,
+                           store_reply_cb *cb, void *arg);
+
+/*
+ * Redeliver dead letter id (Lua): its delivery fields go back into the
+ * stream with attempts 0 and a fresh `received`, then it is deleted from
+ * the dead stream. STORE_INT 0 when there is no such dead letter.
+ */
+void store_inbox_redeliver(struct store *s, const struct store_inbox_keys *k, const char *id,
+                           uint64_t now_ms, store_reply_cb *cb, void *arg);
+
+/* XDEL dead id: STORE_INT 1 when it was there. */
+void store_inbox_dead_delete(struct store *s, const struct store_inbox_keys *k, const char *id,
+                             store_reply_cb *cb, void *arg);
+
 #endif

@@ -174,6 +174,7 @@ static void worker_stop_accepting(struct worker *w)
         w->listener = NULL;
     }
     w->xs.draining = true;
+    inbox_stop(w->webhook_inbox); /* no new entries; those in delivery go on */
 }
 
 /* Exchanges in flight, answers unsent and claims unreleased, summed over the pool (any thread). */
@@ -182,7 +183,7 @@ static unsigned worker_pool_busy(struct worker_pool *p)
     unsigned n = 0;
 
     for (unsigned i = 0; i < p->n; i++)
-        n += exchange_set_busy(&p->workers[i].xs);
+        n += exchange_set_busy(&p->workers[i].xs) + inbox_busy(p->workers[i].webhook_inbox);
     return n;
 }
 
@@ -316,12 +317,16 @@ static void worker_deinit(struct worker *w)
      * Store first: its pending callbacks still run (STORE_LOST) and may
      * answer or forward, so the upstream and listeners must still exist.
      */
+    inbox_stop(w->webhook_inbox);
     store_destroy(w->store);
     w->store = NULL;
     if (w->xs.conf != NULL)
         exchange_set_deinit(&w->xs);
     upstream_destroy(w->upstream);
     w->upstream = NULL;
+    /* after both: their callbacks may still reach its deliveries; pending entries stay */
+    inbox_destroy(w->webhook_inbox);
+    w->webhook_inbox = NULL;
     listener_release(w->listener_slot);
     w->listener_slot = NULL;
     listener_release(w->admin_slot);
@@ -408,7 +413,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
                                        worker_pool_unready, p };
         evhttp_set_gencb(w->admin_http, admin_handle, &w->admin);
         evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
-                                                      EVHTTP_REQ_DELETE);
+                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
         evhttp_set_default_content_type(w->admin_http, NULL);
     }
 
@@ -425,6 +430,15 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     store_set_event_observer(w->store, worker_on_store_event, w);
     exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, cfg,
                       worker_wake_others, w);
+    /* NULL without a queued route; routes' delivery.mode cannot change on reload */
+    w->webhook_inbox = inbox_create(w->base, w->store, w->upstream, cfg, &p->metrics, index,
+                                    index == 0);
+    if (w->webhook_inbox == NULL && inbox_wanted(cfg)) {
+        /* accepted deliveries would wait for a consumer that never comes */
+        snprintf(err, errlen, "out of memory");
+        goto failed;
+    }
+    w->xs.inbox = w->webhook_inbox;
     return 0;
 
 failed:

@@ -14,6 +14,7 @@
 #include "admin.h"
 #include "config.h"
 #include "exchange.h"
+#include "inbox.h"
 #include "metrics.h"
 
 struct event_base;
@@ -36,6 +37,7 @@ struct worker {
     struct store *store;
     struct upstream *upstream;
     struct exchange_set xs;                 /* its requests; xs.conf is the running config */
+    struct inbox *webhook_inbox;            /* queued routes' consumer (inbox.h); NULL: none */
     struct evhttp *http;
     struct evhttp_bound_socket *listener;
     struct listener_slot *listener_slot;

@@ -437,6 +437,39 @@ static void check_cluster(const char *name, const struct config *cfg)
 
 /* ---- the table --------------------------------------------------------- */
 
+#define R_HOOK_GH "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n" \
+    "    verify: github\n    secret: gh-secret-0123456789\n"
+
+static void check_delivery_defaults(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+    const struct delivery_policy *d = r != NULL ? &r->policy.delivery : NULL;
+
+    UNIT_CHECK(name, d != NULL, "line %d", __LINE__);
+    if (d == NULL)
+        return;
+    UNIT_CHECK(name, d->mode == DELIVERY_DIRECT && d->max_attempts == 12, "line %d", __LINE__);
+    UNIT_CHECK(name, d->max_age_ms == 72ull * 3600000 && d->backoff_initial_ms == 1000 &&
+                     d->backoff_max_ms == 3600000, "line %d", __LINE__);
+    UNIT_CHECK(name, d->visibility_timeout_ms == 30000 && d->concurrency == 16 &&
+                     d->ack_status == 202, "line %d", __LINE__);
+}
+
+static void check_delivery_queued(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+    const struct delivery_policy *d = r != NULL ? &r->policy.delivery : NULL;
+
+    UNIT_CHECK(name, d != NULL, "line %d", __LINE__);
+    if (d == NULL)
+        return;
+    UNIT_CHECK(name, d->mode == DELIVERY_QUEUED && d->max_attempts == 3, "line %d", __LINE__);
+    UNIT_CHECK(name, d->max_age_ms == 3600000 && d->backoff_initial_ms == 250 &&
+                     d->backoff_max_ms == 10000, "line %d", __LINE__);
+    UNIT_CHECK(name, d->visibility_timeout_ms == 5000 && d->concurrency == 100 &&
+                     d->ack_status == 200, "line %d", __LINE__);
+}
+
 static const struct config_case config_cases[] = {
     /* defaults */
     { "empty file takes the contract defaults", "", 0, NULL, check_defaults },
@@ -793,6 +826,31 @@ static const struct config_case config_cases[] = {
       "    lease: 5s\n    methods: [PUT]\n    scope_headers: []\n    mismatch_status: 422\n",
       0, NULL, check_inheritance },
 
+    /* the webhook inbox (README "Webhook inbox") */
+    { "delivery defaults to direct", "routes:\n" R_HOOK_GH, 0, NULL, check_delivery_defaults },
+    { "delivery queued with every key", "routes:\n" R_HOOK_GH
+      "    delivery:\n      mode: queued\n      max_attempts: 3\n      max_age: 1h\n"
+      "      backoff: {initial: 250ms, max: 10s}\n      visibility_timeout: 5s\n"
+      "      concurrency: 100\n      ack_status: 200\n", 0, NULL, check_delivery_queued },
+    { "delivery only on webhook routes", "routes:\n  - path: /v1/x\n    delivery:\n"
+      "      mode: queued\n", 4, "webhook routes", NULL },
+    { "delivery not in defaults", "defaults:\n  delivery: {mode: queued}\n", 2,
+      "'delivery'", NULL },
+    { "delivery.mode lists the choices", "routes:\n" R_HOOK_GH "    delivery: {mode: async}\n",
+      6, "direct, queued", NULL },
+    { "delivery.ack_status is a 2xx", "routes:\n" R_HOOK_GH "    delivery: {ack_status: 302}\n",
+      6, "2xx", NULL },
+    { "delivery.max_attempts at least 1", "routes:\n" R_HOOK_GH
+      "    delivery: {max_attempts: 0}\n", 6, "from 1 to 1000", NULL },
+    { "delivery.concurrency at most 4096", "routes:\n" R_HOOK_GH
+      "    delivery: {concurrency: 4097}\n", 6, "from 1 to 4096", NULL },
+    { "delivery.backoff.initial not above max", "routes:\n" R_HOOK_GH
+      "    delivery: {backoff: {initial: 2h}}\n", 6, "backoff.initial", NULL },
+    { "delivery.backoff takes initial and max", "routes:\n" R_HOOK_GH
+      "    delivery: {backoff: {first: 1s}}\n", 6, "'first'", NULL },
+    { "delivery.visibility_timeout above 0", "routes:\n" R_HOOK_GH
+      "    delivery: {visibility_timeout: 0s}\n", 6, "longer than 0", NULL },
+
     /* webhooks */
     { "webhook header key defaults to fingerprint none", "routes:\n  - path: /hooks/github\n"
       "    key_from: header:X-GitHub-Delivery\n    verify: github\n    secret: gh-secret-0123456789\n",
@@ -1104,6 +1162,13 @@ static const struct config_reload_case config_reload_cases[] = {
       "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n    verify: none\n", "key source" },
     { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
       "redis.key_prefix" },
+    /* each worker's inbox consumers are made at startup (README "Webhook inbox") */
+    { "a route becomes queued", "routes:\n" R_HOOK,
+      "routes:\n" R_HOOK "    delivery: {mode: queued}\n", "delivery.mode" },
+    { "a queued route goes direct", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
+      "routes:\n" R_HOOK, "delivery.mode" },
+    { "a queued route's other delivery keys", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
+      "routes:\n" R_PAY R_HOOK "    delivery: {mode: queued, max_attempts: 3}\n", NULL },
     { "a route that takes over paths of another identity", "routes:\n" R_PAY,
       "routes:\n  - path: /v1/payments/refunds\n    scope_headers: [X-Tenant]\n" R_PAY,
       "scope_headers" },

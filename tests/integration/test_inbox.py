@@ -1,0 +1,590 @@
+"""The durable webhook inbox (README "Webhook inbox"): a webhook route with
+`delivery: {mode: queued}` answers the provider once the delivery is in a Redis
+Stream, and delivers it to the receiver from there, at least once.
+
+Real processes only: redis-server, the proxy binary, and a threaded receiver
+(tests/upstream/inbox_receiver.py) that logs every attempt with its time and can be
+slow, down or answer 500.
+"""
+
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.parse
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import PYTHON, REPO, RedisServer, _terminate, build_config, free_port, \
+    port_accepts, proxy_binary, to_yaml, wait_until
+
+RECEIVER_SCRIPT = os.path.join(REPO, "tests", "upstream", "inbox_receiver.py")
+ROUTE = "/webhooks/stripe"
+ENCODED = urllib.parse.quote(ROUTE, safe="")
+
+
+class Receiver:
+    """inbox_receiver.py on a fixed port: stop() and start() again keep the port and the log."""
+
+    def __init__(self, workdir, delay=0.0, status=200):
+        self.port = free_port()
+        self.log = os.path.join(workdir, "receiver-%d.jsonl" % self.port)
+        self.delay, self.status = delay, status
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([PYTHON, RECEIVER_SCRIPT, "--port", str(self.port),
+                                      "--log", self.log, "--delay", str(self.delay),
+                                      "--status", str(self.status)],
+                                     stdin=subprocess.DEVNULL)
+        wait_until(lambda: port_accepts(self.port), 10, what="receiver listening")
+        return self
+
+    def stop(self):
+        if self.proc is not None:
+            _terminate(self.proc, signal.SIGKILL, 5)
+            self.proc = None
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def attempts(self):
+        try:
+            with open(self.log) as f:
+                return [json.loads(l) for l in f if l.strip()]
+        except FileNotFoundError:
+            return []
+
+    def control(self, **state):
+        import urllib.request
+        req = urllib.request.Request(self.url + "/_control", data=json.dumps(state).encode(),
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+
+@pytest.fixture
+def receiver_factory(tmp_path):
+    made = []
+
+    def make(delay=0.0, status=200):
+        r = Receiver(str(tmp_path), delay, status).start()
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.stop()
+
+
+def queued_route(secret, **delivery):
+    d = {"mode": "queued", "max_attempts": 12, "max_age": "72h",
+         "backoff": {"initial": "1s", "max": "1h"}, "visibility_timeout": "30s",
+         "concurrency": 16, "ack_status": 202}
+    d.update(delivery)
+    return {"path": ROUTE, "key_from": "json:/id", "verify": "stripe", "secret": secret,
+            "delivery": d}
+
+
+def start_inbox_proxy(start_proxy, receiver, secret, timeout="60s", workers=None, **delivery):
+    extra = {"workers": workers} if workers else {}
+    return start_proxy(routes=[queued_route(secret, **delivery)], upstream_url=receiver.url,
+                       upstream={"timeout": timeout}, env={"STRIPE_SECRET": secret}, **extra)
+
+
+def new_secret():
+    return "whsec_" + uuid.uuid4().hex
+
+
+def stripe_body(evt, **extra):
+    doc = {"id": evt, "type": "payment_intent.succeeded", "pending_webhooks": 1}
+    doc.update(extra)
+    return json.dumps(doc).encode()
+
+
+def deliver(p, secret, body, timeout=10):
+    t = int(time.time())
+    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
+    return p.request("POST", ROUTE, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
+                                     ("Content-Type", "application/json")], body,
+                     timeout=timeout)
+
+
+def inbox(p):
+    r = p.admin("GET", "/inbox")
+    assert r.status == 200, r
+    routes = r.json()["routes"]
+    assert [x["route"] for x in routes] == [ROUTE]
+    return routes[0]
+
+
+def metric(p, name):
+    text = p.admin("GET", "/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def by_event(attempts):
+    out = {}
+    for a in attempts:
+        out.setdefault(a["event"], []).append(a)
+    return out
+
+
+# ---- configuration -----------------------------------------------------------
+
+def test_delivery_is_refused_on_a_route_that_is_not_a_webhook():
+    cfg = build_config(free_port(), 0, "http://127.0.0.1:1", "redis://127.0.0.1:1",
+                       routes=[{"path": "/v1/x", "delivery": {"mode": "queued"}}])
+    res = subprocess.run([proxy_binary(), "-t", "-c", "/dev/stdin"], input=to_yaml(cfg).encode(),
+                         capture_output=True)
+    assert res.returncode != 0
+    assert b"delivery is for webhook routes" in res.stderr, res.stderr
+    cfg["routes"] = [queued_route(new_secret(), ack_status=302)]
+    res = subprocess.run([proxy_binary(), "-t", "-c", "/dev/stdin"], input=to_yaml(cfg).encode(),
+                         capture_output=True)
+    assert res.returncode != 0 and b"2xx" in res.stderr, res.stderr
+    cfg["routes"] = [queued_route(new_secret(), retries=3)]
+    res = subprocess.run([proxy_binary(), "-t", "-c", "/dev/stdin"], input=to_yaml(cfg).encode(),
+                         capture_output=True)
+    assert res.returncode != 0 and b"unknown key 'retries'" in res.stderr, res.stderr
+
+
+# ---- 5: duplicates -----------------------------------------------------------
+
+def test_queued_delivery_is_acked_then_delivered_once_and_duplicates_replay(
+        start_proxy, receiver_factory, redis):
+    receiver = receiver_factory(delay=1.0)
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret)
+    evt = "evt_" + uuid.uuid4().hex
+    first = deliver(p, secret, stripe_body(evt))
+    assert first.status == 202, first
+    assert not first.replayed
+    # a duplicate while the first is still being delivered (the receiver takes 1 s)
+    dup = deliver(p, secret, stripe_body(evt, pending_webhooks=0))
+    assert dup.status == 202 and dup.replayed, dup
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+               what="delivered")
+    # and after it was delivered
+    dup2 = deliver(p, secret, stripe_body(evt))
+    assert dup2.status == 202 and dup2.replayed, dup2
+    time.sleep(0.5)
+    attempts = receiver.attempts()
+    assert [a["event"] for a in attempts] == [evt], attempts
+    assert attempts[0]["signed"] and attempts[0]["path"] == ROUTE
+    assert attempts[0]["body_sha256"] == hashlib.sha256(stripe_body(evt)).hexdigest()
+    # the receiver can check the provider's signature itself: header and raw body as sent
+    sig = dict(x.split("=", 1) for x in attempts[0]["headers"]["stripe-signature"].split(","))
+    mac = hmac.new(secret.encode(), sig["t"].encode() + b"." + stripe_body(evt), hashlib.sha256)
+    assert hmac.compare_digest(mac.hexdigest(), sig["v1"])
+    assert attempts[0]["headers"]["idempotency-key"] == evt
+    assert metric(p, "idempotency_proxy_inbox_accepted_total") == 1
+    # the acknowledged entry is gone: nothing trimmed, nothing left
+    stats = inbox(p)
+    assert stats["depth"] == 0 and stats["pending"] == 0 and stats["scheduled"] == 0
+    assert stats["admin"] == ENCODED
+
+
+def test_github_queued_receiver_gets_event_headers_and_signature(start_proxy,
+                                                                 receiver_factory):
+    receiver = receiver_factory()
+    secret = "gh-" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": "/webhooks/github", "key_from": "header:X-GitHub-Delivery",
+                             "verify": "github", "secret": secret,
+                             "delivery": {"mode": "queued", "ack_status": 200}}],
+                    upstream_url=receiver.url)
+    body = json.dumps({"action": "completed", "check_run": {"id": 4}}).encode()
+    guid = str(uuid.uuid4())
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    hs = [("X-GitHub-Event", "check_run"), ("X-GitHub-Delivery", guid),
+          ("X-Hub-Signature-256", sig), ("Content-Type", "application/json")]
+    r = p.request("POST", "/webhooks/github", hs, body)
+    assert r.status == 200 and r.body == b"", r
+    assert p.request("POST", "/webhooks/github", hs, body).replayed
+    got = wait_until(lambda: receiver.attempts(), 10, what="delivered")
+    assert len(got) == 1
+    h = got[0]["headers"]
+    assert h["x-github-event"] == "check_run" and h["x-github-delivery"] == guid
+    assert h["x-hub-signature-256"] == sig and h["idempotency-key"] == guid
+    assert got[0]["body"].encode() == body
+
+
+def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_path, start_proxy,
+                                                                          receiver_factory):
+    primary = RedisServer(str(tmp_path / "primary"),
+                          extra_args=["--repl-diskless-sync-delay", "0"]).start()
+    replica = RedisServer(str(tmp_path / "replica"),
+                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), 10,
+                   what="the replica linked")
+        receiver = receiver_factory()
+        receiver.stop()  # down: the delivery stays in the stream or its retries
+        secret = new_secret()
+        p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
+                        redis_url=primary.url, redis={"min_replicas": 1, "timeout": "1s",
+                                                      "replica_timeout": "300ms"},
+                        env={"STRIPE_SECRET": secret})
+        r = deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex))
+        assert r.status == 202, r
+        # WAIT-confirmed: the replica holds it the moment the provider has its answer
+        keys = [k for k in replica.keys("idem:inbox:*")]
+        stream = [k for k in keys if k.endswith(":stream")][0]
+        retries = stream[:-len(":stream")] + ":retries"
+        assert replica.cmd("XLEN", stream) + replica.cmd("ZCARD", retries) == 1
+        replica.pause()  # no replica acknowledges any more: 503, nothing queued
+        r = deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex))
+        assert r.status == 503, r
+        replica.resume()
+        wait_until(lambda: primary.cmd("XLEN", stream) + primary.cmd("ZCARD", retries) == 1, 5,
+                   what="only the first delivery queued")
+        # before Redis goes: the refused delivery's claim release must reach it to drain
+        assert p.stop() == 0
+    finally:
+        for srv in (replica, primary):
+            srv.resume()
+            srv.kill()
+
+
+def test_append_failure_is_503_and_nothing_recorded(start_proxy, receiver_factory, redis):
+    receiver = receiver_factory()
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret)
+    evt = "evt_" + uuid.uuid4().hex
+    # the stream key holds another type: XADD fails with WRONGTYPE after the claim won
+    stream = wait_until(lambda: [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")],
+                        5, what="the stream")[0]
+    redis.cmd("DEL", stream)
+    redis.cmd("SET", stream, "not a stream")
+    r = deliver(p, secret, stripe_body(evt))
+    assert r.status == 503, r
+    redis.cmd("DEL", stream)
+    # nothing was recorded: the provider's retry is accepted and delivered
+    wait_until(lambda: inbox_ok(p), 5, what="the group again")
+    r = deliver(p, secret, stripe_body(evt))
+    assert r.status == 202 and not r.replayed, r
+    wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt], 10, what="delivered")
+
+
+def inbox_ok(p):
+    r = p.admin("GET", "/inbox")
+    return r.status == 200
+
+
+# ---- 1: a slow receiver --------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_slow_receiver_burst_of_100_acked_fast_all_delivered(start_proxy, receiver_factory):
+    receiver = receiver_factory(delay=30.0)
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret, concurrency=128)
+    events = ["evt_" + uuid.uuid4().hex for _ in range(100)]
+
+    def one(evt):
+        start = time.monotonic()
+        r = deliver(p, secret, stripe_body(evt))
+        return r.status, time.monotonic() - start
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, events))
+    times = sorted(t for _, t in results)
+    print("queued accept latency over 100 signed deliveries: median %.1f ms, p99 %.1f ms, "
+          "max %.1f ms" % (times[50] * 1000, times[98] * 1000, times[-1] * 1000))
+    assert all(s == 202 for s, _ in results), results
+    # the issue's figure is 50 ms; a generous bound here, the machine is shared
+    assert times[50] < 0.05, times
+    assert times[-1] < 1.0, times
+    try:
+        wait_until(lambda: len(receiver.attempts()) >= 100, 20, interval=0.2,
+                   what="all 100 reached the receiver")
+    except AssertionError:
+        print(len(receiver.attempts()), inbox(p), p.stderr_text()[-3000:])
+        raise
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 100, 45,
+               interval=0.5, what="100 acknowledged")
+    got = by_event(receiver.attempts())
+    assert sorted(got) == sorted(events)
+    assert all(len(v) == 1 for v in got.values()), "a slow receiver got a second copy"
+    assert metric(p, "idempotency_proxy_inbox_attempts_total") == 100
+
+
+# ---- 2: a receiver that is down --------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_receiver_down_20s_retries_follow_backoff_then_all_arrive(start_proxy,
+                                                                   receiver_factory):
+    receiver = receiver_factory()
+    receiver.stop()  # down: nothing listens on its port
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret,
+                          backoff={"initial": "1s", "max": "4s"}, max_attempts=50)
+    events = ["evt_" + uuid.uuid4().hex for _ in range(5)]
+    down_at = time.time()
+    for evt in events:
+        assert deliver(p, secret, stripe_body(evt)).status == 202
+    time.sleep(20 - (time.time() - down_at))
+    retries_while_down = metric(p, "idempotency_proxy_inbox_retries_scheduled_total")
+    up_at = time.time()
+    receiver.start()
+    wait_until(lambda: len(by_event(receiver.attempts())) == 5, 15, interval=0.2,
+               what="every delivery after the receiver returned")
+    attempts = receiver.attempts()
+    assert all(a["t"] >= up_at for a in attempts)
+    assert sorted(by_event(attempts)) == sorted(events)
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 5, 5,
+               what="5 acknowledged")
+    # the backoff, from the proxy's log of each failed attempt (the receiver saw none):
+    # with full jitter the wait after attempt n is uniform in [0, min(4 s, 1 s * 2^(n-1))],
+    # and the next attempt comes that long later (plus at most a promotion tick)
+    retries = retry_lines(p.stderr_text())
+    assert len(retries) == 5, retries.keys()
+    for record, lines in retries.items():
+        assert [n for n, _, _ in lines] == list(range(1, len(lines) + 1)), lines
+        for (n, at, wait), (_, next_at, _) in zip(lines, lines[1:]):
+            assert wait <= min(4.0, 1.0 * 2 ** (n - 1)) + 0.001, (n, wait)
+            assert wait - 0.05 <= next_at - at <= wait + 0.6, (n, wait, next_at - at)
+        # 20 s down: a handful of attempts each, not a storm (the caps sum to 19 s in 7)
+        assert 4 <= len(lines) <= 25, len(lines)
+    total_attempts = metric(p, "idempotency_proxy_inbox_attempts_total")
+    print("receiver down 20 s: %d retries scheduled for 5 events, %d attempts in all"
+          % (retries_while_down, total_attempts))
+    # the first delivery after the return came within one backoff ceiling (4 s) + a tick
+    first_after = min(a["t"] for a in attempts)
+    assert first_after - up_at < 4.0 + 1.0, first_after - up_at
+
+
+RETRY_RE = re.compile(r"^(\S+) info inbox \S+: delivery ([0-9a-f]+) attempt (\d+) got .*; "
+                      r"retry in (\d+) ms$", re.M)
+
+
+def retry_lines(stderr):
+    """{record id: [(attempt, unix time of the log line, wait in s), ...]} from the proxy's log."""
+    out = {}
+    for ts, record, n, wait in RETRY_RE.findall(stderr):
+        at = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        out.setdefault(record, []).append((int(n), at, int(wait) / 1000.0))
+    return out
+
+
+# ---- 4: always 500: dead letters, then redeliver ----------------------------------------
+
+def test_always_500_dead_letters_after_max_attempts_then_redeliver(start_proxy,
+                                                                   receiver_factory):
+    receiver = receiver_factory(status=500)
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret, max_attempts=3,
+                          backoff={"initial": "100ms", "max": "200ms"})
+    events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
+    for evt in events:
+        assert deliver(p, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: inbox(p)["dead"] == 3, 15, interval=0.2, what="3 dead letters")
+    got = by_event(receiver.attempts())
+    # max_attempts counts deliveries in total: the first try and two retries
+    assert {e: len(v) for e, v in got.items()} == {e: 3 for e in events}
+    for v in got.values():
+        assert all(a["status"] == 500 for a in v)
+    stats = inbox(p)
+    assert stats["depth"] == 0 and stats["scheduled"] == 0 and stats["pending"] == 0
+    assert metric(p, "idempotency_proxy_inbox_dead_lettered_total") == 3
+    dead = p.admin("GET", "/inbox/%s/dead" % ENCODED)
+    assert dead.status == 200, dead
+    letters = dead.json()["dead"]
+    assert sorted(l["event"] for l in letters) == sorted(events)
+    assert all(l["attempts"] == "3" and l["reason"].startswith("max_attempts") for l in letters)
+    assert all("body" not in l for l in letters)
+
+    # fixed: redeliver one through the admin endpoint, delete another
+    receiver.control(status=200)
+    first, second = letters[0], letters[1]
+    r = p.admin("POST", "/inbox/%s/dead/%s/redeliver" % (ENCODED, first["id"]))
+    assert r.status == 200, r
+    wait_until(lambda: any(a["status"] == 200 and a["event"] == first["event"]
+                           for a in receiver.attempts()), 10, what="redelivered")
+    r = p.admin("DELETE", "/inbox/%s/dead/%s" % (ENCODED, second["id"]))
+    assert r.status == 200, r
+    assert p.admin("DELETE", "/inbox/%s/dead/%s" % (ENCODED, second["id"])).status == 404
+    assert p.admin("POST", "/inbox/%s/dead/%s/redeliver" % (ENCODED, first["id"])).status == 404
+    wait_until(lambda: inbox(p)["dead"] == 1, 5, what="one dead letter left")
+    assert p.admin("GET", "/inbox/%2Fnope/dead").status == 404
+
+
+# ---- 3: SIGKILL, takeover by a second proxy ------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_sigkilled_proxy_deliveries_taken_over_after_visibility_timeout(start_proxy,
+                                                                        receiver_factory):
+    receiver = receiver_factory(delay=3.0)
+    secret = new_secret()
+    a = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="4s")
+    events = ["evt_" + uuid.uuid4().hex for _ in range(10)]
+    for evt in events:
+        assert deliver(a, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: len(receiver.attempts()) == 10, 5, what="all in flight at A")
+    a.kill()  # SIGKILL with 10 deliveries in flight
+    killed_at = time.time()
+    receiver.control(delay=0)
+    b = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="4s")
+    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 10, 20,
+               interval=0.2, what="B delivered all 10")
+    second = [x for x in receiver.attempts() if x["t"] > killed_at]
+    assert sorted(x["event"] for x in second) == sorted(events)
+    # not before the visibility timeout (4 s since A last renewed them)
+    assert min(x["t"] for x in second) - killed_at > 4.0 - 4.0 / 3 - 0.5
+    stats = inbox(b)
+    assert stats["pending"] == 0 and stats["depth"] == 0
+
+
+def test_live_instance_renews_a_slow_delivery_no_second_copy(start_proxy, receiver_factory):
+    receiver = receiver_factory(delay=5.0)
+    secret = new_secret()
+    # concurrency 1: A, busy with the delivery, looks for nothing else; only its renewal
+    # (every 500 ms) keeps B, idle, from taking the entry after 1.5 s
+    a = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="1500ms",
+                          concurrency=1, workers=1)
+    b = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="1500ms",
+                          concurrency=1, workers=1)
+    evt = "evt_" + uuid.uuid4().hex
+    assert deliver(a, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: metric(a, "idempotency_proxy_inbox_delivered_total") == 1 or
+               metric(b, "idempotency_proxy_inbox_delivered_total") == 1, 15, interval=0.2,
+               what="delivered")
+    assert [x["event"] for x in receiver.attempts()] == [evt]
+
+
+# ---- 6: Redis restart with AOF ------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_redis_restart_with_aof_loses_no_accepted_delivery(tmp_path, start_proxy,
+                                                           receiver_factory):
+    srv = RedisServer(str(tmp_path / "aof"),
+                      extra_args=["--appendonly", "yes", "--appendfsync", "always"])
+    srv.start()
+    try:
+        receiver = receiver_factory(status=503)  # nothing acknowledged before the restart
+        secret = new_secret()
+        # visibility_timeout 2s: whatever a dead connection left pending is taken over soon
+        p = start_proxy(routes=[queued_route(secret, backoff={"initial": "200ms",
+                                                              "max": "500ms"},
+                                             max_attempts=1000, visibility_timeout="2s")],
+                        upstream_url=receiver.url, redis_url=srv.url,
+                        upstream={"timeout": "10s"}, env={"STRIPE_SECRET": secret})
+        events = ["evt_" + uuid.uuid4().hex for _ in range(20)]
+        for evt in events:
+            assert deliver(p, secret, stripe_body(evt)).status == 202
+        # each tried at least once: in the stream, pending, or scheduled for a retry
+        wait_until(lambda: len(by_event(receiver.attempts())) == 20, 10, what="first attempts")
+        srv.kill()  # SIGKILL, no chance to save on exit: only the AOF has them
+        r = p.admin("GET", "/inbox")
+        assert r.status == 503 and r.json()["error"], r
+        srv.start()
+        receiver.control(status=200)
+        wait_until(lambda: {e for e, v in by_event(receiver.attempts()).items()
+                            if any(a["status"] == 200 for a in v)} == set(events), 30,
+                   interval=0.3, what="every accepted delivery after the restart")
+        # and the records survived too: a duplicate replays
+        r = deliver(p, secret, stripe_body(events[0]))
+        assert r.status == 202 and r.replayed
+        assert p.stop() == 0
+    finally:
+        srv.kill()
+
+
+def test_acknowledgement_lost_to_a_redis_outage_is_sent_again_not_redelivered(
+        tmp_path, start_proxy, receiver_factory):
+    srv = RedisServer(str(tmp_path / "aof"),
+                      extra_args=["--appendonly", "yes", "--appendfsync", "always"])
+    srv.start()
+    try:
+        receiver = receiver_factory(delay=2.0)
+        secret = new_secret()
+        p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
+                        redis_url=srv.url, env={"STRIPE_SECRET": secret})
+        evt = "evt_" + uuid.uuid4().hex
+        assert deliver(p, secret, stripe_body(evt)).status == 202
+        wait_until(lambda: receiver.attempts(), 5, what="in delivery")
+        srv.kill()
+        time.sleep(2.5)  # the receiver's 2xx comes while Redis is down: the XACK cannot go
+        srv.start()
+        # settled once Redis is back, not delivered again after the 30 s visibility_timeout
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+                   interval=0.2, what="acknowledged after the outage")
+        assert inbox(p)["pending"] == 0 and inbox(p)["depth"] == 0
+        assert [a["event"] for a in receiver.attempts()] == [evt]
+        assert p.stop() == 0
+    finally:
+        srv.kill()
+
+
+# ---- Redis Cluster --------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_queued_route_on_a_redis_cluster_stays_in_one_slot(tmp_path, start_proxy,
+                                                          receiver_factory):
+    from redis_topology import ClusterGroup
+    c = ClusterGroup(str(tmp_path / "cluster"), n_primaries=3, replicas_per=0)
+    c.start()
+    try:
+        receiver = receiver_factory(status=500)
+        secret = new_secret()
+        p = start_proxy(routes=[queued_route(secret, max_attempts=2,
+                                             backoff={"initial": "100ms", "max": "100ms"})],
+                        upstream_url=receiver.url, env={"STRIPE_SECRET": secret},
+                        redis={"url": None, "cluster": {"addresses": c.addresses()[:2]}})
+        events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
+        for evt in events:
+            assert deliver(p, secret, stripe_body(evt)).status == 202
+        wait_until(lambda: inbox(p)["dead"] == 3, 15, interval=0.2, what="dead letters")
+        receiver.control(status=200)
+        letter = p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"][0]
+        assert p.admin("POST", "/inbox/%s/dead/%s/redeliver"
+                       % (ENCODED, letter["id"])).status == 200
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+                   what="redelivered through the cluster")
+        # every inbox command went straight to the slot's primary (XREADGROUP names its key
+        # after STREAMS), and the route's keys live on one node
+        text = p.admin("GET", "/metrics").body.decode()
+        assert re.search(r'^idempotency_proxy_redis_cluster_redirections_total\{kind="moved"\} 0$',
+                         text, re.M), text
+        holders = [n.port for n in c.primaries() if n.cmd("KEYS", "idem:inbox:*")]
+        assert len(holders) == 1, holders
+        assert p.stop() == 0
+    finally:
+        c.stop()
+
+
+# ---- SIGTERM ----------------------------------------------------------------------
+
+def test_sigterm_releases_deliveries_in_flight_to_another_instance(start_proxy,
+                                                                  receiver_factory):
+    receiver = receiver_factory(delay=20.0)
+    secret = new_secret()
+    a = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="30s")
+    evt = "evt_" + uuid.uuid4().hex
+    assert deliver(a, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: len(receiver.attempts()) == 1, 5, what="in flight")
+    start = time.monotonic()
+    assert a.stop(timeout=15) == 0
+    assert time.monotonic() - start < 10
+    assert "released to the other instances" in a.stderr_text()
+    receiver.control(delay=0)
+    b = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="30s")
+    # released: taken over at once, not after the 30 s visibility timeout
+    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 1, 8,
+               interval=0.2, what="B delivered the released entry")
