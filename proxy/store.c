@@ -67,6 +67,9 @@
  */
 #define STORE_WAIT_LAZY_MS 10
 
+/* An idle primary's replicas behind its offset this long (ms): one is stalled (not ready). */
+#define STORE_REPLICA_LAG_MS 3000
+
 /*
  * Finished commands are kept for the next ones (store_cmd_new), each with
  * its block for a saved argv, so a steady stream of commands allocates
@@ -258,6 +261,7 @@ struct store {
     struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
     struct event wait_lazy_ev;      /* STORE_WAIT_LAZY_MS after a call that can wait */
     _Atomic bool replicas_short;    /* the last WAIT or idle ROLE saw < redis.min_replicas */
+    uint64_t replicas_lag_since_ms; /* idle ROLEs have seen too few caught up since; 0: not */
 };
 
 enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT, REPLY_ANY };
@@ -375,9 +379,11 @@ static void store_report_any(struct store_cmd *cmd, enum store_status st, const 
  * An idle primary's ROLE reply: "master", its replication offset, and its
  * online replicas as [ip, port, acknowledged offset]. With redis.min_replicas,
  * fewer replicas listed than that means every claim would be refused: not
- * ready. Ready again only once enough replicas have acknowledged the whole
- * offset (a replica that is connected but stalled, the case a WAIT shortfall
- * found, is listed and lags, so it does not clear the shortfall).
+ * ready. A listed replica counts once it has acknowledged the whole offset;
+ * a live one does within a second (replicas acknowledge every second, and
+ * an idle primary's offset moves only with its pings to them), so too few
+ * caught up for STORE_REPLICA_LAG_MS means a replica that is connected but
+ * stalled: not ready either, also without traffic.
  */
 static void store_count_replicas(struct store *s, const redisReply *role)
 {
@@ -399,8 +405,14 @@ static void store_count_replicas(struct store *s, const redisReply *role)
             strtoll(r->element[2]->str, NULL, 10) >= role->element[1]->integer)
             caught_up++;
     }
-    if (caught_up >= need)
+    if (caught_up >= need) {
         s->replicas_short = false;
+        s->replicas_lag_since_ms = 0;
+    } else if (s->replicas_lag_since_ms == 0) {
+        s->replicas_lag_since_ms = clock_now_ms();
+    } else if (clock_now_ms() - s->replicas_lag_since_ms >= STORE_REPLICA_LAG_MS) {
+        s->replicas_short = true;
+    }
 }
 
 /*

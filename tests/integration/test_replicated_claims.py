@@ -496,3 +496,32 @@ def test_readyz_follows_the_replicas_min_replicas_needs(start_proxy, upstream, p
     wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=10,
                what="/readyz 503 with the replica gone, no traffic")
     assert upstream.total() == 1
+
+
+def test_a_frozen_replica_turns_readyz_503_without_traffic(start_proxy, upstream, tmp_path):
+    """A replica that is connected but stalled stays listed by ROLE; /readyz stayed 200
+    without traffic until Redis's repl-timeout dropped it (60 s), while every claim would
+    get 503. Its acknowledged offset lags the primary's once the primary pings it (every
+    repl-ping-replica-period; 1 s here, 10 s by default): not ready within 3 s of that."""
+    primary = RedisServer(str(tmp_path / "primary"),
+                          extra_args=["--repl-diskless-sync-delay", "0",
+                                      "--repl-ping-replica-period", "1"]).start()
+    replica = RedisServer(str(tmp_path / "replica"),
+                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        wait_until(lambda: in_sync(primary, replica), timeout=10, interval=0.05,
+                   what="the replica linked to the primary")
+        p = start_replicated(start_proxy, primary)
+        replica.pause()
+        t = time.monotonic()
+        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=10,
+                   what="/readyz 503 for a frozen replica, no traffic")
+        assert time.monotonic() - t < 8
+        replica.resume()
+        wait_until(lambda: readyz(p) == 200, timeout=10, what="ready once it caught up")
+        assert p.post(key=new_key()).status == 201
+        assert upstream.total() == 1
+    finally:
+        for srv in (replica, primary):
+            srv.resume()
+            srv.kill()
