@@ -274,7 +274,8 @@ static void exchange_answer_after_write(struct exchange *x)
  * logged and counted, nothing more. The answer went out already: the
  * replicated claim is what prevents a second execution, and a record lost
  * in a failover leaves that claim, which reads as in flight and then as
- * outcome unknown, never as a fresh key.
+ * ambiguous (on_ambiguous: hold: outcome unknown; release: a retry takes
+ * it over), never as a fresh key.
  */
 static void exchange_on_record_replicated(enum store_status st, long long replicas, void *arg)
 {
