@@ -99,6 +99,26 @@ static bool classify_key_from_body(const struct route_policy *policy,
     return true;
 }
 
+/*
+ * A scope header (README "Scope") sent on two lines: which one names the
+ * caller is a guess, so the request is refused rather than recorded under
+ * one of them (fail closed).
+ */
+static void classify_check_scope(const struct route_policy *policy,
+                                 const struct classify_input *in, struct classify_result *out)
+{
+    for (size_t i = 0; i < policy->n_scope_headers; i++) {
+        int lines;
+        header_find_all(in->headers, policy->scope_headers[i], &lines);
+        if (lines > 1) {
+            classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                            "a scope header of this route appears more than once, so the "
+                            "caller's namespace is ambiguous");
+            return;
+        }
+    }
+}
+
 /* The key from its header (README "How a request is handled", 4.3). */
 static void classify_key_from_header(const struct route_policy *policy,
                                      const struct classify_input *in, const char *signed_id,
@@ -192,7 +212,9 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
     if (policy->key_from == KEY_FROM_JSON) {
         if (classify_key_from_body(policy, in, key, keysize, out))
             out->verdict = CLASSIFY_PROTECT;
-        return;
+    } else {
+        classify_key_from_header(policy, in, signed_id, key, keysize, out);
     }
-    classify_key_from_header(policy, in, signed_id, key, keysize, out);
+    if (out->verdict == CLASSIFY_PROTECT)
+        classify_check_scope(policy, in, out);
 }

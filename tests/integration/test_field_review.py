@@ -253,3 +253,13 @@ def test_the_upstream_is_reached_directly_whatever_proxy_the_environment_names(s
             pass
     finally:
         trap.close()
+
+
+def test_a_scope_header_on_two_lines_is_refused(proxy, upstream):
+    """Two Authorization lines were scoped by the first one: the record's namespace was a
+    guess."""
+    before = upstream.total()
+    r = proxy.post(key=new_key(), headers=[("Authorization", "Bearer alice"),
+                                           ("Authorization", "Bearer bob")])
+    assert_problem(r, 400, "invalid-key")
+    assert upstream.total() == before
