@@ -1254,6 +1254,17 @@ static void store_any(struct store *s, int script, int key_arg, int argc, const 
     store_submit(cmd, argc, argv, argvlen);
 }
 
+/* A variable-length command's argv and lengths (argc of each, zeroed); out of memory aborts. */
+static void store_argv_alloc(size_t argc, const char ***argv, size_t **argvlen)
+{
+    *argv = calloc(argc, sizeof(**argv));
+    *argvlen = calloc(argc, sizeof(**argvlen));
+    if (*argv == NULL || *argvlen == NULL) {
+        log_msg(LOG_ERROR, "redis: out of memory");
+        abort();
+    }
+}
+
 /* EVALSHA of an inbox script over the route's four keys; args: nargs of ARGV. */
 static void store_inbox_eval(struct store *s, enum store_script script,
                              const struct store_inbox_keys *k, int nargs, const char **args,
@@ -1282,13 +1293,10 @@ void store_inbox_append(struct store *s, const struct store_inbox_keys *k, size_
                         void *arg)
 {
     size_t argc = 3 + 2 * nfields;
-    const char **argv = calloc(argc, sizeof(*argv));
-    size_t *argvlen = calloc(argc, sizeof(*argvlen));
+    const char **argv;
+    size_t *argvlen;
 
-    if (argv == NULL || argvlen == NULL) {
-        log_msg(LOG_ERROR, "redis: out of memory");
-        abort();
-    }
+    store_argv_alloc(argc, &argv, &argvlen);
     argv[0] = "XADD";
     argv[1] = k->stream;
     argv[2] = "*";
@@ -1347,13 +1355,10 @@ void store_inbox_renew(struct store *s, const struct store_inbox_keys *k, const 
 {
     size_t argc = 8 + n;
     char idle[24];
-    const char **argv = calloc(argc, sizeof(*argv));
-    size_t *argvlen = calloc(argc, sizeof(*argvlen));
+    const char **argv;
+    size_t *argvlen;
 
-    if (argv == NULL || argvlen == NULL) {
-        log_msg(LOG_ERROR, "redis: out of memory");
-        abort();
-    }
+    store_argv_alloc(argc, &argv, &argvlen);
     argv[0] = "XCLAIM";
     argv[1] = k->stream;
     argv[2] = k->group;

@@ -14,33 +14,11 @@ proxy binary.
 
 import signal
 import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from redis_gate import RedisGate
-
-PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
-
-
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def in_background(fn, *args, **kw):
-    ex = ThreadPoolExecutor(1)
-    f = ex.submit(fn, *args, **kw)
-    ex.shutdown(wait=False)
-    return f
-
-
-def assert_problem(r, status, cause):
-    assert r.status == status, r
-    assert r.is_problem(), "expected application/problem+json: %r" % r
-    doc = r.json()
-    assert doc["type"] == PROBLEM_PREFIX + cause or doc["type"].endswith(":" + cause), doc
-    return doc
+from test_store_faults import assert_problem, in_background, new_key
 
 
 def wait_for(pred, timeout=5.0, what="condition"):
