@@ -44,8 +44,8 @@ int request_view_init(struct request_view *v, struct evhttp_request *req);
  * connection. The caller refuses such a request whole and closes the
  * connection. A bodiless method may say "Content-Length: 0". Also refused:
  * a header field name that is not a token (RFC 9112 5.1: whitespace before
- * the colon) or a value with a control character (RFC 9110 5.5), which an
- * upstream's parser may split differently. Returns a static human reason.
+ * the colon), where an upstream's parser may end the header block. Returns
+ * a static human reason.
  */
 const char *request_framing_fault(struct evhttp_request *req);
 
