@@ -742,7 +742,8 @@ static int config_finish_route(struct config_loader *ld, size_t i)
         return config_error(ld, secret, "secret without verify: set verify to "
                             "standard-webhooks, github or stripe");
     free(policy->record_source);
-    policy->record_source = config_record_source(policy);
+    policy->record_source = config_record_source(policy, ld->cfg->routes[i].match,
+                                                  ld->cfg->routes[i].prefix);
     if (policy->record_source == NULL)
         return config_oom(ld, map);
     for (size_t i = 0; i < policy->n_secrets; i++) {

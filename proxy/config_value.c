@@ -226,17 +226,22 @@ enum config_expand_status config_expand_env(const char *text, bool unset_empty, 
     return st;
 }
 
-char *config_record_source(const struct route_policy *policy)
+char *config_record_source(const struct route_policy *policy, const char *route_match,
+                           bool prefix)
 {
-    char *source;
+    char *source, *scoped;
 
     if (policy->webhook && policy->key_from == KEY_FROM_JSON)
-        return config_printf_dup("json:%s", policy->key_json_pointer);
-    source = config_printf_dup("header:%s", policy->key_header);
-    for (char *c = source ? source : ""; *c != '\0'; c++)
-        if (*c >= 'A' && *c <= 'Z')
-            *c = (char)(*c - 'A' + 'a');
-    return source;
+        source = config_printf_dup("json:%s", policy->key_json_pointer);
+    else if ((source = config_printf_dup("header:%s", policy->key_header)) != NULL)
+        for (char *c = source; *c != '\0'; c++)
+            if (*c >= 'A' && *c <= 'Z')
+                *c = (char)(*c - 'A' + 'a');
+    if (source == NULL || !policy->webhook)
+        return source;
+    scoped = config_printf_dup("%s route:%s%s", source, route_match, prefix ? "*" : "");
+    free(source);
+    return scoped;
 }
 
 /* ---- numbers ----------------------------------------------------------- */

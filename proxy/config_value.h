@@ -69,9 +69,14 @@ bool config_same_string(const char *a, const char *b);
  * What record ids hash as policy's key source (fingerprint.h):
  * "header:" and key_header lowercased (header names are case-insensitive,
  * RFC 9110 5.1), or for a webhook route with key_from json: "json:" and the
- * pointer as written. Malloc'd (caller frees); NULL when out of memory.
+ * pointer as written. A webhook route's source also names the route (" route:"
+ * and route_match, the normalised pattern, with "*" when prefix): a provider
+ * sends one event id to each endpoint it delivers to, and each endpoint's
+ * delivery must reach its receiver. Malloc'd (caller frees); NULL when out
+ * of memory.
  */
-char *config_record_source(const struct route_policy *policy);
+char *config_record_source(const struct route_policy *policy, const char *route_match,
+                           bool prefix);
 
 /*
  * Whether the admin listener (host NULL: disabled) would take the port of

@@ -263,3 +263,19 @@ def test_a_scope_header_on_two_lines_is_refused(proxy, upstream):
                                            ("Authorization", "Bearer bob")])
     assert_problem(r, 400, "invalid-key")
     assert upstream.total() == before
+
+
+def test_one_event_id_sent_to_two_webhook_routes_reaches_both(start_proxy, upstream):
+    """A provider sends one event id to every endpoint subscribed to the event; the record
+    id left the route out, so the second endpoint's delivery was answered as a replay of
+    the first and never reached its receiver."""
+    hook = {"methods": ["POST"], "key_from": "header:X-Event-Id", "verify": "none"}
+    p = start_proxy(routes=[dict(hook, path="/hooks/billing"), dict(hook, path="/hooks/ledger")])
+    event = "evt_" + uuid.uuid4().hex
+    before = upstream.total()
+    for path in ("/hooks/billing", "/hooks/ledger"):
+        r = p.post(path=path, headers=[("X-Event-Id", event)], body=b'{"id": "x"}')
+        assert r.status < 300 and not r.replayed, (path, r)
+        again = p.post(path=path, headers=[("X-Event-Id", event)], body=b'{"id": "x"}')
+        assert again.replayed and again.body == r.body, (path, again)
+    assert upstream.total() == before + 2

@@ -51,9 +51,10 @@ static void check_record_source(const char *name, const struct config *cfg)
                      "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(route_at(cfg, 1)->policy.record_source, "header:x-request-id"),
                      "line %d", __LINE__);
-    UNIT_CHECK(name, STREQ(route_at(cfg, 2)->policy.record_source, "header:x-github-delivery"),
+    UNIT_CHECK(name, STREQ(route_at(cfg, 2)->policy.record_source,
+                           "header:x-github-delivery route:/c"),
                      "line %d", __LINE__);
-    UNIT_CHECK(name, STREQ(route_at(cfg, 3)->policy.record_source, "json:/data/id"),
+    UNIT_CHECK(name, STREQ(route_at(cfg, 3)->policy.record_source, "json:/data/id route:/d"),
                      "line %d", __LINE__);
 }
 
@@ -523,6 +524,7 @@ static const struct config_case config_cases[] = {
     { "key_prefix not ASCII", "redis:\n  key_prefix: \"caf\xc3\xa9\"\n", 2, "printable ASCII",
       NULL },
     { "key_prefix with a tab", "redis:\n  key_prefix: \"a\\tb\"\n", 2, "printable ASCII", NULL },
+    /* a webhook route's source names the route: one event id goes to each endpoint */
     { "record source: header lowercased, json as written",
       "routes:\n  - path: /a\n  - path: /b\n    key_header: X-Request-ID\n"
       "  - path: /c\n    key_from: header:X-GitHub-Delivery\n    verify: none\n"
