@@ -914,7 +914,16 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
     return route_warnings(cfg->routes, cfg->n_routes, file, out, outsize);
 }
 
-/* Every queued route of a is a queued route of b, by its path as written. */
+static bool config_same_delivery(const struct delivery_policy *a, const struct delivery_policy *b)
+{
+    return a->mode == b->mode && a->max_attempts == b->max_attempts &&
+           a->max_age_ms == b->max_age_ms && a->backoff_initial_ms == b->backoff_initial_ms &&
+           a->backoff_max_ms == b->backoff_max_ms &&
+           a->visibility_timeout_ms == b->visibility_timeout_ms &&
+           a->concurrency == b->concurrency && a->ack_status == b->ack_status;
+}
+
+/* Every queued route of a is a queued route of b, by its path as written, with the same delivery. */
 static bool config_same_queued(const struct config *a, const struct config *b)
 {
     for (size_t i = 0; i < a->n_routes; i++) {
@@ -924,11 +933,18 @@ static bool config_same_queued(const struct config *a, const struct config *b)
             continue;
         for (size_t j = 0; j < b->n_routes && !found; j++)
             found = b->routes[j].policy.delivery.mode == DELIVERY_QUEUED &&
-                    strcmp(a->routes[i].path, b->routes[j].path) == 0;
+                    strcmp(a->routes[i].path, b->routes[j].path) == 0 &&
+                    config_same_delivery(&a->routes[i].policy.delivery,
+                                         &b->routes[j].policy.delivery);
         if (!found)
             return false;
     }
     return true;
+}
+
+bool config_same_inboxes(const struct config *a, const struct config *b)
+{
+    return config_same_queued(a, b) && config_same_queued(b, a);
 }
 
 const char *config_reload_refusal(const struct config *running, const struct config *next)
@@ -936,8 +952,5 @@ const char *config_reload_refusal(const struct config *running, const struct con
     /* a new prefix would hide every record: retries would execute again */
     if (!config_same_string(running->key_prefix, next->key_prefix))
         return "redis.key_prefix";
-    /* each worker's inbox consumers are set up at startup, from the queued routes then */
-    if (!config_same_queued(running, next) || !config_same_queued(next, running))
-        return "a route's delivery.mode";
     return route_reload_refusal(running->routes, running->n_routes, next->routes, next->n_routes);
 }

@@ -221,4 +221,12 @@ int config_parse_size(const char *text, size_t *out_bytes);
  */
 const char *config_reload_refusal(const struct config *running, const struct config *next);
 
+/*
+ * Whether a and b have the same queued webhook routes (by path as written)
+ * with the same delivery settings (README "Webhook inbox"). Each worker's
+ * inbox consumers are made at startup from the boot config, so a reload that
+ * adds, removes or retunes one needs a restart. Pure.
+ */
+bool config_same_inboxes(const struct config *a, const struct config *b);
+
 #endif

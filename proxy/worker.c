@@ -108,6 +108,9 @@ static const char *worker_restart_needed(const struct config *old, const struct 
         old->redis_tls_verify != new->redis_tls_verify || old->redis_tls != new->redis_tls ||
         !worker_same_sentinel(old, new) || !worker_same_cluster(old, new))
         return "redis";
+    /* the inbox consumers were made from the boot config's queued routes */
+    if (!config_same_inboxes(old, new))
+        return "a queued route or its delivery settings";
     return NULL;
 }
 

@@ -1164,13 +1164,6 @@ static const struct config_reload_case config_reload_cases[] = {
       "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n    verify: none\n", "key source" },
     { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
       "redis.key_prefix" },
-    /* each worker's inbox consumers are made at startup (README "Webhook inbox") */
-    { "a route becomes queued", "routes:\n" R_HOOK,
-      "routes:\n" R_HOOK "    delivery: {mode: queued}\n", "delivery.mode" },
-    { "a queued route goes direct", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n" R_HOOK, "delivery.mode" },
-    { "a queued route's other delivery keys", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n" R_PAY R_HOOK "    delivery: {mode: queued, max_attempts: 3}\n", NULL },
     { "a route that takes over paths of another identity", "routes:\n" R_PAY,
       "routes:\n  - path: /v1/payments/refunds\n    scope_headers: [X-Tenant]\n" R_PAY,
       "scope_headers" },
@@ -1184,6 +1177,48 @@ static const struct config_reload_case config_reload_cases[] = {
       "  - path: /v1/*\n    key_header: X-Key\n",
       "routes:\n  - path: /v1/*\n    key_header: X-Key\n", "key source" },
 };
+
+/* queued routes need a restart to change (worker_restart_needed): config_same_inboxes */
+static const struct {
+    const char *name, *running, *next;
+    bool same;
+} config_inbox_cases[] = {
+    { "same queued route", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
+      "routes:\n" R_PAY R_HOOK "    delivery: {mode: queued}\n", true },
+    { "a route becomes queued", "routes:\n" R_HOOK,
+      "routes:\n" R_HOOK "    delivery: {mode: queued}\n", false },
+    { "a queued route goes direct", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
+      "routes:\n" R_HOOK, false },
+    { "a queued route's other delivery keys", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
+      "routes:\n" R_HOOK "    delivery: {mode: queued, max_attempts: 3}\n", false },
+};
+
+static void run_inbox_cases(void)
+{
+    for (size_t i = 0; i < sizeof(config_inbox_cases) / sizeof(config_inbox_cases[0]); i++) {
+        struct config a, b;
+        char err[512], name[160];
+
+        snprintf(name, sizeof(name), "inboxes: %s", config_inbox_cases[i].name);
+        if (config_load_string(&a, config_inbox_cases[i].running,
+                               strlen(config_inbox_cases[i].running), FILE_NAME, err,
+                               sizeof(err)) != 0) {
+            UNIT_CHECK(name, false, "running did not load: %s", err);
+            continue;
+        }
+        if (config_load_string(&b, config_inbox_cases[i].next, strlen(config_inbox_cases[i].next),
+                               FILE_NAME, err, sizeof(err)) != 0) {
+            UNIT_CHECK(name, false, "next did not load: %s", err);
+            config_deinit(&a);
+            continue;
+        }
+        UNIT_CHECK(name, config_same_inboxes(&a, &b) == config_inbox_cases[i].same,
+                   "want %s", config_inbox_cases[i].same ? "same" : "a restart");
+        UNIT_CHECK(name, config_reload_refusal(&a, &b) == NULL, "refused as an identity change");
+        config_deinit(&a);
+        config_deinit(&b);
+    }
+}
 
 static void run_reload_cases(void)
 {
@@ -1225,6 +1260,7 @@ int main(int argc, char **argv)
         run_case(&config_cases[i]);
     run_match_cases();
     run_reload_cases();
+    run_inbox_cases();
     run_pattern_cases();
     run_unit_cases();
     run_file_cases(argc > 1 ? argv[1] : NULL);
