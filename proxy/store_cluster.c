@@ -337,10 +337,30 @@ static bool cluster_read_range(struct store_cluster *cl, const redisReply *range
                           (unsigned)(range->elements - 3));
 }
 
+/* A map was not taken: the first `known` nodes get back the roles the last one gave them. */
+static void cluster_restore_roles(struct store_cluster *cl, size_t known, const bool *was_master,
+                                  const unsigned *had_replicas)
+{
+    for (size_t j = 0; j < cl->n_nodes; j++) {
+        cl->nodes[j]->master = j < known ? was_master[j] : false;
+        cl->nodes[j]->replicas = j < known ? had_replicas[j] : 0;
+    }
+}
+
+/* Whether the map being read (cl->next) gives any slot a primary. */
+static bool cluster_any_slot(const struct store_cluster *cl)
+{
+    for (size_t s = 0; s < STORE_CLUSTER_SLOTS; s++)
+        if (cl->next[s] >= 0)
+            return true;
+    return false;
+}
+
 /*
  * The map in r becomes the map: slots point at their primaries, a primary
  * without a connection gets one, a node no longer a primary loses its own.
- * False (the old map stays) when r cannot be read with certainty.
+ * False (the old map stays) when r cannot be read with certainty, or gives
+ * no slot a primary.
  */
 static bool cluster_read_map(struct store_cluster *cl, const redisReply *r)
 {
@@ -361,12 +381,19 @@ static bool cluster_read_map(struct store_cluster *cl, const redisReply *r)
     for (size_t i = 0; i < r->elements; i++) {
         if (!(cl->use_slots ? cluster_read_range(cl, r->element[i])
                             : cluster_read_shard(cl, r->element[i]))) {
-            for (size_t j = 0; j < cl->n_nodes; j++) {
-                cl->nodes[j]->master = j < known ? was_master[j] : false;
-                cl->nodes[j]->replicas = j < known ? had_replicas[j] : 0;
-            }
+            cluster_restore_roles(cl, known, was_master, had_replicas);
             return false;
         }
+    }
+    if (!cluster_any_slot(cl)) {
+        /*
+         * No primary owns a slot: the node answering was reset or removed
+         * from the cluster (redis-cli --cluster del-node leaves it running,
+         * soft-reset), not the cluster losing every slot at once. Taking
+         * its map would pin this worker to it.
+         */
+        cluster_restore_roles(cl, known, was_master, had_replicas);
+        return false;
     }
     for (size_t s = 0; s < STORE_CLUSTER_SLOTS; s++)
         cl->slot[s] = cl->next[s] >= 0 ? cl->nodes[cl->next[s]] : NULL;
@@ -419,7 +446,9 @@ static void cluster_on_map(enum store_status st, const redisReply *r, void *arg)
         ok = cluster_read_map(cl, r);
         if (!ok)
             log_msg(LOG_ERROR, "redis: the cluster's slot map could not be read (%s); keeping "
-                    "the last one", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+                    "the last one", r->type == REDIS_REPLY_ERROR ? r->str
+                    : "unexpected reply, or no slot has a primary: a node reset or removed "
+                      "from the cluster?");
     }
     cluster_refresh_done(cl, ok);
 }

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPO, log_line, log_lines, wait_ready, wait_until
+from harness import REPO, RedisServer, log_line, log_lines, wait_ready, wait_until
 from redis_topology import ClusterGroup, Pki, acl_setuser, cluster_free_port, tls_args
 
 
@@ -463,3 +463,27 @@ def test_tls_cluster_serves_through_every_primarys_tls_port(tmp_path, start_prox
             assert upstream.executions(k) == 1
     finally:
         c.stop()
+
+
+def test_a_slotless_node_among_the_seeds_is_not_taken_for_the_cluster(cluster, start_proxy,
+                                                                      upstream, tmp_path):
+    """A cluster node that owns no slot (reset, or removed with `redis-cli --cluster
+    del-node`, which leaves it running) answers CLUSTER SHARDS with itself and no slots:
+    a worker took that map, closed its real primaries and stayed pinned to it, not ready
+    for as long as it ran. Its map is refused: the next seed's is read."""
+    d = str(tmp_path / "lone")
+    lone = RedisServer(d, port=cluster_free_port(), extra_args=[
+        "--cluster-enabled", "yes", "--cluster-config-file", os.path.join(d, "nodes.conf")])
+    lone.start()
+    try:
+        cluster.wait_stable()
+        p = start_proxy(redis={"url": None, "cluster": {
+            "addresses": ["127.0.0.1:%d" % lone.port] + cluster.addresses()[:1]}}, workers=1)
+        wait_ready(p, timeout=10)
+        key = new_key()
+        assert p.post(key=key).status == 201
+        assert p.post(key=key).replayed
+        assert upstream.executions(key) == 1
+        assert "no slot has a primary" in p.stderr_text()
+    finally:
+        lone.kill()
