@@ -22,6 +22,15 @@ enum decision decide_existing(const struct record *rec, const char *fp, uint64_t
     }
     if (now_ms < rec->lease_deadline_ms)
         return policy->in_flight == IN_FLIGHT_WAIT ? DECIDE_WAIT : DECIDE_REJECT_IN_FLIGHT;
+    /*
+     * A queued route's claim only guards the append to the inbox stream, and
+     * the inbox delivers at least once with Idempotency-Key: <event id>: a
+     * second append is at worst a duplicate delivery, while holding would lose
+     * the event for the whole retention (README "Webhook inbox"). So an
+     * expired claim is always taken over there, whatever on_ambiguous says.
+     */
+    if (policy->webhook && policy->delivery.mode == DELIVERY_QUEUED)
+        return DECIDE_TAKEOVER;
     /* The owner stopped renewing: it died mid-flight, so the upstream may have acted. */
     return policy->on_ambiguous == AMBIGUOUS_HOLD ? DECIDE_OUTCOME_UNKNOWN : DECIDE_TAKEOVER;
 }

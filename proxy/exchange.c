@@ -259,6 +259,11 @@ static void exchange_answer_after_write(struct exchange *x)
         exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
                          "the delivery could not be queued; nothing was recorded; retry", 1,
                          false);
+    } else if (x->inbox_unrecorded) {
+        x->outcome = OUTCOME_STORE_ERROR;
+        exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                         "the delivery was queued but could not be recorded; retry (it may be "
+                         "delivered twice)", 1, false);
     } else if (x->upstream == UPSTREAM_ANSWERED)
         exchange_reply_upstream(x);
     else if (x->upstream == UPSTREAM_TIMEOUT)
@@ -386,6 +391,17 @@ static void exchange_on_written(enum store_status st, bool applied, void *arg)
         log_msg(LOG_INFO, "exchange %s: the record write went through on a later attempt",
                 x->record_id);
     }
+    /*
+     * Queued route: appended, but Redis refused the ack record (an error
+     * reply, not a lost connection: those are retried above with the 2xx
+     * already sent). A 2xx would promise a dedupe that is not in place and
+     * hide the fault; 503 makes the provider retry, and its retry, once the
+     * lease is out, takes the claim over and appends again: a possible
+     * duplicate delivery within at least once (README "Webhook inbox").
+     */
+    if (st != STORE_OK && x->write == WRITE_ANSWER && x->event_id != NULL &&
+        x->state == X_WRITING)
+        x->inbox_unrecorded = true;
     retried = x->write_retrying;
     x->write_retrying = false; /* no more renewals */
     event_del(&x->lease_timer);

@@ -87,6 +87,7 @@ struct exchange {
 
     char *event_id;                     /* the key: a queued webhook route's event id; owned */
     bool inbox_failed;                  /* queued: the append failed, the provider gets 503 */
+    bool inbox_unrecorded;              /* queued: appended, but the ack record write failed: 503 */
 
     enum outcome outcome;               /* for the access log and metrics */
     enum problem refusal;               /* OUTCOME_REFUSED: named by this problem */

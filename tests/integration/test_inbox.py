@@ -588,3 +588,79 @@ def test_sigterm_releases_deliveries_in_flight_to_another_instance(start_proxy,
     # released: taken over at once, not after the 30 s visibility timeout
     wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 1, 8,
                interval=0.2, what="B delivered the released entry")
+
+
+# ---- a claim without an append, a record that cannot be written -------------------
+
+def start_leased_inbox_proxy(start_proxy, receiver, secret, lease="2s", **delivery):
+    """A queued route with a short lease and on_ambiguous: hold, which queued routes ignore."""
+    route = queued_route(secret, **delivery)
+    route.update(lease=lease, on_ambiguous="hold")
+    return start_proxy(routes=[route], upstream_url=receiver.url, upstream={"timeout": "60s"},
+                       env={"STRIPE_SECRET": secret})
+
+
+def test_claim_left_by_a_proxy_killed_before_the_append_is_taken_over(start_proxy,
+                                                                       receiver_factory, redis):
+    receiver = receiver_factory()
+    secret = new_secret()
+    a = start_leased_inbox_proxy(start_proxy, receiver, secret)
+    b = start_leased_inbox_proxy(start_proxy, receiver, secret)
+    wait_until(lambda: inbox_ok(a) and inbox_ok(b), 5, what="the group")
+    evt = "evt_" + uuid.uuid4().hex
+    body = stripe_body(evt)
+
+    def first():
+        try:
+            deliver(a, secret, body, timeout=5)
+        except Exception:
+            pass  # A dies under it
+
+    redis.pause()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            f = pool.submit(first)
+            time.sleep(0.15)
+            a.kill()  # the claim is on its way to Redis, the XADD never will be
+            redis.resume()
+            f.result(10)
+    finally:
+        redis.resume()
+    assert [k for k in redis.keys("idem:*") if ":inbox:" not in k], "A's claim landed"
+    assert receiver.attempts() == []
+    # B waits out A's lease (in_flight: wait), then takes the claim over and queues the
+    # event, rather than 502 outcome-unknown for the whole retention
+    r = deliver(b, secret, body)
+    assert r.status == 202 and not r.replayed, r
+    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()], 10,
+               what="the receiver got the event")
+    r = deliver(b, secret, body)
+    assert r.status == 202 and r.replayed, r
+
+
+def test_ack_record_refused_by_redis_is_503_and_the_retry_is_delivered(start_proxy,
+                                                                       receiver_factory, redis):
+    receiver = receiver_factory()
+    secret = new_secret()
+    p = start_leased_inbox_proxy(start_proxy, receiver, secret)
+    wait_until(lambda: inbox_ok(p), 5, what="the group")
+    evt = "evt_" + uuid.uuid4().hex
+    body = stripe_body(evt)
+    # the claim (SET NX) and the XADD pass; the record write (a script) is refused: NOPERM
+    redis.cmd("ACL", "SETUSER", "default", "-evalsha", "-eval")
+    try:
+        r = deliver(p, secret, body)
+    finally:
+        redis.cmd("ACL", "SETUSER", "default", "+evalsha", "+eval")
+    assert r.status == 503, r
+    assert b"could not be recorded" in r.body, r.body
+    claimed = time.time()
+    # the retry after the lease takes the claim over and is acked; the event arrives
+    time.sleep(max(0.0, claimed + 2.3 - time.time()))
+    r = deliver(p, secret, body)
+    assert r.status == 202 and not r.replayed, r
+    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()], 10,
+               what="the receiver got the event")
+    assert all(x["event"] == evt for x in receiver.attempts())
+    r = deliver(p, secret, body)
+    assert r.status == 202 and r.replayed, r
