@@ -375,8 +375,9 @@ static void inbox_deliver(struct inbox_route *r, const struct store_reply *entry
     }
     evhttp_remove_header(&d->headers, "Idempotency-Key");
     evhttp_add_header(&d->headers, "Idempotency-Key", d->event);
-    if (upstream_send(ib->up, d->method, d->target, &d->headers, d->client, d->body,
-                      d->body_len, inbox_on_upstream, d) != 0) {
+    /* only the status counts (README "Webhook inbox"): the receiver's body is dropped */
+    if (upstream_send_capped(ib->up, d->method, d->target, &d->headers, d->client, d->body,
+                             d->body_len, 0, inbox_on_upstream, d) != 0) {
         metrics_count(ib->metrics, METRICS_INBOX_ATTEMPTS);
         inbox_failed(d, "no answer (the upstream call could not be set up)");
     }

@@ -7,6 +7,7 @@
 #include "upstream.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ struct upstream_call {
     bool resend_refused;
     struct evkeyvalq response_headers;
     struct evbuffer *response_body;
+    size_t body_max;                /* bytes of the answer's body kept; the rest is read, dropped */
     upstream_done_cb *cb;
     void *arg;
     char error[CURL_ERROR_SIZE];
@@ -302,10 +304,15 @@ static int upstream_on_prereq(void *clientp, char *conn_primary_ip, char *conn_l
 static size_t upstream_on_write(char *data, size_t size, size_t nmemb, void *userp)
 {
     struct upstream_call *call = userp;
+    size_t n = size * nmemb, have = evbuffer_get_length(call->response_body);
+    size_t keep = have >= call->body_max ? 0 : call->body_max - have;
 
-    if (evbuffer_add(call->response_body, data, size * nmemb) != 0)
+    /* past body_max the bytes are read (the answer must end to count) but not kept */
+    if (keep > n)
+        keep = n;
+    if (keep > 0 && evbuffer_add(call->response_body, data, keep) != 0)
         return 0;
-    return size * nmemb;
+    return n;
 }
 
 /*
@@ -694,6 +701,15 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
                   const struct evkeyvalq *headers, const char *client_addr, const char *body,
                   size_t len, upstream_done_cb *cb, void *arg)
 {
+    return upstream_send_capped(up, method, target, headers, client_addr, body, len, SIZE_MAX,
+                                cb, arg);
+}
+
+int upstream_send_capped(struct upstream *up, const char *method, const char *target,
+                         const struct evkeyvalq *headers, const char *client_addr,
+                         const char *body, size_t len, size_t body_max, upstream_done_cb *cb,
+                         void *arg)
+{
     const struct config *cfg = up->cfg;
     struct upstream_call *call = calloc(1, sizeof(*call));
     bool failed = false, with_body;
@@ -706,6 +722,7 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
     call->up = up;
     call->cb = cb;
     call->arg = arg;
+    call->body_max = body_max;
     TAILQ_INIT(&call->response_headers);
     call->response_body = evbuffer_new();
     call->easy = e = upstream_handle_get(up);

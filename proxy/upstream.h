@@ -79,6 +79,18 @@ int upstream_send(struct upstream *up, const char *method, const char *target,
                   const struct evkeyvalq *headers, const char *client_addr, const char *body,
                   size_t len, upstream_done_cb *cb, void *arg);
 
+/*
+ * upstream_send, keeping at most body_max bytes of the answer's body in
+ * resp->body: the rest is read from the socket and dropped, so a caller
+ * that needs only the status (the inbox's deliveries) is not grown by a
+ * large answer. The answer still counts as UPSTREAM_ANSWERED once whole.
+ * Returns 0, or -1 as upstream_send.
+ */
+int upstream_send_capped(struct upstream *up, const char *method, const char *target,
+                         const struct evkeyvalq *headers, const char *client_addr,
+                         const char *body, size_t len, size_t body_max, upstream_done_cb *cb,
+                         void *arg);
+
 /* Transfers in flight, for drain and metrics; any thread may ask while up exists. */
 unsigned upstream_in_flight(const struct upstream *up);
 

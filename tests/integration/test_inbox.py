@@ -664,3 +664,34 @@ def test_ack_record_refused_by_redis_is_503_and_the_retry_is_delivered(start_pro
     assert all(x["event"] == evt for x in receiver.attempts())
     r = deliver(p, secret, body)
     assert r.status == 202 and r.replayed, r
+
+
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_receivers_large_answer_body_is_dropped_not_buffered(start_proxy, receiver_factory):
+    receiver = receiver_factory()
+    receiver.control(body_bytes=50 * 1024 * 1024)  # a 200 with 50 MiB of body
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret, workers=1)
+    wait_until(lambda: inbox_ok(p), 5, what="the group")
+    before = vm_rss_kib(p.pid())
+    peak = [before]
+    evt = "evt_" + uuid.uuid4().hex
+    assert deliver(p, secret, stripe_body(evt)).status == 202
+
+    def delivered():
+        peak[0] = max(peak[0], vm_rss_kib(p.pid()))
+        return metric(p, "idempotency_proxy_inbox_delivered_total") == 1
+
+    wait_until(delivered, 20, interval=0.05, what="delivered")
+    peak[0] = max(peak[0], vm_rss_kib(p.pid()))
+    assert [x["event"] for x in receiver.attempts()] == [evt]
+    assert inbox(p)["depth"] == 0
+    # the 50 MiB went through the proxy without being kept
+    assert peak[0] - before < 10 * 1024, (before, peak[0])

@@ -8,10 +8,11 @@ log outlives a restart of the receiver) holds the arrival time `t` (unix
 seconds), the `event` (the Idempotency-Key header), the path, the status it
 answered, whether a signature header came along, the header fields (names
 lowercased), the body and its sha256.
-The answer waits `delay` seconds, then is `status` with an empty body.
+The answer waits `delay` seconds, then is `status` with an empty body, or with
+`body_bytes` bytes of body (written 1 MiB at a time) when that is set.
 
 Control (the test changes behaviour without a restart):
-  POST /_control {"delay": 30, "status": 500}   either key optional
+  POST /_control {"delay": 30, "status": 500, "body_bytes": 0}   each key optional
   GET  /_attempts                               every line of FILE, as a JSON list
 Python 3 standard library only.
 """
@@ -22,7 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"delay": 0.0, "status": 200}
+STATE = {"delay": 0.0, "status": 200, "body_bytes": 0}
 LOCK = threading.Lock()
 ARGS = None
 
@@ -64,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(200, json.dumps(STATE).encode())
             return
         with LOCK:
-            delay, status = STATE["delay"], STATE["status"]
+            delay, status, body_bytes = STATE["delay"], STATE["status"], STATE["body_bytes"]
         entry = {
             "t": t, "event": self.headers.get("Idempotency-Key"), "path": self.path,
             "status": status,
@@ -79,7 +80,23 @@ class Handler(BaseHTTPRequestHandler):
                 f.write(json.dumps(entry) + "\n")
         if delay:
             time.sleep(delay)
-        self._answer(status)
+        if body_bytes:
+            self._answer_large(status, body_bytes)
+        else:
+            self._answer(status)
+
+    def _answer_large(self, status, n):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        chunk = b"x" * (1 << 20)
+        try:
+            while n > 0:
+                self.wfile.write(chunk[:min(n, len(chunk))])
+                n -= min(n, len(chunk))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
 
 class Server(ThreadingHTTPServer):
