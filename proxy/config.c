@@ -594,11 +594,24 @@ static void config_delivery_defaults(struct delivery_policy *d)
  * delivery: only on a webhook route (queued mode dedupes by the event id
  * before it answers the provider), and a backoff that can grow.
  */
+/* Shortest visibility_timeout, ms: as the lease, an entry must outlive one renewal interval. */
+#define CONFIG_MIN_VISIBILITY_MS 1000
+
+/*
+ * delivery: only on webhook routes; backoff.initial <= backoff.max;
+ * visibility_timeout >= 1s and >= 1.5 x redis.timeout: a live instance
+ * renews the entries it delivers every visibility_timeout/3 (inbox_deliver.c)
+ * and a renewal may take redis.timeout to land, so it must land before the
+ * entry goes idle, or another instance takes a live delivery over and the
+ * receiver gets every delivery twice. Returns 0, or -1 with the error set.
+ */
 static int config_check_delivery(struct config_loader *ld, const struct route_policy *policy,
                                  yaml_node_t *map)
 {
     yaml_node_t *delivery = config_lookup(&ld->user, map, "delivery");
     const struct delivery_policy *d = &policy->delivery;
+    uint64_t redis_timeout_ms = ld->cfg->redis_timeout_ms;
+    char vt[32], timeout[32];
 
     if (delivery == NULL)
         return 0;
@@ -608,6 +621,18 @@ static int config_check_delivery(struct config_loader *ld, const struct route_po
     if (d->backoff_initial_ms > d->backoff_max_ms)
         return config_error(ld, delivery, "delivery.backoff.initial must not be longer than "
                             "delivery.backoff.max");
+    if (d->visibility_timeout_ms < CONFIG_MIN_VISIBILITY_MS ||
+        d->visibility_timeout_ms * 2 < redis_timeout_ms * 3) {
+        yaml_node_t *where = config_lookup(&ld->user, delivery, "visibility_timeout");
+
+        config_format_duration(d->visibility_timeout_ms, vt, sizeof(vt));
+        config_format_duration(redis_timeout_ms, timeout, sizeof(timeout));
+        return config_error(ld, where != NULL ? where : delivery,
+                            "delivery.visibility_timeout (%s) must be at least 1s and at least "
+                            "1.5 x redis.timeout (%s): an entry in delivery is renewed every "
+                            "visibility_timeout/3 and a renewal may take redis.timeout to land",
+                            vt, timeout);
+    }
     return 0;
 }
 

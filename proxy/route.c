@@ -87,6 +87,21 @@ static bool route_covers(const struct route *a, const struct route *b)
     return !b->prefix && strcasecmp(a->match, b->match) == 0;
 }
 
+/* ms in the config's own spelling, the largest whole unit (7d, 72h, 1500ms), for warnings. */
+static void route_duration(uint64_t ms, char *buf, size_t len)
+{
+    static const struct { uint64_t ms; const char *unit; } units[] = {
+        { 86400000, "d" }, { 3600000, "h" }, { 60000, "m" }, { 1000, "s" },
+    };
+
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (ms > 0 && ms % units[i].ms == 0) {
+            snprintf(buf, len, "%llu%s", (unsigned long long)(ms / units[i].ms), units[i].unit);
+            return;
+        }
+    snprintf(buf, len, "%llums", (unsigned long long)ms);
+}
+
 size_t route_warnings(const struct route *routes, size_t n, const char *file, char *out,
                       size_t outsize)
 {
@@ -118,6 +133,22 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
                            "%s:%d: warning: route '%s%s' takes its key from the request without "
                            "verify: anyone who can reach it can pre-claim an event id\n",
                            file, b->line, b->path, b->prefix ? "*" : "");
+            if (len > 0)
+                used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
+        }
+        if (b->policy.webhook && b->policy.delivery.mode == DELIVERY_QUEUED &&
+            b->policy.retention_ms < b->policy.delivery.max_age_ms && used < outsize) {
+            /* README "Webhook inbox": keep retention at least max_age */
+            char retention[32], max_age[32];
+
+            route_duration(b->policy.retention_ms, retention, sizeof(retention));
+            route_duration(b->policy.delivery.max_age_ms, max_age, sizeof(max_age));
+            shadowed++;
+            len = snprintf(out + used, outsize - used,
+                           "%s:%d: warning: route '%s%s' has retention (%s) shorter than "
+                           "delivery.max_age (%s): a provider's redelivery after the event id "
+                           "is forgotten is queued and delivered again\n",
+                           file, b->line, b->path, b->prefix ? "*" : "", retention, max_age);
             if (len > 0)
                 used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
         }

@@ -456,6 +456,22 @@ static void check_delivery_defaults(const char *name, const struct config *cfg)
                      d->ack_status == 202, "line %d", __LINE__);
 }
 
+static void check_visibility_1s(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    UNIT_CHECK(name, r != NULL && r->policy.delivery.visibility_timeout_ms == 1000, "line %d",
+               __LINE__);
+}
+
+static void check_visibility_3s(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    UNIT_CHECK(name, r != NULL && r->policy.delivery.visibility_timeout_ms == 3000, "line %d",
+               __LINE__);
+}
+
 static void check_delivery_queued(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
@@ -852,6 +868,23 @@ static const struct config_case config_cases[] = {
       "    delivery: {backoff: {first: 1s}}\n", 6, "'first'", NULL },
     { "delivery.visibility_timeout above 0", "routes:\n" R_HOOK_GH
       "    delivery: {visibility_timeout: 0s}\n", 6, "longer than 0", NULL },
+    /* renewed every visibility_timeout/3: 1ms let two instances deliver everything */
+    { "delivery.visibility_timeout 1ms refused", "routes:\n" R_HOOK_GH
+      "    delivery: {mode: queued, visibility_timeout: 1ms}\n", 6, "at least 1s", NULL },
+    { "delivery.visibility_timeout 999ms refused", "routes:\n" R_HOOK_GH
+      "    delivery: {visibility_timeout: 999ms}\n", 6,
+      "delivery.visibility_timeout (999ms) must be at least 1s", NULL },
+    { "delivery.visibility_timeout 1s accepted", "routes:\n" R_HOOK_GH
+      "    delivery: {mode: queued, visibility_timeout: 1s}\n", 0, NULL,
+      check_visibility_1s },
+    { "delivery.visibility_timeout under 1.5 x redis.timeout refused",
+      "redis:\n  timeout: 2s\nroutes:\n" R_HOOK_GH
+      "    lease: 3s\n    delivery: {mode: queued, visibility_timeout: 2999ms}\n", 9,
+      "1.5 x redis.timeout (2s)", NULL },
+    { "delivery.visibility_timeout 1.5 x redis.timeout accepted",
+      "redis:\n  timeout: 2s\nroutes:\n" R_HOOK_GH
+      "    lease: 3s\n    delivery: {mode: queued, visibility_timeout: 3s}\n", 0, NULL,
+      check_visibility_3s },
 
     /* webhooks */
     { "webhook header key defaults to fingerprint none", "routes:\n  - path: /hooks/github\n"
@@ -1047,6 +1080,37 @@ static void run_pattern_cases(void)
     UNIT_CHECK("route warnings truncate", n == 3 && strlen(tiny) == sizeof(tiny) - 1, "%zu '%s'",
                n, tiny);
     config_deinit(&cfg);
+}
+
+/* -t warns when a queued route forgets event ids before max_age (README "Webhook inbox"). */
+static void run_delivery_warning_cases(void)
+{
+    static const struct { const char *name, *yaml, *want; } cases[] = {
+        { "retention shorter than max_age warns", "routes:\n" R_HOOK_GH
+          "    retention: 1h\n    delivery: {mode: queued, max_age: 72h}\n",
+          "f.yaml:2: warning: route '/hooks/gh' has retention (1h) shorter than "
+          "delivery.max_age (3d): a provider's redelivery after the event id is forgotten is "
+          "queued and delivered again\n" },
+        { "retention as long as max_age is quiet", "routes:\n" R_HOOK_GH
+          "    retention: 72h\n    delivery: {mode: queued, max_age: 72h}\n", "" },
+        { "a direct route's max_age is not checked", "routes:\n" R_HOOK_GH
+          "    retention: 1h\n    delivery: {mode: direct, max_age: 72h}\n", "" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct config cfg;
+        char err[512], out[1024];
+        size_t n;
+        int rc = config_load_string(&cfg, cases[i].yaml, strlen(cases[i].yaml), FILE_NAME, err,
+                                    sizeof(err));
+
+        UNIT_CHECK(cases[i].name, rc == 0, "did not load: %s", err);
+        if (rc != 0)
+            continue;
+        n = config_route_warnings(&cfg, "f.yaml", out, sizeof(out));
+        UNIT_CHECK(cases[i].name, n == (cases[i].want[0] != '\0') &&
+                   strcmp(out, cases[i].want) == 0, "%zu\n%s", n, out);
+        config_deinit(&cfg);
+    }
 }
 
 struct config_unit_case {
@@ -1262,6 +1326,7 @@ int main(int argc, char **argv)
     run_reload_cases();
     run_inbox_cases();
     run_pattern_cases();
+    run_delivery_warning_cases();
     run_unit_cases();
     run_file_cases(argc > 1 ? argv[1] : NULL);
     UNIT_DONE();
