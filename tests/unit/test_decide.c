@@ -59,5 +59,35 @@ int main(void)
         UNIT_CHECK(cases[i].name, d == cases[i].want, "got %s, want %s", outcome_name(decision_outcome(d)),
                    outcome_name(decision_outcome(cases[i].want)));
     }
+    /* a queued webhook route takes an expired claim over even with hold (README "Webhook inbox") */
+    static const struct {
+        const char *name;
+        enum record_state state;
+        uint64_t lease_deadline;
+        enum decision want;
+    } queued[] = {
+        { "queued: expired lease, hold: takeover", RECORD_CLAIMED, NOW, DECIDE_TAKEOVER },
+        { "queued: live claim still waits", RECORD_CLAIMED, NOW + 10, DECIDE_WAIT },
+        { "queued: finished record replays", RECORD_DONE, 0, DECIDE_REPLAY },
+        { "queued: outcome unknown record stays", RECORD_UNKNOWN, 0, DECIDE_OUTCOME_UNKNOWN },
+    };
+    for (size_t i = 0; i < sizeof(queued) / sizeof(queued[0]); i++) {
+        struct record rec;
+        struct route_policy policy;
+        memset(&rec, 0, sizeof(rec));
+        memset(&policy, 0, sizeof(policy));
+        rec.state = queued[i].state;
+        strcpy(rec.fingerprint, FP);
+        rec.lease_deadline_ms = queued[i].lease_deadline;
+        policy.fingerprint = FINGERPRINT_NONE;
+        policy.in_flight = IN_FLIGHT_WAIT;
+        policy.on_ambiguous = AMBIGUOUS_HOLD;
+        policy.webhook = true;
+        policy.delivery.mode = DELIVERY_QUEUED;
+        enum decision d = decide_existing(&rec, FP, NOW, &policy);
+        UNIT_CHECK(queued[i].name, d == queued[i].want, "got %s, want %s",
+                   outcome_name(decision_outcome(d)),
+                   outcome_name(decision_outcome(queued[i].want)));
+    }
     UNIT_DONE();
 }
