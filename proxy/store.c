@@ -948,6 +948,17 @@ static void store_on_conn_locate(void *owner, struct store_conn *c)
     store_sentinel_locate(s->sentinel, c);
 }
 
+/* store_create ran out of memory after the name resolver and TLS context: free them and s. */
+static struct store *store_create_failed(struct store *s, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "out of memory");
+    if (s->dns != NULL)
+        evdns_base_free(s->dns, 0);
+    SSL_CTX_free(s->tls);
+    free(s);
+    return NULL;
+}
+
 /* A discovery named another primary than before: tell the observer (metrics). */
 static void store_on_followed(const char *from, const char *to, void *arg)
 {
@@ -1001,14 +1012,8 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
         s->dns = store_dns_create(base);
     if (cluster) {
         s->cluster = store_cluster_create(base, cfg, s->dns, s->tls, &cluster_hooks);
-        if (s->cluster == NULL) {
-            snprintf(err, errlen, "out of memory");
-            if (s->dns != NULL)
-                evdns_base_free(s->dns, 0);
-            SSL_CTX_free(s->tls);
-            free(s);
-            return NULL;
-        }
+        if (s->cluster == NULL)
+            return store_create_failed(s, err, errlen);
         return s; /* it reads the slot map from the loop's first turn */
     }
     s->conn = store_conn_create(base, cfg, &node, s->dns, s->tls, &hooks);
@@ -1018,14 +1023,8 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
         store_conn_destroy(s->conn);
         s->conn = NULL;
     }
-    if (s->conn == NULL) {
-        snprintf(err, errlen, "out of memory");
-        if (s->dns != NULL)
-            evdns_base_free(s->dns, 0);
-        SSL_CTX_free(s->tls);
-        free(s);
-        return NULL;
-    }
+    if (s->conn == NULL)
+        return store_create_failed(s, err, errlen);
     event_add(&s->health_ev, &health);
     store_conn_start(s->conn);
     return s;
