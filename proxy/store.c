@@ -83,12 +83,6 @@
 /* Redirections (MOVED, ASK) one command may follow before it fails (redis.cluster). */
 #define STORE_MAX_REDIRECTS 5
 
-enum store_script {
-    SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
-    SCRIPT_INBOX_GROUP, SCRIPT_INBOX_ACK, SCRIPT_INBOX_RETRY, SCRIPT_INBOX_BURY,
-    SCRIPT_INBOX_PROMOTE, SCRIPT_INBOX_STATS, SCRIPT_INBOX_REDELIVER, SCRIPT_COUNT
-};
-
 /*
  * Every later change of a record is a compare-and-set on state 'C' and the
  * owner token. The scripts read both by their offsets in record.h; "%s"
@@ -96,7 +90,8 @@ enum store_script {
  * REPLACE is idempotent for its owner: a record already byte-for-byte the
  * value (which carries the owner token) is reported applied, so a write
  * that timed out, may have landed and is sent again succeeds; anyone
- * else's value still differs and is refused.
+ * else's value still differs and is refused. The SCRIPT_INBOX_* entries are
+ * NULL here: their templates are store_inbox_script_template's.
  */
 #define STORE_SCRIPT_MAX 2048
 static const char *const store_script_template[SCRIPT_COUNT] = {
@@ -132,84 +127,6 @@ static const char *const store_script_template[SCRIPT_COUNT] = {
         "  return 0\n"
         "end\n"
         "redis.call('DEL', KEYS[1])\n"
-        "return 1\n",
-    /*
-     * The inbox's scripts (README "Webhook inbox") take the route's four
-     * keys, KEYS = stream, retries, payloads, dead (one hash tag: one slot).
-     */
-    [SCRIPT_INBOX_GROUP] =
-        "local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')\n"
-        "if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP') then\n"
-        "  return r\n"
-        "end\n"
-        "return 1\n",
-    [SCRIPT_INBOX_ACK] =
-        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
-        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
-        "return n\n",
-    [SCRIPT_INBOX_RETRY] =
-        "local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
-        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
-        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
-        "if #e == 0 or n == 0 then return 0 end\n"
-        "local f = e[1][2]\n"
-        "for i = 1, #f, 2 do if f[i] == 'attempts' then f[i + 1] = ARGV[3] end end\n"
-        "redis.call('HSET', KEYS[3], ARGV[2], cmsgpack.pack(f))\n"
-        "redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])\n"
-        "return 1\n",
-    [SCRIPT_INBOX_BURY] =
-        "local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
-        "local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
-        "if #e == 0 or n == 0 then redis.call('XDEL', KEYS[1], ARGV[2]) return 0 end\n"
-        "local f = e[1][2]\n"
-        "for i = 1, #f, 2 do if f[i] == 'attempts' then f[i + 1] = ARGV[3] end end\n"
-        "table.insert(f, 'reason') table.insert(f, ARGV[4])\n"
-        "table.insert(f, 'died') table.insert(f, ARGV[5])\n"
-        "redis.call('XADD', KEYS[4], '*', unpack(f))\n"
-        "redis.call('XDEL', KEYS[1], ARGV[2])\n"
-        "return 1\n",
-    [SCRIPT_INBOX_PROMOTE] =
-        "local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, "
-        "tonumber(ARGV[2]))\n"
-        "for _, id in ipairs(due) do\n"
-        "  local b = redis.call('HGET', KEYS[3], id)\n"
-        "  if b then redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(b))) end\n"
-        "  redis.call('HDEL', KEYS[3], id)\n"
-        "  redis.call('ZREM', KEYS[2], id)\n"
-        "end\n"
-        "return #due\n",
-    [SCRIPT_INBOX_STATS] =
-        "local function received(f)\n"
-        "  for i = 1, #f, 2 do if f[i] == 'received' then return tonumber(f[i + 1]) end end\n"
-        "  return 0\n"
-        "end\n"
-        "local pending = 0\n"
-        "local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])\n"
-        "if type(p) == 'table' and not p.err then pending = p[1] end\n"
-        "local oldest = 0\n"
-        "local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)\n"
-        "if #first > 0 then oldest = received(first[1][2]) end\n"
-        "local due = redis.call('ZRANGE', KEYS[2], 0, 0)\n"
-        "if #due > 0 then\n"
-        "  local b = redis.call('HGET', KEYS[3], due[1])\n"
-        "  if b then\n"
-        "    local r = received(cmsgpack.unpack(b))\n"
-        "    if oldest == 0 or (r > 0 and r < oldest) then oldest = r end\n"
-        "  end\n"
-        "end\n"
-        "return { redis.call('XLEN', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]), oldest, "
-        "redis.call('XLEN', KEYS[4]) }\n",
-    [SCRIPT_INBOX_REDELIVER] =
-        "local e = redis.call('XRANGE', KEYS[4], ARGV[1], ARGV[1])\n"
-        "if #e == 0 then return 0 end\n"
-        "local f, out = e[1][2], {}\n"
-        "for i = 1, #f, 2 do\n"
-        "  local k, v = f[i], f[i + 1]\n"
-        "  if k == 'attempts' then v = '0' elseif k == 'received' then v = ARGV[2] end\n"
-        "  if k ~= 'reason' and k ~= 'died' then out[#out + 1] = k out[#out + 1] = v end\n"
-        "end\n"
-        "redis.call('XADD', KEYS[1], '*', unpack(out))\n"
-        "redis.call('XDEL', KEYS[4], ARGV[1])\n"
         "return 1\n",
 };
 
@@ -920,7 +837,10 @@ static void store_wait_answered(struct store *s, enum store_status st, long long
         event_active(&s->wait_ev, EV_TIMEOUT, 0);
 }
 
-/* The scripts' text from their templates and record.h's layout, and their SHA1 for EVALSHA. */
+/*
+ * The scripts' text from their templates (the records' here, the inbox's in
+ * store_inbox.c) and record.h's layout, and their SHA1 for EVALSHA.
+ */
 static void store_scripts_build(struct store *s)
 {
     char owned[128];
@@ -933,7 +853,9 @@ static void store_scripts_build(struct store *s)
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         unsigned char digest[SHA_DIGEST_LENGTH];
         const char *text = s->script_text[i];
-        snprintf(s->script_text[i], sizeof(s->script_text[i]), store_script_template[i], owned);
+        const char *tmpl = store_script_template[i] != NULL ? store_script_template[i]
+                                                             : store_inbox_script_template[i];
+        snprintf(s->script_text[i], sizeof(s->script_text[i]), tmpl, owned);
         SHA1((const unsigned char *)text, strlen(text), digest);
         for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
             snprintf(&s->script_sha[i][2 * j], 3, "%02x", digest[j]);
@@ -1239,11 +1161,11 @@ void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg)
     }
 }
 
-/* ---- the webhook inbox ------------------------------------------------------ */
+/* ---- for the webhook inbox (store_inbox.c) ---------------------------------- */
 
 /* key_arg: where the key is in argv (for redis.cluster's routing), 0: argv[1] or KEYS[1]. */
-static void store_any(struct store *s, int script, int key_arg, int argc, const char **argv,
-                      const size_t *argvlen, store_reply_cb *cb, void *arg)
+void store_any(struct store *s, int script, int key_arg, int argc, const char **argv,
+               const size_t *argvlen, store_reply_cb *cb, void *arg)
 {
     struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
 
@@ -1253,207 +1175,7 @@ static void store_any(struct store *s, int script, int key_arg, int argc, const 
     store_submit(cmd, argc, argv, argvlen);
 }
 
-/* A variable-length command's argv and lengths (argc of each, zeroed); out of memory aborts. */
-static void store_argv_alloc(size_t argc, const char ***argv, size_t **argvlen)
+const char *store_script_sha(const struct store *s, enum store_script script)
 {
-    *argv = calloc(argc, sizeof(**argv));
-    *argvlen = calloc(argc, sizeof(**argvlen));
-    if (*argv == NULL || *argvlen == NULL) {
-        log_msg(LOG_ERROR, "redis: out of memory");
-        abort();
-    }
-}
-
-/* EVALSHA of an inbox script over the route's four keys; args: nargs of ARGV. */
-static void store_inbox_eval(struct store *s, enum store_script script,
-                             const struct store_inbox_keys *k, int nargs, const char **args,
-                             store_reply_cb *cb, void *arg)
-{
-    const char *argv[16];
-    size_t argvlen[16];
-    int argc = 0;
-
-    argv[argc++] = "EVALSHA";
-    argv[argc++] = s->script_sha[script];
-    argv[argc++] = "4";
-    argv[argc++] = k->stream;
-    argv[argc++] = k->retries;
-    argv[argc++] = k->payloads;
-    argv[argc++] = k->dead;
-    for (int i = 0; i < nargs && argc < 16; i++)
-        argv[argc++] = args[i];
-    for (int i = 0; i < argc; i++)
-        argvlen[i] = strlen(argv[i]);
-    store_any(s, (int)script, 0, argc, argv, argvlen, cb, arg);
-}
-
-void store_inbox_append(struct store *s, const struct store_inbox_keys *k, size_t nfields,
-                        const char *const *fv, const size_t *fvlen, store_reply_cb *cb,
-                        void *arg)
-{
-    size_t argc = 3 + 2 * nfields;
-    const char **argv;
-    size_t *argvlen;
-
-    store_argv_alloc(argc, &argv, &argvlen);
-    argv[0] = "XADD";
-    argv[1] = k->stream;
-    argv[2] = "*";
-    argvlen[0] = 4;
-    argvlen[1] = strlen(k->stream);
-    argvlen[2] = 1;
-    for (size_t i = 0; i < 2 * nfields; i++) {
-        argv[3 + i] = fv[i];
-        argvlen[3 + i] = fvlen[i];
-    }
-    store_any(s, -1, 0, (int)argc, argv, argvlen, cb, arg);
-    free(argv);
-    free(argvlen);
-}
-
-void store_inbox_ensure_group(struct store *s, const struct store_inbox_keys *k,
-                              store_reply_cb *cb, void *arg)
-{
-    const char *args[] = { k->group };
-
-    store_inbox_eval(s, SCRIPT_INBOX_GROUP, k, 1, args, cb, arg);
-}
-
-void store_inbox_read(struct store *s, const struct store_inbox_keys *k, const char *consumer,
-                      unsigned count, store_reply_cb *cb, void *arg)
-{
-    char n[16];
-    const char *argv[] = { "XREADGROUP", "GROUP", k->group, consumer, "COUNT", n, "STREAMS",
-                           k->stream, ">" };
-    size_t argvlen[9];
-
-    snprintf(n, sizeof(n), "%u", count);
-    for (int i = 0; i < 9; i++)
-        argvlen[i] = strlen(argv[i]);
-    store_any(s, -1, 7, 9, argv, argvlen, cb, arg); /* XREADGROUP: the key after STREAMS */
-}
-
-void store_inbox_autoclaim(struct store *s, const struct store_inbox_keys *k,
-                           const char *consumer, uint64_t min_idle_ms, const char *start,
-                           unsigned count, store_reply_cb *cb, void *arg)
-{
-    char idle[24], n[16];
-    const char *argv[] = { "XAUTOCLAIM", k->stream, k->group, consumer, idle, start, "COUNT", n };
-    size_t argvlen[8];
-
-    snprintf(idle, sizeof(idle), "%llu", (unsigned long long)min_idle_ms);
-    snprintf(n, sizeof(n), "%u", count);
-    for (int i = 0; i < 8; i++)
-        argvlen[i] = strlen(argv[i]);
-    store_any(s, -1, 0, 8, argv, argvlen, cb, arg);
-}
-
-void store_inbox_renew(struct store *s, const struct store_inbox_keys *k, const char *consumer,
-                       const char *const *ids, size_t n, uint64_t idle_ms, store_reply_cb *cb,
-                       void *arg)
-{
-    size_t argc = 8 + n;
-    char idle[24];
-    const char **argv;
-    size_t *argvlen;
-
-    store_argv_alloc(argc, &argv, &argvlen);
-    argv[0] = "XCLAIM";
-    argv[1] = k->stream;
-    argv[2] = k->group;
-    argv[3] = consumer;
-    argv[4] = "0";
-    for (size_t i = 0; i < n; i++)
-        argv[5 + i] = ids[i];
-    snprintf(idle, sizeof(idle), "%llu", (unsigned long long)idle_ms);
-    argv[5 + n] = "IDLE";
-    argv[6 + n] = idle;
-    argv[7 + n] = "JUSTID";
-    for (size_t i = 0; i < argc; i++)
-        argvlen[i] = strlen(argv[i]);
-    store_any(s, -1, 0, (int)argc, argv, argvlen, cb, arg);
-    free(argv);
-    free(argvlen);
-}
-
-void store_inbox_ack(struct store *s, const struct store_inbox_keys *k, const char *id,
-                     store_reply_cb *cb, void *arg)
-{
-    const char *args[] = { k->group, id };
-
-    store_inbox_eval(s, SCRIPT_INBOX_ACK, k, 2, args, cb, arg);
-}
-
-void store_inbox_retry(struct store *s, const struct store_inbox_keys *k, const char *id,
-                       unsigned attempts, uint64_t due_ms, store_reply_cb *cb, void *arg)
-{
-    char n[16], due[24];
-    const char *args[] = { k->group, id, n, due };
-
-    snprintf(n, sizeof(n), "%u", attempts);
-    snprintf(due, sizeof(due), "%llu", (unsigned long long)due_ms);
-    store_inbox_eval(s, SCRIPT_INBOX_RETRY, k, 4, args, cb, arg);
-}
-
-void store_inbox_bury(struct store *s, const struct store_inbox_keys *k, const char *id,
-                      unsigned attempts, const char *reason, uint64_t now_ms,
-                      store_reply_cb *cb, void *arg)
-{
-    char n[16], now[24];
-    const char *args[] = { k->group, id, n, reason, now };
-
-    snprintf(n, sizeof(n), "%u", attempts);
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
-    store_inbox_eval(s, SCRIPT_INBOX_BURY, k, 5, args, cb, arg);
-}
-
-void store_inbox_promote(struct store *s, const struct store_inbox_keys *k, uint64_t now_ms,
-                         unsigned count, store_reply_cb *cb, void *arg)
-{
-    char now[24], n[16];
-    const char *args[] = { now, n };
-
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
-    snprintf(n, sizeof(n), "%u", count);
-    store_inbox_eval(s, SCRIPT_INBOX_PROMOTE, k, 2, args, cb, arg);
-}
-
-void store_inbox_stats(struct store *s, const struct store_inbox_keys *k, store_reply_cb *cb,
-                       void *arg)
-{
-    const char *args[] = { k->group };
-
-    store_inbox_eval(s, SCRIPT_INBOX_STATS, k, 1, args, cb, arg);
-}
-
-void store_inbox_dead_list(struct store *s, const struct store_inbox_keys *k, unsigned count,
-                           store_reply_cb *cb, void *arg)
-{
-    char n[16];
-    const char *argv[] = { "XRANGE", k->dead, "-", "+", "COUNT", n };
-    size_t argvlen[6];
-
-    snprintf(n, sizeof(n), "%u", count);
-    for (int i = 0; i < 6; i++)
-        argvlen[i] = strlen(argv[i]);
-    store_any(s, -1, 0, 6, argv, argvlen, cb, arg);
-}
-
-void store_inbox_redeliver(struct store *s, const struct store_inbox_keys *k, const char *id,
-                           uint64_t now_ms, store_reply_cb *cb, void *arg)
-{
-    char now[24];
-    const char *args[] = { id, now };
-
-    snprintf(now, sizeof(now), "%llu", (unsigned long long)now_ms);
-    store_inbox_eval(s, SCRIPT_INBOX_REDELIVER, k, 2, args, cb, arg);
-}
-
-void store_inbox_dead_delete(struct store *s, const struct store_inbox_keys *k, const char *id,
-                             store_reply_cb *cb, void *arg)
-{
-    const char *argv[] = { "XDEL", k->dead, id };
-    size_t argvlen[] = { 4, strlen(k->dead), strlen(id) };
-
-    store_any(s, -1, 0, 3, argv, argvlen, cb, arg);
+    return s->script_sha[script];
 }

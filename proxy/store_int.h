@@ -1,7 +1,8 @@
 /*
  * store_int.h - what the files of the store module share and nothing outside
  * it includes: one connection to one Redis node (store_conn.c), which
- * store.c (commands, scripts, the queue, reply classes) drives, the
+ * store.c (commands, scripts, the queue, reply classes) drives, the webhook
+ * inbox's commands (store_inbox.c) that go through store.c's, the
  * Sentinel discovery (store_sentinel.c) that tells a connection where the
  * primary is, and the Redis Cluster slot map (store_cluster.c) that says
  * which primary's connection a key's commands go to.
@@ -322,5 +323,44 @@ bool store_cluster_replicas_short(const struct store_cluster *cl);
 
 /* Primaries in the map whose connection is ready. Any thread may ask while cl exists. */
 unsigned store_cluster_primaries_ready(const struct store_cluster *cl);
+
+/* ---- the scripts and the webhook inbox's commands (store_inbox.c) ------- */
+
+/*
+ * The Lua scripts the store loads: each is built once per store from its
+ * template and SHA1'd (store_scripts_build in store.c), then sent with
+ * EVALSHA (the body again after NOSCRIPT).
+ */
+enum store_script {
+    SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
+    SCRIPT_INBOX_GROUP, SCRIPT_INBOX_ACK, SCRIPT_INBOX_RETRY, SCRIPT_INBOX_BURY,
+    SCRIPT_INBOX_PROMOTE, SCRIPT_INBOX_STATS, SCRIPT_INBOX_REDELIVER, SCRIPT_COUNT
+};
+
+/*
+ * The inbox's script templates (store_inbox.c), indexed by enum
+ * store_script: the SCRIPT_INBOX_* entries are set, the others NULL (their
+ * templates are store.c's). Static text, used as a printf format by
+ * store_scripts_build, so no '%' in them.
+ */
+extern const char *const store_inbox_script_template[SCRIPT_COUNT];
+
+/*
+ * The hex SHA1 (40 characters, NUL-terminated) of script, for EVALSHA;
+ * borrowed from s, valid while s lives.
+ */
+const char *store_script_sha(const struct store *s, enum store_script script);
+
+/*
+ * Send a command (queued, routed and classified like every store command)
+ * whose caller gets the reply as plain values: cb runs once, with r NULL
+ * unless st is STORE_OK (store_reply_cb). argv (argc strings of argvlen
+ * bytes, borrowed) is copied before the call returns. script: the enum
+ * store_script of an EVALSHA (its body is sent after NOSCRIPT), or -1.
+ * key_arg: the argv index of the key (redis.cluster's routing); 0: argv[1],
+ * or KEYS[1] of an EVALSHA. Out of memory aborts.
+ */
+void store_any(struct store *s, int script, int key_arg, int argc, const char **argv,
+               const size_t *argvlen, store_reply_cb *cb, void *arg);
 
 #endif
