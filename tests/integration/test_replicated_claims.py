@@ -9,6 +9,7 @@ Real processes only: a redis-server primary and a replica started with --replica
 on loopback ports (a frozen replica is SIGSTOPped), the demo upstream, the proxy.
 """
 
+import contextlib
 import re
 import socket
 import threading
@@ -77,12 +78,14 @@ def in_sync(primary, replica):
     return mine >= offset
 
 
-@pytest.fixture
-def pair(tmp_path):
-    """A primary and one replica (--replicaof), linked and in sync: (primary, replica)."""
+@contextlib.contextmanager
+def replica_pair(tmp_path, primary_args=()):
+    """A primary (with primary_args) and one replica (--replicaof), linked and in sync:
+    (primary, replica)."""
     # no 5 s wait for more replicas before the first (diskless) full sync
     primary = RedisServer(str(tmp_path / "primary"),
-                          extra_args=["--repl-diskless-sync-delay", "0"]).start()
+                          extra_args=["--repl-diskless-sync-delay", "0"] +
+                          list(primary_args)).start()
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
     try:
@@ -93,6 +96,12 @@ def pair(tmp_path):
         for srv in (replica, primary):
             srv.resume()
             srv.kill()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    with replica_pair(tmp_path) as pr:
+        yield pr
 
 
 class Link:
@@ -204,13 +213,20 @@ def unready_reason(p):
 REPLICAS_SHORT = (503, "too few replicas acknowledge writes (redis.min_replicas)")
 
 
+def start_two_replicas_wanted(start_proxy, primary, **kw):
+    """A proxy on primary (one replica) with min_replicas 2, connected: its /readyz says
+    what the store lacks, whatever the routes do about it."""
+    p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
+                           "timeout": "2s"}, **kw)
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=5, what="/readyz 503")
+    return p
+
+
 def test_two_replicas_wanted_one_present_every_claim_refused(start_proxy, upstream, pair):
     """...and /readyz says so: a proxy that refuses every payment is not ready."""
     promtool_path()
     primary, _ = pair
-    p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
-                           "timeout": "2s"})
-    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=5, what="/readyz 503")
+    p = start_two_replicas_wanted(start_proxy, primary)
     for _ in range(3):
         assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
@@ -230,10 +246,7 @@ def test_on_store_error_pass_forwards_once_with_the_claim_kept(start_proxy, upst
     """pass: a shortfall is a store failure the route accepted; the request is forwarded
     with its (unreplicated) claim, recorded, and a retry is replayed, never re-executed."""
     primary, _ = pair
-    p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
-                           "timeout": "2s"}, on_store_error="pass")
-    # connected; /readyz says what the store lacks, whatever the routes do about it
-    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=5, what="/readyz 503")
+    p = start_two_replicas_wanted(start_proxy, primary, on_store_error="pass")
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
@@ -503,14 +516,7 @@ def test_a_frozen_replica_turns_readyz_503_without_traffic(start_proxy, upstream
     without traffic until Redis's repl-timeout dropped it (60 s), while every claim would
     get 503. Its acknowledged offset lags the primary's once the primary pings it (every
     repl-ping-replica-period; 1 s here, 10 s by default): not ready within 3 s of that."""
-    primary = RedisServer(str(tmp_path / "primary"),
-                          extra_args=["--repl-diskless-sync-delay", "0",
-                                      "--repl-ping-replica-period", "1"]).start()
-    replica = RedisServer(str(tmp_path / "replica"),
-                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
-    try:
-        wait_until(lambda: in_sync(primary, replica), timeout=10, interval=0.05,
-                   what="the replica linked to the primary")
+    with replica_pair(tmp_path, ["--repl-ping-replica-period", "1"]) as (primary, replica):
         p = start_replicated(start_proxy, primary)
         replica.pause()
         t = time.monotonic()
@@ -521,7 +527,3 @@ def test_a_frozen_replica_turns_readyz_503_without_traffic(start_proxy, upstream
         wait_until(lambda: readyz(p) == 200, timeout=10, what="ready once it caught up")
         assert p.post(key=new_key()).status == 201
         assert upstream.total() == 1
-    finally:
-        for srv in (replica, primary):
-            srv.resume()
-            srv.kill()
