@@ -21,9 +21,12 @@
 #include "headers.h"
 #include "log.h"
 
-void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const char *route_path)
+void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const struct route *route)
 {
-    unsigned long long h = (unsigned long long)XXH3_64bits(route_path, strlen(route_path));
+    unsigned long long h = (unsigned long long)XXH3_64bits(route->path, route->path_len);
+
+    if (route->prefix)
+        h = (unsigned long long)XXH3_64bits_withSeed("*", 1, h);
 
     snprintf(keys->stream, sizeof(keys->stream), "%s:inbox:{%016llx}:stream", key_prefix, h);
     snprintf(keys->retries, sizeof(keys->retries), "%s:inbox:{%016llx}:retries", key_prefix, h);
@@ -32,6 +35,23 @@ void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const char
     snprintf(keys->dead, sizeof(keys->dead), "%s:inbox:{%016llx}:dead", key_prefix, h);
     keys->k = (struct store_inbox_keys){ keys->stream, keys->retries, keys->payloads, keys->dead,
                                          INBOX_GROUP };
+}
+
+char *inbox_route_name(const struct route *route)
+{
+    char *name = malloc(route->path_len + 2);
+
+    if (name != NULL) {
+        memcpy(name, route->path, route->path_len);
+        memcpy(name + route->path_len, route->prefix ? "*" : "", route->prefix ? 2 : 1);
+    }
+    return name;
+}
+
+bool inbox_route_named(const struct route *route, const char *name)
+{
+    return strncmp(name, route->path, route->path_len) == 0 &&
+           strcmp(name + route->path_len, route->prefix ? "*" : "") == 0;
 }
 
 /* One append in flight: the keys (for the XDEL after a WAIT shortfall) and the caller. */
@@ -119,7 +139,7 @@ void inbox_append(struct store *s, const struct config *cfg, const struct route 
     a->min_replicas = cfg->redis_min_replicas;
     a->cb = cb;
     a->arg = arg;
-    inbox_keys_init(&a->keys, cfg->key_prefix, route->path);
+    inbox_keys_init(&a->keys, cfg->key_prefix, route);
     snprintf(received, sizeof(received), "%llu", (unsigned long long)clock_now_ms());
 
 #define INBOX_FIELD(name, value, vlen)          \

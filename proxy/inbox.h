@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "route.h"
 #include "store.h"
 
 struct event_base;
@@ -47,11 +48,23 @@ struct inbox_keys {
 };
 
 /*
- * Fill keys for route_path (as written in the config) under key_prefix.
- * The hash tag is 16 hex digits of XXH3-64 of the path, so a path with
- * braces cannot break it. keys must not move afterwards (k points into it).
+ * Fill keys for route under key_prefix. The hash tag is 16 hex digits of
+ * XXH3-64 of the route's path as written (a prefix route's hash seeded once
+ * more with its '*', so an exact and a prefix route of one path differ), so
+ * a path with braces cannot break it. keys must not move afterwards (k
+ * points into it).
  */
-void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const char *route_path);
+void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const struct route *route);
+
+/*
+ * The route's path as written in the config, a prefix route's with its
+ * trailing '*' (README "Webhook inbox": the <route> of the admin endpoints,
+ * percent-encoded). Malloc'd, the caller frees; NULL when out of memory.
+ */
+char *inbox_route_name(const struct route *route);
+
+/* Whether name (decoded, NUL-terminated) is inbox_route_name(route). Borrows both. */
+bool inbox_route_named(const struct route *route, const char *name);
 
 /*
  * Append callback: ok means the delivery is in the stream (and, with

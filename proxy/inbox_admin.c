@@ -116,23 +116,27 @@ static void inbox_admin_list(struct evhttp_request *req, struct store *s, const 
     for (size_t i = 0; i < cfg->n_routes; i++) {
         const struct route *route = &cfg->routes[i];
         struct inbox_admin_route *ar;
-        char *encoded;
+        char *name, *encoded = NULL;
 
         if (route->policy.delivery.mode != DELIVERY_QUEUED)
             continue;
         ar = calloc(1, sizeof(*ar));
-        encoded = evhttp_uriencode(route->path, -1, 0);
+        name = inbox_route_name(route);
+        if (name != NULL)
+            encoded = evhttp_uriencode(name, -1, 0);
         if (ar == NULL || encoded == NULL) {
             free(ar);
+            free(name);
             free(encoded);
             c->failed = true;
             continue;
         }
         ar->call = c;
-        ar->entry = json_pack("{s:s,s:s}", "route", route->path, "admin", encoded);
+        ar->entry = json_pack("{s:s,s:s}", "route", name, "admin", encoded);
+        free(name);
         free(encoded);
         json_array_append_new(routes, ar->entry);
-        inbox_keys_init(&ar->keys, cfg->key_prefix, route->path);
+        inbox_keys_init(&ar->keys, cfg->key_prefix, route);
         c->waiting++;
         store_inbox_stats(s, &ar->keys.k, inbox_admin_on_stats, ar);
     }
@@ -243,7 +247,7 @@ void inbox_admin(struct evhttp_request *req, struct store *s, const struct confi
     decoded = evhttp_uridecode(encoded, 0, NULL);
     for (size_t i = 0; decoded != NULL && i < cfg->n_routes; i++)
         if (cfg->routes[i].policy.delivery.mode == DELIVERY_QUEUED &&
-            strcmp(cfg->routes[i].path, decoded) == 0)
+            inbox_route_named(&cfg->routes[i], decoded))
             route = &cfg->routes[i];
     free(decoded);
     if (route == NULL) {
@@ -274,8 +278,12 @@ void inbox_admin(struct evhttp_request *req, struct store *s, const struct confi
         return;
     }
     c->req = req;
-    inbox_keys_init(&c->keys, cfg->key_prefix, route->path);
-    c->doc = json_pack("{s:s}", "route", route->path);
+    inbox_keys_init(&c->keys, cfg->key_prefix, route);
+    {
+        char *name = inbox_route_name(route);
+        c->doc = name != NULL ? json_pack("{s:s}", "route", name) : NULL;
+        free(name);
+    }
     if (id[0] == '\0' && (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD)) {
         store_inbox_dead_list(s, &c->keys.k, INBOX_DEAD_LIST_MAX, inbox_admin_on_dead_list, c);
     } else if (id[0] != '\0' && action[0] != '\0' && cmd == EVHTTP_REQ_POST) {

@@ -646,7 +646,7 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         r->ib = ib;
         r->route = &cfg->routes[i];
         r->policy = &cfg->routes[i].policy.delivery;
-        inbox_keys_init(&r->keys, cfg->key_prefix, r->route->path);
+        inbox_keys_init(&r->keys, cfg->key_prefix, r->route);
         snprintf(r->claim_from, sizeof(r->claim_from), "0-0");
         TAILQ_INIT(&r->deliveries);
     }

@@ -695,3 +695,23 @@ def test_receivers_large_answer_body_is_dropped_not_buffered(start_proxy, receiv
     assert inbox(p)["depth"] == 0
     # the 50 MiB went through the proxy without being kept
     assert peak[0] - before < 10 * 1024, (before, peak[0])
+
+
+def test_a_prefix_route_is_named_with_its_star_and_kept_apart_from_its_exact_twin(
+        start_proxy, receiver_factory):
+    """`<route>` is the path as written: `/inbox` listed a prefix route `/wh/*` as `/wh/`,
+    the same name (and the same Redis keys) as an exact route `/wh/`."""
+    receiver = receiver_factory()
+    secret = new_secret()
+    exact = dict(queued_route(secret), path="/wh/")
+    prefix = dict(queued_route(secret), path="/wh/*")
+    p = start_proxy(routes=[exact, prefix], upstream_url=receiver.url,
+                    env={"STRIPE_SECRET": secret})
+    r = p.admin("GET", "/inbox")
+    assert r.status == 200, r
+    listed = [(x["route"], x["admin"]) for x in r.json()["routes"]]
+    assert listed == [("/wh/", "%2Fwh%2F"), ("/wh/*", "%2Fwh%2F%2A")], listed
+    for _, admin in listed:
+        dead = p.admin("GET", "/inbox/%s/dead" % admin)
+        assert dead.status == 200, dead
+    assert dead.json()["route"] == "/wh/*"
