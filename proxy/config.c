@@ -948,7 +948,10 @@ static bool config_same_delivery(const struct delivery_policy *a, const struct d
            a->concurrency == b->concurrency && a->ack_status == b->ack_status;
 }
 
-/* Every queued route of a is a queued route of b, by its path as written, with the same delivery. */
+/*
+ * Every queued route of a is a queued route of b, by its path as written (a
+ * prefix route's with its '*'), with the same delivery.
+ */
 static bool config_same_queued(const struct config *a, const struct config *b)
 {
     for (size_t i = 0; i < a->n_routes; i++) {
@@ -958,6 +961,7 @@ static bool config_same_queued(const struct config *a, const struct config *b)
             continue;
         for (size_t j = 0; j < b->n_routes && !found; j++)
             found = b->routes[j].policy.delivery.mode == DELIVERY_QUEUED &&
+                    a->routes[i].prefix == b->routes[j].prefix &&
                     strcmp(a->routes[i].path, b->routes[j].path) == 0 &&
                     config_same_delivery(&a->routes[i].policy.delivery,
                                          &b->routes[j].policy.delivery);
