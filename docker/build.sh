@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The image's build steps, in one place: the build stage of docker/Dockerfile
-# runs this script, and so does CI (docker/check-image-recipe.sh) on a plain
-# Debian 12 machine, so the recipe is tested without a Docker engine.
+# runs this script (CI builds that image: docker/test-image.sh); it works the
+# same on a plain Debian 12 machine.
 #
 #   docker/build.sh [--skip-apt] WORKDIR    build and install into WORKDIR/install
 #   docker/build.sh --deps-only             only install the build packages

@@ -12,7 +12,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "headers.h"
-#include "key.h"
+#include "idem_key.h"
 #include "path.h"
 #include "webhook.h"
 
@@ -27,7 +27,7 @@ static void classify_refuse(struct classify_result *out, enum problem p, int sta
 
 /*
  * The provider's signature over the raw body, before anything is claimed, so
- * nobody can pre-claim an event id (README "Webhooks"). False after a 401
+ * nobody can pre-claim an event id (docs/webhooks.md). False after a 401
  * refusal. *id_header: for standard-webhooks, the event id header of the
  * spelling that verified (webhook-id or svix-id), else NULL.
  */
@@ -73,23 +73,18 @@ static const char *classify_key_header_name(const struct route_policy *policy,
     return name;
 }
 
-/* key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
-static bool classify_key_from_body(const struct route_policy *policy,
-                                   const struct classify_input *in, char *key, size_t keysize,
-                                   struct classify_result *out)
+/*
+ * An event id taken from a JSON body (key, NUL-terminated) is a key as it
+ * stands: non-empty printable ASCII within key_max_length, which key_parse
+ * leaves unchanged. Sets out->key_len; false after a 400 refusal.
+ */
+static bool classify_event_id(const struct route_policy *policy, const char *key,
+                              struct classify_result *out)
 {
-    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
     char checked[CLASSIFY_KEY_MAX];
-    int rc = webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
-                                   policy->key_json_pointer, key, max, &out->key_len);
 
-    if (rc == -1) {
-        classify_refuse(out, PROBLEM_MISSING_KEY, 400,
-                        "the JSON body has no event id at the configured pointer");
-        return false;
-    }
-    if (rc != 0 || key_parse(key, policy->key_max_length, checked, sizeof(checked),
-                             &out->key_len) != KEY_OK ||
+    if (key_parse(key, policy->key_max_length, checked, sizeof(checked), &out->key_len) !=
+            KEY_OK ||
         strcmp(checked, key) != 0) {
         classify_refuse(out, PROBLEM_INVALID_KEY, 400,
                         "the event id in the JSON body is not a non-empty printable string "
@@ -99,17 +94,40 @@ static bool classify_key_from_body(const struct route_policy *policy,
     return true;
 }
 
+/* key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
+static bool classify_key_from_body(const struct route_policy *policy,
+                                   const struct classify_input *in, char *key, size_t keysize,
+                                   struct classify_result *out)
+{
+    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
+    int rc = webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
+                                   policy->key_json_pointer, key, max, &out->key_len);
+
+    if (rc == -1) {
+        classify_refuse(out, PROBLEM_MISSING_KEY, 400,
+                        "the JSON body has no event id at the configured pointer");
+        return false;
+    }
+    if (rc != 0) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                        "the event id in the JSON body is not a non-empty printable string "
+                        "within the configured length");
+        return false;
+    }
+    return classify_event_id(policy, key, out);
+}
+
 /*
- * A scope header (README "Scope") sent on two lines: which one names the
+ * A scope header (docs/client-contract.md#the-key) sent on two lines: which one names the
  * caller is a guess, so the request is refused rather than recorded under
  * one of them (fail closed).
  */
 static void classify_check_scope(const struct route_policy *policy,
-                                 const struct classify_input *in, struct classify_result *out)
+                                 const struct evkeyvalq *headers, struct classify_result *out)
 {
     for (size_t i = 0; i < policy->n_scope_headers; i++) {
         int lines;
-        header_find_all(in->headers, policy->scope_headers[i], &lines);
+        header_find_all(headers, policy->scope_headers[i], &lines);
         if (lines > 1) {
             classify_refuse(out, PROBLEM_INVALID_KEY, 400,
                             "a scope header of this route appears more than once, so the "
@@ -119,7 +137,51 @@ static void classify_check_scope(const struct route_policy *policy,
     }
 }
 
-/* The key from its header (README "How a request is handled", 4.3). */
+/*
+ * A queued delivery stores its header fields with it (docs/webhooks.md#webhook-inbox): more than DELIVERY_MAX_HEADERS is refused now, before anything
+ * is claimed, so the provider gets an error and retries (or its operator
+ * sees it), rather than an entry too large to move or a field dropped
+ * unseen. False after the 431 refusal.
+ */
+static bool classify_queued_fields(const struct route_policy *policy,
+                                   const struct classify_input *in, struct classify_result *out)
+{
+    const struct evkeyval *h;
+    size_t n = 0;
+
+    if (policy->delivery.mode != DELIVERY_QUEUED)
+        return true;
+    TAILQ_FOREACH(h, in->headers, next)
+        if (header_is_queued(h->key) && ++n > DELIVERY_MAX_HEADERS) {
+            _Static_assert(DELIVERY_MAX_HEADERS == 128, "the detail below names the bound");
+            classify_refuse(out, PROBLEM_TOO_MANY_HEADER_FIELDS, 431,
+                            "the delivery has more than 128 header fields, more than a queued "
+                            "delivery stores; nothing was queued");
+            return false;
+        }
+    return true;
+}
+
+/* The key from the one value of its header line, raw; PROTECT or a 400 refusal. */
+static void classify_key_value(const struct route_policy *policy, const char *raw, char *key,
+                               size_t keysize, struct classify_result *out)
+{
+    size_t max = keysize < policy->key_max_length + 1 ? keysize : policy->key_max_length + 1;
+    enum key_status ks;
+
+    if (key_is_folded_list(raw)) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                        "the idempotency key has a comma outside quotes, so it may be two header "
+                        "lines joined into one; send it as an RFC 8941 string (\"a,b\")");
+    } else if ((ks = key_parse(raw, policy->key_max_length, key, max, &out->key_len)) !=
+               KEY_OK) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400, key_status_reason(ks));
+    } else {
+        out->verdict = CLASSIFY_PROTECT;
+    }
+}
+
+/* The key from its header (docs/client-contract.md#how-a-request-is-handled, 4.3). */
 static void classify_key_from_header(const struct route_policy *policy,
                                      const struct classify_input *in, const char *signed_id,
                                      char *key, size_t keysize, struct classify_result *out)
@@ -127,8 +189,6 @@ static void classify_key_from_header(const struct route_policy *policy,
     int lines;
     const char *raw = header_find_all(in->headers,
                                           classify_key_header_name(policy, signed_id), &lines);
-    size_t max = keysize < policy->key_max_length + 1 ? keysize : policy->key_max_length + 1;
-    enum key_status ks;
 
     if (lines == 0 && policy->webhook) {
         /* a signed delivery without its event id is malformed, whatever require_key says */
@@ -142,15 +202,8 @@ static void classify_key_from_header(const struct route_policy *policy,
     } else if (lines > 1) {
         classify_refuse(out, PROBLEM_INVALID_KEY, 400,
                         "the idempotency key header appears more than once");
-    } else if (key_is_folded_list(raw)) {
-        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
-                        "the idempotency key has a comma outside quotes, so it may be two header "
-                        "lines joined into one; send it as an RFC 8941 string (\"a,b\")");
-    } else if ((ks = key_parse(raw, policy->key_max_length, key, max, &out->key_len)) !=
-               KEY_OK) {
-        classify_refuse(out, PROBLEM_INVALID_KEY, 400, key_status_reason(ks));
     } else {
-        out->verdict = CLASSIFY_PROTECT;
+        classify_key_value(policy, raw, key, keysize, out);
     }
 }
 
@@ -173,6 +226,39 @@ static bool classify_route(const struct config *cfg, const char *path,
         return false;
     }
     return true;
+}
+
+void classify_lookup(const struct config *cfg, const char *method, const char *path,
+                     const struct evkeyvalq *headers, const char *key_value, char *key,
+                     size_t keysize, struct classify_result *out)
+{
+    const struct route_policy *policy;
+
+    memset(out, 0, sizeof(*out));
+    if (!classify_route(cfg, path, out))
+        return;
+    if (out->route == NULL ||
+        (method != NULL && !(out->route->policy.methods & config_method_bit(method)))) {
+        out->verdict = CLASSIFY_PASS_THROUGH;
+        return;
+    }
+    policy = &out->route->policy;
+    if (policy->key_from == KEY_FROM_JSON) {
+        size_t len = strlen(key_value);
+
+        if (len >= keysize || len > policy->key_max_length) {
+            classify_refuse(out, PROBLEM_INVALID_KEY, 400,
+                            "the event id is longer than the route's key_max_length");
+            return;
+        }
+        memcpy(key, key_value, len + 1);
+        if (classify_event_id(policy, key, out))
+            out->verdict = CLASSIFY_PROTECT;
+    } else {
+        classify_key_value(policy, key_value, key, keysize, out);
+    }
+    if (out->verdict == CLASSIFY_PROTECT)
+        classify_check_scope(policy, headers, out);
 }
 
 void classify_request(const struct config *cfg, const struct classify_input *in, char *key,
@@ -209,6 +295,8 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
     policy = &out->route->policy;
     if (policy->verify != VERIFY_NONE && !classify_signature(policy, in, out, &signed_id))
         return;
+    if (!classify_queued_fields(policy, in, out))
+        return;
     if (policy->key_from == KEY_FROM_JSON) {
         if (classify_key_from_body(policy, in, key, keysize, out))
             out->verdict = CLASSIFY_PROTECT;
@@ -216,5 +304,5 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
         classify_key_from_header(policy, in, signed_id, key, keysize, out);
     }
     if (out->verdict == CLASSIFY_PROTECT)
-        classify_check_scope(policy, in, out);
+        classify_check_scope(policy, in->headers, out);
 }

@@ -1,7 +1,7 @@
 /*
  * classify.h - what the proxy does with a request before any I/O: the route,
  * whether the method is protected, the idempotency key, the limits, and a
- * webhook's signature (README "How a request is handled" and 8). Pure: no I/O, no clock (the caller
+ * webhook's signature (docs/client-contract.md#how-a-request-is-handled and 8). Pure: no I/O, no clock (the caller
  * passes the time), unit-tested by a table of requests.
  */
 #ifndef IDEM_CLASSIFY_H
@@ -21,9 +21,9 @@ struct evkeyvalq;
 
 enum classify_verdict {
     CLASSIFY_REFUSE,        /* answer the problem; nothing claimed, nothing forwarded */
-    CLASSIFY_PASS_THROUGH,  /* no route, or a method the route does not protect (4.1) */
-    CLASSIFY_UNPROTECTED,   /* protected route, no key, require_key false (4.2) */
-    CLASSIFY_PROTECT,       /* a valid key: claim it (section 5) */
+    CLASSIFY_PASS_THROUGH,  /* no route, or a method the route does not protect */
+    CLASSIFY_UNPROTECTED,   /* protected route, no key, require_key false */
+    CLASSIFY_PROTECT,       /* a valid key: claim it */
 };
 
 struct classify_input {
@@ -54,5 +54,22 @@ struct classify_result {
  */
 void classify_request(const struct config *cfg, const struct classify_input *in, char *key,
                       size_t keysize, struct classify_result *out);
+
+/*
+ * What classify_request decides about the idempotency key of a request on
+ * path with method (NULL: any method the route protects) whose key header
+ * carries key_value (as sent: key_parse reads it, as for a request; on a
+ * route with key_from json, key_value is the event id itself) and whose
+ * scope header fields are headers; without a body, a signature or the
+ * limits, which do not change the record a key maps to. For the admin
+ * lookup (`record-id`, GET /records/lookup), which must find the record the
+ * exchange would claim. PROTECT with the key in key (keysize bytes, as for
+ * classify_request) and out->route; PASS_THROUGH when no route matches or
+ * it does not protect method (out->route says which); else REFUSE with a
+ * static detail. Borrows everything; pure.
+ */
+void classify_lookup(const struct config *cfg, const char *method, const char *path,
+                     const struct evkeyvalq *headers, const char *key_value, char *key,
+                     size_t keysize, struct classify_result *out);
 
 #endif

@@ -1,11 +1,12 @@
 /*
- * config.h - the YAML configuration as plain structs (README "Configuration").
+ * config.h - the YAML configuration file as plain structs.
  *
  * Parsed in three passes, twemproxy-style: structure (libyaml document with
  * line marks), typed setters into fields that start "unset", then defaults
- * and cross-field checks (config.c, config_set.c, config_value.c). These
- * structs are read-only once loaded; runtime objects (listeners, connections)
- * live elsewhere and point into them. Route patterns and their matching are
+ * and cross-field checks (config.c runs them over the key tables of
+ * config_schema.c, which also give each key its reload class: a reload is
+ * config_reload_check's). These structs are read-only once loaded; runtime
+ * objects (listeners, connections) live elsewhere and point into them. Route patterns and their matching are
  * route.c's (route.h); the config_* entry points below call it.
  */
 #ifndef IDEM_CONFIG_H
@@ -15,8 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bearer.h"
 #include "policy.h"
 #include "route.h"
+
+struct keyring;
 
 /* `errors.format`: the shape of the answers the proxy makes itself. */
 enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
@@ -30,7 +34,7 @@ enum access_log { ACCESS_LOG_ALL, ACCESS_LOG_ERRORS, ACCESS_LOG_OFF };
 /*
  * Longest redis.key_prefix, in bytes. A record's Redis key is
  * "PREFIX:{RECORD_ID}" and must never be cut (two identities would share
- * one record): RECORD_KEY_MAX (fingerprint.h) is derived from this.
+ * one record): RECORD_KEY_MAX (record_id.h) is derived from this.
  */
 #define CONFIG_MAX_KEY_PREFIX 128
 
@@ -49,11 +53,23 @@ struct endpoint {
 /* Most replicas `redis.min_replicas` may ask for. */
 #define CONFIG_MAX_MIN_REPLICAS 16
 
+/* Most addresses an endpoint list holds. */
+#define CONFIG_MAX_ENDPOINTS 16
+
 /* Most sentinels `redis.sentinel.addresses` may list. */
-#define CONFIG_MAX_SENTINELS 16
+#define CONFIG_MAX_SENTINELS CONFIG_MAX_ENDPOINTS
 
 /* Most seed nodes `redis.cluster.addresses` may list. */
-#define CONFIG_MAX_CLUSTER_SEEDS 16
+#define CONFIG_MAX_CLUSTER_SEEDS CONFIG_MAX_ENDPOINTS
+
+/*
+ * A list of host:port addresses in the order written: redis.sentinel.addresses
+ * and redis.cluster.addresses. The hosts are owned (config_deinit frees them).
+ */
+struct endpoint_list {
+    struct endpoint at[CONFIG_MAX_ENDPOINTS];
+    size_t n;                       /* 0: the list is empty (no Sentinel, no cluster) */
+};
 
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
@@ -62,6 +78,9 @@ struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
     struct endpoint listen;
     struct endpoint admin_listen;   /* host NULL: admin listener disabled */
+    char *admin_token_file;         /* admin.token_file as written; NULL: none, and then
+                                       admin_listen must be a loopback address; owned */
+    struct bearer_token admin_token; /* that file's token, as its digest (admin_token_file set) */
     unsigned workers;               /* threads serving `listen`, 1..CONFIG_MAX_WORKERS;
                                        0 for `auto` (config_workers resolves it) */
 
@@ -90,24 +109,31 @@ struct config {
     char *redis_tls_server_name;    /* name the certificate must carry and SNI; NULL: the
                                        URL's host; owned */
     bool redis_tls_verify;          /* false: any certificate is accepted (warned at startup) */
-    /* redis.sentinel (README "Redis in production"): the sentinels name the primary */
+    /* redis.sentinel: the sentinels name the primary, asked again on every reconnect */
     char *redis_sentinel_master;    /* the master's name at the sentinels; NULL: no Sentinel,
                                        redis.url says where Redis is; owned */
-    struct endpoint redis_sentinels[CONFIG_MAX_SENTINELS]; /* in the order written */
-    size_t n_redis_sentinels;
+    struct endpoint_list redis_sentinels;
     char *redis_sentinel_username;  /* the sentinels' own ACL user; owned or NULL */
     char *redis_sentinel_password;  /* owned or NULL (empty counts as none) */
-    /* redis.cluster (README "Redis Cluster"): the slot map comes from any of these seeds */
-    struct endpoint redis_cluster[CONFIG_MAX_CLUSTER_SEEDS]; /* in the order written */
-    size_t n_redis_cluster;         /* 0: no cluster */
-    char *key_prefix;               /* owned */
+    /* redis.cluster: the slot map comes from any of these seeds */
+    struct endpoint_list redis_cluster; /* n 0: no cluster */
+    /*
+     * key_prefix, redis_min_replicas and redis_timeout_ms are read from a
+     * request's config and from the boot config alike (the exchange and the
+     * store): a reload must never change them (config_reload_check;
+     * test_config_reload checks they stay so).
+     */
+    char *key_prefix;               /* owned; an identity key */
     unsigned redis_min_replicas;    /* WAIT for this many replicas after a claim before it is
                                        forwarded, 0..CONFIG_MAX_MIN_REPLICAS; 0: no WAIT */
     uint64_t redis_replica_timeout_ms; /* WAIT's timeout, ms, > 0 */
-    uint64_t redis_timeout_ms;
+    uint64_t redis_timeout_ms;      /* per command, ms */
 
     size_t max_request_body;        /* bytes */
     size_t max_stored_response;     /* bytes */
+    size_t max_buffered;            /* bytes: the budget of buffered bytes (budget.h), at least
+                                       max_request_body + config_answer_reservation; a reload
+                                       applies it */
 
     enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
     enum access_log access_log;     /* log.access: all, errors or off */
@@ -115,11 +141,21 @@ struct config {
     struct route_policy defaults;
     struct route *routes;           /* owned array */
     size_t n_routes;
+
+    /*
+     * encryption.keyring: read with the rest of the file (config_keyring.c),
+     * so a SIGHUP rereads it and a bad keyring refuses the reload like a bad
+     * config; an exchange holds its config and so the keyring it started with.
+     */
+    char *keyring_file;             /* as written; NULL: no keyring; owned */
+    struct keyring *keyring;        /* NULL: no keyring, what is stored stays plaintext;
+                                       one reference (config_deinit drops it) */
+    bool keyring_world_readable;    /* the file's mode has o+r (config_keyring_warnings) */
 };
 
 /*
  * Load and check FILE into *cfg (zeroed by the callee first). Returns 0;
- * keys the file leaves out take the README "Configuration" defaults, and each
+ * keys the file leaves out take their documented defaults, and each
  * route inherits `defaults:` key by key (a webhook route with key_from
  * defaults to fingerprint none). Release with config_deinit.
  * On error returns -1, leaves *cfg empty, and writes one line into err
@@ -162,7 +198,7 @@ void config_unref(struct config *cfg);
  * The first route whose normalised pattern (route->match) matches path (path
  * only, no query; callers pass it through path_normalize first), compared
  * case-insensitively; NULL when none does (then the request is a plain
- * pass-through, section 4.1). A pattern matches exactly, or, when it ended in
+ * pass-through, never stored). A pattern matches exactly, or, when it ended in
  * '*', every path that starts with the rest ("/v1/payments*" matches
  * /v1/payments, /v1/payments/1 and /v1/paymentsX). No decoding. Returned
  * pointer is owned by cfg (valid while cfg is). route_match does the work.
@@ -182,12 +218,43 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
                              size_t outsize);
 
 /*
+ * What an operator should hear about cfg's keyring, one line each,
+ * "KEYRING: warning: ...\n" (KEYRING the file as written), into out
+ * (caller-owned, truncated to outsize bytes, always NUL-terminated when
+ * outsize > 0): a keyring any user may read (mode & 0004; a Kubernetes
+ * Secret volume with defaultMode 0440 and an fsGroup is not), and keys
+ * that could not be locked in memory (mlock failed: they may be written
+ * to swap). Returns how many lines (0 without a keyring). Pure; for `-t`,
+ * the startup log and the reload log.
+ */
+size_t config_keyring_warnings(const struct config *cfg, char *out, size_t outsize);
+
+/*
+ * One phrase for the startup and reload log line into out (caller-owned,
+ * outsize > 0 bytes, truncated, NUL-terminated): "keyring FILE: N keys: ID
+ * (encrypts), ID, ..." (ids only, never key material), or "no keyring
+ * (encryption.keyring): what is stored stays plaintext". Pure.
+ */
+void config_keyring_describe(const struct config *cfg, char *out, size_t outsize);
+
+/*
  * The number of worker threads cfg asks for: `workers:` as written, or for
  * `auto` the CPUs this process may run on (sched_getaffinity), at most
  * CONFIG_MAX_WORKERS. Always at least 1 (1 when the affinity cannot be read);
  * no error return.
  */
 unsigned config_workers(const struct config *cfg);
+
+/* The most an admitted request reserves for its answer under limits.max_buffered, bytes. */
+#define CONFIG_ANSWER_RESERVATION_MAX (64 * 1024)
+
+/*
+ * The room an admitted request reserves for its answer under limits.max_buffered
+ * (budget.h), bytes: max_stored_response, at most CONFIG_ANSWER_RESERVATION_MAX.
+ * Small, so that many requests with the usual small answers fit at once; a larger
+ * answer is counted as it arrives. No error return.
+ */
+size_t config_answer_reservation(const struct config *cfg);
 
 /*
  * The enum method_bit for an HTTP method name (borrowed), or 0 if unknown.
@@ -209,24 +276,65 @@ int config_parse_duration_ms(const char *text, uint64_t *out_ms);
 int config_parse_size(const char *text, size_t *out_bytes);
 
 /*
- * Whether SIGHUP may swap running for next without changing the record id
- * of any key a client may still retry (README "Reload"). Pure: compares the
- * two configs only. Route insertions, removals and reordering are fine (a
- * record id does not depend on which route matched, fingerprint.h); refused:
- * redis.key_prefix changing, and for a route pattern present in both (same
- * path and '*', compared case-insensitively as matching does) its key
- * source (key_header / key_from) or its scope_headers changing.
- * Returns NULL, or a static string naming what changed, for the log line.
- * The route part is route_reload_refusal's.
+ * What a SIGHUP does with a change of a configuration key. Every key of
+ * the schema has one (config_schema.c), as pgbouncer's CF_NO_RELOAD and
+ * redis's IMMUTABLE_CONFIG mark theirs; there is no other list.
  */
-const char *config_reload_refusal(const struct config *running, const struct config *next);
+enum config_reload {
+    CONFIG_RELOAD_UNSET,        /* no class: test_config_reload fails on such a key */
+    CONFIG_RELOAD_LIVE,         /* a reload applies it to the requests that start after it */
+    CONFIG_RELOAD_RESTART,      /* built into the process at startup: a change is refused */
+    CONFIG_RELOAD_IDENTITY,     /* part of record identity: a change is refused */
+    CONFIG_RELOAD_BY_KEYS,      /* a section or the routes: the keys under it say */
+};
 
 /*
- * Whether a and b have the same queued webhook routes (by path as written)
- * with the same delivery settings (README "Webhook inbox"). Each worker's
- * inbox consumers are made at startup from the boot config, so a reload that
- * adds, removes or retunes one needs a restart. Pure.
+ * Whether SIGHUP may swap the running config for next: walks the schema
+ * and compares every RESTART key with boot and every IDENTITY key with
+ * running; LIVE keys may change. All three borrowed; pure.
+ *
+ * Two baselines, because the two classes protect different things:
+ * - RESTART against boot: the listeners, threads, upstream client, store
+ *   and inbox consumers were built from the boot config and keep it, whatever
+ *   reloads ran since; next must agree with what they were built from.
+ * - IDENTITY against running: record ids depend on the route that serves a
+ *   path (its key source and scope_headers), and that is not an equality:
+ *   a route added by a first SIGHUP holds records under its identity that
+ *   the boot config knows nothing of, so a second SIGHUP that changed that
+ *   route's scope would be accepted against boot and make their retries
+ *   execute again. A second SIGHUP must not undo what a first kept.
+ * Route identity is judged per path as matching sees it (config_changed_routes,
+ * route_reload_refusal): routes may be inserted, removed and reordered as
+ * long as every path keeps its record identity.
+ *
+ * Since an accepted reload equals boot on every RESTART key and running on
+ * every IDENTITY key, every config that ever runs holds the boot values of
+ * both. That is what lets a module read such a key from the config a
+ * request started under while another reads it from the boot config: the
+ * exchange and inbox_append take redis.min_replicas, redis.timeout and
+ * redis.key_prefix from the running config, the store and the inbox
+ * consumers from the boot one. test_config_reload checks those keys keep a
+ * class that is not LIVE (boot_pinned_keys).
+ *
+ * Returns CONFIG_RELOAD_LIVE when next may run; else CONFIG_RELOAD_RESTART
+ * or CONFIG_RELOAD_IDENTITY, the class of the first refused change in table
+ * order (restart keys first), with why (whylen bytes, truncated, always
+ * NUL-terminated when whylen > 0) set to "X changed, which needs a restart"
+ * or "X changed, which changes record identity (retries of earlier keys
+ * would execute again)"; X names a restart key by its top-level key (the
+ * part of the process built from it: listen, workers, upstream, redis, or
+ * "a queued route or its delivery settings") and an identity key by its
+ * path ("redis.key_prefix", "the scope_headers of a route").
  */
-bool config_same_inboxes(const struct config *a, const struct config *b);
+enum config_reload config_reload_check(const struct config *boot, const struct config *running,
+                                       const struct config *next, char *why, size_t whylen);
+
+/*
+ * The reload class of the key at path (borrowed), dotted as the documents
+ * write it: "redis.tls.ca_file", a route policy key as under `routes:`
+ * ("lease", "delivery.backoff.initial", "path"). CONFIG_RELOAD_UNSET for
+ * a path the schema does not have. Pure.
+ */
+enum config_reload config_key_reload(const char *path);
 
 #endif

@@ -1,9 +1,8 @@
 /*
  * config_file.c - the configuration file as text and as a libyaml document:
- * reading FILE (config_load), parsing one document with its line marks
- * (config_doc_parse, for the user's file and the built-in defaults), and the
- * reference-counted heap config the worker threads share (config_create,
- * config_ref, config_unref). The passes over the document are config.c's.
+ * reading FILE into memory (config_file_read) and parsing one document with
+ * its line marks (config_doc_parse, for the user's file and the built-in
+ * defaults). The passes over the document are config.c's.
  */
 #include "config_int.h"
 
@@ -11,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 /* ---- one YAML document ---------------------------------------------------- */
 
@@ -51,6 +52,24 @@ static int config_syntax_error(struct config_loader *ld, const yaml_parser_t *pa
     return -1;
 }
 
+/*
+ * libyaml keeps a copy of the text in its buffers and frees them unwiped;
+ * for a document with secrets they are wiped first. (Its scanner's own
+ * short-lived strings are out of reach: wiping is best effort.)
+ */
+static void config_parser_delete(yaml_parser_t *parser, bool wipe)
+{
+    if (wipe) {
+        if (parser->buffer.start != NULL)
+            OPENSSL_cleanse(parser->buffer.start,
+                            (size_t)(parser->buffer.end - parser->buffer.start));
+        if (parser->raw_buffer.start != NULL)
+            OPENSSL_cleanse(parser->raw_buffer.start,
+                            (size_t)(parser->raw_buffer.end - parser->raw_buffer.start));
+    }
+    yaml_parser_delete(parser);
+}
+
 int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const char *text,
                      size_t len)
 {
@@ -81,25 +100,21 @@ int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const cha
             goto failed;
         doc->root = config_is_null(root) ? NULL : root;
     }
-    yaml_parser_delete(&parser);
+    config_parser_delete(&parser, doc->wipe);
     return 0;
 failed:
-    yaml_parser_delete(&parser);
+    config_parser_delete(&parser, doc->wipe);
     return -1;
 }
 
+/* ---- the file ------------------------------------------------------------ */
 
-
-/* ---- the file, and the shared heap config --------------------------------- */
-
-int config_load(struct config *cfg, const char *file, char *err, size_t errlen)
+int config_file_read(const char *file, char **text, size_t *len, char *err, size_t errlen)
 {
     FILE *fp;
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
+    char *buf = NULL;
+    size_t used = 0, cap = 0;
 
-    memset(cfg, 0, sizeof(*cfg));
     fp = fopen(file, "rb");
     if (fp == NULL) {
         snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
@@ -108,18 +123,18 @@ int config_load(struct config *cfg, const char *file, char *err, size_t errlen)
     for (;;) {
         size_t n;
 
-        if (len == cap) {
-            char *grown = realloc(text, cap ? cap * 2 : 4096);
+        if (used == cap) {
+            char *grown = realloc(buf, cap ? cap * 2 : 4096);
 
             if (grown == NULL) {
                 snprintf(err, errlen, "%s: out of memory", file);
                 goto failed;
             }
-            text = grown;
+            buf = grown;
             cap = cap ? cap * 2 : 4096;
         }
-        n = fread(text + len, 1, cap - len, fp);
-        len += n;
+        n = fread(buf + used, 1, cap - used, fp);
+        used += n;
         if (n == 0)
             break;
     }
@@ -128,41 +143,11 @@ int config_load(struct config *cfg, const char *file, char *err, size_t errlen)
         goto failed;
     }
     fclose(fp);
-    rc = config_load_string(cfg, text, len, file, err, errlen);
-    free(text);
-    return rc;
+    *text = buf;
+    *len = used;
+    return 0;
 failed:
     fclose(fp);
-    free(text);
+    free(buf);
     return -1;
-}
-
-struct config *config_create(const char *file, char *err, size_t errlen)
-{
-    struct config *cfg = malloc(sizeof(*cfg));
-
-    if (cfg == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (config_load(cfg, file, err, errlen) != 0) {
-        free(cfg);
-        return NULL;
-    }
-    cfg->refs = 1;
-    return cfg;
-}
-
-struct config *config_ref(struct config *cfg)
-{
-    cfg->refs++;
-    return cfg;
-}
-
-void config_unref(struct config *cfg)
-{
-    if (cfg == NULL || --cfg->refs > 0)
-        return;
-    config_deinit(cfg);
-    free(cfg);
 }

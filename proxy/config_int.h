@@ -1,9 +1,11 @@
 /*
  * config_int.h - what the files of the config module share and nothing
- * outside it includes: the schema's types (a key, its kind and flags), the
- * loader's state, the message and node helpers (config_node.c), the typed
- * setters that config_set.c implements and config.c's key tables name, and
- * the redis section's pass 3 (config_redis.c).
+ * outside it includes (but its unit test, which walks the schema): the
+ * schema's types (a key, its kind, flags, reload class and comparison), the
+ * tables, the loader's state, the passes, the message and node helpers
+ * (config_node.c), the typed setters that config_set.c implements and
+ * config_schema.c's key tables name, and the reload comparisons and their
+ * walk (config_compare.c).
  *
  * Ownership rule of every setter: the pass that runs a setter expands the
  * scalar itself (config_scalar: ${VAR}, null as "") and lends the text in
@@ -26,6 +28,8 @@
 struct config_loader;
 struct config_key;
 struct config_section;
+
+#define CONFIG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /*
  * Converts one expanded value into the field of obj that key names (obj is
@@ -60,16 +64,64 @@ enum config_kind {
 #define CONFIG_UNSET_EMPTY 0x10u /* an unset ${VAR} reads as "" (documented optional values);
                                     elsewhere it is an error that names VAR */
 
+/*
+ * Whether key's value changed between a and b, the objects its table's
+ * offsets point into (struct config, route_policy, route, delivery_policy),
+ * both borrowed: true when it did. cls is the class being checked: a key's
+ * own comparison ignores it; a BY_KEYS key's (the routes) checks the keys of
+ * that class under it. May set *what to static words for the log line
+ * ("the scope_headers of a route"); else the reload check names the key.
+ * Pure (config_compare.c).
+ */
+typedef bool config_compare(const struct config_key *key, enum config_reload cls, const void *a,
+                            const void *b, const char **what);
+
 struct config_key {
     const char *name;
     enum config_kind kind;
     config_setter *set;                    /* NULL: a section the passes walk */
-    size_t offset;                         /* of the field, for generic setters */
+    size_t offset;                         /* of the field, for generic setters and
+                                              comparisons; of the section's object
+                                              for a section */
     unsigned flags;
     const struct config_section *section;  /* CONFIG_SECTION, CONFIG_ROUTES */
     const struct config_enum *names;       /* config_set_enum: the allowed values */
     config_list_begin *begin;              /* CONFIG_LIST, CONFIG_SCALAR_OR_LIST */
+    enum config_reload reload;             /* what a SIGHUP does with a change (config.h) */
+    config_compare *compare;               /* NULL: the generic one of set's field type */
 };
+
+/* A mapping of the configuration and the keys it takes. */
+struct config_section {
+    const char *name;                      /* in messages: "in NAME" */
+    const struct config_key *tables[2];    /* a route takes path + policy keys */
+    unsigned exclude;                      /* key flags not allowed here */
+};
+
+/*
+ * The schema (config_schema.c). Each table ends with { NULL }; the passes
+ * name the tables of the sections they apply.
+ */
+extern const struct config_key config_root_keys[], config_upstream_keys[], config_redis_keys[],
+    config_redis_tls_keys[], config_redis_sentinel_keys[], config_redis_cluster_keys[],
+    config_limits_keys[], config_errors_keys[], config_log_keys[], config_encryption_keys[],
+    config_admin_keys[],
+    config_policy_keys[],
+    config_route_keys[], config_delivery_keys[], config_delivery_backoff_keys[],
+    config_delivery_sign_keys[];
+
+/* The top level, where pass 1 starts. */
+extern const struct config_section config_root_section;
+
+/*
+ * The sections searched when a key is unknown, to say where it belongs
+ * instead (config_n_sections of them).
+ */
+extern const struct config_section *const config_sections[];
+extern const size_t config_n_sections;
+
+/* The built-in defaults as a YAML document (NUL-terminated), applied in pass 3. */
+extern const char config_builtin_yaml[];
 
 /* One parsed YAML text: the user's file or the built-in defaults. */
 struct config_doc {
@@ -77,6 +129,8 @@ struct config_doc {
     yaml_document_t yaml;
     bool loaded;
     yaml_node_t *root;                     /* a mapping; NULL for an empty file */
+    bool wipe;                             /* holds secrets (a keyring): config_doc_parse
+                                              wipes libyaml's buffers before freeing them */
 };
 
 struct config_loader {
@@ -89,7 +143,7 @@ struct config_loader {
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
     uint32_t set_redis_sentinel, set_redis_cluster;
-    uint32_t set_errors, set_log;
+    uint32_t set_errors, set_log, set_encryption, set_admin;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_username;              /* from redis://USER:PASSWORD@; owned */
@@ -107,15 +161,22 @@ int config_error(struct config_loader *ld, const yaml_node_t *node, const char *
 /* config_error(ld, node, "out of memory"); returns -1. */
 int config_oom(struct config_loader *ld, const yaml_node_t *node);
 
-/* YAML's null (`~`, `null`, or nothing after the colon) (config.c). */
+/* YAML's null (`~`, `null`, or nothing after the colon). */
 bool config_is_null(const yaml_node_t *node);
 
 /*
- * Builds doc (its name set, the rest zeroed) from text (len bytes, borrowed)
- * with libyaml, line marks kept; doc->root is NULL for an empty or null
- * document, and doc->loaded says yaml_document_delete is due. A syntax
- * error or a second document is an error with its line. Returns 0, or -1
- * after config_error (config_file.c).
+ * Reads FILE whole into *text (malloc'd, not NUL-terminated; caller frees)
+ * and its length in bytes into *len. Returns 0, or -1 with "FILE: what"
+ * in err (errlen bytes) and nothing to free (config_file.c).
+ */
+int config_file_read(const char *file, char **text, size_t *len, char *err, size_t errlen);
+
+/*
+ * Builds doc (its name and wipe set, the rest zeroed) from text (len bytes,
+ * borrowed) with libyaml, line marks kept; doc->root is NULL for an empty
+ * or null document, and doc->loaded says yaml_document_delete is due. A
+ * syntax error or a second document is an error with its line. Returns 0,
+ * or -1 after config_error (config_file.c).
  */
 int config_doc_parse(struct config_loader *ld, struct config_doc *doc, const char *text,
                      size_t len);
@@ -139,6 +200,48 @@ yaml_node_t *config_item(struct config_loader *ld, yaml_node_t *node, size_t i);
  */
 char *config_scalar(struct config_loader *ld, const struct config_key *key, yaml_node_t *node);
 
+/* ---- the passes, in the order config_load_string runs them ---- */
+
+/*
+ * Pass 1 (config_structure.c): every mapping of doc holds known keys only,
+ * none twice, each value of the kind its table says; a route has a path.
+ * Returns 0, or -1 after config_error.
+ */
+int config_check_structure(struct config_loader *ld, struct config_doc *doc);
+
+/*
+ * Pass 2 (config_apply.c): runs the setter of every key of table that map
+ * (in doc) holds and *set does not have yet, and marks it; obj is the
+ * struct the table's offsets point into. Keys of other tables (a route's
+ * path, sections) are left to their own calls. Returns 0, or -1 after
+ * config_error.
+ */
+int config_apply_mapping(struct config_loader *ld, struct config_doc *doc, yaml_node_t *map,
+                         const struct config_key *table, void *obj, uint32_t *set);
+
+/*
+ * config_apply_mapping for every section but the routes: pass 2 with the
+ * user's file, pass 3 with the built-in defaults. Returns 0, or -1.
+ */
+int config_apply_doc(struct config_loader *ld, struct config_doc *doc);
+
+/*
+ * Pass 2 of `routes:`: allocates cfg->routes and applies each route's own
+ * keys (its delivery starting from the delivery defaults); what a route
+ * leaves unset is inherited in pass 3. Returns 0, or -1 after config_error.
+ */
+int config_apply_routes(struct config_loader *ld);
+
+/* The index of name in table, or -1 (the bit of the key in a set mask). */
+int config_key_index(const struct config_key *table, const char *name);
+
+/*
+ * Pass 3 (config_finish.c): the built-in defaults for every key still
+ * unset, inheritance, and every cross-field check. Returns 0, or -1 after
+ * config_error.
+ */
+int config_finish(struct config_loader *ld);
+
 /*
  * Pass 3 of the redis section, after the built-in defaults (config_redis.c):
  * the credentials (keys over the URL's), redis.sentinel complete (master
@@ -148,14 +251,56 @@ char *config_scalar(struct config_loader *ld, const struct config_key *key, yaml
  */
 int config_finish_redis(struct config_loader *ld);
 
-/* The typed setters (config_set.c), named by the key tables of config.c. */
+/*
+ * Pass 3 of the encryption section (config_keyring.c): with
+ * encryption.keyring set, read that file (YAML, `keys: [{id, secret}]`)
+ * into cfg->keyring; its errors name KEYRING:LINE, as config errors do, and
+ * one that cannot be opened names the config's line of the key. Returns 0,
+ * or -1 after config_error.
+ */
+int config_finish_keyring(struct config_loader *ld);
+
+/*
+ * The comparison a reload uses for key: key->compare, or the generic one
+ * of its setter's field type (string, bool, duration, size, enum, count,
+ * endpoint, endpoint list); NULL when it has neither (test_config_reload
+ * fails on a RESTART or IDENTITY key without one). config_compare.c.
+ */
+config_compare *config_key_compare(const struct config_key *key);
+
+/* The comparisons of the keys whose field no generic comparison reads (config_compare.c). */
+config_compare config_changed_key_source, config_changed_scope_headers, config_changed_routes,
+    config_changed_inherited, config_changed_sign_secrets, config_changed_delivery_rate;
+
+/* The first change of a key of the class a walk looks for. */
+struct config_change {
+    const struct config_key *key;           /* the key whose value changed */
+    const struct config_section *section;   /* the section it sits in */
+    const char *top;                        /* the top-level key it sits under */
+    const char *what;                       /* its comparison's words, or NULL */
+    bool at_top;                            /* key is a top-level key itself */
+};
+
+/*
+ * The first key of class cls in table t of sec whose value differs between
+ * a and b (the objects that table's offsets point into, borrowed),
+ * descending into the sections under it: true with *ch set when there is
+ * one. A key of that class without a comparison counts as changed: a
+ * reload that cannot be classified is refused (test_config_reload keeps
+ * such a key out of the schema). top is the top-level key the table sits
+ * under (NULL for the top level itself). Pure (config_compare.c).
+ */
+bool config_walk(const struct config_section *sec, size_t t, enum config_reload cls, const void *a,
+                 const void *b, const char *top, struct config_change *ch);
+
+/* The typed setters (config_set.c), named by the key tables of config_schema.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_string,
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret,
     config_set_sentinel_master, config_set_sentinel_address,
-    config_set_cluster_address;
+    config_set_cluster_address, config_set_token_file;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;
@@ -163,9 +308,13 @@ config_setter config_set_min_replicas;
 /* delivery.max_attempts / delivery.concurrency, and delivery.ack_status (config_set.c). */
 config_setter config_set_delivery_count, config_set_ack_status;
 
+/* delivery.sign.secret (a list of at most two) and delivery.rate (`N/s`, `N/min`) (config_set.c). */
+config_setter config_set_sign_secret, config_set_delivery_rate;
+config_list_begin config_begin_sign_secrets;
+
 /*
  * Pass 3: with redis.min_replicas > 0, redis.replica_timeout must be at most
- * half of redis.timeout (README "Redis in production"); redis (may be NULL)
+ * half of redis.timeout (WAIT holds the connection); redis (may be NULL)
  * is the section's node, for the line. Returns 0, or -1 after config_error
  * (config_replicas.c).
  */

@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CONFIG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ---- messages ---------------------------------------------------------- */
 
 int config_error(struct config_loader *ld, const yaml_node_t *node, const char *fmt, ...)

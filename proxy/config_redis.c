@@ -2,7 +2,7 @@
  * config_redis.c - pass 3 of the redis section (config_int.h), once the
  * built-in defaults are in: where Redis is (redis.url, redis.sentinel or redis.cluster,
  * complete), the credentials (the keys over the URL's, the sentinels' own),
- * and TLS (README "Configuration", "Redis in production").
+ * and TLS.
  */
 #include "config_int.h"
 
@@ -52,7 +52,7 @@ static int config_finish_sentinel(struct config_loader *ld, yaml_node_t *sentine
 {
     struct config *cfg = ld->cfg;
 
-    if (cfg->redis_sentinel_master == NULL || cfg->n_redis_sentinels == 0)
+    if (cfg->redis_sentinel_master == NULL || cfg->redis_sentinels.n == 0)
         return config_error(ld, sentinel, "redis.sentinel needs master (the name the sentinels "
                             "monitor it by) and addresses (host:port of each sentinel)");
     config_take_credential(&cfg->redis_sentinel_username, NULL);
@@ -66,7 +66,7 @@ static int config_finish_sentinel(struct config_loader *ld, yaml_node_t *sentine
 /* redis.cluster (config_finish has already refused it beside redis.url): a seed at least. */
 static int config_finish_cluster(struct config_loader *ld, yaml_node_t *cluster)
 {
-    if (ld->cfg->n_redis_cluster == 0)
+    if (ld->cfg->redis_cluster.n == 0)
         return config_error(ld, cluster, "redis.cluster needs addresses (host:port of one or "
                             "more cluster nodes: the slot map is read from the first that "
                             "answers)");

@@ -1,8 +1,9 @@
 /*
- * config_replicas.c - redis.min_replicas and redis.replica_timeout (README
- * "Redis in production", "Replicated claims"): the setter of the count and
- * the check that ties replica_timeout to redis.timeout. The key tables that
- * name them are config.c's; replica_timeout itself is a plain duration.
+ * config_replicas.c - redis.min_replicas and redis.replica_timeout (a claim
+ * WAITed for by replicas before it is forwarded): the setter of the count
+ * and the check that ties replica_timeout to redis.timeout. The key tables
+ * that name them are config_schema.c's; replica_timeout itself is a plain
+ * duration.
  */
 #include "config_int.h"
 

@@ -7,9 +7,12 @@
  */
 #include "config_int.h"
 #include "route.h"
+#include "webhook.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 /* Takes the pass's text: the caller then finds *text NULL and frees nothing. */
 static char *config_take(char **text)
@@ -158,6 +161,35 @@ int config_set_string(struct config_loader *ld, const struct config_key *key,
 }
 
 /*
+ * admin.token_file: the file is read here, at every load, so `-t`, startup
+ * and each SIGHUP check the token the admin listener will ask for; only
+ * its digest is kept (bearer.h), and the bytes read are wiped.
+ */
+int config_set_token_file(struct config_loader *ld, const struct config_key *key,
+                          yaml_node_t *node, char **text, void *obj)
+{
+    struct config *cfg = obj;
+    char why[600];
+    const char *bad;
+    char *token;
+    size_t len;
+
+    if ((*text)[0] == '\0')
+        return config_error(ld, node, "admin.%s may not be empty: name the file that holds "
+                            "the admin token, or leave the key out", key->name);
+    if (config_file_read(*text, &token, &len, why, sizeof(why)) < 0)
+        return config_error(ld, node, "admin.%s: %s", key->name, why);
+    bad = bearer_token_set(&cfg->admin_token, token, len);
+    OPENSSL_cleanse(token, len);
+    free(token);
+    if (bad != NULL)
+        return config_error(ld, node, "admin.%s: %s: %s", key->name, *text, bad);
+    free(cfg->admin_token_file);
+    cfg->admin_token_file = config_take(text);
+    return 0;
+}
+
+/*
  * redis.key_prefix: 1..CONFIG_MAX_KEY_PREFIX bytes of printable ASCII
  * without spaces, '{' or '}'. The length bounds the record key so it is
  * never cut (record_key_format); a brace would move the Redis Cluster hash
@@ -210,66 +242,82 @@ int config_set_sentinel_master(struct config_loader *ld, const struct config_key
     return 0;
 }
 
-int config_begin_sentinel_addresses(struct config_loader *ld, const struct config_key *key,
-                                    yaml_node_t *list, size_t n, void *obj)
-{
-    struct config *cfg = obj;
+/* How one endpoint list is named in its messages. */
+struct config_endpoint_words {
+    const char *section;            /* "redis.sentinel" */
+    const char *item;               /* "sentinel address" */
+    const char *items;              /* "sentinels" */
+    const char *example;            /* "10.0.0.5:26379" */
+    size_t max;                     /* at most this many, <= CONFIG_MAX_ENDPOINTS */
+};
 
-    if (n > CONFIG_MAX_SENTINELS)
-        return config_error(ld, list, "redis.sentinel.%s takes at most %d sentinels", key->name,
-                            CONFIG_MAX_SENTINELS);
-    for (size_t i = 0; i < cfg->n_redis_sentinels; i++) {
-        free(cfg->redis_sentinels[i].host);
-        cfg->redis_sentinels[i].host = NULL;
+static const struct config_endpoint_words config_sentinel_words = {
+    "redis.sentinel", "sentinel address", "sentinels", "10.0.0.5:26379", CONFIG_MAX_SENTINELS };
+static const struct config_endpoint_words config_cluster_words = {
+    "redis.cluster", "cluster node address", "seed nodes", "10.0.0.5:6379",
+    CONFIG_MAX_CLUSTER_SEEDS };
+
+_Static_assert(CONFIG_MAX_SENTINELS <= CONFIG_MAX_ENDPOINTS &&
+               CONFIG_MAX_CLUSTER_SEEDS <= CONFIG_MAX_ENDPOINTS, "the lists hold their maximum");
+
+/* The start of an endpoint list key: at most w->max items; the list at key->offset emptied. */
+static int config_begin_endpoints(struct config_loader *ld, const struct config_key *key,
+                                  yaml_node_t *list, size_t n, void *obj,
+                                  const struct config_endpoint_words *w)
+{
+    struct endpoint_list *eps = (struct endpoint_list *)((char *)obj + key->offset);
+
+    if (n > w->max)
+        return config_error(ld, list, "%s.%s takes at most %zu %s", w->section, key->name,
+                            w->max, w->items);
+    for (size_t i = 0; i < eps->n; i++) {
+        free(eps->at[i].host);
+        eps->at[i].host = NULL;
     }
-    cfg->n_redis_sentinels = 0;
+    eps->n = 0;
     return 0;
 }
 
-/* One item of redis.sentinel.addresses: host:port of a sentinel (IPv6 in brackets). */
-int config_set_sentinel_address(struct config_loader *ld, const struct config_key *key,
-                                yaml_node_t *node, char **text, void *obj)
+/* One item of an endpoint list: host:port (IPv6 in brackets), appended in the order written. */
+static int config_set_endpoint_item(struct config_loader *ld, const struct config_key *key,
+                                    yaml_node_t *node, char **text, void *obj,
+                                    const struct config_endpoint_words *w)
 {
-    struct config *cfg = obj;
-    struct endpoint *ep = &cfg->redis_sentinels[cfg->n_redis_sentinels];
+    struct endpoint_list *eps = (struct endpoint_list *)((char *)obj + key->offset);
+    struct endpoint *ep = &eps->at[eps->n];
     const char *why = config_endpoint_split(*text, &ep->host, &ep->port);
 
     if (why != NULL)
-        return config_error(ld, node, "bad sentinel address '%s' in redis.sentinel.%s: %s "
-                            "(write host:port, e.g. 10.0.0.5:26379)", *text, key->name, why);
-    cfg->n_redis_sentinels++;
+        return config_error(ld, node, "bad %s '%s' in %s.%s: %s (write host:port, e.g. %s)",
+                            w->item, *text, w->section, key->name, why, w->example);
+    eps->n++;
     return 0;
+}
+
+int config_begin_sentinel_addresses(struct config_loader *ld, const struct config_key *key,
+                                    yaml_node_t *list, size_t n, void *obj)
+{
+    return config_begin_endpoints(ld, key, list, n, obj, &config_sentinel_words);
+}
+
+/* One item of redis.sentinel.addresses: host:port of a sentinel. */
+int config_set_sentinel_address(struct config_loader *ld, const struct config_key *key,
+                                yaml_node_t *node, char **text, void *obj)
+{
+    return config_set_endpoint_item(ld, key, node, text, obj, &config_sentinel_words);
 }
 
 int config_begin_cluster_addresses(struct config_loader *ld, const struct config_key *key,
                                    yaml_node_t *list, size_t n, void *obj)
 {
-    struct config *cfg = obj;
-
-    if (n > CONFIG_MAX_CLUSTER_SEEDS)
-        return config_error(ld, list, "redis.cluster.%s takes at most %d seed nodes", key->name,
-                            CONFIG_MAX_CLUSTER_SEEDS);
-    for (size_t i = 0; i < cfg->n_redis_cluster; i++) {
-        free(cfg->redis_cluster[i].host);
-        cfg->redis_cluster[i].host = NULL;
-    }
-    cfg->n_redis_cluster = 0;
-    return 0;
+    return config_begin_endpoints(ld, key, list, n, obj, &config_cluster_words);
 }
 
-/* One item of redis.cluster.addresses: host:port of a cluster node (IPv6 in brackets). */
+/* One item of redis.cluster.addresses: host:port of a cluster node. */
 int config_set_cluster_address(struct config_loader *ld, const struct config_key *key,
                                yaml_node_t *node, char **text, void *obj)
 {
-    struct config *cfg = obj;
-    struct endpoint *ep = &cfg->redis_cluster[cfg->n_redis_cluster];
-    const char *why = config_endpoint_split(*text, &ep->host, &ep->port);
-
-    if (why != NULL)
-        return config_error(ld, node, "bad cluster node address '%s' in redis.cluster.%s: %s "
-                            "(write host:port, e.g. 10.0.0.5:6379)", *text, key->name, why);
-    cfg->n_redis_cluster++;
-    return 0;
+    return config_set_endpoint_item(ld, key, node, text, obj, &config_cluster_words);
 }
 
 int config_set_bool(struct config_loader *ld, const struct config_key *key,
@@ -441,7 +489,7 @@ int config_set_enum(struct config_loader *ld, const struct config_key *key,
     return 0;
 }
 
-/* key_from: header:NAME or json:/pointer (README "Webhooks"); the route becomes a webhook. */
+/* key_from: header:NAME or json:/pointer (RFC 6901); the route becomes a webhook receiver. */
 int config_set_key_from(struct config_loader *ld, const struct config_key *key,
                         yaml_node_t *node, char **text, void *obj)
 {
@@ -486,6 +534,60 @@ int config_set_secret(struct config_loader *ld, const struct config_key *key,
         return config_error(ld, node, "%s is empty", key->name);
     policy->secrets[policy->n_secrets++] = config_take(text);
     return 0;
+}
+
+/* delivery.sign.secret: one string, or a list of two while the receiver rotates it. */
+int config_begin_sign_secrets(struct config_loader *ld, const struct config_key *key,
+                              yaml_node_t *list, size_t n, void *obj)
+{
+    struct delivery_policy *d = obj;
+
+    if (n == 0 || n > CONFIG_MAX_SECRETS)
+        return config_error(ld, list, "delivery.sign.%s takes one string, or a list of at most "
+                            "%d during a rotation", key->name, CONFIG_MAX_SECRETS);
+    config_free_strings(d->sign_secrets, &d->n_sign_secrets);
+    return 0;
+}
+
+/* Checked whole in config_check_delivery (webhook_sign_secret_check), where the line is known. */
+int config_set_sign_secret(struct config_loader *ld, const struct config_key *key,
+                           yaml_node_t *node, char **text, void *obj)
+{
+    struct delivery_policy *d = obj;
+    const char *why = NULL;
+
+    if (webhook_sign_secret_check(*text, &why) != 0)
+        return config_error(ld, node, "bad delivery.sign.%s: %s", key->name, why);
+    d->sign_secrets[d->n_sign_secrets++] = config_take(text);
+    return 0;
+}
+
+/* delivery.rate: `N/s` or `N/min`, N from 1 to DELIVERY_MAX_RATE. */
+int config_set_delivery_rate(struct config_loader *ld, const struct config_key *key,
+                             yaml_node_t *node, char **text, void *obj)
+{
+    struct delivery_policy *d = obj;
+    const char *slash = strchr(*text, '/');
+    char count[24];
+    uint64_t n;
+
+    if (slash == NULL || (size_t)(slash - *text) >= sizeof(count))
+        goto failed;
+    memcpy(count, *text, (size_t)(slash - *text));
+    count[slash - *text] = '\0';
+    if (config_parse_uint(count, DELIVERY_MAX_RATE, &n) < 0 || n == 0)
+        goto failed;
+    if (strcmp(slash + 1, "s") == 0)
+        d->rate_period_ms = 1000;
+    else if (strcmp(slash + 1, "min") == 0)
+        d->rate_period_ms = 60000;
+    else
+        goto failed;
+    d->rate_count = (unsigned)n;
+    return 0;
+failed:
+    return config_error(ld, node, "bad %s '%s': expected N/s or N/min, N a whole number from 1 "
+                        "to %d (e.g. 20/s)", key->name, *text, DELIVERY_MAX_RATE);
 }
 
 /* delivery.max_attempts (1..DELIVERY_MAX_ATTEMPTS) and delivery.concurrency (1..DELIVERY_MAX_CONCURRENCY). */

@@ -2,13 +2,16 @@
  * config_value.c - the value parsers of the configuration loader
  * (config_value.h), and the public ones of config.h that read a single value:
  * config_parse_duration_ms, config_parse_size, config_method_bit,
- * config_workers. No YAML and no messages: the loader (config.c,
- * config_set.c) words every error; only config_workers asks the system.
+ * config_workers. No YAML and no messages: the loader (config_set.c and the
+ * passes) words every error; only config_workers asks the system.
  */
 #include "config.h"
 #include "config_value.h"
+#include "headers.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -74,16 +77,31 @@ void config_enum_list(const struct config_enum *names, char *buf, size_t len)
         config_list_append(buf, len, names->name);
 }
 
-void config_format_duration(uint64_t ms, char *buf, size_t len)
+/* value in the largest of units (n entries, smallest first) that divides it; zero as "0<zero>". */
+static void config_format_unit(uint64_t value, const struct config_unit *units, size_t n,
+                               const char *zero, char *buf, size_t len)
 {
-    size_t last = sizeof(config_duration_units) / sizeof(config_duration_units[0]) - 2;
-    const struct config_unit *u = &config_duration_units[last];
+    const struct config_unit *u = &units[n - 1];
 
-    for (; ms != 0 && u > config_duration_units; u--) {
-        if (ms % u->factor == 0)
+    for (; value != 0 && u > units; u--) {
+        if (value % u->factor == 0)
             break;
     }
-    snprintf(buf, len, "%" PRIu64 "%s", ms / u->factor, ms == 0 ? "s" : u->name);
+    snprintf(buf, len, "%" PRIu64 "%s", value / u->factor, value == 0 ? zero : u->name);
+}
+
+void config_format_duration(uint64_t ms, char *buf, size_t len)
+{
+    config_format_unit(ms, config_duration_units,
+                       sizeof(config_duration_units) / sizeof(config_duration_units[0]) - 1, "s",
+                       buf, len);
+}
+
+void config_format_size(size_t bytes, char *buf, size_t len)
+{
+    config_format_unit(bytes, config_size_units,
+                       sizeof(config_size_units) / sizeof(config_size_units[0]) - 1, "B", buf,
+                       len);
 }
 
 /* ---- strings ----------------------------------------------------------- */
@@ -136,15 +154,7 @@ static bool config_is_env_char(char c)
 
 bool config_is_token(const char *s)
 {
-    if (*s == '\0')
-        return false;
-    for (; *s != '\0'; s++) {
-        if (config_is_env_char(*s) && *s != '_')
-            continue;
-        if (strchr("!#$%&'*+-.^_`|~", *s) == NULL)
-            return false;
-    }
-    return true;
+    return header_name_valid(s);
 }
 
 bool config_is_json_pointer(const char *s)
@@ -328,6 +338,13 @@ unsigned config_workers(const struct config *cfg)
     return n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (unsigned)n;
 }
 
+size_t config_answer_reservation(const struct config *cfg)
+{
+    return cfg->max_stored_response < CONFIG_ANSWER_RESERVATION_MAX
+               ? cfg->max_stored_response
+               : CONFIG_ANSWER_RESERVATION_MAX;
+}
+
 /* ---- addresses and URLs ------------------------------------------------ */
 
 static bool config_is_wildcard(const char *host)
@@ -340,6 +357,21 @@ bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint 
     return admin->host != NULL && admin->port == listen->port &&
            (strcmp(admin->host, listen->host) == 0 || config_is_wildcard(admin->host) ||
             config_is_wildcard(listen->host));
+}
+
+bool config_endpoint_is_loopback(const struct endpoint *ep)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+
+    if (ep->host == NULL)
+        return false;
+    if (inet_pton(AF_INET, ep->host, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, ep->host, &v6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&v6) ||
+               (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    return false; /* a name: what it resolves to is the resolver's, not the file's */
 }
 
 /* Strips the brackets of an IPv6 literal ("[::1]" -> "::1"); malloc'd. */

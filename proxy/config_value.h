@@ -51,6 +51,12 @@ void config_list_append(char *buf, size_t len, const char *s);
 void config_format_duration(uint64_t ms, char *buf, size_t len);
 
 /*
+ * Writes bytes into buf (len bytes, truncated to fit) with the largest unit
+ * that divides it: 67108864 -> "64MiB", 1536 -> "1536B", 0 -> "0B".
+ */
+void config_format_size(size_t bytes, char *buf, size_t len);
+
+/*
  * Decimal digits only, no sign, no spaces, at least one digit, value <= max.
  * Returns 0 and sets *out, or -1 (*out untouched).
  */
@@ -66,7 +72,7 @@ bool config_is_json_pointer(const char *s);
 bool config_same_string(const char *a, const char *b);
 
 /*
- * What record ids hash as policy's key source (fingerprint.h):
+ * What record ids hash as policy's key source (record_id.h):
  * "header:" and key_header lowercased (header names are case-insensitive,
  * RFC 9110 5.1), or for a webhook route with key_from json: "json:" and the
  * pointer as written. A webhook route's source also names the route (" route:"
@@ -84,6 +90,15 @@ char *config_record_source(const struct route_policy *policy, const char *route_
  * (0.0.0.0, ::).
  */
 bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen);
+
+/*
+ * Whether ep's host is a literal loopback address: IPv4 127.0.0.0/8, IPv6
+ * ::1 or ::ffff:127.x.y.z. A name ("localhost" too) is not: what it
+ * resolves to depends on the machine's resolver, not on the file, and the
+ * admin listener answers without a token only where the file alone proves
+ * that no other machine can reach it. False for a disabled endpoint.
+ */
+bool config_endpoint_is_loopback(const struct endpoint *ep);
 
 /* Copy of the first n bytes of s plus a NUL; malloc'd (caller frees), NULL when out of memory. */
 char *config_strndup(const char *s, size_t n);

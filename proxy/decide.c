@@ -26,7 +26,7 @@ enum decision decide_existing(const struct record *rec, const char *fp, uint64_t
      * A queued route's claim only guards the append to the inbox stream, and
      * the inbox delivers at least once with Idempotency-Key: <event id>: a
      * second append is at worst a duplicate delivery, while holding would lose
-     * the event for the whole retention (README "Webhook inbox"). So an
+     * the event for the whole retention (docs/webhooks.md#webhook-inbox). So an
      * expired claim is always taken over there, whatever on_ambiguous says.
      */
     if (policy->webhook && policy->delivery.mode == DELIVERY_QUEUED)

@@ -1,6 +1,6 @@
 /*
  * decide.h - what to do with a request whose claim found an existing record.
- * Pure: the table of README "How a request is handled" and 6, unit-tested case by case.
+ * Pure: the table of docs/client-contract.md#how-a-request-is-handled and 6, unit-tested case by case.
  */
 #ifndef IDEM_DECIDE_H
 #define IDEM_DECIDE_H
@@ -25,7 +25,7 @@ enum decision {
 /*
  * Decide for an existing record rec, the request's fingerprint fp (hex),
  * the wall clock now_ms and the route policy. A mismatch wins over every
- * state (README "How a request is handled": "whatever the record's state").
+ * state (docs/client-contract.md#how-a-request-is-handled: "whatever the record's state").
  */
 enum decision decide_existing(const struct record *rec, const char *fp, uint64_t now_ms,
                               const struct route_policy *policy);
@@ -35,8 +35,8 @@ enum outcome decision_outcome(enum decision d);
 
 /*
  * Whether an upstream answer of status releases the claim instead of being
- * recorded (README "How a request is handled" "Which answers are recorded"): a status in
- * release_statuses, or on a webhook route anything but 2xx (README "Webhooks": the
+ * recorded (docs/client-contract.md#how-a-request-is-handled): a status in
+ * release_statuses, or on a webhook route anything but 2xx (docs/webhooks.md: the
  * provider's redelivery must reach the receiver again).
  */
 bool decide_releases(const struct route_policy *policy, int status);

@@ -26,6 +26,7 @@ struct config;
 struct store;
 struct upstream;
 struct metrics;
+struct budget;
 struct exchange;
 struct inbox;
 
@@ -38,6 +39,7 @@ struct exchange_set {
     struct upstream *upstream;              /* borrowed */
     struct inbox *inbox;                    /* this worker's inbox consumer, or NULL; borrowed */
     struct metrics *metrics;                /* the process's, shared */
+    struct budget *budget;                  /* limits.max_buffered: the process's, shared */
     struct config *conf;                    /* new requests start under it; one reference */
     bool draining;                          /* after SIGTERM: refuse new requests */
     uint64_t drain_deadline_ms;             /* wall clock: when the drain ends (draining) */
@@ -53,11 +55,13 @@ struct exchange_set {
 
 /*
  * Set up set (embedded) for base and its store and upstream client, taking a
- * reference to conf; wake_others (may be NULL) is told of every record this
- * set's exchanges change.
+ * reference to conf; its requests count what they hold in budget (shared by
+ * every set of the process, docs/operations.md#memory); wake_others (may be NULL) is
+ * told of every record this set's exchanges change.
  */
 void exchange_set_init(struct exchange_set *set, struct event_base *base, struct store *store,
-                       struct upstream *upstream, struct metrics *metrics, struct config *conf,
+                       struct upstream *upstream, struct metrics *metrics,
+                       struct budget *budget, struct config *conf,
                        exchange_wake_cb *wake_others, void *wake_arg);
 
 /* New requests start under conf (a reference is taken); those in flight keep theirs. */
@@ -73,7 +77,7 @@ unsigned exchange_set_busy(const struct exchange_set *set);
 void exchange_set_deinit(struct exchange_set *set);
 
 /*
- * The evhttp request callback of the client listener (README "How a request is handled" and 5).
+ * The evhttp request callback of the client listener (docs/client-contract.md#how-a-request-is-handled and 5).
  * Takes over req until it has been answered; arg is the struct exchange_set.
  */
 void exchange_handle(struct evhttp_request *req, void *arg);

@@ -1,10 +1,11 @@
 /*
- * exchange_claim.c - the protected path of one exchange (README "How a request is handled"): its
+ * exchange_claim.c - the protected path of one exchange (docs/client-contract.md#how-a-request-is-handled): its
  * record identity, the claim, what an existing record means, taking over an
  * expired lease, waiting for another request's answer, and renewing the
  * lease while the upstream works. See exchange.c for the state machine.
  */
 #include "exchange_int.h"
+#include "seal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,121 +19,30 @@
 #include "decide.h"
 #include "log.h"
 #include "metrics.h"
+#include "record_id.h"
 
+/* A waiter polls the record every 10 ms at first, doubling up to 250 ms. */
 #define EXCHANGE_POLL_MIN_MS 10
 #define EXCHANGE_POLL_MAX_MS 250
 
 /* ---- lease renewal ----------------------------------------------------- */
 
-/*
- * Whether x holds a lease to keep alive: its request is at the upstream, or
- * its record write failed for want of Redis and is being sent again (also
- * after the client got its answer).
- */
-static bool exchange_lease_held(const struct exchange *x)
-{
-    return x->state == X_FORWARDING || x->write_retrying;
-}
-
-bool exchange_store_retryable(enum store_status st)
-{
-    return st == STORE_UNAVAILABLE || st == STORE_TIMEOUT || st == STORE_LOST;
-}
-
-void exchange_lease_rearm(struct exchange *x, uint64_t delay_ms)
-{
-    struct timeval tv = clock_ms_to_timeval(delay_ms);
-
-    if (x->renew_deadline_ms == 0 && exchange_lease_held(x))
-        evtimer_add(&x->lease_timer, &tv);
-}
-
-/*
- * One renewal is in flight at a time, so its answer knows which lease it
- * set; the answer arms the next one: after lease/3, or after
- * EXCHANGE_STORE_RETRY_MS when it failed for want of Redis, so a stall
- * shorter than the lease never lets it lapse.
- */
-static void exchange_on_renewed(enum store_status st, bool applied, void *arg)
-{
-    struct exchange *x = arg;
-    uint64_t deadline = x->renew_deadline_ms;
-    struct timeval interval = exchange_lease_interval(x);
-    uint64_t next_ms = (uint64_t)interval.tv_sec * 1000 + (uint64_t)interval.tv_usec / 1000;
-
-    x->renew_deadline_ms = 0;
-    if (st == STORE_OK && applied) {
-        if (deadline > x->lease_deadline_ms)
-            x->lease_deadline_ms = deadline;
-        if (x->renew_failing)
-            log_msg(LOG_INFO, "exchange %s: lease renewed again", x->record_id);
-        x->renew_failing = false;
-        exchange_lease_rearm(x, next_ms);
-    } else if (st == STORE_OK) {
-        /* while WRITING our own record may have replaced the claim already */
-        if (x->state == X_FORWARDING)
-            log_msg(LOG_WARN, "exchange %s: lease lost: another request took the record over",
-                    x->record_id);
-    } else if (exchange_store_retryable(st)) {
-        if (!x->renew_failing) /* once per run of failures: a stall must not flood the log */
-            log_msg(LOG_WARN, "exchange %s: lease renewal failed (%s); retrying every %d ms",
-                    x->record_id, st == STORE_TIMEOUT ? "timeout" : "no connection",
-                    EXCHANGE_STORE_RETRY_MS);
-        x->renew_failing = true;
-        exchange_lease_rearm(x, EXCHANGE_STORE_RETRY_MS);
-    } else {
-        log_msg(LOG_WARN, "exchange %s: lease renewal failed", x->record_id);
-        exchange_lease_rearm(x, next_ms);
-    }
-    exchange_unref(x);
-}
-
-struct timeval exchange_lease_interval(const struct exchange *x)
-{
-    uint64_t ms = x->policy->lease_ms / 3;
-
-    return clock_ms_to_timeval(ms < 10 ? 10 : ms);
-}
-
-void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct exchange *x = arg;
-    struct timeval tv = exchange_lease_interval(x);
-    uint64_t deadline;
-    size_t len;
-    char *value;
-
-    (void)fd;
-    (void)what;
-    if (!exchange_lease_held(x) || x->renew_deadline_ms != 0)
-        return;
-    value = exchange_claim_value(x, &len, &deadline);
-    if (value == NULL) {
-        evtimer_add(&x->lease_timer, &tv);
-        return;
-    }
-    x->renew_deadline_ms = deadline;
-    x->pending++;
-    /*
-     * the key lives `retention` from the last renewal, so a call longer than
-     * retention keeps its claim, and a dead owner's claim stays visible
-     */
-    store_replace_owned(x->set->store, x->record_key, x->owner, value, len,
-                        x->policy->retention_ms, exchange_on_renewed, x);
-    free(value);
-}
-
 /* ---- waiting for another request's answer ------------------------------ */
 
+/*
+ * Wait for the first request's answer, polling with a bounded backoff,
+ * until wait_timeout (monotonic: a wall clock stepped back must not keep
+ * the client waiting past it), then 409 request-in-progress.
+ */
 static void exchange_wait(struct exchange *x)
 {
-    uint64_t now = clock_now_ms();
+    double now = clock_mono_ms();
     uint64_t delay;
     struct timeval tv;
 
     if (!x->waited) {
         x->waited = true;
-        x->wait_deadline_ms = now + x->policy->wait_timeout_ms;
+        x->wait_deadline_ms = now + (double)x->policy->wait_timeout_ms;
         x->poll_delay_ms = EXCHANGE_POLL_MIN_MS;
     }
     if (now >= x->wait_deadline_ms) {
@@ -146,8 +56,8 @@ static void exchange_wait(struct exchange *x)
         return;
     /* bounded exponential backoff, never past the deadline */
     delay = x->poll_delay_ms;
-    if (now + delay > x->wait_deadline_ms)
-        delay = x->wait_deadline_ms - now;
+    if (now + (double)delay > x->wait_deadline_ms)
+        delay = (uint64_t)(x->wait_deadline_ms - now) + 1; /* not a turn before it */
     x->poll_delay_ms = x->poll_delay_ms * 2 > EXCHANGE_POLL_MAX_MS ? EXCHANGE_POLL_MAX_MS
                                                                    : x->poll_delay_ms * 2;
     tv = clock_ms_to_timeval(delay);
@@ -165,15 +75,6 @@ void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg)
         exchange_claim(x); /* the record may be gone (released): claim it again, else read it */
 }
 
-void exchange_wake_waiters(struct exchange_set *set, const char *record_key)
-{
-    struct exchange *x;
-
-    TAILQ_FOREACH(x, &set->waiters, wait_link)
-        if (strcmp(x->record_key, record_key) == 0)
-            event_active(&x->wait_timer, EV_TIMEOUT, 0);
-}
-
 /* ---- the claim and what an existing record means ----------------------- */
 
 static void exchange_on_takeover(enum store_status st, bool applied, void *arg);
@@ -181,24 +82,28 @@ static void exchange_on_claim(enum store_status st, const char *value, size_t le
 
 /*
  * Send our claim: SET NX GET (expected NULL), or a takeover of the expired
- * claim `expected` (expected_len bytes, on_ambiguous: release).
+ * claim `expected` (expected_len bytes, on_ambiguous: release). x enters
+ * CLAIMING first, from NEW, WAITING (a poll) or CLAIMING, so that a claim
+ * value that cannot be made (out of memory, or a wall clock past what a
+ * record holds) is a store failure reported from CLAIMING, where both
+ * on_store_error policies are legal transitions.
  */
 static void exchange_send_claim(struct exchange *x, const char *expected, size_t expected_len)
 {
     size_t len;
     uint64_t deadline;
-    char *value = exchange_claim_value(x, &len, &deadline);
+    char *value;
 
+    if (!exchange_set_state(x, X_CLAIMING))
+        return;
+    value = exchange_claim_value(x, &len, &deadline);
     if (value == NULL) {
+        log_msg(LOG_ERROR, "exchange %s: cannot make the claim value", x->record_id);
         exchange_store_failed(x, STORE_ERROR);
         return;
     }
-    if (!exchange_set_state(x, X_CLAIMING)) {
-        free(value);
-        return;
-    }
     x->renew_deadline_ms = deadline; /* the lease we hold if it wins */
-    x->pending++;
+    exchange_ref(x);
     if (expected == NULL)
         store_claim(x->set->store, x->record_key, value, len, x->policy->retention_ms,
                     exchange_on_claim, x);
@@ -208,31 +113,123 @@ static void exchange_send_claim(struct exchange *x, const char *expected, size_t
     free(value);
 }
 
+/*
+ * A stored value that cannot be decrypted (r: SEAL_KEY_UNAVAILABLE, or
+ * SEAL_UNREADABLE, or -1 for want of memory): the record exists, so the
+ * upstream was or may have been called; nothing is forwarded and the
+ * record is kept (docs/data-protection.md).
+ */
+/* 502 record-unreadable, counted: a record exists that this proxy cannot read (logged by the caller). */
+static void exchange_refuse_unreadable(struct exchange *x)
+{
+    metrics_count(x->set->metrics, METRICS_DECRYPT_UNREADABLE);
+    exchange_problem(x, PROBLEM_RECORD_UNREADABLE, 502,
+                     "the stored record of this idempotency key cannot be read; it will not be "
+                     "executed again", 0, false);
+}
+
+static void exchange_unreadable(struct exchange *x, int r, const char *key_id)
+{
+    if (r == SEAL_KEY_UNAVAILABLE) {
+        metrics_count(x->set->metrics, METRICS_DECRYPT_KEY_UNAVAILABLE);
+        log_msg(LOG_ERROR, "exchange %s: the record's key id \"%s\" is not in the keyring; "
+                "nothing forwarded, the record is kept", x->record_id, key_id);
+        exchange_problem(x, PROBLEM_RECORD_KEY_UNAVAILABLE, 503,
+                         "the stored record of this idempotency key was encrypted under a key "
+                         "this proxy does not hold; nothing was forwarded", 30, false);
+    } else if (r == SEAL_UNREADABLE) {
+        log_msg(LOG_ERROR, "exchange %s: the record (key id \"%s\") fails authentication: "
+                "it was changed in Redis; nothing forwarded, the record is kept",
+                x->record_id, key_id);
+        exchange_refuse_unreadable(x);
+    } else {
+        /* never on_store_error: pass: a record exists, forwarding could execute twice */
+        log_msg(LOG_ERROR, "exchange %s: cannot open the record (out of memory, or OpenSSL "
+                "failed); nothing forwarded", x->record_id);
+        x->outcome = OUTCOME_STORE_ERROR;
+        exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                         "the stored record of this idempotency key could not be read now; "
+                         "nothing was forwarded", 1, false);
+    }
+}
+
+/*
+ * The fingerprint of our request as rec's was made, into fp
+ * (FINGERPRINT_HEX_LEN + 1 bytes): under rec's key id (a rotation since
+ * never turns a retry into a mismatch), or unkeyed for a record without
+ * one (a plaintext record from before the keyring). Answers the request
+ * itself when rec's key is not in the keyring, and then returns
+ * SEAL_KEY_UNAVAILABLE; else SEAL_OK.
+ */
+static int exchange_compared_fingerprint(struct exchange *x, const struct record *rec, char *fp)
+{
+    const struct keyring *kr = x->conf->keyring;
+    int r;
+
+    memcpy(fp, x->fingerprint, FINGERPRINT_HEX_LEN + 1);
+    if (x->policy->fingerprint != FINGERPRINT_REQUEST || strcmp(rec->key_id, x->key_id) == 0)
+        return SEAL_OK;
+    if (rec->key_id[0] == '\0') {
+        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len, fp);
+        return SEAL_OK;
+    }
+    r = kr == NULL ? SEAL_KEY_UNAVAILABLE
+                   : seal_fingerprint(kr, rec->key_id, strlen(rec->key_id), x->rq.method,
+                                      x->rq.target, x->rq.body_bytes, x->rq.body_len, fp);
+    if (r == SEAL_OK)
+        return SEAL_OK;
+    if (r == SEAL_KEY_UNAVAILABLE)
+        keyring_count_id(rec->key_id, strlen(rec->key_id), KEYRING_UNAVAILABLE);
+    exchange_unreadable(x, r == SEAL_KEY_UNAVAILABLE ? SEAL_KEY_UNAVAILABLE : -1, rec->key_id);
+    return SEAL_KEY_UNAVAILABLE;
+}
+
 static void exchange_on_existing(struct exchange *x, const char *value, size_t len)
 {
     struct record rec;
     enum decision d;
     char detail[160];
+    char fp[FINGERPRINT_HEX_LEN + 1], key_id[KEYRING_ID_MAX + 1];
+    char *plain = NULL;
+    int r;
 
     if (record_decode(value, len, &rec) != 0) {
-        log_msg(LOG_ERROR, "exchange %s: the stored record is malformed", x->record_id);
-        exchange_store_failed(x, STORE_ERROR);
+        /*
+         * A record exists, so the key was or may have been forwarded: never on_store_error:
+         * pass. A value this release cannot read (changed in Redis, cut, or written by a
+         * later format) is refused like one that fails authentication.
+         */
+        log_msg(LOG_ERROR, "exchange %s: the stored record is malformed (%zu bytes, not a record "
+                "format this release reads); nothing forwarded, the record is kept",
+                x->record_id, len);
+        exchange_refuse_unreadable(x);
         return;
     }
-    d = decide_existing(&rec, x->fingerprint, clock_now_ms(), x->policy);
+    if (exchange_compared_fingerprint(x, &rec, fp) != SEAL_OK)
+        return;
+    r = record_open(&rec, x->conf->keyring, x->record_key, &plain, key_id);
+    if (r != SEAL_OK) {
+        exchange_unreadable(x, r, key_id);
+        return;
+    }
+    d = decide_existing(&rec, fp, clock_now_ms(), x->policy);
     switch (d) {
     case DECIDE_REPLAY:
         exchange_reply_replay(x, &rec);
+        record_plain_free(plain, rec.sealed_len);
         return;
     case DECIDE_WAIT:
+        record_plain_free(plain, rec.sealed_len);
         exchange_wait(x);
         return;
     case DECIDE_TAKEOVER:
+        record_plain_free(plain, rec.sealed_len);
         exchange_send_claim(x, value, len);
         return;
     default:
         break;
     }
+    record_plain_free(plain, rec.sealed_len); /* only rec.status is read from here on */
     x->outcome = decision_outcome(d);
     if (d == DECIDE_NOT_REPLAYABLE) {
         snprintf(detail, sizeof(detail),
@@ -244,10 +241,10 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
         exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
                          rec.state == RECORD_UNKNOWN
                              ? "the original request was sent upstream but its outcome is "
-                               "unknown; an operator must check and purge the record"
+                               "unknown; an operator must check, then resolve or purge the record"
                              : "the request that claimed this key stopped without an answer (its "
                                "lease ran out), so it may or may not have reached the upstream; "
-                               "an operator must check and purge the record",
+                               "an operator must check, then resolve or purge the record",
                          0, true);
     } else if (d == DECIDE_REJECT_IN_FLIGHT) {
         exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
@@ -278,7 +275,7 @@ static void exchange_on_unreplicated_released(enum store_status st, bool applied
  * Fewer than min_replicas replicas confirmed the claim, or the WAIT failed
  * (then the claim may or may not be replicated): a failover now could lose
  * it and let a second request execute. A store failure like any other, so
- * on_store_error decides (README "Replicated claims"): reject refuses with
+ * on_store_error decides (docs/redis.md#replicated-claims): reject refuses with
  * 503 before anything is forwarded and releases the claim (owner-checked;
  * the janitor retries when it cannot be sent now); pass forwards, keeping
  * the claim, which still stops a second execution on this primary.
@@ -294,16 +291,14 @@ static void exchange_not_replicated(struct exchange *x, enum store_status st,
                 "redis.replica_timeout", x->record_id, replicas, want);
     else
         log_msg(LOG_WARN, "exchange %s: WAIT for %u replicas failed (%s); the claim may not be "
-                "replicated", x->record_id, want,
-                st == STORE_TIMEOUT ? "timeout" : st == STORE_ERROR ? "error reply"
-                : "connection lost");
-    if (x->policy->on_store_error == STORE_ERROR_PASS) {
+                "replicated", x->record_id, want, store_status_name(st));
+    if (x->policy->on_store_error == ON_STORE_ERROR_PASS) {
         metrics_count(x->set->metrics, METRICS_STORE_ERROR_PASSES);
         if (exchange_set_state(x, X_FORWARDING))
             exchange_forward(x);
         return;
     }
-    x->pending++;
+    exchange_ref(x);
     store_release_owned(x->set->store, x->record_key, x->owner,
                         exchange_on_unreplicated_released, x);
     x->outcome = OUTCOME_STORE_ERROR;
@@ -342,7 +337,7 @@ static void exchange_won(struct exchange *x)
     if (!exchange_set_state(x, X_REPLICATING))
         return;
     x->replicating_ms = clock_mono_ms();
-    x->pending++;
+    exchange_ref(x);
     store_wait_replicas(x->set->store, true, exchange_on_claim_replicated, x);
 }
 
@@ -355,7 +350,7 @@ static void exchange_won(struct exchange *x)
 static void exchange_claim_failed(struct exchange *x, enum store_status st)
 {
     if ((st == STORE_TIMEOUT || st == STORE_LOST) &&
-        x->policy->on_store_error == STORE_ERROR_REJECT)
+        x->policy->on_store_error == ON_STORE_ERROR_REJECT)
         janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->retention_ms);
     exchange_store_failed(x, st);
 }
@@ -422,10 +417,24 @@ void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
         exchange_store_failed(x, STORE_ERROR);
         return;
     }
-    if (x->policy->fingerprint == FINGERPRINT_REQUEST)
-        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len, x->fingerprint);
-    else
+    if (x->conf->keyring != NULL) /* the key that seals, and that makes the fingerprint */
+        snprintf(x->key_id, sizeof(x->key_id), "%s", keyring_id(x->conf->keyring, 0));
+    if (x->policy->fingerprint != FINGERPRINT_REQUEST) {
         fingerprint_none(x->fingerprint);
+    } else if (x->conf->keyring == NULL) {
+        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len,
+                            x->fingerprint);
+    } else if (seal_fingerprint(x->conf->keyring, NULL, 0, x->rq.method, x->rq.target,
+                                x->rq.body_bytes, x->rq.body_len, x->fingerprint) != SEAL_OK) {
+        /* not a store failure: on_store_error: pass must not forward it unprotected */
+        log_msg(LOG_ERROR, "exchange %s: cannot make the keyed fingerprint (OpenSSL failed); "
+                "nothing forwarded", x->record_id);
+        x->outcome = OUTCOME_STORE_ERROR;
+        exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                         "the proxy could not fingerprint the request; nothing was forwarded", 1,
+                         false);
+        return;
+    }
     if (owner_token_create(x->owner) != 0) {
         exchange_store_failed(x, STORE_ERROR);
         return;

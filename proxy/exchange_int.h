@@ -1,9 +1,6 @@
 /*
- * exchange_int.h - what the two files of the exchange module share:
- * exchange.c (a request's life: states, answers, forwarding, writing the
- * record, the set) and exchange_claim.c (the protected path of README "How a request is handled":
- * identity, claim, existing records, takeover, waiting, the lease). Nothing
- * outside the module includes it.
+ * exchange_int.h - what the files of the exchange module share (their
+ * layers below). Nothing outside the module includes it.
  */
 #ifndef IDEM_EXCHANGE_INT_H
 #define IDEM_EXCHANGE_INT_H
@@ -18,8 +15,12 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/util.h>
 
+#include "budget.h"
 #include "exchange.h"
+#include "exchange_state.h"
 #include "fingerprint.h"
+#include "record_id.h"
+#include "keyring.h"
 #include "outcome.h"
 #include "problem.h"
 #include "record.h"
@@ -27,17 +28,6 @@
 #include "store.h"
 #include "upstream.h"
 
-enum exchange_state {
-    X_NEW,
-    X_PASSING,      /* forwarded unprotected */
-    X_CLAIMING,     /* SET NX / takeover / re-read in flight */
-    X_WAITING,      /* another request holds the claim */
-    X_REPLICATING,  /* we own the claim; WAIT for redis.min_replicas replicas in flight */
-    X_FORWARDING,   /* we own the claim; upstream call in flight */
-    X_WRITING,      /* upstream done; writing the record (see enum exchange_write) */
-    X_ANSWERED,
-    X_STATES
-};
 
 /* What WRITING writes to the record once the upstream is done. */
 enum exchange_write {
@@ -58,17 +48,19 @@ struct exchange {
     char record_key[RECORD_KEY_MAX];
     char record_id[RECORD_ID_HEX_LEN + 1];
     char fingerprint[FINGERPRINT_HEX_LEN + 1];
+    char key_id[KEYRING_ID_MAX + 1];    /* the keyring key of fingerprint; "": unkeyed */
     char owner[33];
     uint64_t created_ms;
     double replicating_ms;              /* monotonic: when REPLICATING began */
 
-    unsigned pending;                   /* callbacks that can still reach us */
+    unsigned pending;                   /* references: callbacks that can still reach us
+                                           (exchange_state.h: take where armed, drop where run) */
     struct event lease_timer;
     uint64_t lease_deadline_ms;         /* wall clock: our claim's lease, as last confirmed */
     uint64_t renew_deadline_ms;         /* the lease the claim or renewal in flight sets; 0 none */
     bool renew_failing;                 /* the last renewal failed for want of Redis */
     struct event wait_timer;
-    uint64_t wait_deadline_ms;
+    double wait_deadline_ms;            /* monotonic: when waiting ends in a 409 */
     unsigned poll_delay_ms;
     bool waited;
     TAILQ_ENTRY(exchange) wait_link;
@@ -85,6 +77,17 @@ struct exchange {
     struct evkeyvalq resp_headers;
     struct evbuffer *resp_body;
 
+    /*
+     * What x counts under limits.max_buffered (docs/operations.md#memory), from its
+     * admission: its body until it is dropped; its answer (a reservation,
+     * config_answer_reservation, then the bytes that came), handed to the reply
+     * until the client has it; its record while x keeps it (write_value and
+     * the store's copies of the write).
+     */
+    struct budget_hold hold_body;
+    struct budget_hold hold_answer;
+    struct budget_hold hold_record;
+
     char *event_id;                     /* the key: a queued webhook route's event id; owned */
     bool inbox_failed;                  /* queued: the append failed, the provider gets 503 */
     bool inbox_unrecorded;              /* queued: appended, but the ack record write failed: 503 */
@@ -96,26 +99,50 @@ struct exchange {
     double started_ms;                  /* monotonic */
 };
 
-/* ---- exchange.c ---- */
+/*
+ * The layers: each file calls only the ones below it.
+ *   exchange.c          the set and a request's arrival (classify, admit, create)
+ *   exchange_claim.c    the protected path: identity, claim, existing records, waiting
+ *   exchange_forward.c  upstream or append, the lease, writing the record, on_store_error
+ *   exchange_life.c     states, references, the answer, records, waking waiters
+ *   exchange_state.c    the legal-transition table and the reference rule (pure)
+ */
+
+/* ---- exchange_life.c ---- */
 
 /* The one place a state changes; false (logged) for an illegal transition. */
 bool exchange_set_state(struct exchange *x, enum exchange_state to);
 
-/* Drop one pending callback's hold; frees the exchange when nothing else can reach it. */
+/* Take one reference where a callback that will reach x is armed (exchange_state.h). */
+void exchange_ref(struct exchange *x);
+
+/* Drop one reference where its callback runs; frees x when answered and nothing else can reach it. */
 void exchange_unref(struct exchange *x);
 
-/* The proxy's own answer (README "Problem details"). */
+/* Free x now: only before any callback was armed (exchange_create's failures). */
+void exchange_free(struct exchange *x);
+
+/* The request body is needed no more: freed now; its count (hold_body) is the caller's. */
+void exchange_drop_body(struct exchange *x);
+
+/* Send the answer; exactly once per exchange. Takes ownership of body (may be NULL). */
+void exchange_reply(struct exchange *x, int status, struct evbuffer *body);
+
+/* Send the upstream's answer kept in x (resp_status, resp_headers, resp_body). */
+void exchange_reply_upstream(struct exchange *x);
+
+/* The proxy's own answer (docs/client-contract.md). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                       int retry_after_s, bool replayed);
 
-/* Replay a finished record (README "How a request is handled" "Replay"). */
+/* Replay a finished record. */
 void exchange_reply_replay(struct exchange *x, const struct record *rec);
-
-/* Redis failed: the on_store_error policy (503, or forward unprotected). */
-void exchange_store_failed(struct exchange *x, enum store_status st);
 
 /* Start rec as a record of x's claim. */
 void exchange_record_init(const struct exchange *x, struct record *rec, enum record_state state);
+
+/* rec as the value of x's record (sealed, bound to its Redis key), malloc'd (len bytes); NULL on failure. */
+char *exchange_record_encode(const struct exchange *x, const struct record *rec, size_t *len);
 
 /*
  * The claim value (state C, lease deadline now + lease, also put in
@@ -126,8 +153,30 @@ char *exchange_claim_value(const struct exchange *x, size_t *len, uint64_t *dead
 /* The record at record_key changed: wake its waiters in every thread. */
 void exchange_record_changed(struct exchange_set *set, const char *record_key);
 
+/* ---- exchange_forward.c ---- */
+
 /* Send the request upstream: protected (state FORWARDING) or passing. */
 void exchange_forward(struct exchange *x);
+
+/* Redis failed: the on_store_error policy (503, or forward unprotected). */
+void exchange_store_failed(struct exchange *x, enum store_status st);
+
+/* How often a held lease is renewed: lease/3, at least 10 ms. */
+struct timeval exchange_lease_interval(const struct exchange *x);
+
+/*
+ * How long to wait before sending a renewal or a record write again that
+ * failed for want of Redis (no connection, timeout, connection lost) or
+ * that Redis refused for now (store_status_retryable).
+ */
+#define EXCHANGE_STORE_RETRY_MS 200
+
+/* Renew the lease again in delay_ms, unless a renewal is in flight (its answer re-arms). */
+void exchange_lease_rearm(struct exchange *x, uint64_t delay_ms);
+
+/* The timer callbacks of x->lease_timer and x->write_timer. */
+void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg);
+void exchange_on_write_timer(evutil_socket_t fd, short what, void *arg);
 
 /* ---- exchange_claim.c ---- */
 
@@ -135,26 +184,10 @@ void exchange_forward(struct exchange *x);
 void exchange_protect(struct exchange *x, const struct evkeyvalq *headers, const char *key,
                       size_t key_len);
 
-/* Claim (again): SET NX GET (README "How a request is handled" "Claim"). */
+/* Claim (again): SET NX GET. */
 void exchange_claim(struct exchange *x);
 
-/* How often a held lease is renewed: lease/3, at least 10 ms. */
-struct timeval exchange_lease_interval(const struct exchange *x);
-
-/*
- * How long to wait before sending a renewal or a record write again that
- * failed for want of Redis (no connection, timeout, connection lost).
- */
-#define EXCHANGE_STORE_RETRY_MS 200
-
-/* Whether a store failure may be retried: the command was not refused by Redis itself. */
-bool exchange_store_retryable(enum store_status st);
-
-/* Renew the lease again in delay_ms, unless a renewal is in flight (its answer re-arms). */
-void exchange_lease_rearm(struct exchange *x, uint64_t delay_ms);
-
-/* The timer callbacks of x->lease_timer and x->wait_timer. */
-void exchange_on_lease_timer(evutil_socket_t fd, short what, void *arg);
+/* The timer callback of x->wait_timer. */
 void exchange_on_wait_timer(evutil_socket_t fd, short what, void *arg);
 
 #endif

@@ -25,6 +25,20 @@ static bool header_in(const char *name, size_t len, const struct header_name *li
     return false;
 }
 
+bool header_name_valid(const char *name)
+{
+    if (*name == '\0')
+        return false;
+    for (; *name != '\0'; name++) {
+        char c = *name;
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", c) != NULL))
+            return false;
+    }
+    return true;
+}
+
 static bool header_hop_by_hop(const char *name, size_t len)
 {
     static const struct header_name hop[] = {
@@ -77,6 +91,11 @@ bool header_is_forwarded(const char *name)
     size_t len = strlen(name);
 
     return !header_hop_by_hop(name, len) && !header_in(name, len, never);
+}
+
+bool header_is_queued(const char *name)
+{
+    return header_is_forwarded(name) && strcasecmp(name, "Idempotency-Key") != 0;
 }
 
 const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count)

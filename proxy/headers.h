@@ -8,6 +8,12 @@
 #include <stddef.h>
 
 /*
+ * Whether name is a field name: a non-empty RFC 9110 section 5.6.2 token
+ * (letters, digits and !#$%&'*+-.^_`|~). Borrows name.
+ */
+bool header_name_valid(const char *name);
+
+/*
  * Hop-by-hop fields (RFC 9110 section 7.6.1): Connection, Keep-Alive, TE,
  * Trailer, Transfer-Encoding, Upgrade, and every Proxy-* field. Case-insensitive.
  */
@@ -21,7 +27,7 @@ bool header_named_by_connection(const char *connection, const char *name);
 
 /*
  * Whether an upstream response field is stored in the record and replayed
- * (README "How a request is handled"): not hop-by-hop, not Set-Cookie or WWW-Authenticate, not
+ * (docs/client-contract.md#how-a-request-is-handled): not hop-by-hop, not Set-Cookie or WWW-Authenticate, not
  * Content-Length (recomputed on replay), not Idempotent-Replayed (ours).
  */
 bool header_is_stored(const char *name);
@@ -31,6 +37,13 @@ bool header_is_stored(const char *name);
  * Content-Length or Expect (the upstream client frames the body itself).
  */
 bool header_is_forwarded(const char *name);
+
+/*
+ * Whether a client request field is stored with a queued delivery and sent
+ * with each attempt (docs/webhooks.md#webhook-inbox): a forwarded field, but not
+ * Idempotency-Key, which each attempt sets to the event id.
+ */
+bool header_is_queued(const char *name);
 
 struct evkeyvalq;
 

@@ -5,11 +5,11 @@
  * after the append callback said ok.
  */
 #include "inbox.h"
+#include "inbox_seal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <sys/queue.h>
 
@@ -33,8 +33,12 @@ void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const stru
     snprintf(keys->payloads, sizeof(keys->payloads), "%s:inbox:{%016llx}:payloads", key_prefix,
              h);
     snprintf(keys->dead, sizeof(keys->dead), "%s:inbox:{%016llx}:dead", key_prefix, h);
-    keys->k = (struct store_inbox_keys){ keys->stream, keys->retries, keys->payloads, keys->dead,
-                                         INBOX_GROUP };
+    snprintf(keys->rate, sizeof(keys->rate), "%s:inbox:{%016llx}:rate", key_prefix, h);
+    snprintf(keys->paused, sizeof(keys->paused), "%s:inbox:{%016llx}:paused", key_prefix, h);
+    keys->k = (struct inbox_store_keys){ .stream = keys->stream, .retries = keys->retries,
+                                         .payloads = keys->payloads, .dead = keys->dead,
+                                         .group = INBOX_GROUP, .rate = keys->rate,
+                                         .paused = keys->paused };
 }
 
 char *inbox_route_name(const struct route *route)
@@ -90,7 +94,7 @@ static void inbox_on_replicated(enum store_status st, long long replicas, void *
             a->min_replicas);
     a->cb(false, a->arg);
     /* the provider retries: take this copy back so that the retry is the only one */
-    store_inbox_ack(a->s, &a->keys.k, a->id, inbox_on_undone, a);
+    inbox_store_ack(a->s, &a->keys.k, a->id, inbox_on_undone, a);
 }
 
 static void inbox_on_appended(enum store_status st, const struct store_reply *r, void *arg)
@@ -119,7 +123,7 @@ void inbox_append(struct store *s, const struct config *cfg, const struct route 
                   size_t len, inbox_append_cb *cb, void *arg)
 {
     struct inbox_append *a = calloc(1, sizeof(*a));
-    size_t n = 0, cap = 8;
+    size_t n = 0, cap = 10; /* the fixed fields, then one per header field */
     const struct evkeyval *h;
     char received[24];
     const char **fv;
@@ -158,11 +162,32 @@ void inbox_append(struct store *s, const struct config *cfg, const struct route 
     INBOX_FIELD("attempts", "0", 1);
     if (client_addr != NULL)
         INBOX_FIELD("client", client_addr, strlen(client_addr));
-    INBOX_FIELD("body", body != NULL ? body : "", body != NULL ? len : 0);
+    /* with a keyring, header fields and body in one sealed value (inbox_seal.h) */
+    char *sealed = NULL;
+    size_t sealed_len = 0;
+    if (cfg->keyring != NULL) {
+        if (inbox_seal(cfg->keyring, route->path, event_id, headers, body, body != NULL ? len : 0,
+                       &sealed, &sealed_len) != 0) {
+            log_msg(LOG_ERROR, "inbox %s: cannot seal the delivery of record %s; the provider "
+                    "gets 503 and retries", route->path, record_id);
+            free(names);
+            free(fv);
+            free(fvlen);
+            free(a);
+            cb(false, arg);
+            return;
+        }
+        INBOX_FIELD("key", keyring_id(cfg->keyring, 0), strlen(keyring_id(cfg->keyring, 0)));
+        INBOX_FIELD("sealed", sealed, sealed_len);
+    } else {
+        INBOX_FIELD("body", body != NULL ? body : "", body != NULL ? len : 0);
+    }
     /* the fields the upstream would get in direct mode, the signature headers among them */
     size_t nh = 0;
     TAILQ_FOREACH(h, headers, next) {
-        if (!header_is_forwarded(h->key) || strcasecmp(h->key, "Idempotency-Key") == 0)
+        if (sealed != NULL)
+            break;
+        if (!header_is_queued(h->key))
             continue;
         size_t klen = strlen(h->key);
         names[nh] = malloc(klen + 3);
@@ -176,9 +201,10 @@ void inbox_append(struct store *s, const struct config *cfg, const struct route 
         nh++;
     }
 #undef INBOX_FIELD
-    store_inbox_append(s, &a->keys.k, n, fv, fvlen, inbox_on_appended, a);
+    inbox_store_append(s, &a->keys.k, n, fv, fvlen, inbox_on_appended, a);
     for (size_t i = 0; i < nh; i++)
         free(names[i]);
+    free(sealed);
     free(names);
     free(fv);
     free(fvlen);

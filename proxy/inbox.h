@@ -1,5 +1,5 @@
 /*
- * inbox.h - the durable webhook inbox (README "Webhook inbox"): a webhook
+ * inbox.h - the durable webhook inbox (docs/webhooks.md#webhook-inbox): a webhook
  * route with `delivery: {mode: queued}` answers the provider once the
  * delivery is appended to a per-route Redis Stream, and delivers it to the
  * upstream from there, at least once, with retries, a dead-letter stream
@@ -9,9 +9,11 @@
  *   inbox_deliver.c  the consumer of each worker: read, deliver, ack,
  *                    retry with backoff, dead-letter, take over, renew
  *   inbox_admin.c    GET /inbox, the dead letters, redeliver and delete
+ *   inbox_store.c    the inbox's Redis commands and Lua scripts
+ *                    (inbox_store.h), through store.h's commands
  *
- * Every Redis command goes through store.h; each names the keys of one
- * route only, which share the route's hash tag (one cluster slot).
+ * Every Redis command goes through inbox_store.h; each names the keys of
+ * one route only, which share the route's hash tag (one cluster slot).
  */
 #ifndef IDEM_INBOX_H
 #define IDEM_INBOX_H
@@ -21,7 +23,7 @@
 #include <stdint.h>
 
 #include "route.h"
-#include "store.h"
+#include "inbox_store.h"
 
 struct event_base;
 struct evhttp_request;
@@ -44,7 +46,9 @@ struct inbox_keys {
     char retries[INBOX_KEY_MAX];
     char payloads[INBOX_KEY_MAX];
     char dead[INBOX_KEY_MAX];
-    struct store_inbox_keys k;      /* points into the arrays above */
+    char rate[INBOX_KEY_MAX];
+    char paused[INBOX_KEY_MAX];
+    struct inbox_store_keys k;      /* points into the arrays above */
 };
 
 /*
@@ -58,7 +62,7 @@ void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const stru
 
 /*
  * The route's path as written in the config, a prefix route's with its
- * trailing '*' (README "Webhook inbox": the <route> of the admin endpoints,
+ * trailing '*' (docs/webhooks.md#webhook-inbox: the <route> of the admin endpoints,
  * percent-encoded). Malloc'd, the caller frees; NULL when out of memory.
  */
 char *inbox_route_name(const struct route *route);
@@ -103,6 +107,14 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
                            struct config *cfg, struct metrics *metrics, unsigned worker,
                            bool report_gauges);
 
+/*
+ * The keyring entries are opened with from now on (a reload's, kr borrowed:
+ * ib takes a reference; NULL: none), so a rotation reaches the consumer,
+ * which keeps the routes of its boot config. Its thread only. NULL ib is fine.
+ */
+struct keyring;
+void inbox_set_keyring(struct inbox *ib, struct keyring *kr);
+
 /* A delivery was just appended: read now rather than at the next poll. NULL is fine. */
 void inbox_kick(struct inbox *ib);
 
@@ -112,6 +124,14 @@ void inbox_kick(struct inbox *ib);
  * visibility_timeout, so another instance takes them over at once.
  */
 void inbox_stop(struct inbox *ib);
+
+/*
+ * Why the inbox cannot deliver, for /readyz: NULL, or a static reason when
+ * the Redis user may not run a command it needs (probed after every
+ * connect and after a failed read; the log names the command). Any thread
+ * may ask; NULL counts as ready.
+ */
+const char *inbox_unready(const struct inbox *ib);
 
 /* Redis commands pending, and deliveries in flight until released; any thread may ask. NULL counts 0. */
 unsigned inbox_busy(const struct inbox *ib);
@@ -125,7 +145,7 @@ unsigned inbox_busy(const struct inbox *ib);
 void inbox_destroy(struct inbox *ib);
 
 /*
- * The admin endpoints under /inbox (README "Webhook inbox"); rest is the
+ * The admin endpoints under /inbox (docs/webhooks.md#webhook-inbox); rest is the
  * path after "/inbox" ("" or "/<route>/dead..."). Answers req itself,
  * through s, for the routes of cfg (which must outlive the answer).
  */

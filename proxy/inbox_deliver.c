@@ -1,5 +1,5 @@
 /*
- * inbox_deliver.c - the consumer of one worker (README "Webhook inbox").
+ * inbox_deliver.c - the consumer of one worker (docs/webhooks.md#webhook-inbox).
  *
  * Every INBOX_TICK_MS, for each queued route: XREADGROUP as many entries as
  * the route's concurrency leaves room for (no BLOCK: the worker's one Redis
@@ -18,370 +18,18 @@
  * Delivery is at least once: an acknowledgement lost between the 2xx and
  * the XACK leaves the entry pending, and it is delivered again after
  * visibility_timeout. Order is not promised: retries and takeovers reorder.
+ *
+ * Clocks: every turn, renewal, takeover scan and grace period is timed on
+ * the monotonic clock, which no NTP step moves: a wall clock stepped back
+ * by more than visibility_timeout would stop the renewals, and the other
+ * instances would take over live deliveries. The wall clock only stamps
+ * what is stored and read by other instances (received, died) and judges
+ * max_age from `received`; the retry schedule, shared by every instance,
+ * runs on Redis's clock (inbox_store_retry).
  */
-#include "inbox.h"
-
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/queue.h>
-#include <unistd.h>
-
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-
-#include "clock.h"
-#include "config.h"
-#include "log.h"
-#include "metrics.h"
-#include "upstream.h"
-
-#define INBOX_TICK_MS 50
-#define INBOX_PROMOTE_MS 200
-#define INBOX_STATS_MS 1000
-#define INBOX_PROMOTE_BATCH 100
-/* SIGTERM: how long deliveries in flight may finish before they are released to other instances. */
-#define INBOX_DRAIN_GRACE_MS 5000
-
-struct inbox_route;
-
-/* What the receiver's answer decided for an entry, until Redis has it. */
-enum inbox_settle { SETTLE_NONE, SETTLE_ACK, SETTLE_RETRY, SETTLE_BURY };
-
-/* One entry being delivered; it is this consumer's pending entry until acked, retried or buried. */
-struct inbox_delivery {
-    struct inbox_route *r;
-    char id[64];
-    char *event, *method, *target, *client;   /* owned */
-    char record[40];                          /* the record id: logs name a delivery by it */
-    char *body;                               /* owned, body_len bytes */
-    size_t body_len;
-    uint64_t received_ms;                     /* unix ms, when the provider's delivery came */
-    unsigned attempts;                        /* deliveries before this one */
-    struct evkeyvalq headers;
-    enum inbox_settle settle;                 /* decided; sent again after a Redis failure */
-    bool settling;                            /* its command is in flight */
-    bool settle_failed;                       /* logged once */
-    unsigned settle_attempts;                 /* SETTLE_RETRY / SETTLE_BURY: attempts so far */
-    uint64_t settle_at_ms;                    /* SETTLE_RETRY: due; SETTLE_BURY: died */
-    char reason[160];                         /* SETTLE_BURY */
-    TAILQ_ENTRY(inbox_delivery) link;
-};
-
-struct inbox_route {
-    struct inbox *ib;
-    const struct route *route;
-    const struct delivery_policy *policy;
-    struct inbox_keys keys;
-    bool group_ready, group_pending, reading, claiming, renewing, promoting, stats_pending;
-    unsigned in_flight;                       /* deliveries in the list */
-    char claim_from[64];                      /* where the next XAUTOCLAIM scan starts */
-    uint64_t next_claim_ms, next_renew_ms, next_promote_ms, next_stats_ms;
-    TAILQ_HEAD(, inbox_delivery) deliveries;
-};
-
-struct inbox {
-    struct event_base *base;
-    struct store *store;
-    struct upstream *up;
-    struct config *cfg;                       /* one reference */
-    struct metrics *metrics;
-    bool report_gauges;
-    char consumer[300];
-    struct inbox_route *routes;
-    size_t n_routes;
-    struct event *tick;
-    _Atomic bool stopping;
-    uint64_t stopped_ms;                      /* unix ms of inbox_stop */
-    _Atomic bool released;                    /* the deliveries in flight were released */
-    _Atomic unsigned busy;                    /* Redis commands in flight */
-    _Atomic unsigned delivering;              /* deliveries in flight */
-    uint64_t rng;                             /* xorshift64 state, for the jitter */
-};
+#include "inbox_deliver_int.h"
 
 static void inbox_schedule(struct inbox_route *r);
-
-/* ---- entries ------------------------------------------------------------ */
-
-static void inbox_delivery_free(struct inbox_delivery *d)
-{
-    struct inbox_route *r = d->r;
-
-    TAILQ_REMOVE(&r->deliveries, d, link);
-    r->in_flight--;
-    r->ib->delivering--;
-    evhttp_clear_headers(&d->headers);
-    free(d->event);
-    free(d->method);
-    free(d->target);
-    free(d->client);
-    free(d->body);
-    free(d);
-}
-
-static char *inbox_strndup(const struct store_reply *v)
-{
-    char *s = malloc(v->len + 1);
-
-    if (s == NULL) {
-        log_msg(LOG_ERROR, "inbox: out of memory");
-        abort();
-    }
-    memcpy(s, v->str, v->len);
-    s[v->len] = '\0';
-    return s;
-}
-
-static uint64_t inbox_number(const struct store_reply *v)
-{
-    char text[24];
-
-    if (v->len == 0 || v->len >= sizeof(text))
-        return 0;
-    memcpy(text, v->str, v->len);
-    text[v->len] = '\0';
-    return strtoull(text, NULL, 10);
-}
-
-/* An entry [id, [name, value, ...]] as a delivery; NULL when it is not one (deleted: NIL). */
-static struct inbox_delivery *inbox_entry_parse(struct inbox_route *r, const struct store_reply *e)
-{
-    struct inbox_delivery *d;
-    const struct store_reply *f;
-
-    if (e->type != STORE_ARR || e->n != 2 || e->elem[0].type != STORE_STR ||
-        e->elem[0].len >= sizeof(d->id) || e->elem[1].type != STORE_ARR)
-        return NULL;
-    d = calloc(1, sizeof(*d));
-    if (d == NULL) {
-        log_msg(LOG_ERROR, "inbox: out of memory");
-        abort();
-    }
-    d->r = r;
-    memcpy(d->id, e->elem[0].str, e->elem[0].len);
-    TAILQ_INIT(&d->headers);
-    f = &e->elem[1];
-    for (size_t i = 0; i + 1 < f->n; i += 2) {
-        const struct store_reply *k = &f->elem[i], *v = &f->elem[i + 1];
-        if (k->type != STORE_STR || v->type != STORE_STR)
-            continue;
-        if (k->len == 5 && memcmp(k->str, "event", 5) == 0 && d->event == NULL) {
-            d->event = inbox_strndup(v);
-        } else if (k->len == 6 && memcmp(k->str, "record", 6) == 0 &&
-                   v->len < sizeof(d->record)) {
-            memcpy(d->record, v->str, v->len);
-            d->record[v->len] = '\0';
-        } else if (k->len == 6 && memcmp(k->str, "method", 6) == 0 && d->method == NULL) {
-            d->method = inbox_strndup(v);
-        } else if (k->len == 6 && memcmp(k->str, "target", 6) == 0 && d->target == NULL) {
-            d->target = inbox_strndup(v);
-        } else if (k->len == 6 && memcmp(k->str, "client", 6) == 0 && d->client == NULL) {
-            d->client = inbox_strndup(v);
-        } else if (k->len == 4 && memcmp(k->str, "body", 4) == 0 && d->body == NULL) {
-            d->body = inbox_strndup(v);
-            d->body_len = v->len;
-        } else if (k->len == 8 && memcmp(k->str, "received", 8) == 0) {
-            d->received_ms = inbox_number(v);
-        } else if (k->len == 8 && memcmp(k->str, "attempts", 8) == 0) {
-            d->attempts = (unsigned)inbox_number(v);
-        } else if (k->len > 2 && memcmp(k->str, "h:", 2) == 0) {
-            char *name = inbox_strndup(k), *value = inbox_strndup(v);
-            evhttp_add_header(&d->headers, name + 2, value);
-            free(name);
-            free(value);
-        }
-    }
-    return d;
-}
-
-/* ---- outcomes ----------------------------------------------------------- */
-
-static void inbox_settle(struct inbox_delivery *d);
-
-/*
- * The settlement's reply. A failure (Redis down, a lost reply) keeps the
- * delivery, still renewed, and the next turn sends the same settlement
- * again: each is idempotent (an entry already acked, retried or buried
- * reads as gone), so a Redis blip does not cost the receiver a second copy.
- * While shutting down it is left pending instead: taken over after
- * visibility_timeout.
- */
-static void inbox_on_settled(enum store_status st, const struct store_reply *reply, void *arg)
-{
-    struct inbox_delivery *d = arg;
-    struct inbox *ib = d->r->ib;
-
-    d->settling = false;
-    if (st == STORE_OK) {
-        if (d->settle == SETTLE_ACK) {
-            uint64_t now = clock_now_ms();
-            metrics_count(ib->metrics, METRICS_INBOX_DELIVERED);
-            metrics_observe(ib->metrics, METRICS_INBOX_DELIVERY_LATENCY,
-                            now > d->received_ms ? (double)(now - d->received_ms) / 1000.0 : 0.0);
-        }
-        inbox_delivery_free(d);
-        return;
-    }
-    (void)reply;
-    if (ib->stopping) {
-        log_msg(LOG_WARN, "inbox %s: entry %s: Redis failed to settle it while shutting down; "
-                "it is delivered again after delivery.visibility_timeout", d->r->route->path,
-                d->id);
-        inbox_delivery_free(d);
-        return;
-    }
-    if (!d->settle_failed)
-        log_msg(LOG_WARN, "inbox %s: entry %s: Redis failed to settle it; trying again",
-                d->r->route->path, d->id);
-    d->settle_failed = true;
-}
-
-/* Send d's settlement: XACK+XDEL, the retry, or the dead-letter stream. */
-static void inbox_settle(struct inbox_delivery *d)
-{
-    struct inbox_route *r = d->r;
-    struct inbox *ib = r->ib;
-
-    d->settling = true;
-    switch (d->settle) {
-    case SETTLE_ACK:
-        store_inbox_ack(ib->store, &r->keys.k, d->id, inbox_on_settled, d);
-        break;
-    case SETTLE_RETRY:
-        store_inbox_retry(ib->store, &r->keys.k, d->id, d->settle_attempts, d->settle_at_ms,
-                          inbox_on_settled, d);
-        break;
-    case SETTLE_BURY:
-        store_inbox_bury(ib->store, &r->keys.k, d->id, d->settle_attempts, d->reason,
-                         d->settle_at_ms, inbox_on_settled, d);
-        break;
-    case SETTLE_NONE:
-        d->settling = false;
-        break;
-    }
-}
-
-/* Full jitter (README "Webhook inbox"): uniform in [0, min(max, initial * 2^(attempts-1))]. */
-static uint64_t inbox_backoff_ms(struct inbox *ib, const struct delivery_policy *p,
-                                 unsigned attempts)
-{
-    uint64_t cap = p->backoff_initial_ms;
-
-    for (unsigned i = 1; i < attempts && cap < p->backoff_max_ms; i++)
-        cap *= 2;
-    if (cap > p->backoff_max_ms)
-        cap = p->backoff_max_ms;
-    ib->rng ^= ib->rng << 13;
-    ib->rng ^= ib->rng >> 7;
-    ib->rng ^= ib->rng << 17;
-    return ib->rng % (cap + 1);
-}
-
-/* Not acknowledged: retry later, or the dead-letter stream. why: what the attempt got. */
-static void inbox_failed(struct inbox_delivery *d, const char *why)
-{
-    struct inbox_route *r = d->r;
-    struct inbox *ib = r->ib;
-    const struct delivery_policy *p = r->policy;
-    unsigned attempts = d->attempts + 1;
-    uint64_t now = clock_now_ms(), deadline = d->received_ms + p->max_age_ms;
-    char reason[160];
-
-    if (attempts >= p->max_attempts || now >= deadline) {
-        snprintf(reason, sizeof(reason), "%s after %u attempts; the last got %s",
-                 attempts >= p->max_attempts ? "max_attempts" : "max_age", attempts, why);
-        log_msg(LOG_WARN, "inbox %s: delivery %s dead-lettered: %s", r->route->path,
-                d->record[0] ? d->record : d->id, reason);
-        metrics_count(ib->metrics, METRICS_INBOX_DEAD);
-        d->settle = SETTLE_BURY;
-        d->settle_attempts = attempts;
-        d->settle_at_ms = now;
-        snprintf(d->reason, sizeof(d->reason), "%s", reason);
-        inbox_settle(d);
-        return;
-    }
-    uint64_t due = now + inbox_backoff_ms(ib, p, attempts);
-    if (due > deadline)
-        due = deadline; /* one last attempt at max_age */
-    log_msg(LOG_INFO, "inbox %s: delivery %s attempt %u got %s; retry in %llu ms",
-            r->route->path, d->record[0] ? d->record : d->id, attempts, why,
-            (unsigned long long)(due - now));
-    metrics_count(ib->metrics, METRICS_INBOX_RETRIES);
-    d->settle = SETTLE_RETRY;
-    d->settle_attempts = attempts;
-    d->settle_at_ms = due;
-    inbox_settle(d);
-}
-
-static void inbox_on_upstream(enum upstream_outcome outcome, const struct upstream_response *resp,
-                              const char *detail, const char *cause, double upstream_ms,
-                              void *arg)
-{
-    struct inbox_delivery *d = arg;
-    struct inbox *ib = d->r->ib;
-    char why[80];
-
-    (void)cause;
-    (void)upstream_ms;
-    metrics_count(ib->metrics, METRICS_INBOX_ATTEMPTS);
-    if (outcome == UPSTREAM_ANSWERED && resp->status >= 200 && resp->status < 300) {
-        d->settle = SETTLE_ACK;
-        inbox_settle(d);
-        return;
-    }
-    if (outcome == UPSTREAM_ANSWERED)
-        snprintf(why, sizeof(why), "HTTP %d", resp->status);
-    else
-        snprintf(why, sizeof(why), "no answer (%s)", detail != NULL ? detail : "failed");
-    inbox_failed(d, why);
-}
-
-/* Whether this consumer is delivering entry id right now. */
-static bool inbox_delivering(const struct inbox_route *r, const struct store_reply *entry)
-{
-    const struct inbox_delivery *d;
-
-    if (entry->type != STORE_ARR || entry->n < 1 || entry->elem[0].type != STORE_STR)
-        return false;
-    TAILQ_FOREACH(d, &r->deliveries, link)
-        if (strlen(d->id) == entry->elem[0].len &&
-            memcmp(d->id, entry->elem[0].str, entry->elem[0].len) == 0)
-            return true;
-    return false;
-}
-
-/* Deliver one entry of ours (read or taken over). */
-static void inbox_deliver(struct inbox_route *r, const struct store_reply *entry)
-{
-    struct inbox *ib = r->ib;
-    struct inbox_delivery *d;
-
-    /* a renewal that failed lets XAUTOCLAIM hand us our own entry: one copy at a time */
-    if (inbox_delivering(r, entry))
-        return;
-    d = inbox_entry_parse(r, entry);
-    if (d == NULL)
-        return; /* deleted meanwhile (XAUTOCLAIM lists those apart) */
-    TAILQ_INSERT_TAIL(&r->deliveries, d, link);
-    r->in_flight++;
-    ib->delivering++;
-    if (d->event == NULL || d->method == NULL || d->target == NULL) {
-        /* not ours to read: keep it for an operator rather than lose it */
-        d->attempts = r->policy->max_attempts;
-        inbox_failed(d, "a malformed entry");
-        return;
-    }
-    evhttp_remove_header(&d->headers, "Idempotency-Key");
-    evhttp_add_header(&d->headers, "Idempotency-Key", d->event);
-    /* only the status counts (README "Webhook inbox"): the receiver's body is dropped */
-    if (upstream_send_capped(ib->up, d->method, d->target, &d->headers, d->client, d->body,
-                             d->body_len, 0, inbox_on_upstream, d) != 0) {
-        metrics_count(ib->metrics, METRICS_INBOX_ATTEMPTS);
-        inbox_failed(d, "no answer (the upstream call could not be set up)");
-    }
-}
 
 /* ---- reading, takeover, renewal, retries -------------------------------- */
 
@@ -393,9 +41,22 @@ static void inbox_on_read(enum store_status st, const struct store_reply *reply,
     r->ib->busy--;
     if (st != STORE_OK) {
         r->group_ready = false; /* NOGROUP after a Redis that lost its data: create it again */
+        r->probed = false;      /* or a permission taken away: probe again */
         return;
     }
-    /* NIL: nothing new; else [[stream, [entry...]]] */
+    /* [paused, wait_ms, NIL or XREADGROUP's reply] */
+    if (reply->type != STORE_ARR || reply->n != 3 || reply->elem[0].type != STORE_INT)
+        return;
+    r->paused = reply->elem[0].integer == 1;
+    if (!r->paused && reply->elem[1].type == STORE_INT && reply->elem[1].integer > 0) {
+        /* over the rate: read again the moment the limiter allows, not a tick late */
+        struct timeval tv = clock_ms_to_timeval((uint64_t)reply->elem[1].integer);
+
+        r->read_after_ms = clock_mono_ms() + (double)reply->elem[1].integer;
+        evtimer_add(r->wake, &tv);
+    }
+    reply = &reply->elem[2];
+    /* NIL: nothing new, paused or over the rate; else [[stream, [entry...]]] */
     if (reply->type == STORE_ARR && reply->n == 1 && reply->elem[0].type == STORE_ARR &&
         reply->elem[0].n == 2 && reply->elem[0].elem[1].type == STORE_ARR) {
         const struct store_reply *entries = &reply->elem[0].elem[1];
@@ -412,8 +73,11 @@ static void inbox_on_claimed(enum store_status st, const struct store_reply *rep
 
     r->claiming = false;
     r->ib->busy--;
-    /* [next cursor, [entry...], [deleted id...]] */
-    if (st != STORE_OK || reply->type != STORE_ARR || reply->n < 2 ||
+    /* [paused, wait_ms, NIL or [next cursor, [entry...], [deleted id...]]] */
+    if (st != STORE_OK || reply->type != STORE_ARR || reply->n != 3)
+        return;
+    reply = &reply->elem[2];
+    if (reply->type != STORE_ARR || reply->n < 2 ||
         reply->elem[0].type != STORE_STR || reply->elem[1].type != STORE_ARR)
         return;
     /* a long pending list is scanned a window per call; the scan wraps at "0-0" */
@@ -450,6 +114,37 @@ static void inbox_on_promoted(enum store_status st, const struct store_reply *re
         inbox_schedule(r);
 }
 
+/* The permission probe's answer: "" or the command the Redis user may not run. */
+static void inbox_on_probed(enum store_status st, const struct store_reply *reply, void *arg)
+{
+    struct inbox_route *r = arg;
+    struct inbox *ib = r->ib;
+
+    r->probing = false;
+    ib->busy--;
+    if (st != STORE_OK || reply->type != STORE_STR) {
+        /* EVALSHA itself refused or Redis away: the store's own readiness says so */
+        r->next_probe_ms = clock_mono_ms() + INBOX_PROBE_AGAIN_MS;
+        return;
+    }
+    if (reply->len > 0) {
+        if (!ib->noperm)
+            log_msg(LOG_ERROR, "inbox %s: the Redis user may not run %.*s (NOPERM): queued "
+                    "deliveries stop and /readyz answers 503 until the ACL allows it "
+                    "(docs/redis.md, \"Webhook inbox user\")", r->route->path, (int)reply->len,
+                    reply->str);
+        ib->noperm = true;
+        r->next_probe_ms = clock_mono_ms() + INBOX_PROBE_AGAIN_MS;
+        return;
+    }
+    if (ib->noperm)
+        log_msg(LOG_INFO, "inbox %s: the Redis user may run every command the inbox needs",
+                r->route->path);
+    ib->noperm = false;
+    r->probed = true;
+    inbox_schedule(r);
+}
+
 static void inbox_on_group(enum store_status st, const struct store_reply *reply, void *arg)
 {
     struct inbox_route *r = arg;
@@ -470,12 +165,14 @@ static void inbox_on_stats(enum store_status st, const struct store_reply *reply
 
     r->stats_pending = false;
     ib->busy--;
-    if (st != STORE_OK || reply->type != STORE_ARR || reply->n != 5 ||
-        reply->elem[0].type != STORE_INT || reply->elem[3].type != STORE_INT)
+    if (st != STORE_OK || reply->type != STORE_ARR || reply->n != 6 ||
+        reply->elem[0].type != STORE_INT || reply->elem[3].type != STORE_INT ||
+        reply->elem[5].type != STORE_INT)
         return;
     uint64_t now = clock_now_ms(), oldest = (uint64_t)reply->elem[3].integer;
     metrics_inbox_gauges(ib->metrics, r->route->path, (double)reply->elem[0].integer,
-                         oldest > 0 && now > oldest ? (double)(now - oldest) / 1000.0 : 0.0);
+                         oldest > 0 && now > oldest ? (double)(now - oldest) / 1000.0 : 0.0,
+                         reply->elem[5].integer == 1);
 }
 
 /*
@@ -496,7 +193,7 @@ static void inbox_claim_own(struct inbox_route *r, uint64_t idle_ms)
     TAILQ_FOREACH(d, &r->deliveries, link)
         ids[n++] = d->id;
     ib->busy++;
-    store_inbox_renew(ib->store, &r->keys.k, ib->consumer, ids, n, idle_ms, inbox_on_renewed, r);
+    inbox_store_renew(ib->store, &r->keys.k, ib->consumer, ids, n, idle_ms, inbox_on_renewed, r);
     free(ids);
 }
 
@@ -520,21 +217,31 @@ static void inbox_release(struct inbox *ib)
     }
 }
 
-/* What one route does this turn. */
-static void inbox_route_turn(struct inbox_route *r, uint64_t now)
+/* What one route does this turn; now: monotonic ms. */
+static void inbox_route_turn(struct inbox_route *r, double now)
 {
     struct inbox *ib = r->ib;
     const struct delivery_policy *p = r->policy;
     bool stopping = ib->stopping;
     unsigned room = r->in_flight < p->concurrency ? p->concurrency - r->in_flight : 0;
 
-    if (!store_ready(ib->store))
+    if (!store_ready(ib->store)) {
+        r->probed = false; /* a new connection may be another node, or another ACL */
         return;
+    }
+    if (!r->probed) {
+        if (!r->probing && !stopping && now >= r->next_probe_ms) {
+            r->probing = true;
+            ib->busy++;
+            inbox_store_probe(ib->store, &r->keys.k, inbox_on_probed, r);
+        }
+        return;
+    }
     if (!r->group_ready) {
         if (!r->group_pending && !stopping) {
             r->group_pending = true;
             ib->busy++;
-            store_inbox_ensure_group(ib->store, &r->keys.k, inbox_on_group, r);
+            inbox_store_ensure_group(ib->store, &r->keys.k, inbox_on_group, r);
         }
         return;
     }
@@ -542,29 +249,30 @@ static void inbox_route_turn(struct inbox_route *r, uint64_t now)
     TAILQ_FOREACH(d, &r->deliveries, link)
         if (d->settle != SETTLE_NONE && d->settle_failed && !d->settling && !stopping)
             inbox_settle(d);
-    if (!stopping && room > 0 && !r->reading && !r->claiming) {
+    if (!stopping && room > 0 && !r->reading && !r->claiming && now + 1.0 >= r->read_after_ms) {
         if (now >= r->next_claim_ms) {
             uint64_t every = p->visibility_timeout_ms / 4;
-            r->next_claim_ms = now + (every < 250 ? 250 : every > 5000 ? 5000 : every);
+            r->next_claim_ms = now + (double)(every < 250 ? 250 : every > 5000 ? 5000 : every);
             r->claiming = true;
             ib->busy++;
-            store_inbox_autoclaim(ib->store, &r->keys.k, ib->consumer, p->visibility_timeout_ms,
-                                  r->claim_from, room, inbox_on_claimed, r);
+            inbox_store_autoclaim(ib->store, &r->keys.k, ib->consumer, p->visibility_timeout_ms,
+                                  r->claim_from, room, &r->rate, inbox_on_claimed, r);
         } else {
             r->reading = true;
             ib->busy++;
-            store_inbox_read(ib->store, &r->keys.k, ib->consumer, room, inbox_on_read, r);
+            inbox_store_read(ib->store, &r->keys.k, ib->consumer, room, &r->rate, inbox_on_read,
+                             r);
         }
     }
     if (!stopping && !r->promoting && now >= r->next_promote_ms) {
         r->next_promote_ms = now + INBOX_PROMOTE_MS;
         r->promoting = true;
         ib->busy++;
-        store_inbox_promote(ib->store, &r->keys.k, now, INBOX_PROMOTE_BATCH, inbox_on_promoted,
-                            r);
+        inbox_store_promote(ib->store, &r->keys.k, INBOX_PROMOTE_BATCH,
+                            p->dead_retention_ms, inbox_on_promoted, r);
     }
     if (!r->renewing && r->in_flight > 0 && now >= r->next_renew_ms && !ib->released) {
-        r->next_renew_ms = now + p->visibility_timeout_ms / 3;
+        r->next_renew_ms = now + (double)(p->visibility_timeout_ms / 3);
         r->renewing = true;
         inbox_claim_own(r, 0);
     }
@@ -572,14 +280,14 @@ static void inbox_route_turn(struct inbox_route *r, uint64_t now)
         r->next_stats_ms = now + INBOX_STATS_MS;
         r->stats_pending = true;
         ib->busy++;
-        store_inbox_stats(ib->store, &r->keys.k, inbox_on_stats, r);
+        inbox_store_stats(ib->store, &r->keys.k, inbox_on_stats, r);
     }
 }
 
 static void inbox_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct inbox *ib = arg;
-    uint64_t now = clock_now_ms();
+    double now = clock_mono_ms();
 
     (void)fd;
     (void)what;
@@ -589,14 +297,46 @@ static void inbox_on_tick(evutil_socket_t fd, short what, void *arg)
         inbox_route_turn(&ib->routes[i], now);
 }
 
+/* The limiter's wait is over. */
+static void inbox_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct inbox_route *r = arg;
+
+    (void)fd;
+    (void)what;
+    inbox_schedule(r);
+}
+
 /* New entries may be waiting: take the next turn now rather than at the next tick. */
 static void inbox_schedule(struct inbox_route *r)
 {
     if (!r->ib->stopping)
-        event_active(r->ib->tick, EV_TIMEOUT, 0);
+        event_active(r->ib->soon, EV_TIMEOUT, 0);
 }
 
 /* ---- lifetime ----------------------------------------------------------- */
+
+/*
+ * delivery.rate as GCRA parameters: one delivery every period/count, and a
+ * burst of INBOX_RATE_BURST_MS worth of deliveries (at least 2), so that a
+ * turn that comes late catches up: in any window of W ms at most
+ * W/interval + burst deliveries start, e.g. 22 in a second at 20/s.
+ */
+static void inbox_rate_init(struct inbox_store_rate *rate, const struct delivery_policy *p)
+{
+    uint64_t burst;
+
+    *rate = (struct inbox_store_rate){ 0, 0 };
+    if (p->rate_count == 0)
+        return;
+    rate->interval_us = p->rate_period_ms * 1000 / p->rate_count;
+    if (rate->interval_us == 0)
+        rate->interval_us = 1;
+    burst = (uint64_t)p->rate_count * INBOX_RATE_BURST_MS / p->rate_period_ms;
+    if (burst < 2)
+        burst = 2;
+    rate->tolerance_us = rate->interval_us * (burst - 1);
+}
 
 bool inbox_wanted(const struct config *cfg)
 {
@@ -622,10 +362,14 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         return NULL;
     ib->routes = calloc(n, sizeof(*ib->routes));
     ib->tick = event_new(base, -1, EV_PERSIST, inbox_on_tick, ib);
-    if (ib->routes == NULL || ib->tick == NULL) {
+    ib->soon = event_new(base, -1, 0, inbox_on_tick, ib);
+    if (ib->routes == NULL || ib->tick == NULL || ib->soon == NULL) {
         free(ib->routes);
         if (ib->tick != NULL)
             event_free(ib->tick);
+    event_free(ib->soon);
+        if (ib->soon != NULL)
+            event_free(ib->soon);
         free(ib);
         return NULL;
     }
@@ -633,6 +377,7 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
     ib->store = s;
     ib->up = up;
     ib->cfg = config_ref(cfg);
+    ib->keyring = cfg->keyring != NULL ? keyring_ref(cfg->keyring) : NULL;
     ib->metrics = metrics;
     ib->report_gauges = report_gauges;
     gethostname(host, sizeof(host) - 1);
@@ -647,6 +392,12 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         r->route = &cfg->routes[i];
         r->policy = &cfg->routes[i].policy.delivery;
         inbox_keys_init(&r->keys, cfg->key_prefix, r->route);
+        inbox_rate_init(&r->rate, r->policy);
+        r->wake = evtimer_new(base, inbox_on_wake, r);
+        if (r->wake == NULL) {
+            log_msg(LOG_ERROR, "inbox: out of memory");
+            abort();
+        }
         snprintf(r->claim_from, sizeof(r->claim_from), "0-0");
         TAILQ_INIT(&r->deliveries);
     }
@@ -657,15 +408,21 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
 void inbox_kick(struct inbox *ib)
 {
     if (ib != NULL && !ib->stopping)
-        event_active(ib->tick, EV_TIMEOUT, 0);
+        event_active(ib->soon, EV_TIMEOUT, 0);
 }
 
 void inbox_stop(struct inbox *ib)
 {
     if (ib != NULL && !ib->stopping) {
-        ib->stopped_ms = clock_now_ms();
+        ib->stopped_ms = clock_mono_ms();
         ib->stopping = true;
     }
+}
+
+const char *inbox_unready(const struct inbox *ib)
+{
+    /* /readyz's line holds 63 characters */
+    return ib != NULL && ib->noperm ? "redis user may not run an inbox command (NOPERM)" : NULL;
 }
 
 unsigned inbox_busy(const struct inbox *ib)
@@ -680,12 +437,23 @@ void inbox_destroy(struct inbox *ib)
     if (ib == NULL)
         return;
     event_free(ib->tick);
+    event_free(ib->soon);
     for (size_t i = 0; i < ib->n_routes; i++) {
         struct inbox_route *r = &ib->routes[i];
         while (!TAILQ_EMPTY(&r->deliveries))
             inbox_delivery_free(TAILQ_FIRST(&r->deliveries));
+        event_free(r->wake);
     }
     free(ib->routes);
+    keyring_unref(ib->keyring);
     config_unref(ib->cfg);
     free(ib);
+}
+
+void inbox_set_keyring(struct inbox *ib, struct keyring *kr)
+{
+    if (ib == NULL)
+        return;
+    keyring_unref(ib->keyring);
+    ib->keyring = kr != NULL ? keyring_ref(kr) : NULL;
 }

@@ -1,5 +1,11 @@
 /*
  * janitor.c - releasing claims that may have landed unanswered; see janitor.h.
+ *
+ * Each claim is looked at with a GET: our claim (state C, our owner token)
+ * is released with the compare-and-set; no record means not landed (yet) and
+ * is looked at again later; any other record ends the watch. A GET first,
+ * rather than the release, costs one command per look at a claim that never
+ * lands, the common case once Redis answers.
  */
 #include "janitor.h"
 
@@ -12,12 +18,15 @@
 
 #include "clock.h"
 #include "log.h"
+#include "record.h"
 #include "store.h"
 
 struct orphan_claim {
     struct janitor *j;
     char owner[33];
-    unsigned attempts_left;
+    double give_up_ms;                      /* monotonic: its retention is out */
+    uint64_t absent_delay_ms;               /* the next look after "no record" */
+    bool answered;                          /* Redis has answered for it: not in pending */
     struct event timer;
     TAILQ_ENTRY(orphan_claim) link;
     char record_key[];                      /* NUL-terminated */
@@ -27,29 +36,76 @@ static void janitor_free(struct orphan_claim *o)
 {
     event_del(&o->timer);
     TAILQ_REMOVE(&o->j->claims, o, link);
-    o->j->pending--;
+    o->j->n_claims--;
+    if (!o->answered)
+        o->j->pending--;
     free(o);
+}
+
+/* Redis has answered for o: a SIGTERM drain need not wait for it any more. */
+static void janitor_answered(struct orphan_claim *o)
+{
+    if (!o->answered) {
+        o->answered = true;
+        o->j->pending--;
+    }
+}
+
+/* Look at o again in delay_ms, or give up once its retention is out. */
+static void janitor_later(struct orphan_claim *o, uint64_t delay_ms)
+{
+    struct timeval tv = clock_ms_to_timeval(delay_ms);
+
+    if (clock_mono_ms() + (double)delay_ms > o->give_up_ms) {
+        log_msg(LOG_ERROR, "gave up releasing a claim that was never forwarded (record key %s) "
+                "after its retention; if a retry reports outcome-unknown, purge it "
+                "(DELETE /records/<id>)", o->record_key);
+        janitor_free(o);
+        return;
+    }
+    evtimer_add(&o->timer, &tv);
 }
 
 static void janitor_on_released(enum store_status st, bool applied, void *arg)
 {
     struct orphan_claim *o = arg;
-    struct timeval retry = clock_ms_to_timeval(JANITOR_RETRY_MS);
 
-    if (st == STORE_OK) {
-        if (applied)
-            log_msg(LOG_INFO, "released a claim that reached Redis after its request was "
-                    "refused (record key %s)", o->record_key);
+    if (st == STORE_OK && applied) {
+        log_msg(LOG_INFO, "released a claim that reached Redis after its request was "
+                "refused (record key %s)", o->record_key);
         o->j->released(o->record_key, o->j->arg);
         janitor_free(o);
-    } else if (o->attempts_left-- > 0) {
-        evtimer_add(&o->timer, &retry);
     } else {
-        log_msg(LOG_ERROR, "gave up releasing a claim that was never forwarded (record key %s) "
-                "after its retention; if a retry reports outcome-unknown, purge it "
-                "(DELETE /records/<id>)", o->record_key);
-        janitor_free(o);
+        /* a store failure, or it changed since the GET (expired, taken over): look again */
+        janitor_later(o, JANITOR_RETRY_MS);
     }
+}
+
+static void janitor_on_read(enum store_status st, const char *value, size_t len, void *arg)
+{
+    struct orphan_claim *o = arg;
+    struct record rec;
+
+    if (st != STORE_OK) {
+        janitor_later(o, JANITOR_RETRY_MS);
+        return;
+    }
+    janitor_answered(o);
+    if (value == NULL) {
+        /* not there: gone, or still on its way (a dropped socket, a stalled Redis) */
+        uint64_t delay = o->absent_delay_ms;
+
+        o->absent_delay_ms = delay * 2 > JANITOR_RETRY_MAX_MS ? JANITOR_RETRY_MAX_MS : delay * 2;
+        janitor_later(o, delay);
+        return;
+    }
+    if (record_decode(value, len, &rec) == 0 && rec.state == RECORD_CLAIMED &&
+        memcmp(rec.owner, o->owner, RECORD_OWNER_LEN) == 0) {
+        store_release_owned(o->j->store, o->record_key, o->owner, janitor_on_released, o);
+        return;
+    }
+    /* someone else's record holds the key: our claim cannot land on it */
+    janitor_free(o);
 }
 
 static void janitor_on_timer(evutil_socket_t fd, short what, void *arg)
@@ -58,7 +114,7 @@ static void janitor_on_timer(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    store_release_owned(o->j->store, o->record_key, o->owner, janitor_on_released, o);
+    store_get(o->j->store, o->record_key, janitor_on_read, o);
 }
 
 void janitor_init(struct janitor *j, struct event_base *base, struct store *store,
@@ -67,6 +123,7 @@ void janitor_init(struct janitor *j, struct event_base *base, struct store *stor
     j->base = base;
     j->store = store;
     TAILQ_INIT(&j->claims);
+    j->n_claims = 0;
     j->pending = 0;
     j->released = released;
     j->arg = arg;
@@ -79,12 +136,12 @@ void janitor_release(struct janitor *j, const char *record_key, const char *owne
     struct orphan_claim *o = NULL;
     struct timeval first = clock_ms_to_timeval(JANITOR_RETRY_MS);
 
-    if (j->pending < JANITOR_MAX_CLAIMS)
+    if (j->n_claims < JANITOR_MAX_CLAIMS)
         o = calloc(1, sizeof(*o) + key_len + 1);
     if (o == NULL) {
         log_msg(LOG_ERROR, "cannot keep releasing a claim that was never forwarded (record key "
                 "%s): %u claims wait already; if a retry reports outcome-unknown, purge it "
-                "(DELETE /records/<id>)", record_key, (unsigned)j->pending);
+                "(DELETE /records/<id>)", record_key, j->n_claims);
         return;
     }
     o->j = j;
@@ -94,9 +151,11 @@ void janitor_release(struct janitor *j, const char *record_key, const char *owne
      * until the claim itself would be gone: once its lease ends it would read
      * as "outcome unknown" (on_ambiguous: hold), though nothing was forwarded
      */
-    o->attempts_left = (unsigned)(retention_ms / JANITOR_RETRY_MS) + 1;
+    o->give_up_ms = clock_mono_ms() + (double)retention_ms + JANITOR_RETRY_MS;
+    o->absent_delay_ms = JANITOR_RETRY_MS;
     evtimer_assign(&o->timer, j->base, janitor_on_timer, o);
     TAILQ_INSERT_TAIL(&j->claims, o, link);
+    j->n_claims++;
     j->pending++;
     evtimer_add(&o->timer, &first);
 }

@@ -6,11 +6,17 @@
  * Such a claim holds a key nobody forwards: retries would wait (or get 409
  * under in_flight: reject), then read it as "outcome unknown" or take it
  * over. Nothing was sent upstream, so the janitor releases it
- * (compare-and-set on the owner token, README "How a request is handled" "Claim") once Redis answers
- * again, retrying every JANITOR_RETRY_MS until the claim would be gone
- * (its retention): a claim whose lease ended reads as "outcome unknown" under
- * on_ambiguous: hold, though nothing was forwarded, so waiting for the lease
- * is not enough. One janitor per worker, on the worker's event_base.
+ * (compare-and-set on the owner token, docs/client-contract.md#how-a-request-is-handled
+ * "Claim"). A release that deletes nothing does not prove the claim gone: the
+ * command may still be on its way, in the dropped socket's buffers or in a
+ * stalled Redis's, and land later. So the janitor reads the record until it
+ * sees the claim gone: it released it, or the key holds someone else's
+ * record (our SET NX cannot land on it); while there is no record it looks
+ * again, every JANITOR_RETRY_MS at first, the delay doubling up to
+ * JANITOR_RETRY_MAX_MS, until the claim's retention is out. A claim whose
+ * lease ended reads as "outcome unknown" under on_ambiguous: hold, though
+ * nothing was forwarded, so waiting for the lease is not enough. One janitor
+ * per worker, on the worker's event_base.
  */
 #ifndef IDEM_JANITOR_H
 #define IDEM_JANITOR_H
@@ -22,7 +28,8 @@ struct event_base;
 struct store;
 struct orphan_claim;
 
-#define JANITOR_RETRY_MS 1000
+#define JANITOR_RETRY_MS 1000               /* after a store failure; the first recheck */
+#define JANITOR_RETRY_MAX_MS 30000          /* the recheck of a claim not (yet) in Redis */
 #define JANITOR_MAX_CLAIMS 100000           /* per worker: about 10 MB at most */
 
 /* A claim was released: the record at record_key changed (wake its waiters). */
@@ -32,7 +39,12 @@ struct janitor {
     struct event_base *base;
     struct store *store;                    /* borrowed */
     TAILQ_HEAD(, orphan_claim) claims;
-    _Atomic unsigned pending;               /* claims not yet released; any thread may read */
+    unsigned n_claims;                      /* in claims (JANITOR_MAX_CLAIMS) */
+    /*
+     * Claims Redis has not yet answered for (neither released nor read as
+     * absent): what a SIGTERM drain waits for. Any thread may read it.
+     */
+    _Atomic unsigned pending;
     janitor_released_cb *released;
     void *arg;
 };
@@ -43,9 +55,10 @@ void janitor_init(struct janitor *j, struct event_base *base, struct store *stor
 
 /*
  * Release the claim at record_key (copied) owned by owner (32 hex chars,
- * copied) once Redis answers, trying for up to retention_ms (the claim's
- * own expiry). Out of memory or past JANITOR_MAX_CLAIMS: logged (error),
- * the claim stays until an operator purges it or its retention ends.
+ * copied) once Redis shows it, watching for up to retention_ms (ms, the
+ * claim's own expiry) while it does not. Out of memory or past
+ * JANITOR_MAX_CLAIMS: logged (error), the claim stays until an operator
+ * purges it or its retention ends.
  */
 void janitor_release(struct janitor *j, const char *record_key, const char *owner,
                      uint64_t retention_ms);

@@ -68,6 +68,17 @@ void log_msg(enum log_level level, const char *fmt, ...)
     funlockfile(stderr);
 }
 
+void log_lines(enum log_level level, const char *text)
+{
+    while (*text != '\0') {
+        size_t len = strcspn(text, "\n");
+
+        if (len > 0)
+            log_msg(level, "%.*s", (int)len, text);
+        text += len + (text[len] == '\n');
+    }
+}
+
 /*
  * The access-log line: a fixed schema written into one buffer per thread,
  * kept between lines. Member names are constants. Strings from outside (the
@@ -228,6 +239,47 @@ void log_access(const struct access_entry *e)
     LOG_PUT_LITERAL(l, "}\n");
     if (!l->failed)
         fwrite(l->buf, 1, l->len, stdout); /* one call: stdout's lock keeps the line whole */
+}
+
+/* s as a JSON value for the audit line: null for NULL, "(not UTF-8)" when it is not UTF-8. */
+static json_t *log_audit_string(const char *s)
+{
+    json_t *v;
+
+    if (s == NULL)
+        return json_null();
+    v = json_string(s);
+    return v != NULL ? v : json_string("(not UTF-8)");
+}
+
+void log_audit(const struct audit_entry *e)
+{
+    char ts[40], *text;
+    json_t *line;
+
+    log_timestamp(ts, sizeof(ts));
+    line = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
+                     "audit", 1, "time", ts, "action", log_audit_string(e->action),
+                     "record_id", log_audit_string(e->record_id),
+                     "dead_letter_id", log_audit_string(e->dead_letter_id),
+                     "route", log_audit_string(e->route), "client", log_audit_string(e->client),
+                     "token", log_audit_string(e->token != NULL ? e->token : "-"),
+                     "result", log_audit_string(e->result), "status", e->status,
+                     "recorded_status",
+                     e->recorded_status > 0 ? json_integer(e->recorded_status) : json_null());
+    text = line != NULL ? json_dumps(line, JSON_COMPACT) : NULL;
+    if (text == NULL) {
+        /* the action happened: say so where an operator looks, without the line's data */
+        log_msg(LOG_ERROR, "audit: out of memory: the line of an admin action is lost");
+    } else {
+        flockfile(stdout);
+        fputs(text, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        funlockfile(stdout);
+    }
+    free(text);
+    json_decref(line);
 }
 
 void log_init(void)

@@ -14,6 +14,9 @@ void log_set_level(enum log_level level);
 /* One line "TIME LEVEL message" on stderr. printf-style; never pass request data. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* log_msg once per line of text (borrowed; lines end in '\n' or at the NUL), empty lines skipped. */
+void log_lines(enum log_level level, const char *text);
+
 /* One access-log line. Strings are borrowed for the call. */
 struct access_entry {
     const char *route;      /* the matched route's path pattern, or NULL (printed as null) */
@@ -28,7 +31,7 @@ struct access_entry {
 
 /*
  * Print e as one JSON line on stdout with a "time" member added: the fixed
- * member order of README "Logs", strings JSON-encoded by jansson (or copied
+ * member order of docs/operations.md#logs, strings JSON-encoded by jansson (or copied
  * when they need no escaping), upstream_ms and total_ms with three decimals.
  * The line is built in a buffer kept per thread; lines of different threads
  * never interleave. The caller decides whether to log (log.access).
@@ -36,6 +39,33 @@ struct access_entry {
  * which the event loop calls every LOG_FLUSH_INTERVAL_MS.
  */
 void log_access(const struct access_entry *e);
+
+/*
+ * One admin action that may change Redis (purge, resolve, redeliver,
+ * dead-letter delete; pause and resume to come). Strings are borrowed for the
+ * call; NULL prints null.
+ */
+struct audit_entry {
+    const char *action;         /* "purge", "resolve", "redeliver", "dead-letter-delete" */
+    const char *record_id;      /* the record acted on, or NULL */
+    const char *dead_letter_id; /* the dead letter acted on, or NULL */
+    const char *route;          /* the route, or NULL when the request does not name one */
+    const char *client;         /* the admin client's address */
+    const char *token;          /* the admin token's fingerprint (bearer.h), "-" for none */
+    const char *result;         /* "ok", "not-found", "conflict", "refused", "error" */
+    int status;                 /* the HTTP status answered */
+    int recorded_status;        /* a resolve: the status recorded; 0: none (null) */
+};
+
+/*
+ * Print e as one JSON line on stdout, built by jansson, with "audit": true
+ * first and "time" (RFC 3339 UTC, ms) second, then the members of e in the
+ * order above, and flush stdout at once: an admin change is rare, and its
+ * line must not wait in the buffer for a crash to lose it. Always written:
+ * log.access does not apply, and nothing samples it (docs/operations.md#logs: the
+ * audit trail). Never pass a token, a key or a body.
+ */
+void log_audit(const struct audit_entry *e);
 
 /* Free the calling thread's access-log object; call as a thread that logged ends. */
 void log_thread_end(void);

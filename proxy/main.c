@@ -1,5 +1,5 @@
 /*
- * main.c - command line (README "Command line"), signals, the worker threads.
+ * main.c - the command line (-c FILE, -t, -V, -h, record-id), signals, the worker threads.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -11,15 +11,21 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
 
 #include "clock.h"
 #include "config.h"
 #include "fingerprint.h"
+#include "record_id.h"
 #include "log.h"
+#include "lookup.h"
+#include "seal.h"
 #include "upstream.h"
 #include "worker.h"
 
-/* Room for the shadowed-route warnings of a config (one line each, truncated past this). */
+/* Room for the warnings of a config: shadowed routes, the keyring (one line each, truncated past this). */
 #define MAIN_WARNINGS_MAX 8192
 
 /* Longest a SIGTERM drain waits for in-flight exchanges beyond the upstream timeout. */
@@ -37,7 +43,84 @@ static void main_usage(FILE *out)
             "usage: idempotency-proxy -c FILE       run with the YAML configuration FILE\n"
             "       idempotency-proxy -t -c FILE    check FILE and exit (0 ok, 1 error)\n"
             "       idempotency-proxy -V            print the version\n"
-            "       idempotency-proxy -h            this help\n");
+            "       idempotency-proxy -h            this help\n"
+            "       idempotency-proxy record-id -c FILE --path PATH --key KEY [--method M]\n"
+            "                         [--header 'Name: value' ...]\n"
+            "                                       print the record id and Redis key FILE\n"
+            "                                       gives that request (JSON)\n");
+}
+
+/*
+ * `record-id`: the record a request maps to under FILE (lookup.h), as one
+ * JSON line on stdout; a note on stderr for each scope header not given.
+ * Exits 0, 1 (the config does not load, or no record: the reason on
+ * stderr) or 2 (usage).
+ */
+static int main_record_id(int argc, char **argv)
+{
+    static const struct option options[] = {
+        { "path", required_argument, NULL, 'p' }, { "key", required_argument, NULL, 'k' },
+        { "method", required_argument, NULL, 'm' }, { "header", required_argument, NULL, 'H' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *file = NULL, *path = NULL, *key = NULL, *method = NULL, *why;
+    struct evkeyvalq headers;
+    struct lookup_result r;
+    struct config *cfg = NULL;
+    char err[1024], *text = NULL;
+    json_t *doc = NULL;
+    int opt, rc = 1;
+
+    TAILQ_INIT(&headers);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "c:", options, NULL)) != -1) {
+        switch (opt) {
+        case 'c': file = optarg; break;
+        case 'p': path = optarg; break;
+        case 'k': key = optarg; break;
+        case 'm': method = optarg; break;
+        case 'H':
+            if (lookup_add_header(&headers, optarg, &why) != 0) {
+                fprintf(stderr, "idempotency-proxy: --header '%s': %s\n", optarg, why);
+                rc = 2;
+                goto done;
+            }
+            break;
+        default: rc = 2; goto done;
+        }
+    }
+    if (file == NULL || path == NULL || key == NULL || optind != argc) {
+        main_usage(stderr);
+        rc = 2;
+        goto done;
+    }
+    cfg = config_create(file, err, sizeof(err));
+    if (cfg == NULL) {
+        fprintf(stderr, "idempotency-proxy: %s\n", err);
+        goto done;
+    }
+    if (lookup_record(cfg, method, path, &headers, key, &r, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: %s\n", err);
+        goto done;
+    }
+    for (size_t i = 0; i < r.n_absent; i++)
+        fprintf(stderr, "idempotency-proxy: note: the route scopes keys by %s, and no --header "
+                "gave it: this is the record of a request without that header\n", r.absent[i]);
+    doc = lookup_json(&r);
+    text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+    if (text == NULL) {
+        fprintf(stderr, "idempotency-proxy: out of memory\n");
+        goto done;
+    }
+    printf("%s\n", text);
+    rc = 0;
+done:
+    free(text);
+    json_decref(doc);
+    config_unref(cfg);
+    evhttp_clear_headers(&headers);
+    record_id_thread_end();
+    return rc;
 }
 
 /* Every connection is a descriptor: take the hard limit, not the 1024 soft default. */
@@ -64,21 +147,26 @@ static void main_on_libevent_log(int severity, const char *msg)
 }
 
 /*
- * Routes an earlier route shadows (config_route_warnings): a line each on
- * stderr for -t (to_stderr), else a log warning each. The config still loads.
+ * What the config loads with but an operator should hear of: routes an
+ * earlier route shadows (config_route_warnings), a keyring any user may
+ * read or whose keys are not locked in memory (config_keyring_warnings). A
+ * line each on stderr for -t (to_stderr), else a log warning each.
  */
-static void main_warn_routes(const struct config *cfg, const char *file, bool to_stderr)
+static void main_warn_config(const struct config *cfg, const char *file, bool to_stderr)
 {
     char *text = malloc(MAIN_WARNINGS_MAX), *line, *save = NULL;
+    size_t used;
 
     if (text == NULL)
         return;
     config_route_warnings(cfg, file, text, MAIN_WARNINGS_MAX);
-    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-        if (to_stderr)
+    used = strlen(text);
+    config_keyring_warnings(cfg, text + used, MAIN_WARNINGS_MAX - used);
+    if (!to_stderr) {
+        log_lines(LOG_WARN, text);
+    } else {
+        for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
             fprintf(stderr, "idempotency-proxy: %s\n", line);
-        else
-            log_msg(LOG_WARN, "%s", line);
     }
     free(text);
 }
@@ -133,6 +221,8 @@ int main(int argc, char **argv)
     char err[1024];
     int opt, rc = 0;
 
+    if (argc > 1 && strcmp(argv[1], "record-id") == 0)
+        return main_record_id(argc - 1, argv + 1);
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {
         case 'c': file = optarg; break;
@@ -152,7 +242,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (test_only) {
-        main_warn_routes(cfg, file, true);
+        main_warn_config(cfg, file, true);
         printf("configuration OK\n");
         config_unref(cfg);
         return 0;
@@ -170,7 +260,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_and_reload, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_and_reload, NULL);
     log_init();
-    main_warn_routes(cfg, file, false);
+    main_warn_config(cfg, file, false);
     event_set_log_callback(main_on_libevent_log);
     main_raise_fd_limit();
     if (upstream_global_init() != 0) { /* once, before any thread */
@@ -199,9 +289,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         rc = 1;
     } else {
+        /* after the startup errors, which are one line each */
+        config_keyring_describe(cfg, err, sizeof(err));
+        log_msg(LOG_INFO, "%s", err);
         log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
                 cfg->listen.host, cfg->listen.port, m.pool.n, m.pool.n == 1 ? "" : "s",
                 cfg->upstream_url, cfg->n_routes, cfg->n_routes == 1 ? "" : "s");
+        if (cfg->admin_listen.host != NULL && cfg->admin_token_file != NULL)
+            log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint but /healthz, "
+                    "/readyz and /metrics needs the bearer token of %s (fingerprint %s)",
+                    cfg->admin_listen.host, cfg->admin_listen.port, cfg->admin_token_file,
+                    cfg->admin_token.fingerprint);
+        else if (cfg->admin_listen.host != NULL)
+            log_msg(LOG_INFO, "admin listener on %s port %u (loopback, no admin.token_file): "
+                    "its endpoints take no token", cfg->admin_listen.host,
+                    cfg->admin_listen.port);
         pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }
@@ -216,7 +318,8 @@ int main(int argc, char **argv)
     event_free(flush);
     log_flush();
     worker_pool_deinit(&m.pool);
-    fingerprint_thread_end();
+    record_id_thread_end();
+    seal_thread_end();
     log_thread_end();
     upstream_global_cleanup();
     return rc;

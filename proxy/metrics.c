@@ -3,6 +3,8 @@
  */
 #include "metrics.h"
 
+#include "keyring.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,30 +22,34 @@ int metrics_init(struct metrics *m)
     return pthread_mutex_init(&m->lock, NULL) == 0 ? 0 : -1;
 }
 
-/* The count of route and outcome, added when new; NULL when out of memory. Lock held. */
-static struct metrics_request_count *metrics_request_slot(struct metrics *m, const char *route,
-                                                          const char *outcome)
+/*
+ * The count of route and outcome in the array at *arr (*n used of *cap),
+ * added when new; NULL when out of memory. Lock held.
+ */
+static struct metrics_request_count *metrics_route_slot(struct metrics_request_count **arr,
+                                                        size_t *n, size_t *cap,
+                                                        const char *route, const char *outcome)
 {
     struct metrics_request_count *c;
     char *copy;
 
-    for (size_t i = 0; i < m->n_requests; i++) {
-        c = &m->requests[i];
+    for (size_t i = 0; i < *n; i++) {
+        c = &(*arr)[i];
         if (strcmp(c->outcome, outcome) == 0 && strcmp(c->route, route) == 0)
             return c;
     }
-    if (m->n_requests == m->cap_requests) {
-        size_t cap = m->cap_requests ? m->cap_requests * 2 : 32;
-        struct metrics_request_count *grown = realloc(m->requests, cap * sizeof(*grown));
+    if (*n == *cap) {
+        size_t grown_cap = *cap ? *cap * 2 : 32;
+        struct metrics_request_count *grown = realloc(*arr, grown_cap * sizeof(*grown));
         if (grown == NULL)
             return NULL;
-        m->requests = grown;
-        m->cap_requests = cap;
+        *arr = grown;
+        *cap = grown_cap;
     }
     copy = strdup(route);
     if (copy == NULL)
         return NULL;
-    c = &m->requests[m->n_requests++];
+    c = &(*arr)[(*n)++];
     *c = (struct metrics_request_count){ copy, outcome, 0 };
     return c;
 }
@@ -53,9 +59,29 @@ void metrics_count_request(struct metrics *m, const char *route, const char *out
     struct metrics_request_count *c;
 
     pthread_mutex_lock(&m->lock);
-    c = metrics_request_slot(m, route != NULL ? route : "", outcome);
+    c = metrics_route_slot(&m->requests, &m->n_requests, &m->cap_requests,
+                           route != NULL ? route : "", outcome);
     if (c != NULL)
         c->count++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_outcome_unknown(struct metrics *m, const char *route)
+{
+    struct metrics_request_count *c;
+
+    pthread_mutex_lock(&m->lock);
+    c = metrics_route_slot(&m->unknown, &m->n_unknown, &m->cap_unknown,
+                           route != NULL ? route : "", "");
+    if (c != NULL)
+        c->count++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_declare_outcome_unknown(struct metrics *m, const char *route)
+{
+    pthread_mutex_lock(&m->lock);
+    (void)metrics_route_slot(&m->unknown, &m->n_unknown, &m->cap_unknown, route, "");
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -144,7 +170,44 @@ static void metrics_render_scalar(struct evbuffer *out, const char *name, const 
                         name, value);
 }
 
+/* A counter with one label of two values, a and b (static strings), counted ca and cb. */
+static void metrics_render_pair(struct evbuffer *out, const char *name, const char *help,
+                                const char *label, const char *a, uint64_t ca, const char *b,
+                                uint64_t cb)
+{
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s{%s=\"%s\"} %llu\n"
+                        "%s{%s=\"%s\"} %llu\n", name, help, name, name, label, a,
+                        (unsigned long long)ca, name, label, b, (unsigned long long)cb);
+}
+
 static void metrics_render_inbox(struct metrics *m, struct evbuffer *out);
+
+/* Per key id, what was sealed and opened since the process started (keyring_counters_read). */
+static void metrics_render_keyring(struct evbuffer *out)
+{
+    static const struct {
+        const char *name, *help;
+        enum keyring_counter c;
+    } kinds[] = {
+        { "idempotency_proxy_encrypted_total",
+          "Values sealed (records' answers, queued deliveries) by the key id that sealed them.",
+          KEYRING_SEALED },
+        { "idempotency_proxy_decrypted_total",
+          "Stored values opened and authenticated, by the key id that had sealed them.",
+          KEYRING_OPENED },
+    };
+    struct keyring_counts counts[KEYRING_COUNTED_IDS + 1];
+    size_t n = keyring_counters_read(counts, KEYRING_COUNTED_IDS + 1);
+
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", kinds[k].name,
+                            kinds[k].help, kinds[k].name);
+        for (size_t i = 0; i < n; i++)
+            if (counts[i].id[0] != '\0') /* key ids are [A-Za-z0-9._-]: no escaping */
+                evbuffer_add_printf(out, "%s{key_id=\"%s\"} %llu\n", kinds[k].name,
+                                    counts[i].id, (unsigned long long)counts[i].n[kinds[k].c]);
+    }
+}
 
 void metrics_render(struct metrics *m, struct evbuffer *out, const struct metrics_gauges *g)
 {
@@ -178,8 +241,24 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           "Requests waiting for another request's answer.", g->waiting);
     metrics_render_scalar(out, "idempotency_proxy_upstream_in_flight", "gauge",
                           "Upstream exchanges in flight.", g->upstream_in_flight);
+    metrics_render_scalar(out, "idempotency_proxy_buffered_bytes", "gauge",
+                          "Request bodies, upstream answers and records held for the requests "
+                          "in flight (limits.max_buffered counts these).",
+                          (double)g->buffered_bytes);
+    metrics_render_scalar(out, "idempotency_proxy_max_buffered_bytes", "gauge",
+                          "limits.max_buffered: new requests are refused (503 overloaded) when "
+                          "their body and answer reservation do not fit under it.",
+                          (double)g->max_buffered);
+    metrics_render_scalar(out, "idempotency_proxy_overloaded_total", "counter",
+                          "Requests refused with 503 overloaded before anything was claimed or "
+                          "forwarded, for want of room under limits.max_buffered.",
+                          (double)m->counters[METRICS_OVERLOADED]);
     metrics_render_scalar(out, "idempotency_proxy_redis_up", "gauge",
                           "1 when the Redis connection of every worker is up.", g->redis_up);
+    metrics_render_scalar(out, "idempotency_proxy_redis_eviction_policy_ok", "gauge",
+                          "1 when every Redis node whose maxmemory-policy could be read keeps "
+                          "records (noeviction), 0 when one may evict them, -1 when none "
+                          "could be read.", g->redis_eviction_policy_ok);
     evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_primary Workers connected to the "
                         "Redis node at address, its ROLE master confirmed.\n"
                         "# TYPE idempotency_proxy_redis_primary gauge\n");
@@ -198,16 +277,11 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
         metrics_render_scalar(out, "idempotency_proxy_redis_cluster_map_refreshes_total",
                               "counter", "Redis Cluster slot maps read (CLUSTER SHARDS).",
                               (double)m->counters[METRICS_CLUSTER_REFRESHES]);
-        evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_cluster_redirections_total "
+        metrics_render_pair(out, "idempotency_proxy_redis_cluster_redirections_total",
                             "Redis commands sent again to another node, by kind: moved (the "
-                            "slot moved) or ask (the slot is migrating).\n"
-                            "# TYPE idempotency_proxy_redis_cluster_redirections_total counter\n"
-                            "idempotency_proxy_redis_cluster_redirections_total{kind=\"moved\"} "
-                            "%llu\n"
-                            "idempotency_proxy_redis_cluster_redirections_total{kind=\"ask\"} "
-                            "%llu\n",
-                            (unsigned long long)m->counters[METRICS_CLUSTER_MOVED],
-                            (unsigned long long)m->counters[METRICS_CLUSTER_ASK]);
+                            "slot moved) or ask (the slot is migrating).", "kind",
+                            "moved", m->counters[METRICS_CLUSTER_MOVED],
+                            "ask", m->counters[METRICS_CLUSTER_ASK]);
     }
     metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
                           "Redis commands that failed, timed out or found no connection.",
@@ -216,15 +290,38 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           "Requests forwarded unprotected because Redis failed "
                           "(on_store_error: pass).",
                           (double)m->counters[METRICS_STORE_ERROR_PASSES]);
-    evbuffer_add_printf(out, "# HELP idempotency_proxy_wait_shortfalls_total Writes that fewer "
-                             "than redis.min_replicas replicas confirmed within "
-                             "redis.replica_timeout, or whose WAIT failed, by phase: claim "
-                             "(refused) or record (logged).\n"
-                             "# TYPE idempotency_proxy_wait_shortfalls_total counter\n"
-                             "idempotency_proxy_wait_shortfalls_total{phase=\"claim\"} %llu\n"
-                             "idempotency_proxy_wait_shortfalls_total{phase=\"record\"} %llu\n",
-                        (unsigned long long)m->counters[METRICS_WAIT_SHORTFALLS_CLAIM],
-                        (unsigned long long)m->counters[METRICS_WAIT_SHORTFALLS_RECORD]);
+    metrics_render_pair(out, "idempotency_proxy_wait_shortfalls_total",
+                        "Writes that fewer than redis.min_replicas replicas confirmed within "
+                        "redis.replica_timeout, or whose WAIT failed, by phase: claim "
+                        "(refused) or record (logged).", "phase",
+                        "claim", m->counters[METRICS_WAIT_SHORTFALLS_CLAIM],
+                        "record", m->counters[METRICS_WAIT_SHORTFALLS_RECORD]);
+    metrics_render_pair(out, "idempotency_proxy_admin_unauthorized_total",
+                        "Admin requests refused with 401, by reason: missing (no bearer token) "
+                        "or invalid (another token, or a malformed one).", "reason",
+                        "missing", m->counters[METRICS_ADMIN_UNAUTHORIZED_MISSING],
+                        "invalid", m->counters[METRICS_ADMIN_UNAUTHORIZED_INVALID]);
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_outcome_unknown_total Records the proxy "
+                        "wrote in the outcome-unknown state (sent upstream, no answer read), "
+                        "by route; each waits for an operator to resolve or purge it.\n"
+                        "# TYPE idempotency_proxy_outcome_unknown_total counter\n");
+    for (size_t i = 0; i < m->n_unknown; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_outcome_unknown_total{route=\"");
+        metrics_label_value(out, m->unknown[i].route);
+        evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)m->unknown[i].count);
+    }
+    metrics_render_scalar(out, "idempotency_proxy_records_resolved_total", "counter",
+                          "Records an operator resolved with PUT /records/<id>: an "
+                          "outcome-unknown record or an expired claim made a finished one.",
+                          (double)m->counters[METRICS_RECORDS_RESOLVED]);
+    metrics_render_pair(out, "idempotency_proxy_decrypt_failures_total",
+                        "Stored records and queued deliveries that could not be decrypted, by "
+                        "reason: key_unavailable (their key id is not in the keyring) or "
+                        "unreadable (they failed authentication); none was forwarded.",
+                        "reason", "key_unavailable",
+                        m->counters[METRICS_DECRYPT_KEY_UNAVAILABLE], "unreadable",
+                        m->counters[METRICS_DECRYPT_UNREADABLE]);
+    metrics_render_keyring(out);
     metrics_render_scalar(out, "idempotency_proxy_config_reloads_total", "counter",
                           "Configuration reloads applied (SIGHUP).",
                           (double)m->counters[METRICS_RELOADS]);
@@ -235,7 +332,8 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
     pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s)
+void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s,
+                          bool paused)
 {
     size_t i;
 
@@ -257,10 +355,11 @@ void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, do
     }
     m->inboxes[i].depth = depth;
     m->inboxes[i].oldest_s = oldest_s;
+    m->inboxes[i].paused = paused;
     pthread_mutex_unlock(&m->lock);
 }
 
-/* The webhook inbox's counters, histogram and per-route gauges (README "Webhook inbox"). */
+/* The webhook inbox's counters, histogram and per-route gauges (docs/webhooks.md#webhook-inbox). */
 static void metrics_render_inbox(struct metrics *m, struct evbuffer *out)
 {
     static const struct {
@@ -300,6 +399,14 @@ static void metrics_render_inbox(struct metrics *m, struct evbuffer *out)
         metrics_label_value(out, m->inboxes[i].route);
         evbuffer_add_printf(out, "\"} %.17g\n", m->inboxes[i].oldest_s);
     }
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_inbox_paused 1 while a queued route's "
+                        "deliveries are paused (POST /inbox/<route>/pause), else 0.\n"
+                        "# TYPE idempotency_proxy_inbox_paused gauge\n");
+    for (size_t i = 0; i < m->n_inboxes; i++) {
+        evbuffer_add_printf(out, "idempotency_proxy_inbox_paused{route=\"");
+        metrics_label_value(out, m->inboxes[i].route);
+        evbuffer_add_printf(out, "\"} %d\n", m->inboxes[i].paused ? 1 : 0);
+    }
 }
 
 void metrics_deinit(struct metrics *m)
@@ -310,6 +417,9 @@ void metrics_deinit(struct metrics *m)
     for (size_t i = 0; i < m->n_requests; i++)
         free(m->requests[i].route);
     free(m->requests);
+    for (size_t i = 0; i < m->n_unknown; i++)
+        free(m->unknown[i].route);
+    free(m->unknown);
     pthread_mutex_destroy(&m->lock);
     memset(m, 0, sizeof(*m));
 }

@@ -7,6 +7,7 @@
 #define IDEM_METRICS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,12 @@ enum metrics_counter {
     METRICS_INBOX_ATTEMPTS,         /* deliveries tried, first tries and retries */
     METRICS_INBOX_RETRIES,          /* retries scheduled */
     METRICS_INBOX_DEAD,             /* moved to a dead-letter stream */
+    METRICS_OVERLOADED,             /* refused with 503 overloaded: limits.max_buffered reached */
+    METRICS_ADMIN_UNAUTHORIZED_MISSING, /* admin requests refused with 401: no bearer token */
+    METRICS_ADMIN_UNAUTHORIZED_INVALID, /* ... with another token, or a malformed one */
+    METRICS_RECORDS_RESOLVED,       /* PUT /records/<id> recorded an operator's answer */
+    METRICS_DECRYPT_KEY_UNAVAILABLE, /* stored values whose key id is not in the keyring */
+    METRICS_DECRYPT_UNREADABLE,     /* stored values that failed authentication (seal_open) */
     METRICS_COUNTERS
 };
 
@@ -58,12 +65,16 @@ struct metrics_inbox {
     char *route;            /* route path as written; owned */
     double depth;           /* entries in the stream */
     double oldest_s;        /* age of the oldest undelivered entry, seconds */
+    bool paused;            /* POST /inbox/<route>/pause: nothing is delivered */
 };
 
 struct metrics {
     pthread_mutex_t lock;                   /* guards everything below */
     struct metrics_request_count *requests; /* owned array */
     size_t n_requests, cap_requests;
+    struct metrics_request_count *unknown;  /* outcome-unknown records written, by route
+                                               (outcome ""); owned array */
+    size_t n_unknown, cap_unknown;
     uint64_t counters[METRICS_COUNTERS];
     struct metrics_histogram latency[METRICS_LATENCIES];
     char followed_primary[300];             /* the primary the last failover counted led to */
@@ -85,11 +96,15 @@ struct metrics_gauges {
     unsigned in_flight;             /* exchanges not yet answered and freed */
     unsigned waiting;               /* requests waiting for another's answer */
     unsigned upstream_in_flight;    /* upstream transfers */
+    size_t buffered_bytes;          /* counted in the budget of limits.max_buffered (budget.h) */
+    size_t max_buffered;            /* that budget's limit, bytes */
     int redis_up;                   /* 1 when every worker's Redis connection is up */
     struct metrics_primary redis_primaries[METRICS_MAX_PRIMARIES]; /* ready connections */
     size_t n_redis_primaries;
     int redis_cluster_nodes;        /* redis.cluster: primaries with a ready connection, the
                                        fewest over the workers; -1 without a cluster */
+    int redis_eviction_policy_ok;   /* 1 noeviction, 0 a policy that evicts, -1 unknown
+                                       (store_eviction_policy_ok) */
 };
 
 /* An empty set. Returns 0, or -1 when the lock cannot be created. */
@@ -97,6 +112,21 @@ int metrics_init(struct metrics *m);
 
 /* Count one request of route (NULL: none) with outcome (a static string). */
 void metrics_count_request(struct metrics *m, const char *route, const char *outcome);
+
+/*
+ * Count one record written in the outcome-unknown state for route (NULL:
+ * none), idempotency_proxy_outcome_unknown_total{route}: what an alert on
+ * held records reads, without a scan of Redis per scrape.
+ */
+void metrics_count_outcome_unknown(struct metrics *m, const char *route);
+
+/*
+ * Show idempotency_proxy_outcome_unknown_total{route} at 0 until its first
+ * count (route copied): an alert on increase() sees the first record of a
+ * route only when the series existed before it (Prometheus has no earlier
+ * sample of a new series to compare with).
+ */
+void metrics_declare_outcome_unknown(struct metrics *m, const char *route);
 
 /* Add one to counter c. */
 void metrics_count(struct metrics *m, enum metrics_counter c);
@@ -117,10 +147,12 @@ void metrics_count_failover(struct metrics *m, const char *to);
 void metrics_gauge_primary(struct metrics_gauges *g, const char *address);
 
 /*
- * Set the gauges of route's inbox (README "Webhook inbox"): depth (entries)
- * and the oldest undelivered entry's age in seconds. route is copied.
+ * Set the gauges of route's inbox (docs/webhooks.md#webhook-inbox): depth (entries)
+ * the oldest undelivered entry's age in seconds, and whether it is paused.
+ * route is copied.
  */
-void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s);
+void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s,
+                          bool paused);
 
 /* Record one latency observation of histogram h, in seconds. */
 void metrics_observe(struct metrics *m, enum metrics_latency h, double seconds);

@@ -41,7 +41,7 @@ const char *outcome_name(enum outcome o);
  * status; a status >= 400 is kept too): everything but the routine endings
  * forwarded, replayed, waited, pass-through and unprotected. So a released
  * claim, an ambiguous answer, a store error passed through, an answer too
- * large to store and every refusal are kept. README "Logs".
+ * large to store and every refusal are kept. docs/operations.md#logs.
  */
 bool outcome_is_error(enum outcome o);
 

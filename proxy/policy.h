@@ -1,7 +1,7 @@
 /*
- * policy.h - what a route decides (README "Configuration", `defaults:` and each
- * route), as plain values. Its own small header so that the pure modules
- * that read a policy (decide, webhook, classify) need not see the loader.
+ * policy.h - what a route decides (`defaults:` and each route), as plain
+ * values. Its own small header so that the pure modules that read a policy
+ * (decide, webhook, classify) need not see the loader.
  */
 #ifndef IDEM_POLICY_H
 #define IDEM_POLICY_H
@@ -24,9 +24,10 @@ enum method_bit {
 enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
 enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
 enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
-enum store_error_mode { STORE_ERROR_REJECT, STORE_ERROR_PASS };
+/* `on_store_error`: what a request gets when Redis cannot decide (not a store status). */
+enum on_store_error_mode { ON_STORE_ERROR_REJECT, ON_STORE_ERROR_PASS };
 
-/* Where a webhook route takes its idempotency key from (README "Webhooks"). */
+/* Where a webhook route takes its idempotency key from: a header, or a JSON Pointer into the body. */
 enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
 enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
 
@@ -37,7 +38,7 @@ enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIF
 #define CONFIG_MAX_KEY_LENGTH 8192
 
 /*
- * A webhook route's `delivery:` (README "Webhook inbox"): direct forwards
+ * A webhook route's `delivery:`: direct forwards
  * synchronously; queued appends to a Redis Stream, answers ack_status, and
  * delivers to the upstream from there, at least once.
  */
@@ -45,6 +46,15 @@ enum delivery_mode { DELIVERY_DIRECT, DELIVERY_QUEUED };
 
 #define DELIVERY_MAX_ATTEMPTS 1000
 #define DELIVERY_MAX_CONCURRENCY 4096
+/* Highest N of delivery.rate (N/s or N/min). */
+#define DELIVERY_MAX_RATE 100000
+/*
+ * Most request header fields a queued delivery stores (header_is_queued),
+ * as a record stores at most RECORD_MAX_HEADERS: one with more is refused
+ * on arrival (431), before anything is claimed, so that every entry stays
+ * small enough for the inbox's scripts to move it between Redis keys.
+ */
+#define DELIVERY_MAX_HEADERS 128
 
 struct delivery_policy {
     enum delivery_mode mode;
@@ -55,6 +65,14 @@ struct delivery_policy {
     uint64_t visibility_timeout_ms; /* idle pending entries are taken over after this */
     unsigned concurrency;           /* deliveries in flight per worker and route */
     int ack_status;                 /* 200..299: what the provider gets */
+    uint64_t dead_retention_ms;     /* a dead letter is deleted this long after it died;
+                                       >= max_age */
+    /* delivery.sign: Standard Webhooks signing of every attempt (webhook_sign) */
+    char *sign_secrets[CONFIG_MAX_SECRETS]; /* owned, `whsec_...` after ${VAR} expansion */
+    size_t n_sign_secrets;          /* 0: deliveries carry the provider's headers as received */
+    /* delivery.rate: rate_count deliveries per rate_period_ms across all instances; 0: none */
+    unsigned rate_count;
+    uint64_t rate_period_ms;        /* 1000 (/s) or 60000 (/min) */
 };
 
 /* Everything a route decides; `defaults:` fills one, each route copies and overrides it. */
@@ -74,7 +92,7 @@ struct route_policy {
     int release_statuses[CONFIG_MAX_RELEASE_STATUSES];
     size_t n_release_statuses;
     enum ambiguous_mode on_ambiguous;
-    enum store_error_mode on_store_error;
+    enum on_store_error_mode on_store_error;
     /* webhook receivers */
     bool webhook;                   /* the route set key_from: a webhook receiver */
     enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */

@@ -50,6 +50,19 @@ static const struct problem_kind {
         "invalid_request_error", false },
     [PROBLEM_METHOD_NOT_ALLOWED] = { "method-not-allowed", 405, "Method not allowed",
         "invalid_request_error", false },
+    [PROBLEM_TOO_MANY_HEADER_FIELDS] = { "too-many-header-fields", 431,
+                                         "Too many header fields to queue",
+        "invalid_request_error", false },
+    [PROBLEM_OVERLOADED] = { "overloaded", 503, "Proxy overloaded", "api_error", true },
+    [PROBLEM_ADMIN_UNAUTHORIZED] = { "admin-unauthorized", 401, "Admin token required",
+        "authentication_error", false },
+    [PROBLEM_INVALID_RESOLUTION] = { "invalid-resolution", 400,
+                                     "Answer cannot be recorded",
+        "invalid_request_error", false },
+    [PROBLEM_RECORD_KEY_UNAVAILABLE] = { "record-key-unavailable", 503,
+                                         "Record key unavailable", "api_error", true },
+    [PROBLEM_RECORD_UNREADABLE] = { "record-unreadable", 502, "Record unreadable",
+        "api_error", false },
 };
 
 int problem_status(enum problem p)

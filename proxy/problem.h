@@ -24,6 +24,12 @@ enum problem {
     PROBLEM_INVALID_TARGET,
     PROBLEM_INVALID_FRAMING,        /* body framing the server library may read otherwise */
     PROBLEM_METHOD_NOT_ALLOWED,     /* a webhook route answers only the methods it verifies */
+    PROBLEM_TOO_MANY_HEADER_FIELDS, /* a queued delivery over DELIVERY_MAX_HEADERS */
+    PROBLEM_OVERLOADED,             /* limits.max_buffered reached: refused before anything else */
+    PROBLEM_ADMIN_UNAUTHORIZED,     /* the admin listener: no bearer token, or not admin.token_file's */
+    PROBLEM_INVALID_RESOLUTION,     /* PUT /records/<id>: an answer that cannot be recorded */
+    PROBLEM_RECORD_KEY_UNAVAILABLE, /* a stored value's key id is not in the keyring */
+    PROBLEM_RECORD_UNREADABLE,      /* a stored value failed authentication (changed in Redis) */
     PROBLEM_COUNT
 };
 
@@ -58,8 +64,8 @@ char *problem_json(enum problem p, int status, const char *detail, size_t *len);
  */
 char *problem_stripe_json(enum problem p, const char *detail, size_t *len);
 
-/* Stripe's error type for cause p: "invalid_request_error", "idempotency_error"
-   or "api_error". Static string. */
+/* Stripe's error type for cause p: "invalid_request_error", "idempotency_error",
+   "api_error", or "authentication_error" (the admin listener's 401). Static string. */
 const char *problem_stripe_type(enum problem p);
 
 /*

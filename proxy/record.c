@@ -1,6 +1,7 @@
 /*
- * record.c - the record codec, and the records an exchange writes. Pure: no
- * I/O; only record_encode_alloc allocates.
+ * record.c - the record codec (IR2, and IR1 to read), and the records an
+ * exchange writes. No I/O; record_encode_alloc and record_open allocate and
+ * seal or open the answer (seal.h).
  */
 #include "record.h"
 
@@ -12,22 +13,43 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include <openssl/crypto.h>
+
 #include "headers.h"
+#include "seal.h"
 
 static const char record_magic[3] = { 'I', 'R', '1' };
+static const char record_magic2[3] = { 'I', 'R', '2' };
+
+#define RECORD_ANSWER_PLAIN 'P'
+#define RECORD_ANSWER_SEALED 'S'
+#define RECORD_ANSWER_HEAD 8    /* status (3) and header count (5) */
 
 static bool record_state_valid(int c)
 {
     return c == RECORD_CLAIMED || c == RECORD_DONE || c == RECORD_UNKNOWN || c == RECORD_TOMBSTONE;
 }
 
-size_t record_encoded_size(const struct record *rec)
+/* Bytes of rec's answer in plaintext; 0 for a claim, which holds none. */
+static size_t record_answer_size(const struct record *rec)
 {
-    size_t n = RECORD_HEAD_LEN + rec->body_len;
+    size_t n = RECORD_ANSWER_HEAD + rec->body_len;
 
+    if (rec->state == RECORD_CLAIMED)
+        return 0;
     for (size_t i = 0; i < rec->n_headers; i++)
         n += 2 + rec->headers[i].name_len + 4 + rec->headers[i].value_len;
     return n;
+}
+
+static size_t record_head_size(const struct record *rec)
+{
+    return RECORD_HEAD2_LEN + strlen(rec->key_id) + rec->route_len;
+}
+
+size_t record_encoded_size(const struct record *rec)
+{
+    return record_head_size(rec) + record_answer_size(rec);
 }
 
 /* Fixed-width zero-padded decimal; width digits, no NUL. False if it does not fit. */
@@ -63,29 +85,49 @@ static bool record_hex_token_valid(const char *s, size_t n)
     return true;
 }
 
-size_t record_encode(const struct record *rec, char *out)
+/* The head of rec (record_head_size bytes) into out, answer flag as given; false when unencodable. */
+static bool record_encode_head(const struct record *rec, char answer, char *out)
 {
-    char *p = out;
+    size_t id_len = strlen(rec->key_id);
 
     if (!record_state_valid(rec->state) || rec->n_headers > RECORD_MAX_HEADERS ||
         rec->status < 0 || rec->status > 999 || !record_hex_token_valid(rec->owner, 32) ||
-        !record_hex_token_valid(rec->fingerprint, 32))
-        return 0;
-    memcpy(p, record_magic, 3);
-    p[RECORD_STATE_OFFSET] = (char)rec->state;
-    memcpy(p + RECORD_OWNER_OFFSET, rec->owner, RECORD_OWNER_LEN);
-    memcpy(p + 36, rec->fingerprint, 32);
-    if (!record_put_decimal(p + 68, 16, rec->lease_deadline_ms) ||
-        !record_put_decimal(p + 84, 16, rec->created_ms) ||
-        !record_put_decimal(p + 100, 16, rec->completed_ms) ||
-        !record_put_decimal(p + 116, 3, (uint64_t)rec->status) ||
-        !record_put_decimal(p + 119, 5, rec->n_headers))
-        return 0;
-    p += RECORD_HEAD_LEN;
+        !record_hex_token_valid(rec->fingerprint, 32) ||
+        (id_len > 0 && !keyring_id_valid(rec->key_id, id_len)) ||
+        rec->route_len > RECORD_ROUTE_MAX)
+        return false;
+    memcpy(out, record_magic2, 3);
+    out[RECORD_STATE_OFFSET] = (char)rec->state;
+    memcpy(out + RECORD_OWNER_OFFSET, rec->owner, RECORD_OWNER_LEN);
+    memcpy(out + 36, rec->fingerprint, 32);
+    out[116] = answer;
+    if (!record_put_decimal(out + 68, 16, rec->lease_deadline_ms) ||
+        !record_put_decimal(out + 84, 16, rec->created_ms) ||
+        !record_put_decimal(out + 100, 16, rec->completed_ms) ||
+        !record_put_decimal(out + 117, 2, id_len) ||
+        !record_put_decimal(out + 119, 4, rec->route_len))
+        return false;
+    memcpy(out + RECORD_HEAD2_LEN, rec->key_id, id_len);
+    if (rec->route_len > 0)
+        memcpy(out + RECORD_HEAD2_LEN + id_len, rec->route, rec->route_len);
+    return true;
+}
+
+/* rec's answer (record_answer_size bytes) into out; false when a field is too long. */
+static bool record_encode_answer(const struct record *rec, char *out)
+{
+    char *p = out;
+
+    if (rec->state == RECORD_CLAIMED)
+        return true;
+    if (!record_put_decimal(p, 3, (uint64_t)rec->status) ||
+        !record_put_decimal(p + 3, 5, rec->n_headers))
+        return false;
+    p += RECORD_ANSWER_HEAD;
     for (size_t i = 0; i < rec->n_headers; i++) {
         const struct record_field *f = &rec->headers[i];
         if (f->name_len > UINT16_MAX || f->value_len > UINT32_MAX)
-            return 0;
+            return false;
         *p++ = (char)(f->name_len >> 8);
         *p++ = (char)(f->name_len & 0xff);
         memcpy(p, f->name, f->name_len);
@@ -97,33 +139,35 @@ size_t record_encode(const struct record *rec, char *out)
     }
     if (rec->body_len > 0)
         memcpy(p, rec->body, rec->body_len);
-    p += rec->body_len;
-    return (size_t)(p - out);
+    return true;
 }
 
-int record_decode(const char *buf, size_t len, struct record *rec)
+size_t record_encode(const struct record *rec, char *out)
+{
+    size_t head = record_head_size(rec);
+
+    if (!record_encode_head(rec, RECORD_ANSWER_PLAIN, out) ||
+        !record_encode_answer(rec, out + head))
+        return 0;
+    return head + record_answer_size(rec);
+}
+
+/*
+ * The answer (status, count, headers, body) of len bytes at buf into rec;
+ * pointers borrow buf. -1 when it is not one.
+ */
+static int record_decode_answer(const char *buf, size_t len, struct record *rec)
 {
     const unsigned char *u = (const unsigned char *)buf;
     uint64_t status, n_headers;
     size_t off;
 
-    memset(rec, 0, sizeof(*rec));
-    if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 || !record_state_valid(buf[RECORD_STATE_OFFSET]))
-        return -1;
-    rec->state = (enum record_state)buf[RECORD_STATE_OFFSET];
-    memcpy(rec->owner, buf + RECORD_OWNER_OFFSET, RECORD_OWNER_LEN);
-    memcpy(rec->fingerprint, buf + 36, 32);
-    if (!record_hex_token_valid(rec->owner, 32) || !record_hex_token_valid(rec->fingerprint, 32))
-        return -1;
-    if (!record_get_decimal(buf + 68, 16, &rec->lease_deadline_ms) ||
-        !record_get_decimal(buf + 84, 16, &rec->created_ms) ||
-        !record_get_decimal(buf + 100, 16, &rec->completed_ms) ||
-        !record_get_decimal(buf + 116, 3, &status) ||
-        !record_get_decimal(buf + 119, 5, &n_headers) || n_headers > RECORD_MAX_HEADERS)
+    if (len < RECORD_ANSWER_HEAD || !record_get_decimal(buf, 3, &status) ||
+        !record_get_decimal(buf + 3, 5, &n_headers) || n_headers > RECORD_MAX_HEADERS)
         return -1;
     rec->status = (int)status;
     rec->n_headers = (size_t)n_headers;
-    off = RECORD_HEAD_LEN;
+    off = RECORD_ANSWER_HEAD;
     for (size_t i = 0; i < rec->n_headers; i++) {
         struct record_field *f = &rec->headers[i];
         if (len - off < 2)
@@ -147,6 +191,160 @@ int record_decode(const char *buf, size_t len, struct record *rec)
     return 0;
 }
 
+/* The head fields both versions share (state, owner, fingerprint, times). */
+static int record_decode_common(const char *buf, struct record *rec)
+{
+    rec->state = (enum record_state)buf[RECORD_STATE_OFFSET];
+    memcpy(rec->owner, buf + RECORD_OWNER_OFFSET, RECORD_OWNER_LEN);
+    memcpy(rec->fingerprint, buf + 36, 32);
+    if (!record_hex_token_valid(rec->owner, 32) || !record_hex_token_valid(rec->fingerprint, 32) ||
+        !record_get_decimal(buf + 68, 16, &rec->lease_deadline_ms) ||
+        !record_get_decimal(buf + 84, 16, &rec->created_ms) ||
+        !record_get_decimal(buf + 100, 16, &rec->completed_ms))
+        return -1;
+    return 0;
+}
+
+static int record_decode_v2(const char *buf, size_t len, struct record *rec)
+{
+    uint64_t id_len, route_len;
+    size_t head;
+
+    if (len < RECORD_HEAD2_LEN || record_decode_common(buf, rec) != 0 ||
+        (buf[116] != RECORD_ANSWER_PLAIN && buf[116] != RECORD_ANSWER_SEALED) ||
+        !record_get_decimal(buf + 117, 2, &id_len) || id_len > KEYRING_ID_MAX ||
+        !record_get_decimal(buf + 119, 4, &route_len) || route_len > RECORD_ROUTE_MAX ||
+        len - RECORD_HEAD2_LEN < id_len + route_len)
+        return -1;
+    if (id_len > 0 && !keyring_id_valid(buf + RECORD_HEAD2_LEN, (size_t)id_len))
+        return -1;
+    rec->version = 2;
+    memcpy(rec->key_id, buf + RECORD_HEAD2_LEN, (size_t)id_len);
+    rec->route = buf + RECORD_HEAD2_LEN + id_len;
+    rec->route_len = (size_t)route_len;
+    head = RECORD_HEAD2_LEN + (size_t)id_len + (size_t)route_len;
+    rec->head = buf;
+    rec->head_len = head;
+    if (rec->state == RECORD_CLAIMED)
+        return len == head ? 0 : -1;
+    if (buf[116] == RECORD_ANSWER_SEALED) {
+        rec->sealed = (const unsigned char *)buf + head;
+        rec->sealed_len = len - head;
+        return 0;
+    }
+    return record_decode_answer(buf + head, len - head, rec);
+}
+
+int record_decode(const char *buf, size_t len, struct record *rec)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->route = "";
+    if (len >= 3 && memcmp(buf, record_magic2, 3) == 0 &&
+        record_state_valid(buf[RECORD_STATE_OFFSET]))
+        return record_decode_v2(buf, len, rec);
+    if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 ||
+        !record_state_valid(buf[RECORD_STATE_OFFSET]) || record_decode_common(buf, rec) != 0)
+        return -1;
+    rec->version = 1;
+    rec->head = buf;
+    rec->head_len = RECORD_HEAD_LEN;
+    /* IR1 keeps status and count in its head, in the answer's own layout */
+    return record_decode_answer(buf + 116, len - 116, rec);
+}
+
+/* A sealed record's associated data: what it is, where it lives, and its head. */
+static void record_aad(struct kdf_bytes *aad, const char *record_key, const char *head,
+                       size_t head_len)
+{
+    aad[0] = (struct kdf_bytes){ "record", 6 };
+    aad[1] = (struct kdf_bytes){ record_key, strlen(record_key) };
+    aad[2] = (struct kdf_bytes){ head, head_len };
+}
+
+char *record_encode_alloc(const struct record *rec, const struct keyring *kr,
+                          const char *record_key, size_t *len)
+{
+    size_t head = record_head_size(rec), answer = record_answer_size(rec), total, sealed_len;
+    struct kdf_bytes aad[3];
+    char *buf, *plain;
+
+    if (kr == NULL || rec->state == RECORD_CLAIMED) {
+        if ((buf = malloc(record_encoded_size(rec))) == NULL)
+            return NULL;
+        if ((*len = record_encode(rec, buf)) == 0) {
+            free(buf);
+            return NULL;
+        }
+        return buf;
+    }
+    if ((total = seal_size(kr, answer)) == 0 || (buf = malloc(head + total)) == NULL)
+        return NULL;
+    plain = malloc(answer);
+    if (plain == NULL || !record_encode_head(rec, RECORD_ANSWER_SEALED, buf) ||
+        !record_encode_answer(rec, plain)) {
+        free(plain);
+        free(buf);
+        return NULL;
+    }
+    record_aad(aad, record_key, buf, head);
+    if (seal_value(kr, aad, 3, plain, answer, (unsigned char *)buf + head, total,
+                   &sealed_len) != 0) {
+        record_plain_free(plain, answer);
+        free(buf);
+        return NULL;
+    }
+    record_plain_free(plain, answer);
+    *len = head + sealed_len;
+    return buf;
+}
+
+int record_open(struct record *rec, const struct keyring *kr, const char *record_key,
+                char **plain, char *key_id)
+{
+    struct kdf_bytes aad[3];
+    size_t plain_len;
+    int r;
+
+    *plain = NULL;
+    key_id[0] = '\0';
+    if (rec->sealed == NULL)
+        return SEAL_OK;
+    if (kr == NULL) {
+        seal_key_id(rec->sealed, rec->sealed_len, key_id);
+        keyring_count_id(key_id[0] ? key_id : NULL, strlen(key_id), KEYRING_UNAVAILABLE);
+        return key_id[0] ? SEAL_KEY_UNAVAILABLE : SEAL_UNREADABLE;
+    }
+    if ((*plain = malloc(rec->sealed_len > 0 ? rec->sealed_len : 1)) == NULL)
+        return -1;
+    record_aad(aad, record_key, rec->head, rec->head_len);
+    r = seal_open(kr, aad, 3, rec->sealed, rec->sealed_len, (unsigned char *)*plain,
+                  rec->sealed_len, &plain_len, key_id);
+    if (r == SEAL_OK && record_decode_answer(*plain, plain_len, rec) != 0)
+        r = SEAL_UNREADABLE;
+    if (r != SEAL_OK) {
+        record_plain_free(*plain, rec->sealed_len);
+        *plain = NULL;
+        return r;
+    }
+    return SEAL_OK;
+}
+
+void record_plain_free(char *plain, size_t plain_len)
+{
+    if (plain == NULL)
+        return;
+    OPENSSL_cleanse(plain, plain_len);
+    free(plain);
+}
+
+void record_set_route(struct record *rec, const char *name)
+{
+    size_t n = strlen(name);
+
+    rec->route = name;
+    rec->route_len = n > RECORD_ROUTE_MAX ? RECORD_ROUTE_MAX : n;
+}
+
 void record_init(struct record *rec, enum record_state state, const char *owner,
                  const char *fingerprint, uint64_t created_ms)
 {
@@ -155,6 +353,8 @@ void record_init(struct record *rec, enum record_state state, const char *owner,
     memcpy(rec->owner, owner, sizeof(rec->owner) - 1);
     memcpy(rec->fingerprint, fingerprint, sizeof(rec->fingerprint) - 1);
     rec->created_ms = created_ms;
+    rec->version = 2;
+    rec->route = "";
 }
 
 enum record_state record_set_answer(struct record *rec, int status,
@@ -190,18 +390,4 @@ enum record_state record_set_answer(struct record *rec, int status,
         rec->body_len = body_len;
     }
     return rec->state;
-}
-
-char *record_encode_alloc(const struct record *rec, size_t *len)
-{
-    char *buf = malloc(record_encoded_size(rec));
-
-    if (buf == NULL)
-        return NULL;
-    *len = record_encode(rec, buf);
-    if (*len == 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
 }

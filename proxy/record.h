@@ -1,21 +1,42 @@
 /*
  * record.h - the Redis record of one idempotency key, and its codec.
  *
- * One Redis string per record (README "How a request is handled"). A fixed-width ASCII head that the
- * Lua compare-and-set scripts can read by offset, then the stored response:
+ * One Redis string per record (docs/client-contract.md#how-a-request-is-handled). A head
+ * that the Lua compare-and-set scripts can read by offset (state and owner
+ * token at the same offsets in both versions), then the stored answer.
  *
- *   off len
- *   0   3   "IR1"                magic + version
- *   3   1   state                C claimed, D done, U outcome unknown, T tombstone
- *   4   32  owner token          hex; Lua reads string.sub(v, 5, 36)
- *   36  32  fingerprint          hex
- *   68  16  lease deadline       ms since the epoch, zero-padded decimal
- *   84  16  created              ms since the epoch
- *   100 16  completed            ms since the epoch, 0 while claimed
- *   116 3   status               HTTP status, 000 while claimed
- *   119 5   header count         decimal
- *   124     headers              each: u16 name length, name, u32 value length, value (big-endian)
- *           body                 the rest, raw bytes
+ * Format version 2, "IR2", what the proxy writes:
+ *
+ *   off    len  field
+ *   0      3    "IR2"                magic + version
+ *   3      1    state                C claimed, D done, U outcome unknown, T tombstone
+ *   4      32   owner token          hex; Lua reads string.sub(v, 5, 36)
+ *   36     32   fingerprint          hex (HMAC under the key id's key, or XXH3-128 without)
+ *   68     16   lease deadline       ms since the epoch, zero-padded decimal
+ *   84     16   created              ms since the epoch
+ *   100    16   completed            ms since the epoch, 0 while claimed
+ *   116    1    answer               'P' plaintext, 'S' sealed (seal.h)
+ *   117    2    L                    key id length, decimal 00..32
+ *   119    4    R                    route name length, decimal 0000..RECORD_ROUTE_MAX
+ *   123    L    key id               the keyring key that made the fingerprint; "" unkeyed
+ *   123+L  R    route name           the route's path as written (logs, admin listing)
+ *   H=123+L+R   answer               a claim has none (0 bytes); else the answer below,
+ *                                    as is ('P') or as one sealed value ('S')
+ *
+ * The answer: status (3 decimal digits), header count (5 decimal digits),
+ * the headers (each: u16 name length, name, u32 value length, value,
+ * big-endian), then the body (the rest, raw bytes). A sealed answer is
+ * bound (seal.h associated data) to {"record", the Redis key, the head's H
+ * bytes}: the fingerprint, the key id, the format version and every other
+ * head field, so a value copied under another key, or a head changed in
+ * Redis, fails to open.
+ *
+ * Format version 1, "IR1", written before keyrings, still decoded (a record
+ * lives for its retention) and never written:
+ *
+ *   0 "IR1", 3 state, 4 owner, 36 fingerprint (XXH3-128), 68 lease deadline,
+ *   84 created, 100 completed, 116 status (3), 119 header count (5),
+ *   124 headers, then the body: the answer in plaintext.
  */
 #ifndef IDEM_RECORD_H
 #define IDEM_RECORD_H
@@ -24,7 +45,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RECORD_HEAD_LEN 124
+#include "keyring.h"
+
+#define RECORD_HEAD_LEN 124     /* IR1's head */
+#define RECORD_HEAD2_LEN 123    /* IR2's fixed part, before key id and route name */
+#define RECORD_ROUTE_MAX 4096   /* longest route name kept, bytes (longer ones are cut) */
 #define RECORD_STATE_OFFSET 3   /* the Lua scripts of store.c read these two by offset */
 #define RECORD_OWNER_OFFSET 4
 #define RECORD_OWNER_LEN 32
@@ -57,6 +82,20 @@ struct record {
     struct record_field headers[RECORD_MAX_HEADERS];
     const char *body;
     size_t body_len;          /* bytes */
+    int version;              /* 1 or 2: the format it was decoded from (record_init: 2) */
+    char key_id[KEYRING_ID_MAX + 1]; /* the key of the fingerprint; "": unkeyed (IR1 too) */
+    const char *route;        /* the route's name (route_len bytes, not NUL-terminated);
+                                 IR1: "" */
+    size_t route_len;
+    /*
+     * A decoded IR2 record whose answer is sealed: the sealed value
+     * (borrowing the input) and the head it is bound to; status, headers
+     * and body stay empty until record_open. NULL otherwise.
+     */
+    const unsigned char *sealed;
+    size_t sealed_len;
+    const char *head;         /* the encoded head (head_len bytes) of a decoded record */
+    size_t head_len;
 };
 
 struct evkeyvalq;
@@ -70,8 +109,7 @@ void record_init(struct record *rec, enum record_state state, const char *owner,
                  const char *fingerprint, uint64_t created_ms);
 
 /*
- * Fill rec (from record_init) with an upstream answer (README "How a request is handled" "Which
- * answers are recorded"): status, the stored fields of headers (not
+ * Fill rec (from record_init) with an upstream answer (docs/client-contract.md#how-a-request-is-handled): status, the stored fields of headers (not
  * hop-by-hop, not named by Connection, see header_is_stored) and the body
  * (body_len bytes). An answer over max_stored bytes, or with more than
  * RECORD_MAX_HEADERS stored fields, or with a field the codec cannot hold
@@ -81,22 +119,59 @@ enum record_state record_set_answer(struct record *rec, int status,
                                     const struct evkeyvalq *headers, const char *body,
                                     size_t body_len, size_t max_stored);
 
-/* Encode rec into a new malloc'd buffer of *len bytes; NULL when unencodable or out of memory. */
-char *record_encode_alloc(const struct record *rec, size_t *len);
+/*
+ * Encode rec as an IR2 record into a new malloc'd buffer of *len bytes: the
+ * one entry point that writes records (claims, answers, an operator's
+ * resolution). With a keyring kr (borrowed; NULL: none) and an answer (any
+ * state but claimed), the answer is sealed under kr's encrypting key, bound
+ * to record_key (the record's Redis key, borrowed) and the head; without
+ * one it is stored as is. rec->key_id names the key of rec->fingerprint
+ * ("" for an unkeyed one) whatever key seals. Counts KEYRING_SEALED.
+ * Returns NULL when rec is unencodable (record_encode), sealing fails, or
+ * out of memory.
+ */
+char *record_encode_alloc(const struct record *rec, const struct keyring *kr,
+                          const char *record_key, size_t *len);
 
-/* Bytes record_encode will write for rec. */
+/* Bytes record_encode will write for rec (a plaintext IR2 record). */
 size_t record_encoded_size(const struct record *rec);
 
 /*
- * Encode rec into out (caller-owned, record_encoded_size(rec) bytes).
- * Returns the bytes written, or 0 when rec cannot be encoded (too many
- * headers, a field too long, status outside 0..999, bad token lengths).
+ * Encode rec as a plaintext IR2 record into out (caller-owned,
+ * record_encoded_size(rec) bytes). Returns the bytes written, or 0 when rec
+ * cannot be encoded (too many headers, a field too long, status outside
+ * 0..999, bad token lengths, a key id over KEYRING_ID_MAX).
  */
 size_t record_encode(const struct record *rec, char *out);
 
 /*
- * Decode len bytes at buf into *rec; rec's pointers borrow buf, which must
- * outlive rec. Returns 0, or -1 for anything that is not a well-formed record.
+ * Set rec's route name to name (borrowed, NUL-terminated; must outlive
+ * rec), cut to RECORD_ROUTE_MAX bytes.
+ */
+void record_set_route(struct record *rec, const char *name);
+
+/*
+ * Open the sealed answer of a decoded record (rec->sealed) with kr
+ * (borrowed; NULL: no keyring), bound to record_key (borrowed): status,
+ * headers and body then point into *plain, a malloc'd buffer the caller
+ * frees with record_plain_free once done with rec. A record without a
+ * sealed answer returns SEAL_OK at once (*plain NULL). Returns SEAL_OK,
+ * SEAL_KEY_UNAVAILABLE (the value's key id, in *key_id, caller-owned
+ * KEYRING_ID_MAX + 1 bytes, is not in kr, or there is no keyring) or
+ * SEAL_UNREADABLE (authentication failed, or the plaintext is not an
+ * answer); *plain is NULL then. -1 when out of memory.
+ */
+int record_open(struct record *rec, const struct keyring *kr, const char *record_key,
+                char **plain, char *key_id);
+
+/* Wipe and free a plaintext record_open made (plain_len: rec->sealed_len). NULL is fine. */
+void record_plain_free(char *plain, size_t plain_len);
+
+/*
+ * Decode len bytes at buf (IR1 or IR2) into *rec; rec's pointers borrow
+ * buf, which must outlive rec. A sealed answer is not opened (rec->sealed,
+ * record_open), so the head alone needs no keyring. Returns 0, or -1 for
+ * anything that is not a well-formed record.
  */
 int record_decode(const char *buf, size_t len, struct record *rec);
 

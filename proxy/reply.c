@@ -17,6 +17,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "headers.h"
+#include "oom.h"
 #include "record.h"
 
 struct evbuffer *reply_problem(struct evhttp_request *req, enum problem p, int status,
@@ -24,7 +25,7 @@ struct evbuffer *reply_problem(struct evhttp_request *req, enum problem p, int s
                                bool stripe)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    struct evbuffer *body = evbuffer_new();
+    struct evbuffer *body = oom_check(evbuffer_new(), "a problem answer");
     size_t len = 0;
     char *json = stripe ? problem_stripe_json(p, detail, &len)
                         : problem_json(p, status, detail, &len);
@@ -66,7 +67,7 @@ void reply_move_headers(struct evhttp_request *req, struct evkeyvalq *from)
 struct evbuffer *reply_replay(struct evhttp_request *req, const struct record *rec)
 {
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    struct evbuffer *body = evbuffer_new();
+    struct evbuffer *body = oom_check(evbuffer_new(), "a replayed answer");
     char small[1024];
 
     /* name and value NUL-terminated in one buffer; no stored field is too long to replay */
@@ -121,6 +122,7 @@ struct reply_conn {
     bool watching;                  /* watch is added */
     int paused_calls;               /* calls of watch since evhttp paused reading */
     bool answering;                 /* counted in conns->unflushed */
+    struct budget_hold answer;      /* while answering: the answer's bytes (limits.max_buffered) */
 };
 
 void reply_conns_init(struct reply_conns *conns, struct event_base *base,
@@ -138,6 +140,7 @@ static void reply_conn_free(struct reply_conn *rc)
         event_del(&rc->watch);
     if (rc->answering)
         (*rc->conns->unflushed)--;
+    budget_hold_set(&rc->answer, 0);
     rc->conns->by_fd[rc->fd] = NULL;
     free(rc);
 }
@@ -248,6 +251,7 @@ static void reply_on_flushed(struct evhttp_request *req, void *arg)
         rc->answering = false;
         (*rc->conns->unflushed)--;
     }
+    budget_hold_set(&rc->answer, 0);
 }
 
 /*
@@ -281,7 +285,7 @@ static const char *reply_reason(int status)
  * tell evhttp the answer is out) from the active queue of this iteration,
  * outside our call stack, so the enable and disable fold into nothing in the
  * changelist (worker.c). A socket that cannot take it all keeps its write
- * event, as before. libevent 2.1 has no setting for this (README "Performance").
+ * event, as before. libevent 2.1 has no setting for this (docs/performance.md).
  */
 static void reply_write_now(struct evhttp_connection *conn)
 {
@@ -292,7 +296,7 @@ static void reply_write_now(struct evhttp_connection *conn)
 }
 
 void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
-                struct reply_conns *conns)
+                struct reply_conns *conns, struct budget_hold *held)
 {
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     struct reply_conn *rc = conn != NULL ? reply_conn_of(conns, conn) : NULL;
@@ -307,8 +311,11 @@ void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, b
     if (rc != NULL) { /* else the client is gone: evhttp_send_reply just frees req */
         (*conns->unflushed)++;
         rc->answering = true;
+        if (body != NULL) /* the bytes stay in evhttp's output until the client read them */
+            budget_hold_move(&rc->answer, held);
         evhttp_request_set_on_complete_cb(req, reply_on_flushed, rc);
     }
+    budget_hold_set(held, 0);
     evhttp_send_reply(req, status, reply_reason(status), body);
     if (rc != NULL) {
         reply_conn_watch(rc); /* evhttp reads again once this is out */

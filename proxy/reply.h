@@ -1,7 +1,7 @@
 /*
  * reply.h - building and sending the answers of the client listener: the
- * proxy's own problem details (RFC 9457, README "Problem details"), a stored record
- * replayed (README "How a request is handled" "Replay"), the upstream's answer without its
+ * proxy's own problem details (RFC 9457, docs/client-contract.md#problem-details), a stored record
+ * replayed (docs/client-contract.md#how-a-request-is-handled), the upstream's answer without its
  * hop-by-hop fields (RFC 9110 7.6.1), and tracking each answer until evhttp
  * has written it out (the SIGTERM drain waits for that).
  */
@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 
+#include "budget.h"
 #include "problem.h"
 
 struct evhttp_request;
@@ -80,9 +81,12 @@ void reply_watch(struct reply_conns *conns, struct evhttp_request *req);
  * Send status with body (may be NULL; freed here) on req, which evhttp then
  * owns. With close, the connection closes after it (a draining proxy moves
  * keep-alive clients away). conns->unflushed is incremented until evhttp has
- * written the answer out or the connection closed.
+ * written the answer out or the connection closed. What held counts (the
+ * answer's bytes under limits.max_buffered) is moved out of it and given
+ * back at that moment too (at once when there is nothing to wait for: the
+ * client is gone, or HEAD).
  */
 void reply_send(struct evhttp_request *req, int status, struct evbuffer *body, bool close,
-                struct reply_conns *conns);
+                struct reply_conns *conns, struct budget_hold *held);
 
 #endif

@@ -66,8 +66,6 @@ static int request_take_target(struct request_view *v, struct evhttp_request *re
 
 int request_view_init(struct request_view *v, struct evhttp_request *req)
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
 
     v->method = request_method_name(evhttp_request_get_command(req));
@@ -84,15 +82,22 @@ int request_view_init(struct request_view *v, struct evhttp_request *req)
         request_view_deinit(v);
         return -1;
     }
-    if (conn != NULL) {
-        char *addr = NULL;
-        ev_uint16_t port = 0;
-        evhttp_connection_get_peer(conn, &addr, &port);
-        size_t len = addr != NULL ? strnlen(addr, sizeof(v->client_addr) - 1) : 0;
-        memcpy(v->client_addr, addr != NULL ? addr : "", len);
-        v->client_addr[len] = '\0';
-    }
+    request_client_addr(req, v->client_addr, sizeof(v->client_addr));
     return 0;
+}
+
+void request_client_addr(struct evhttp_request *req, char *out, size_t outsize)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    size_t len;
+
+    if (conn != NULL)
+        evhttp_connection_get_peer(conn, &addr, &port);
+    len = addr != NULL ? strnlen(addr, outsize - 1) : 0;
+    memcpy(out, addr != NULL ? addr : "", len);
+    out[len] = '\0';
 }
 
 void request_view_deinit(struct request_view *v)

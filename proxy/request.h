@@ -49,6 +49,13 @@ int request_view_init(struct request_view *v, struct evhttp_request *req);
  */
 const char *request_framing_fault(struct evhttp_request *req);
 
+/*
+ * The address of req's peer (evhttp_connection_get_peer: the numeric host,
+ * no port) into out (caller-owned, outsize bytes > 0, cut to fit, always
+ * NUL-terminated); "" when the connection is gone or unknown.
+ */
+void request_client_addr(struct evhttp_request *req, char *out, size_t outsize);
+
 /* Free what request_view_init allocated; safe on a zeroed view. */
 void request_view_deinit(struct request_view *v);
 

@@ -138,7 +138,7 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
         }
         if (b->policy.webhook && b->policy.delivery.mode == DELIVERY_QUEUED &&
             b->policy.retention_ms < b->policy.delivery.max_age_ms && used < outsize) {
-            /* README "Webhook inbox": keep retention at least max_age */
+            /* a redelivery after retention has forgotten the event id is delivered again */
             char retention[32], max_age[32];
 
             route_duration(b->policy.retention_ms, retention, sizeof(retention));
@@ -153,26 +153,38 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
                 used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
         }
     }
+    if (n == 0 && used < outsize) {
+        int len = snprintf(out + used, outsize - used,
+                           "%s: warning: no routes: every request is forwarded as it is, with no "
+                           "idempotency key checked or recorded\n", file);
+        if (len > 0)
+            used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
+        shadowed++;
+    }
     return shadowed;
 }
 
-static bool route_same_string(const char *a, const char *b)
+size_t route_unprotected(const struct route *running, size_t n_running, const struct route *next,
+                         size_t n_next, const char *file, char *out, size_t outsize)
 {
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
+    size_t dropped = 0, used = 0;
 
-/* The identity-forming settings of a and b differ: what, or NULL. */
-static const char *route_identity_change(const struct route *a, const struct route *b)
-{
-    if (!route_same_string(a->policy.record_source, b->policy.record_source))
-        return "the key source (key_header or key_from) of a route";
-    if (a->policy.n_scope_headers != b->policy.n_scope_headers)
-        return "the scope_headers of a route";
-    for (size_t j = 0; j < a->policy.n_scope_headers; j++) {
-        if (strcasecmp(a->policy.scope_headers[j], b->policy.scope_headers[j]) != 0)
-            return "the scope_headers of a route";
+    out[0] = '\0';
+    for (size_t i = 0; i < n_running && used < outsize; i++) {
+        const struct route *a = &running[i];
+        int len;
+
+        if (route_match(next, n_next, a->match) != NULL)
+            continue;
+        dropped++;
+        len = snprintf(out + used, outsize - used,
+                       "%s: warning: the reload leaves '%s%s' without a route: its requests are "
+                       "now forwarded unprotected, and a retry of a key it recorded executes "
+                       "again\n", file, a->path, a->prefix ? "*" : "");
+        if (len > 0)
+            used += (size_t)len < outsize - used ? (size_t)len : outsize - used - 1;
     }
-    return NULL;
+    return dropped;
 }
 
 /*
@@ -180,12 +192,13 @@ static const char *route_identity_change(const struct route *a, const struct rou
  * Both route lists match normalised paths (route->match).
  */
 static const char *route_path_changes(const struct route *running, size_t n_running,
-                                      const struct route *next, size_t n_next, const char *path)
+                                      const struct route *next, size_t n_next, const char *path,
+                                      route_identity_change *changed, void *arg)
 {
     const struct route *a = route_match(running, n_running, path);
     const struct route *b = route_match(next, n_next, path);
 
-    return a != NULL && b != NULL ? route_identity_change(a, b) : NULL;
+    return a != NULL && b != NULL ? changed(a, b, arg) : NULL;
 }
 
 /*
@@ -196,10 +209,12 @@ static const char *route_path_changes(const struct route *running, size_t n_runn
  */
 static const char *route_patterns_change(const struct route *set, size_t n,
                                          const struct route *running, size_t n_running,
-                                         const struct route *next, size_t n_next)
+                                         const struct route *next, size_t n_next,
+                                         route_identity_change *changed, void *arg)
 {
     for (size_t i = 0; i < n; i++) {
-        const char *why = route_path_changes(running, n_running, next, n_next, set[i].match);
+        const char *why = route_path_changes(running, n_running, next, n_next, set[i].match,
+                                             changed, arg);
         char *longer;
 
         if (why != NULL)
@@ -211,7 +226,7 @@ static const char *route_patterns_change(const struct route *set, size_t n,
             return "the routes (out of memory while comparing them)";
         memcpy(longer, set[i].match, set[i].match_len);
         memcpy(longer + set[i].match_len, "\x7f", 2);
-        why = route_path_changes(running, n_running, next, n_next, longer);
+        why = route_path_changes(running, n_running, next, n_next, longer, changed, arg);
         free(longer);
         if (why != NULL)
             return why;
@@ -220,11 +235,13 @@ static const char *route_patterns_change(const struct route *set, size_t n,
 }
 
 const char *route_reload_refusal(const struct route *running, size_t n_running,
-                                 const struct route *next, size_t n_next)
+                                 const struct route *next, size_t n_next,
+                                 route_identity_change *changed, void *arg)
 {
     const char *why = route_patterns_change(running, n_running, running, n_running, next,
-                                            n_next);
+                                            n_next, changed, arg);
 
     return why != NULL ? why
-                       : route_patterns_change(next, n_next, running, n_running, next, n_next);
+                       : route_patterns_change(next, n_next, running, n_running, next, n_next,
+                                               changed, arg);
 }

@@ -1,6 +1,6 @@
 /*
- * route.h - route patterns (README "Configuration", `routes:`): normalised once at
- * load, matched per request (first match wins, section 4.1), and the two
+ * route.h - route patterns (`routes:`): normalised once at load, matched per
+ * request (first match wins; no match is a plain pass-through), and the two
  * whole-table checks: routes an earlier one shadows, and what a reload may
  * not change about a route.
  *
@@ -71,8 +71,8 @@ const struct route *route_match(const struct route *routes, size_t n, const char
  * What -t and startup warn about: routes no request can reach because an
  * earlier route takes every path they match (an earlier prefix route whose
  * prefix starts their normalised pattern, or an earlier identical pattern),
- * and webhook routes written with verify: none (anyone can pre-claim an
- * event id). Writes one line per warning into out (caller-owned, outsize > 0
+ * webhook routes written with verify: none (anyone can pre-claim an
+ * event id), and a configuration with no routes at all (nothing is protected). Writes one line per warning into out (caller-owned, outsize > 0
  * bytes), "FILE:LINE: warning: ...\n", truncated to fit and always
  * NUL-terminated. Returns how many warnings. Pure.
  */
@@ -80,16 +80,39 @@ size_t route_warnings(const struct route *routes, size_t n, const char *file, ch
                       size_t outsize);
 
 /*
+ * What a reload warns about: each running route whose own pattern (route->match) no route of
+ * next matches, so its requests are forwarded unprotected from the reload on, and a retry of a
+ * key it recorded executes again (the record is never looked up). Writes one line per such
+ * route into out (caller-owned, outsize > 0 bytes), "FILE: warning: ...\n", truncated to fit
+ * and NUL-terminated. Returns how many routes. Pure.
+ */
+size_t route_unprotected(const struct route *running, size_t n_running, const struct route *next,
+                         size_t n_next, const char *file, char *out, size_t outsize);
+
+/*
+ * Whether route a (of the running config) and route b (of the next one),
+ * which both serve some path, would give that path another record
+ * identity: NULL when not, else static words naming what differs. The
+ * config module says which settings form identity (its schema's IDENTITY
+ * keys); arg is route_reload_refusal's. Pure.
+ */
+typedef const char *route_identity_change(const struct route *a, const struct route *b,
+                                          void *arg);
+
+/*
  * Whether some path that a route protects in running and a route protects
- * in next would be served under another record identity: the two routes'
- * key source (record_source) or scope_headers (case-insensitively) differ.
- * That would change record ids under retrying clients (README "Reload").
+ * in next would be served under another record identity, as changed says
+ * for the two routes. That would change record ids under retrying clients.
  * Paths are compared as matching sees them (normalised patterns), so a
- * pattern spelled differently is the same pattern. Insertions, removals and
- * reordering that keep every path's identity are fine. Returns NULL, or a
- * static string naming what changed. Pure.
+ * pattern spelled differently is the same pattern: one path per class of
+ * the patterns it matches is tried, each pattern as written and, after
+ * each prefix pattern, a path longer than it that no longer pattern
+ * matches. Insertions, removals and reordering that keep every path's
+ * identity are fine. Returns NULL, or the first of changed's answers.
+ * Pure.
  */
 const char *route_reload_refusal(const struct route *running, size_t n_running,
-                                 const struct route *next, size_t n_next);
+                                 const struct route *next, size_t n_next,
+                                 route_identity_change *changed, void *arg);
 
 #endif

@@ -7,7 +7,7 @@
  * itself is store_conn.c (store_int.h); with redis.sentinel the primary is
  * found through Redis Sentinel (store_sentinel.c); with redis.cluster each
  * key's commands go to the primary of its slot, one connection per primary
- * (store_cluster.c); README "Redis in production", "Redis Cluster".
+ * (store_cluster.c); docs/redis.md, "Redis Cluster".
  *
  * Every store_* call reports through its callback exactly once, never
  * synchronously from inside the call (a failure to send is reported from the
@@ -30,7 +30,24 @@ enum store_status {
     STORE_TIMEOUT = -2,     /* no reply within redis.timeout */
     STORE_ERROR = -3,       /* Redis answered an error, or an unexpected reply */
     STORE_LOST = -4,        /* sent, then the connection dropped: it may have been applied */
+    STORE_REFUSED = -5,     /* Redis refused it for now and so proved it did not run
+                               (NOREPLICAS, BUSY, TRYAGAIN, CLUSTERDOWN, READONLY, LOADING,
+                               MASTERDOWN, an unfollowed MOVED or ASK: store_reply.h):
+                               nothing was applied, and the same command may succeed later */
 };
+
+/*
+ * Whether a command that failed with st may succeed when sent again
+ * unchanged: no connection, a timeout, a lost connection (each: it may
+ * have been applied, so only an idempotent write may be sent again) and a
+ * refusal for now (not applied). False for STORE_OK and STORE_ERROR (an
+ * error reply that will not change by itself: NOPERM, WRONGTYPE, OOM, an
+ * unexpected reply).
+ */
+bool store_status_retryable(enum store_status st);
+
+/* A short name of st for log lines ("timeout", "refused for now", ...); static. */
+const char *store_status_name(enum store_status st);
 
 /*
  * Value callback: for store_claim, value == NULL means the claim was won; else
@@ -106,6 +123,18 @@ const char *store_unready(const struct store *s);
 bool store_primary(struct store *s, char *address, size_t len);
 
 /*
+ * Whether the Redis nodes the process's stores are connected to keep every
+ * record (README.md#when-a-key-can-execute-twice): 1 when every data
+ * connection that could read its node's maxmemory-policy (CONFIG GET, or
+ * INFO memory where CONFIG is refused) found noeviction; 0 when one found
+ * another policy, which evicts records (volatile-lru, the default of some
+ * managed services, evicts exactly them: they all have a TTL); -1 when none
+ * could read it (both refused, or not connected yet). The value stays as
+ * last read while a connection reconnects. Any thread may ask.
+ */
+int store_eviction_policy_ok(void);
+
+/*
  * Called on the store's loop when redis.sentinel named a primary other than
  * the one this store was sent to before: a failover followed. from and to
  * are "host:port", borrowed for the call.
@@ -115,7 +144,7 @@ typedef void store_failover_observer(const char *from, const char *to, void *arg
 /* Install the failover observer (metrics); fn may be NULL. */
 void store_set_failover_observer(struct store *s, store_failover_observer *fn, void *arg);
 
-/* What a Redis Cluster's slot map did (README "Redis Cluster"), for metrics. */
+/* What a Redis Cluster's slot map did (docs/redis.md#redis-cluster), for metrics. */
 enum store_event {
     STORE_EVENT_MAP_REFRESH,    /* a new slot map was read */
     STORE_EVENT_MOVED,          /* a command was redirected: the slot has moved */
@@ -136,7 +165,7 @@ void store_set_event_observer(struct store *s, store_event_observer *fn, void *a
 int store_primaries_ready(const struct store *s);
 
 /*
- * The claim (README "How a request is handled"): one atomic `SET key value NX GET PX px_ms`
+ * The claim (docs/client-contract.md#how-a-request-is-handled): one atomic `SET key value NX GET PX px_ms`
  * (Redis >= 7.0). Wins when no record existed, else hands back the record.
  */
 void store_claim(struct store *s, const char *key, const char *value, size_t len,
@@ -176,11 +205,23 @@ void store_takeover(struct store *s, const char *key, const char *expected, size
 void store_delete_if_unchanged(struct store *s, const char *key, const char *expected,
                                size_t expected_len, store_cas_cb *cb, void *arg);
 
+/*
+ * Operator resolve as one compare-and-set (Lua): while key's record is still
+ * byte-for-byte `expected` (expected_len bytes), the record the caller read
+ * and checked, replace it with value (len bytes), keeping the key's TTL
+ * (KEEPTTL: the record's retention goes on as it was). applied is false
+ * when it changed in between or is gone; nothing was written then. Both
+ * buffers are copied before the call returns.
+ */
+void store_replace_unchanged(struct store *s, const char *key, const char *expected,
+                             size_t expected_len, const char *value, size_t len,
+                             store_cas_cb *cb, void *arg);
+
 /* PTTL key, ms (-2 no key, -1 no expiry). */
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
 
 /*
- * How many replicas hold a write (README "Redis in production", "Replicated
+ * How many replicas hold a write (docs/redis.md, "Replicated
  * claims"): call it from inside the callback of a write reported STORE_OK
  * (store_claim, store_takeover, store_replace_owned...); the store then sends
  * `WAIT redis.min_replicas redis.replica_timeout` on the connection that
@@ -196,12 +237,7 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
  */
 void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg);
 
-/* ---- the webhook inbox's commands (README "Webhook inbox") ----------------
- *
- * Each call names keys of one route only, all with the route's hash tag
- * `{...}`, so that one call stays in one cluster slot. The reply comes as
- * plain values (no hiredis type leaves the store module).
- */
+/* ---- replies as plain values (no hiredis type leaves the store module) ---- */
 
 enum store_reply_type { STORE_NIL, STORE_INT, STORE_STR, STORE_ARR };
 
@@ -218,102 +254,76 @@ struct store_reply {
 /* Reply callback: r is NULL unless st is STORE_OK; it is valid only during the callback. */
 typedef void store_reply_cb(enum store_status st, const struct store_reply *r, void *arg);
 
-/* The keys of one route's inbox, all in one slot. */
-struct store_inbox_keys {
-    const char *stream;     /* the Redis Stream of accepted deliveries */
-    const char *retries;    /* sorted set: entry id by due time, ms */
-    const char *payloads;   /* hash: entry id -> the fields of a scheduled retry */
-    const char *dead;       /* the dead-letter stream */
-    const char *group;      /* the consumer group's name */
+/* ---- the listing of records (admin GET /records?state=) ---- */
+
+/*
+ * How many nodes a walk of every record key visits with store_scan: 1 with
+ * redis.url or redis.sentinel (the primary), the primaries that own slots
+ * in the map with redis.cluster (0 while there is no map).
+ */
+unsigned store_scan_nodes(struct store *s);
+
+/*
+ * `SCAN cursor MATCH match COUNT count` on node (0 .. store_scan_nodes - 1;
+ * with redis.cluster the primaries in the order of the lowest slot each
+ * owns, store_cluster_primary), never redirected. cb gets STORE_ARR of the
+ * next cursor (STORE_STR, "0" when the node's walk is over) and the keys
+ * (STORE_ARR of STORE_STR); a node not in the map fails STORE_UNAVAILABLE.
+ * cursor and match are copied. Cost on Redis: about count keys looked at.
+ */
+void store_scan(struct store *s, unsigned node, const char *cursor, const char *match,
+                unsigned count, store_reply_cb *cb, void *arg);
+
+/*
+ * One key of a listing (Lua): STORE_NIL unless key holds a record in
+ * `state` (a record.h state letter), read by its head's state byte (so a
+ * finished record's body is not sent); else STORE_ARR of the whole record
+ * (STORE_STR) and its PTTL in ms (STORE_INT).
+ */
+void store_record_peek(struct store *s, const char *key, char state, store_reply_cb *cb,
+                       void *arg);
+
+/* ---- commands and scripts of the store's users ---- */
+
+/*
+ * Any command of one key, routed by argv[1] (redis.cluster: that key's
+ * slot) and queued, bounded and classified like every store command; cb
+ * gets the reply as plain values. argv (argc strings of argvlen bytes,
+ * binary-safe, borrowed) is copied before the call returns. Out of memory
+ * aborts.
+ */
+void store_command(struct store *s, int argc, const char **argv, const size_t *argvlen,
+                   store_reply_cb *cb, void *arg);
+
+#define STORE_SCRIPT_SHA_LEN 40 /* hex SHA1 */
+
+/*
+ * A Lua script that a module owns and runs through the store: text, a
+ * constant sent as it is (no format function reads it, so a Lua '%' pattern
+ * reaches Redis unchanged), and sha, its hex SHA1 for EVALSHA. The owner
+ * keeps it in static storage while any store may run it.
+ */
+struct store_script {
+    const char *text;
+    char sha[STORE_SCRIPT_SHA_LEN + 1];
 };
 
 /*
- * XADD stream * fields... (nfields name/value pairs in fv, lengths in fvlen):
- * the new entry's id (STORE_STR). Never MAXLEN: Redis 7.0 trims entries that
- * are still pending; entries are deleted once acknowledged instead.
+ * Register script with the store: its sha is computed from its text. Once
+ * per script, before its first store_script_run and before another thread
+ * may read it (the owner's pthread_once, say).
  */
-void store_inbox_append(struct store *s, const struct store_inbox_keys *k, size_t nfields,
-                        const char *const *fv, const size_t *fvlen, store_reply_cb *cb,
-                        void *arg);
-
-/* XGROUP CREATE stream group 0 MKSTREAM, an existing group counting as success (Lua). */
-void store_inbox_ensure_group(struct store *s, const struct store_inbox_keys *k,
-                              store_reply_cb *cb, void *arg);
+void store_script_register(struct store_script *script);
 
 /*
- * XREADGROUP GROUP group consumer COUNT count STREAMS stream > (no BLOCK:
- * the connection is shared with the claims): NIL, or the entries.
+ * EVALSHA script (registered) with nkeys keys and nargs arguments (NUL-
+ * terminated strings, borrowed, copied before the call returns), routed by
+ * keys[0] (redis.cluster: every key must be in that one slot); a Redis that
+ * lost its script cache gets the body once (NOSCRIPT). cb gets the reply as
+ * plain values. Out of memory aborts.
  */
-void store_inbox_read(struct store *s, const struct store_inbox_keys *k, const char *consumer,
-                      unsigned count, store_reply_cb *cb, void *arg);
-
-/*
- * XAUTOCLAIM stream group consumer min_idle_ms start COUNT count: entries
- * left pending longer than min_idle_ms (a crashed instance's) become
- * consumer's; the reply's first element is where the next call starts
- * ("0-0" once the whole pending list was scanned).
- */
-void store_inbox_autoclaim(struct store *s, const struct store_inbox_keys *k,
-                           const char *consumer, uint64_t min_idle_ms, const char *start,
-                           unsigned count, store_reply_cb *cb, void *arg);
-
-/*
- * XCLAIM stream group consumer 0 ids... IDLE idle_ms JUSTID: with idle_ms 0
- * it renews the entries consumer is still delivering, so no other instance
- * takes them; with visibility_timeout it releases them (SIGTERM), so
- * another instance takes them at once.
- */
-void store_inbox_renew(struct store *s, const struct store_inbox_keys *k, const char *consumer,
-                       const char *const *ids, size_t n, uint64_t idle_ms, store_reply_cb *cb,
-                       void *arg);
-
-/* Acknowledged by the receiver: XACK and XDEL id (Lua): STORE_INT 1 when it was pending. */
-void store_inbox_ack(struct store *s, const struct store_inbox_keys *k, const char *id,
-                     store_reply_cb *cb, void *arg);
-
-/*
- * A failed attempt with attempts left (Lua): the entry's fields, with
- * `attempts` set to attempts, are kept in payloads and scheduled in retries
- * at due_ms (unix ms); then XACK and XDEL. STORE_INT 0 when the entry was
- * gone (acknowledged by someone else).
- */
-void store_inbox_retry(struct store *s, const struct store_inbox_keys *k, const char *id,
-                       unsigned attempts, uint64_t due_ms, store_reply_cb *cb, void *arg);
-
-/*
- * No attempts or age left (Lua): the entry's fields plus attempts, reason
- * and died (unix ms) go to the dead-letter stream; then XACK and XDEL.
- */
-void store_inbox_bury(struct store *s, const struct store_inbox_keys *k, const char *id,
-                      unsigned attempts, const char *reason, uint64_t now_ms,
+void store_script_run(struct store *s, const struct store_script *script, int nkeys,
+                      const char *const *keys, int nargs, const char *const *args,
                       store_reply_cb *cb, void *arg);
-
-/* Retries due by now_ms, at most count of them, back into the stream (Lua): STORE_INT moved. */
-void store_inbox_promote(struct store *s, const struct store_inbox_keys *k, uint64_t now_ms,
-                         unsigned count, store_reply_cb *cb, void *arg);
-
-/*
- * The route's numbers (Lua), STORE_ARR of STORE_INT: depth (XLEN), pending
- * (read, not acknowledged), scheduled retries, the oldest entry's `received`
- * (unix ms, 0 when empty), dead letters.
- */
-void store_inbox_stats(struct store *s, const struct store_inbox_keys *k, store_reply_cb *cb,
-                       void *arg);
-
-/* XRANGE dead - + COUNT count: the dead letters, oldest first. */
-void store_inbox_dead_list(struct store *s, const struct store_inbox_keys *k, unsigned count,
-                           store_reply_cb *cb, void *arg);
-
-/*
- * Redeliver dead letter id (Lua): its delivery fields go back into the
- * stream with attempts 0 and a fresh `received`, then it is deleted from
- * the dead stream. STORE_INT 0 when there is no such dead letter.
- */
-void store_inbox_redeliver(struct store *s, const struct store_inbox_keys *k, const char *id,
-                           uint64_t now_ms, store_reply_cb *cb, void *arg);
-
-/* XDEL dead id: STORE_INT 1 when it was there. */
-void store_inbox_dead_delete(struct store *s, const struct store_inbox_keys *k, const char *id,
-                             store_reply_cb *cb, void *arg);
 
 #endif

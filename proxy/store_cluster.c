@@ -1,6 +1,5 @@
 /*
- * store_cluster.c - the Redis Cluster slot map (store_int.h; README "Redis
- * Cluster"): which primary owns each of the 16384 slots, one data
+ * store_cluster.c - the Redis Cluster slot map (store_int.h; docs/redis.md#redis-cluster): which primary owns each of the 16384 slots, one data
  * connection per primary, and what MOVED and ASK change.
  *
  * The map is read with CLUSTER SHARDS (CLUSTER SLOTS where that is unknown,
@@ -16,9 +15,12 @@
  * redis.min_replicas, that many replicas the map calls online.
  *
  * A node that the map stops naming as a primary (a failed-over primary, now
- * a replica) loses its connection: the store hears down first (its queued
- * commands fail unsent, its pending replies are lost), then it is closed
- * from the loop, never from inside a reply callback.
+ * a replica) loses its connection: it is not ready from that moment on
+ * (store_conn_retire: a write's reply still on its way, even in the same
+ * loop pass, cannot have a WAIT sent on it or be waited on), the store hears
+ * down (its queued commands fail unsent, its unsent WAITs fail), then it is
+ * closed from the loop, never from inside a reply callback (its pending
+ * replies are lost).
  */
 #include "store_int.h"
 #include "store_reply.h"
@@ -36,7 +38,7 @@
 #include "config.h"
 #include "log.h"
 
-#define CLUSTER_MAX_NODES 256      /* primaries (and redirection targets) the table holds */
+#define CLUSTER_MAX_NODES 256      /* primaries of the last map and redirection targets since */
 #define CLUSTER_REFRESH_MS 1000    /* the map is read again this often */
 #define CLUSTER_UNCOVERED_MS 200   /* ... or this often while a slot has no ready primary */
 #define CLUSTER_SOON_MS 20         /* after MOVED or a lost primary */
@@ -191,6 +193,7 @@ static void cluster_close(struct cluster_node *n)
     log_msg(LOG_INFO, "redis %s: not a primary in the cluster's slot map any more; closing",
             store_conn_addr(c));
     n->conn = NULL;
+    store_conn_retire(c);
     cluster_update(n->cl);
     n->cl->hooks.down(n->cl->hooks.owner, c);
     cluster_reap_later(n->cl, c);
@@ -337,14 +340,41 @@ static bool cluster_read_range(struct store_cluster *cl, const redisReply *range
                           (unsigned)(range->elements - 3));
 }
 
-/* A map was not taken: the first `known` nodes get back the roles the last one gave them. */
+/*
+ * A map was not taken: the first `known` nodes get back the roles the last
+ * one gave them; the nodes it added (nothing points at them yet: no
+ * connection, no slot) are forgotten.
+ */
 static void cluster_restore_roles(struct store_cluster *cl, size_t known, const bool *was_master,
                                   const unsigned *had_replicas)
 {
-    for (size_t j = 0; j < cl->n_nodes; j++) {
-        cl->nodes[j]->master = j < known ? was_master[j] : false;
-        cl->nodes[j]->replicas = j < known ? had_replicas[j] : 0;
+    for (size_t j = 0; j < known; j++) {
+        cl->nodes[j]->master = was_master[j];
+        cl->nodes[j]->replicas = had_replicas[j];
     }
+    while (cl->n_nodes > known)
+        free(cl->nodes[--cl->n_nodes]);
+}
+
+/*
+ * Forget the nodes the map just taken does not name as primaries: their
+ * connections were closed (cluster_close; a command still on one holds the
+ * connection, which copied the address, not the node) and no slot points at
+ * them. Addresses change with every restart of a pod, and a table that only
+ * grew would fill up (CLUSTER_MAX_NODES) and refuse every later map and
+ * redirection to a new address.
+ */
+static void cluster_forget_unnamed(struct store_cluster *cl)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < cl->n_nodes; i++) {
+        if (!cl->nodes[i]->master && cl->nodes[i]->conn == NULL)
+            free(cl->nodes[i]);
+        else
+            cl->nodes[kept++] = cl->nodes[i];
+    }
+    cl->n_nodes = kept;
 }
 
 /* Whether the map being read (cl->next) gives any slot a primary. */
@@ -358,7 +388,8 @@ static bool cluster_any_slot(const struct store_cluster *cl)
 
 /*
  * The map in r becomes the map: slots point at their primaries, a primary
- * without a connection gets one, a node no longer a primary loses its own.
+ * without a connection gets one, a node no longer a primary loses its own
+ * and is forgotten.
  * False (the old map stays) when r cannot be read with certainty, or gives
  * no slot a primary.
  */
@@ -404,6 +435,7 @@ static bool cluster_read_map(struct store_cluster *cl, const redisReply *r)
         else
             cluster_close(cl->nodes[i]);
     }
+    cluster_forget_unnamed(cl);
     cluster_update(cl);
     return true;
 }
@@ -491,17 +523,17 @@ static void cluster_on_probe_down(void *owner)
 /* A probe to the next candidate: a seed, or a node of the last map. */
 static void cluster_probe(struct store_cluster *cl)
 {
-    size_t n = cl->cfg->n_redis_cluster + cl->n_nodes, i = cl->probe_turn++ % n;
+    size_t n = cl->cfg->redis_cluster.n + cl->n_nodes, i = cl->probe_turn++ % n;
     struct store_node where = { NULL, 0, NULL, STORE_NODE_PROBE };
     const struct store_conn_hooks hooks = { cluster_on_probe_ready, cluster_on_probe_down, cl,
                                             NULL };
 
-    if (i < cl->cfg->n_redis_cluster) {
-        where.host = cl->cfg->redis_cluster[i].host;
-        where.port = cl->cfg->redis_cluster[i].port;
+    if (i < cl->cfg->redis_cluster.n) {
+        where.host = cl->cfg->redis_cluster.at[i].host;
+        where.port = cl->cfg->redis_cluster.at[i].port;
     } else {
-        where.host = cl->nodes[i - cl->cfg->n_redis_cluster]->host;
-        where.port = cl->nodes[i - cl->cfg->n_redis_cluster]->port;
+        where.host = cl->nodes[i - cl->cfg->redis_cluster.n]->host;
+        where.port = cl->nodes[i - cl->cfg->redis_cluster.n]->port;
     }
     cl->probe = store_conn_create(cl->base, cl->cfg, &where, cl->dns, cl->tls, &hooks);
     if (cl->probe == NULL) {
@@ -640,4 +672,29 @@ bool store_cluster_replicas_short(const struct store_cluster *cl)
 unsigned store_cluster_primaries_ready(const struct store_cluster *cl)
 {
     return cl->primaries_ready;
+}
+
+struct store_conn *store_cluster_primary(struct store_cluster *cl, unsigned index,
+                                         unsigned *count)
+{
+    struct cluster_node *seen[CLUSTER_MAX_NODES], *found = NULL;
+    unsigned n = 0;
+
+    for (size_t slot = 0; slot < STORE_CLUSTER_SLOTS; slot++) {
+        struct cluster_node *node = cl->slot[slot];
+        bool known = node == NULL || (slot > 0 && node == cl->slot[slot - 1]);
+
+        for (unsigned i = 0; !known && i < n; i++)
+            known = seen[i] == node;
+        if (known || n == CLUSTER_MAX_NODES)
+            continue;
+        if (n == index)
+            found = node;
+        seen[n++] = node;
+    }
+    *count = n;
+    if (found == NULL)
+        return NULL;
+    cluster_open(found);
+    return found->conn;
 }

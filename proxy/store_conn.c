@@ -8,7 +8,8 @@
  * (connect_timeout = redis.timeout) and, for rediss://, TLS runs inside
  * hiredis' non-blocking reads and writes on an SSL of our SSL_CTX; (3) the
  * setup is pipelined: AUTH [user] password, SELECT db, CONFIG GET
- * maxmemory-policy (may be denied), ROLE (must be "master"), PING. Steps 2
+ * maxmemory-policy (may be denied: then INFO memory, after the others, may
+ * tell it), ROLE (must be "master"), PING. Steps 2
  * and 3 together have one deadline, redis.timeout. Ready once PING answered.
  * Any failure logs the address and the reason, and the next attempt starts
  * after a backoff (100 ms doubling to 2 s, reset when ready), with the name
@@ -29,464 +30,12 @@
  * watchdog here watches the oldest unanswered command and, once it is older
  * than redis.timeout, runs the library's timeout (redisAsyncHandleTimeout).
  */
-#include "store_int.h"
-
-#include <netinet/in.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/queue.h>
-#include <sys/socket.h>
-
-#include <event2/dns.h>
-#include <event2/event.h>
-#include <event2/event_struct.h>
-#include <event2/util.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis_ssl.h>
-#if __has_include(<hiredict/hiredict_ssl.h>)
-/* hiredict's shim maps redisInitiateSSL but does not declare it */
-#include <hiredict/hiredict_ssl.h>
-#endif
-#include <openssl/err.h>
-#include <openssl/x509_vfy.h>
-
-#include "clock.h"
-#include "config.h"
-#include "log.h"
-
-#define STORE_CONN_BACKOFF_MIN_MS 100
-#define STORE_CONN_BACKOFF_MAX_MS 2000
-
-/* The setup commands of a new connection, in the order they are sent. */
-enum store_setup_step { SETUP_AUTH, SETUP_SELECT, SETUP_POLICY, SETUP_ROLE, SETUP_PING };
-static const char *const store_setup_name[] = {
-    [SETUP_AUTH] = "AUTH", [SETUP_SELECT] = "SELECT", [SETUP_POLICY] = "CONFIG GET",
-    [SETUP_ROLE] = "ROLE", [SETUP_PING] = "PING",
-};
-
-enum store_conn_state {
-    CONN_IDLE,          /* waiting for the reconnect timer */
-    CONN_LOCATING,      /* the owner's locate hook is finding the node */
-    CONN_RESOLVING,     /* evdns looks the name up */
-    CONN_CONNECTING,    /* ac exists: TCP, TLS and the setup run */
-    CONN_READY,         /* ROLE master, PING answered */
-};
-
-/* A command sent and not answered yet; c->calls holds them oldest first. */
-struct store_conn_call {
-    struct store_conn *c;
-    store_conn_reply_cb *cb;
-    void *privdata;
-    double sent_ms;             /* monotonic */
-    TAILQ_ENTRY(store_conn_call) link;
-};
-
-/*
- * One name resolution. libevent calls back exactly once, also after a
- * cancel; c is NULL once the resolution was abandoned (its deadline, or c
- * destroyed), and the callback then only frees this.
- */
-struct store_conn_resolve {
-    struct store_conn *c;
-    struct evdns_getaddrinfo_request *req;
-};
-
-struct store_conn {
-    struct event_base *base;
-    const struct config *cfg;
-    struct store_node node;
-    struct evdns_base *dns;         /* borrowed; NULL: names cannot be resolved */
-    SSL_CTX *tls;                   /* borrowed; NULL: plain TCP or unix */
-    struct store_conn_hooks hooks;
-    char host[256];                 /* where the locate hook said the node is (node.host) */
-    pthread_mutex_t addr_lock;      /* addr, written on the loop, read by store_conn_ready_addr */
-    char addr[300];                 /* host:port or the socket path, for log lines */
-    char why[400];                  /* the last failure, for store_conn_last_error */
-    bool restart;                   /* store_conn_restart while locating or resolving */
-    store_conn_message_cb *sub_cb;  /* store_conn_subscribe's */
-    void *sub_arg;
-    enum store_conn_state state;
-    _Atomic bool ready;             /* state == CONN_READY, for other threads (readiness) */
-    bool destroying;
-    redisAsyncContext *ac;          /* set from connect until the connection is lost */
-    SSL *ssl;                       /* ac's, owned by hiredis once initiated; for the reason of
-                                       a failed handshake */
-    struct store_conn_resolve *resolve; /* the resolution under way, or NULL */
-    unsigned turn;                  /* which resolved address the next connect takes */
-    char ip[INET6_ADDRSTRLEN];      /* the address connected to */
-    struct event attempt_ev;        /* deadline of the resolution, or of connect + TLS + setup */
-    struct event reconnect_ev;
-    struct event watchdog_ev;       /* the oldest unanswered command's deadline */
-    unsigned backoff_ms;
-    TAILQ_HEAD(, store_conn_call) calls;
-    double last_reply_ms;           /* monotonic */
-};
+#include "store_conn_core.h"
 
 static void conn_attempt(struct store_conn *c);
 static void conn_restart_now(struct store_conn *c);
 
 /* ---- failing and losing ------------------------------------------------ */
-
-static void conn_schedule_reconnect(struct store_conn *c)
-{
-    struct timeval tv;
-
-    if (c->destroying || evtimer_pending(&c->reconnect_ev, NULL))
-        return;
-    tv = clock_ms_to_timeval(c->backoff_ms);
-    evtimer_add(&c->reconnect_ev, &tv);
-    c->backoff_ms = c->backoff_ms * 2 > STORE_CONN_BACKOFF_MAX_MS ? STORE_CONN_BACKOFF_MAX_MS
-                                                                   : c->backoff_ms * 2;
-}
-
-/*
- * An attempt failed before a connection existed: say why, try again after
- * the backoff. A sentinel's owner is told instead (one attempt).
- */
-static void conn_fail(struct store_conn *c, const char *why)
-{
-    c->state = CONN_IDLE;
-    event_del(&c->attempt_ev);
-    snprintf(c->why, sizeof(c->why), "%s", why);
-    if (c->node.kind != STORE_NODE_DATA) { /* a sentinel or a cluster probe: one attempt */
-        c->hooks.down(c->hooks.owner);
-        return;
-    }
-    log_msg(LOG_ERROR, "redis %s: %s; not ready, reconnecting", c->addr, why);
-    conn_schedule_reconnect(c);
-}
-
-/*
- * ac is gone or going (connect failed, setup failed, timeout, closed,
- * dropped): forget it, say why, tell the owner, reconnect with backoff.
- * Once per ac: later notices of the same ac (its other NULL replies, its
- * disconnect) find c->ac changed. Never frees ac (hiredis or the caller does).
- */
-static void conn_lost(struct store_conn *c, const redisAsyncContext *ac, const char *why)
-{
-    bool was_ready = c->state == CONN_READY;
-
-    if (ac == NULL || c->ac != ac)
-        return;
-    c->ac = NULL;
-    c->ssl = NULL;
-    c->state = CONN_IDLE;
-    c->ready = false;
-    event_del(&c->attempt_ev);
-    event_del(&c->watchdog_ev);
-    if (c->destroying)
-        return;
-    snprintf(c->why, sizeof(c->why), "%s", why);
-    if (c->node.kind != STORE_NODE_DATA) { /* a sentinel or a cluster probe: one attempt */
-        c->hooks.down(c->hooks.owner);
-        return;
-    }
-    if (was_ready)
-        log_msg(LOG_WARN, "redis %s: connection lost: %s; not ready, reconnecting", c->addr, why);
-    else
-        log_msg(LOG_ERROR, "redis %s: %s; not ready, reconnecting", c->addr, why);
-    conn_schedule_reconnect(c);
-    c->hooks.down(c->hooks.owner);
-}
-
-/*
- * Why a TLS session ssl failed before it was ready: the certificate check's
- * error (OpenSSL's string), else the alert or error OpenSSL queued for this
- * thread. False when TLS has nothing to say.
- */
-static bool conn_tls_reason(const struct store_conn *c, const SSL *ssl, char *buf, size_t len)
-{
-    long verify = SSL_get_verify_result(ssl);
-    unsigned long e = ERR_peek_last_error();
-
-    if (c->cfg->redis_tls_verify && verify != X509_V_OK) {
-        snprintf(buf, len, "TLS: certificate verify failed: %s",
-                 X509_verify_cert_error_string(verify));
-    } else if (e != 0) {
-        const char *reason = ERR_reason_error_string(e);
-
-        snprintf(buf, len, "TLS: %s", reason != NULL ? reason : "handshake failed");
-    } else if (!SSL_is_init_finished(ssl)) {
-        snprintf(buf, len, "TLS: the handshake did not complete");
-    } else {
-        return false;
-    }
-    ERR_clear_error();
-    return true;
-}
-
-/* Why ac failed, for the log: timeout, TLS, or hiredis' error text. */
-static void conn_reason(const struct store_conn *c, const redisAsyncContext *ac, char *buf,
-                        size_t len)
-{
-    if (ac->err == REDIS_ERR_TIMEOUT)
-        snprintf(buf, len, "no answer within redis.timeout (%llu ms)%s",
-                 (unsigned long long)c->cfg->redis_timeout_ms,
-                 c->state == CONN_READY ? "" : " while connecting and setting up");
-    else if (c->ssl != NULL && c->state != CONN_READY && conn_tls_reason(c, c->ssl, buf, len))
-        return;
-    else if (ac->err != 0 && ac->errstr != NULL && ac->errstr[0] != '\0')
-        snprintf(buf, len, "%s", ac->errstr);
-    else
-        snprintf(buf, len, "the server closed the connection");
-}
-
-void store_conn_drop(struct store_conn *c, const char *why)
-{
-    redisAsyncContext *ac = c->ac;
-
-    if (ac == NULL)
-        return;
-    conn_lost(c, ac, why);
-    redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
-}
-
-/* ---- commands ----------------------------------------------------------- */
-
-/* Arm the watchdog for the oldest unanswered command, unless it is armed. */
-static void conn_watchdog_arm(struct store_conn *c)
-{
-    struct store_conn_call *oldest = TAILQ_FIRST(&c->calls);
-    double left;
-    struct timeval tv;
-
-    if (oldest == NULL || evtimer_pending(&c->watchdog_ev, NULL))
-        return;
-    left = oldest->sent_ms + (double)c->cfg->redis_timeout_ms - clock_mono_ms();
-    tv = clock_ms_to_timeval(left > 0 ? (uint64_t)left + 1 : 0);
-    evtimer_add(&c->watchdog_ev, &tv);
-}
-
-static void conn_on_watchdog(evutil_socket_t fd, short what, void *arg)
-{
-    struct store_conn *c = arg;
-    struct store_conn_call *oldest = TAILQ_FIRST(&c->calls);
-
-    (void)fd;
-    (void)what;
-    if (c->ac == NULL || oldest == NULL)
-        return;
-    if (clock_mono_ms() - oldest->sent_ms < (double)c->cfg->redis_timeout_ms) {
-        conn_watchdog_arm(c); /* answered meanwhile: watch the next one */
-        return;
-    }
-    /* the library's timeout: every pending reply NULL (REDIS_ERR_TIMEOUT), then disconnect */
-    redisAsyncHandleTimeout(c->ac);
-}
-
-static void conn_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct store_conn_call *call = privdata;
-    struct store_conn *c = call->c;
-    store_conn_reply_cb *cb = call->cb;
-    void *arg = call->privdata;
-    enum store_status st = STORE_OK;
-
-    TAILQ_REMOVE(&c->calls, call, link);
-    free(call);
-    if (reply == NULL) {
-        char why[400];
-
-        st = ac->err == REDIS_ERR_TIMEOUT ? STORE_TIMEOUT : STORE_LOST;
-        if (c->ac == ac) { /* not ready before the owner hears of the failure */
-            conn_reason(c, ac, why, sizeof(why));
-            conn_lost(c, ac, why);
-        }
-    } else if (c->ac == ac) {
-        c->last_reply_ms = clock_mono_ms();
-    }
-    cb(st, reply, arg);
-}
-
-int store_conn_send(struct store_conn *c, store_conn_reply_cb *cb, void *privdata, int argc,
-                    const char **argv, const size_t *argvlen)
-{
-    struct store_conn_call *call;
-
-    if (c->state != CONN_READY || c->ac == NULL)
-        return -1;
-    call = malloc(sizeof(*call));
-    if (call == NULL)
-        return -1;
-    call->c = c;
-    call->cb = cb;
-    call->privdata = privdata;
-    call->sent_ms = clock_mono_ms();
-    if (redisAsyncCommandArgv(c->ac, conn_on_reply, call, argc, argv, argvlen) != REDIS_OK) {
-        free(call);
-        return -1;
-    }
-    TAILQ_INSERT_TAIL(&c->calls, call, link);
-    conn_watchdog_arm(c);
-    return 0;
-}
-
-/* ---- setup -------------------------------------------------------------- */
-
-/* Evicted records re-execute their retries: say so when Redis may evict. */
-static void conn_check_policy(const struct store_conn *c, const redisReply *r)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return; /* CONFIG may be disabled or denied (managed Redis, ACL): nothing to check */
-    if (strcmp(r->element[1]->str, "noeviction") != 0)
-        log_msg(LOG_WARN, "redis %s: maxmemory-policy is %s; an evicted record lets a retry "
-                "execute again: use noeviction", c->addr, r->element[1]->str);
-}
-
-bool store_role_is_primary(const redisReply *r, char *what, size_t len)
-{
-    const char *role;
-
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(what, len, "ROLE failed: %.200s (the proxy checks that the node is the "
-                 "primary: allow +role for its user)", r->str);
-        return false;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_STRING) {
-        snprintf(what, len, "ROLE failed: unexpected reply type %d", r->type);
-        return false;
-    }
-    role = r->element[0]->str;
-    if (strcmp(role, "master") == 0)
-        return true;
-    if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0)
-        snprintf(what, len, "the node is a replica (ROLE %.20s), not the primary", role);
-    else
-        snprintf(what, len, "the node's ROLE is %.40s, not master (the primary)", role);
-    return false;
-}
-
-/* The credentials of AUTH: a sentinel's own, or the data nodes'. */
-static const char *conn_username(const struct store_conn *c)
-{
-    return c->node.kind == STORE_NODE_SENTINEL ? c->cfg->redis_sentinel_username
-                                               : c->cfg->redis_username;
-}
-
-static const char *conn_password(const struct store_conn *c)
-{
-    return c->node.kind == STORE_NODE_SENTINEL ? c->cfg->redis_sentinel_password
-                                               : c->cfg->redis_password;
-}
-
-static void conn_setup_done(struct store_conn *c)
-{
-    c->state = CONN_READY;
-    c->ready = true;
-    c->backoff_ms = STORE_CONN_BACKOFF_MIN_MS;
-    event_del(&c->attempt_ev);
-    if (c->node.kind == STORE_NODE_DATA)
-        log_msg(LOG_INFO, "redis %s: ready (primary%s)", c->addr, c->ssl != NULL ? ", TLS" : "");
-    c->hooks.ready(c->hooks.owner);
-}
-
-/*
- * A reply to a setup command. AUTH and SELECT must succeed, ROLE must say
- * master, PING (sent last) must answer; CONFIG GET may fail. The error text
- * of Redis never carries the password we sent.
- */
-static void conn_on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    const redisReply *r = reply;
-    struct store_conn *c = ac->data;
-    enum store_setup_step step = (enum store_setup_step)(intptr_t)privdata;
-    char what[400];
-
-    if (c == NULL || c->ac != ac)
-        return; /* the connection is gone: whoever noticed first has handled it */
-    if (r == NULL) {
-        conn_reason(c, ac, what, sizeof(what));
-        conn_lost(c, ac, what);
-        return;
-    }
-    c->last_reply_ms = clock_mono_ms();
-    if (step == SETUP_POLICY) {
-        conn_check_policy(c, r);
-        return;
-    }
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0 &&
-        conn_password(c) == NULL) {
-        snprintf(what, sizeof(what), "AUTH failed: the server requires a password and "
-                 "%s is not set (%s answered %.200s)",
-                 c->node.kind == STORE_NODE_SENTINEL ? "redis.sentinel.password"
-                                                     : "redis.password",
-                 store_setup_name[step], r->str);
-        store_conn_drop(c, what);
-        return;
-    }
-    if (step == SETUP_ROLE) {
-        if (!store_role_is_primary(r, what, sizeof(what)))
-            store_conn_drop(c, what);
-        return;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (step == SETUP_AUTH && conn_username(c) != NULL)
-            snprintf(what, sizeof(what), "AUTH failed for user %.64s: %.200s",
-                     conn_username(c), r->str);
-        else
-            snprintf(what, sizeof(what), "%s failed: %.200s", store_setup_name[step], r->str);
-        store_conn_drop(c, what);
-    } else if (r->type != REDIS_REPLY_STATUS) {
-        snprintf(what, sizeof(what), "%s failed: unexpected reply type %d",
-                 store_setup_name[step], r->type);
-        store_conn_drop(c, what);
-    } else if (step == SETUP_PING) {
-        conn_setup_done(c);
-    }
-}
-
-static void conn_setup_command(redisAsyncContext *ac, enum store_setup_step step, int argc,
-                               const char **argv, const size_t *argvlen)
-{
-    redisAsyncCommandArgv(ac, conn_on_setup_reply, (void *)(intptr_t)step, argc, argv, argvlen);
-}
-
-/* Queue the setup; its replies arrive in this order. A sentinel: AUTH and PING only. */
-static void conn_send_setup(struct store_conn *c, redisAsyncContext *ac)
-{
-    const struct config *cfg = c->cfg;
-    const char *user = conn_username(c), *password = conn_password(c);
-    bool data = c->node.kind == STORE_NODE_DATA;
-
-    if (password != NULL && user != NULL) {
-        const char *argv[] = { "AUTH", user, password };
-        const size_t argvlen[] = { 4, strlen(user), strlen(password) };
-        conn_setup_command(ac, SETUP_AUTH, 3, argv, argvlen);
-    } else if (password != NULL) {
-        const char *argv[] = { "AUTH", password };
-        const size_t argvlen[] = { 4, strlen(password) };
-        conn_setup_command(ac, SETUP_AUTH, 2, argv, argvlen);
-    }
-    if (data && cfg->redis_db != 0) {
-        char db[16];
-        int n = snprintf(db, sizeof(db), "%d", cfg->redis_db);
-        const char *argv[] = { "SELECT", db };
-        const size_t argvlen[] = { 6, (size_t)n };
-        conn_setup_command(ac, SETUP_SELECT, 2, argv, argvlen);
-    }
-    if (data) {
-        const char *argv[] = { "CONFIG", "GET", "maxmemory-policy" };
-        const size_t argvlen[] = { 6, 3, 16 };
-        conn_setup_command(ac, SETUP_POLICY, 3, argv, argvlen);
-    }
-    if (data) {
-        const char *argv[] = { "ROLE" };
-        const size_t argvlen[] = { 4 };
-        conn_setup_command(ac, SETUP_ROLE, 1, argv, argvlen);
-    }
-    {
-        const char *argv[] = { "PING" };
-        const size_t argvlen[] = { 4 };
-        conn_setup_command(ac, SETUP_PING, 1, argv, argvlen);
-    }
-}
 
 /* ---- connect ------------------------------------------------------------ */
 
@@ -593,7 +142,7 @@ static void conn_connect(struct store_conn *c)
         return;
     }
     c->ac = ac;
-    c->state = CONN_CONNECTING;
+    conn_enter(c, CONN_CONNECTING);
     redisAsyncSetConnectCallback(ac, conn_on_connect);
     redisAsyncSetDisconnectCallback(ac, conn_on_disconnect);
     evtimer_add(&c->attempt_ev, &tv);
@@ -706,7 +255,7 @@ static void conn_resolve(struct store_conn *c)
     hints.ai_protocol = IPPROTO_TCP;
     r->c = c;
     c->resolve = r;
-    c->state = CONN_RESOLVING;
+    conn_enter(c, CONN_RESOLVING);
     evtimer_add(&c->attempt_ev, &tv);
     req = evdns_getaddrinfo(c->dns, c->node.host, NULL, &hints, conn_on_resolved, r);
     if (c->resolve == r) /* else it was answered at once (/etc/hosts) and r is freed */
@@ -734,7 +283,7 @@ static void conn_attempt(struct store_conn *c)
         conn_go(c);
         return;
     }
-    c->state = CONN_LOCATING;
+    conn_enter(c, CONN_LOCATING);
     c->hooks.locate(c->hooks.owner, c);
 }
 
@@ -751,7 +300,7 @@ static void conn_restart_now(struct store_conn *c)
     struct timeval now = { 0, 0 };
 
     c->restart = false;
-    c->state = CONN_IDLE;
+    conn_enter(c, CONN_IDLE);
     event_del(&c->reconnect_ev);
     evtimer_add(&c->reconnect_ev, &now);
 }
@@ -814,67 +363,6 @@ void store_conn_restart(struct store_conn *c, const char *why)
     conn_restart_now(c);
 }
 
-/*
- * A message, or the confirmation of the subscription, on c's subscribed
- * connection. A refusal (NOPERM: the user lacks the channel) drops the
- * connection: a subscription that never delivers must not look alive.
- */
-static void conn_on_message(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    const redisReply *r = reply;
-    struct store_conn *c = ac->data;
-    char why[300];
-
-    (void)privdata;
-    if (c == NULL || c->ac != ac || r == NULL)
-        return; /* gone: whoever noticed first has handled it */
-    c->last_reply_ms = clock_mono_ms();
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, sizeof(why), "SUBSCRIBE failed: %.200s", r->str);
-        store_conn_drop(c, why);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(r->element[0]->str, "subscribe") == 0)
-        c->sub_cb(r->element[1]->str, NULL, 0, c->sub_arg);
-    else if (strcmp(r->element[0]->str, "message") == 0 &&
-             r->element[2]->type == REDIS_REPLY_STRING)
-        c->sub_cb(r->element[1]->str, r->element[2]->str, r->element[2]->len, c->sub_arg);
-}
-
-int store_conn_subscribe(struct store_conn *c, const char *channel, store_conn_message_cb *cb,
-                         void *arg)
-{
-    const char *argv[] = { "SUBSCRIBE", channel };
-    const size_t argvlen[] = { 9, strlen(channel) };
-
-    if (c->state != CONN_READY || c->ac == NULL)
-        return -1;
-    c->sub_cb = cb;
-    c->sub_arg = arg;
-    return redisAsyncCommandArgv(c->ac, conn_on_message, NULL, 2, argv, argvlen) == REDIS_OK ? 0
-                                                                                           : -1;
-}
-
-const char *store_conn_last_error(const struct store_conn *c)
-{
-    return c->why;
-}
-
-bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len)
-{
-    bool ready;
-
-    pthread_mutex_lock(&c->addr_lock);
-    ready = c->ready;
-    if (ready)
-        snprintf(addr, len, "%s", c->addr);
-    pthread_mutex_unlock(&c->addr_lock);
-    return ready;
-}
-
 /* ---- life --------------------------------------------------------------- */
 
 struct store_conn *store_conn_create(struct event_base *base, const struct config *cfg,
@@ -888,6 +376,10 @@ struct store_conn *store_conn_create(struct event_base *base, const struct confi
     c->base = base;
     c->cfg = cfg;
     c->node = *node;
+    if (node->host != NULL) {
+        snprintf(c->host, sizeof(c->host), "%s", node->host);
+        c->node.host = c->host;
+    }
     c->dns = dns;
     c->tls = tls;
     c->hooks = *hooks;
@@ -898,6 +390,7 @@ struct store_conn *store_conn_create(struct event_base *base, const struct confi
         free(c);
         return NULL;
     }
+    conn_policy_join(c);
     conn_set_addr(c);
     evtimer_assign(&c->reconnect_ev, base, conn_on_reconnect, c);
     evtimer_assign(&c->attempt_ev, base, conn_on_attempt_deadline, c);
@@ -940,29 +433,17 @@ bool store_conn_destroy(struct store_conn *c)
         conn_lost(c, ac, "shutting down"); /* quiet while destroying */
         redisAsyncFree(ac);                /* pending replies: STORE_LOST */
     }
+    conn_set_policy(c, POLICY_UNREAD);
     pthread_mutex_destroy(&c->addr_lock);
     free(c);
     return cancelled;
 }
 
-bool store_conn_ready(const struct store_conn *c)
+void store_conn_retire(struct store_conn *c)
 {
-    return c->ready;
-}
-
-bool store_conn_setting_up(const struct store_conn *c)
-{
-    return c->state == CONN_CONNECTING;
-}
-
-double store_conn_idle_ms(const struct store_conn *c)
-{
-    return clock_mono_ms() - c->last_reply_ms;
-}
-
-const char *store_conn_addr(const struct store_conn *c)
-{
-    return c->addr;
+    c->destroying = true;
+    conn_enter(c, c->state); /* never ready again */
+    event_del(&c->reconnect_ev);
 }
 
 /* ---- TLS context and resolver ------------------------------------------- */

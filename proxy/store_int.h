@@ -1,8 +1,7 @@
 /*
  * store_int.h - what the files of the store module share and nothing outside
  * it includes: one connection to one Redis node (store_conn.c), which
- * store.c (commands, scripts, the queue, reply classes) drives, the webhook
- * inbox's commands (store_inbox.c) that go through store.c's, the
+ * store.c (commands, scripts, the queue, reply classes) drives, the
  * Sentinel discovery (store_sentinel.c) that tells a connection where the
  * primary is, and the Redis Cluster slot map (store_cluster.c) that says
  * which primary's connection a key's commands go to.
@@ -46,9 +45,10 @@ enum store_node_kind {
 };
 
 /*
- * Where a node is; the strings are borrowed and must outlive the connection.
- * host and unix_path both NULL: not known yet, the locate hook says (before
- * every attempt).
+ * Where a node is. store_conn_create copies host (a cluster forgets a node
+ * while a command may still be on its connection); unix_path is borrowed and
+ * must outlive the connection. host and unix_path both NULL: not known yet,
+ * the locate hook says (before every attempt).
  */
 struct store_node {
     const char *host;       /* a name or an address literal (IPv6 without brackets); NULL for
@@ -112,6 +112,17 @@ void store_conn_start_now(struct store_conn *c);
  * once more before the evdns_base may be freed (store_destroy does that).
  */
 bool store_conn_destroy(struct store_conn *c);
+
+/*
+ * c is being given up (its owner closes it from the loop soon, with
+ * store_conn_destroy): from now on it is not ready, nothing more is sent on
+ * it, it never reconnects and its owner hears nothing more from it. Replies
+ * already on their way still reach their callbacks, or STORE_LOST at
+ * store_conn_destroy; since c is not ready, no reply on it can name it as
+ * the connection a write came on (store_wait_replicas would keep it past
+ * its free). May be called from a reply callback, also c's own.
+ */
+void store_conn_retire(struct store_conn *c);
 
 /* Setup and role check succeeded and the connection holds (any thread may ask). */
 bool store_conn_ready(const struct store_conn *c);
@@ -211,7 +222,7 @@ SSL_CTX *store_tls_context(const struct config *cfg, char *err, size_t errlen);
  */
 struct evdns_base *store_dns_create(struct event_base *base);
 
-/* ---- Sentinel (store_sentinel.c; README "Redis in production") ---------- */
+/* ---- Sentinel (store_sentinel.c; docs/redis.md) ---------- */
 
 struct store_sentinel;
 
@@ -252,7 +263,7 @@ void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data);
  */
 bool store_sentinel_destroy(struct store_sentinel *sn);
 
-/* ---- Redis Cluster (store_cluster.c; README "Redis Cluster") -------------- */
+/* ---- Redis Cluster (store_cluster.c; docs/redis.md#redis-cluster) -------------- */
 
 struct store_cluster;
 
@@ -324,43 +335,45 @@ bool store_cluster_replicas_short(const struct store_cluster *cl);
 /* Primaries in the map whose connection is ready. Any thread may ask while cl exists. */
 unsigned store_cluster_primaries_ready(const struct store_cluster *cl);
 
-/* ---- the scripts and the webhook inbox's commands (store_inbox.c) ------- */
+/*
+ * The index-th primary of the map, the primaries ordered by the lowest slot
+ * each owns (an order every worker and every proxy instance reading the
+ * same map agrees on, so a listing's cursor names the same node on the next
+ * page), and in *count how many primaries own slots. NULL when index is not
+ * below *count; the connection may not be ready (store_conn_ready says).
+ * For SCAN, which walks one node's keys and carries no key to route by.
+ */
+struct store_conn *store_cluster_primary(struct store_cluster *cl, unsigned index,
+                                         unsigned *count);
+
+/* ---- the records' scripts (store_script.c) ------------------------------- */
 
 /*
- * The Lua scripts the store loads: each is built once per store from its
- * template and SHA1'd (store_scripts_build in store.c), then sent with
- * EVALSHA (the body again after NOSCRIPT).
+ * The Lua scripts of the records: each is SHA1'd once per store
+ * (store_scripts_build in store.c), then sent with EVALSHA (the body again
+ * after NOSCRIPT). Other modules bring their own (store_script_register).
  */
-enum store_script {
+enum store_record_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
-    SCRIPT_INBOX_GROUP, SCRIPT_INBOX_ACK, SCRIPT_INBOX_RETRY, SCRIPT_INBOX_BURY,
-    SCRIPT_INBOX_PROMOTE, SCRIPT_INBOX_STATS, SCRIPT_INBOX_REDELIVER, SCRIPT_COUNT
+    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_COUNT
 };
 
-/*
- * The inbox's script templates (store_inbox.c), indexed by enum
- * store_script: the SCRIPT_INBOX_* entries are set, the others NULL (their
- * templates are store.c's). Static text, used as a printf format by
- * store_scripts_build, so no '%' in them.
- */
-extern const char *const store_inbox_script_template[SCRIPT_COUNT];
+/* script's Lua text (store_script.c): a constant, static storage, never NULL. */
+const char *store_script_text(enum store_record_script script);
 
-/*
- * The hex SHA1 (40 characters, NUL-terminated) of script, for EVALSHA;
- * borrowed from s, valid while s lives.
- */
-const char *store_script_sha(const struct store *s, enum store_script script);
+/* The hex SHA1 of text (NUL-terminated) for EVALSHA into out (STORE_SCRIPT_SHA_LEN + 1 bytes). */
+void store_script_digest(const char *text, char out[STORE_SCRIPT_SHA_LEN + 1]);
 
 /*
  * Send a command (queued, routed and classified like every store command)
  * whose caller gets the reply as plain values: cb runs once, with r NULL
  * unless st is STORE_OK (store_reply_cb). argv (argc strings of argvlen
- * bytes, borrowed) is copied before the call returns. script: the enum
- * store_script of an EVALSHA (its body is sent after NOSCRIPT), or -1.
+ * bytes, borrowed) is copied before the call returns. script: the text of
+ * the script an EVALSHA runs (its body is sent after NOSCRIPT), or NULL.
  * key_arg: the argv index of the key (redis.cluster's routing); 0: argv[1],
  * or KEYS[1] of an EVALSHA. Out of memory aborts.
  */
-void store_any(struct store *s, int script, int key_arg, int argc, const char **argv,
+void store_any(struct store *s, const char *script, int key_arg, int argc, const char **argv,
                const size_t *argvlen, store_reply_cb *cb, void *arg);
 
 #endif

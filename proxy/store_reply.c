@@ -44,6 +44,11 @@ enum store_reply_class store_reply_class(const char *err, size_t len)
     return STORE_REPLY_FAILED;
 }
 
+bool store_reply_class_refused(enum store_reply_class c)
+{
+    return c == STORE_REPLY_NOT_NOW || c == STORE_REPLY_NOT_PRIMARY;
+}
+
 const char *store_reply_class_name(enum store_reply_class c)
 {
     switch (c) {
@@ -126,4 +131,21 @@ bool store_reply_redirect(const char *err, size_t len, bool *ask, unsigned *slot
     *slot = (unsigned)n;
     *port = (uint16_t)p;
     return true;
+}
+
+enum store_replica_lag store_replica_lag(const struct store_offset_sample *samples, size_t n,
+                                         long long ack, double now_ms, double bound_ms,
+                                         double since_ms)
+{
+    enum store_replica_lag lag = STORE_REPLICA_UNKNOWN;
+
+    for (size_t i = 0; i < n; i++) {
+        bool recent = now_ms - samples[i].at_ms <= bound_ms;
+
+        if (recent && samples[i].at_ms >= since_ms && samples[i].offset <= ack)
+            return STORE_REPLICA_WITHIN;
+        if (!recent && samples[i].offset > ack)
+            lag = STORE_REPLICA_LAGGING;
+    }
+    return lag;
 }

@@ -3,11 +3,13 @@
  * (no hiredis, no I/O), so the table is unit-tested (tests/unit/test_store.c).
  *
  * A payments proxy must fail closed: a reply that says "this node cannot
- * take the write now" fails the request that got it (STORE_ERROR, then the
- * route's on_store_error), and the replies that say "this node is not the
- * primary any more" also drop the connection, so that the store reconnects,
- * resolves the name again and checks ROLE before it is ready again (a
- * failover behind a DNS name, or a primary demoted to a replica).
+ * take the write now" proves the command did not run (STORE_REFUSED): a
+ * claim that gets it fails its request (the route's on_store_error), while
+ * an owner's record write, release or renewal, which must not be lost, is
+ * sent again later; the replies that say "this node is not the primary any
+ * more" also drop the connection, so that the store reconnects, resolves
+ * the name again and checks ROLE before it is ready again (a failover
+ * behind a DNS name, or a primary demoted to a replica).
  */
 #ifndef IDEM_STORE_REPLY_H
 #define IDEM_STORE_REPLY_H
@@ -34,6 +36,18 @@ enum store_reply_class {
  * exactly (codes are upper case). NULL or empty is STORE_REPLY_FAILED.
  */
 enum store_reply_class store_reply_class(const char *err, size_t len);
+
+/*
+ * Whether an error reply of class c proves that the command did not run and
+ * says the node cannot take it now, so that the same command may succeed
+ * later (STORE_REFUSED): STORE_REPLY_NOT_NOW and STORE_REPLY_NOT_PRIMARY
+ * (MOVED and ASK included: they are followed with redis.cluster, and one
+ * that cannot be followed did not run either). Redis checks these before a
+ * command runs, and a script's first write is checked before it writes
+ * anything (later writes of a script are never refused), so a script that
+ * got one wrote nothing.
+ */
+bool store_reply_class_refused(enum store_reply_class c);
 
 /* A short name of the class for log lines ("not the primary", ...); static. */
 const char *store_reply_class_name(enum store_reply_class c);
@@ -64,5 +78,33 @@ unsigned store_key_slot(const char *key, size_t len);
  */
 bool store_reply_redirect(const char *err, size_t len, bool *ask, unsigned *slot, char *host,
                           size_t hostlen, uint16_t *port);
+
+/* The primary's replication offset (ROLE's second element) seen at at_ms (monotonic). */
+struct store_offset_sample {
+    double at_ms;
+    long long offset;
+};
+
+enum store_replica_lag {
+    STORE_REPLICA_WITHIN,   /* it acknowledged all the primary held bound_ms ago, or later */
+    STORE_REPLICA_LAGGING,  /* the primary held more than it acknowledged over bound_ms ago */
+    STORE_REPLICA_UNKNOWN,  /* the samples do not reach back far enough to say */
+};
+
+/*
+ * Whether a replica whose last acknowledgement (REPLCONF ACK, once a second,
+ * as ROLE lists it) is ack lags the primary by more than bound_ms, judged
+ * from samples (n of them, oldest first, the newest taken at now_ms) of the
+ * primary's offset: within when some sample at most bound_ms old, and taken
+ * at since_ms or later (after a shortfall seen otherwise: only what the
+ * replica acknowledged since then clears it), had an offset of at most ack;
+ * lagging when some sample over bound_ms old had more. Not "ack equals the
+ * offset now": on an idle primary that Sentinel's hello messages write to
+ * about 1.5 times a second, a live replica is behind by its last second in
+ * a third of the samples.
+ */
+enum store_replica_lag store_replica_lag(const struct store_offset_sample *samples, size_t n,
+                                         long long ack, double now_ms, double bound_ms,
+                                         double since_ms);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * store_sentinel.c - where the primary is, asked of Redis Sentinel
- * (redis.sentinel; store_int.h; README "Redis in production"), as the
+ * (redis.sentinel; store_int.h; docs/redis.md), as the
  * Sentinel client guidelines say
  * (https://redis.io/docs/latest/develop/reference/sentinel-clients/):
  *
@@ -21,6 +21,16 @@
  *              to at once (after a backoff once a whole round failed). An
  *              idle subscription is PINGed every second, so a sentinel that
  *              stopped answering is left within redis.timeout.
+ *   check      while the data connection is ready, one sentinel is asked
+ *              again every second, on a connection kept open for it; when
+ *              it names another primary whose ROLE says master (a sentinel
+ *              that has not caught up may name a demoted one), the data
+ *              connection starts over (discovery, that sentinel first). A hint is a message, and a worker cut off
+ *              from the sentinels during the failover never gets it: without
+ *              the check it stayed on the old primary, which takes writes
+ *              (split brain) until Sentinel demotes it, about 10 s later. A
+ *              sentinel that fails to answer is left for the next one, at
+ *              once until a whole round failed, then from the next second.
  *
  * Everything runs on the worker's loop and never blocks it. Connections are
  * closed from events of our own, never from inside their callbacks.
@@ -39,7 +49,7 @@
 #include "config.h"
 #include "log.h"
 
-#define SENTINEL_PING_MS 1000
+#define SENTINEL_PING_MS 1000      /* an idle subscription is PINGed, the primary re-checked */
 #define SENTINEL_BACKOFF_MIN_MS 100
 #define SENTINEL_BACKOFF_MAX_MS 2000
 #define SENTINEL_CHANNEL "+switch-master"
@@ -71,7 +81,7 @@ struct store_sentinel {
     struct event ask_step;          /* from the loop: close the asked connection, go on */
 
     /* +switch-master */
-    size_t sub_index;               /* cfg->redis_sentinels[sub_index] is subscribed to */
+    size_t sub_index;               /* cfg->redis_sentinels.at[sub_index] is subscribed to */
     struct store_conn *sub;
     bool sub_up;                    /* the sentinel confirmed the subscription */
     bool sub_ping_in_flight;
@@ -79,13 +89,24 @@ struct store_sentinel {
     unsigned sub_failures;          /* in a row, without a subscription */
     unsigned sub_backoff_ms;
     struct event sub_restart;       /* close the subscription's connection, open the next */
-    struct event sub_tick;          /* every SENTINEL_PING_MS: PING an idle subscription */
+    struct event sub_tick;          /* every SENTINEL_PING_MS: PING an idle subscription, and
+                                       re-check the primary */
+
+    /* the primary re-checked while the data connection is ready */
+    size_t check_index;             /* cfg->redis_sentinels[check_index] is asked */
+    struct store_conn *check;       /* the connection to it, or NULL */
+    bool check_in_flight;           /* the question is out */
+    unsigned check_failures;        /* in a row */
+    struct event check_restart;     /* from the loop: close the check's connection, go on */
+    struct store_conn *confirm;     /* to the other primary a sentinel named: its ROLE, or NULL */
+    char confirm_why[700];          /* who named it, for the log */
+    struct event confirm_done;      /* from the loop: close the confirm's connection */
 };
 
 /* "host:port" of sentinel i ([host]:port for IPv6), for log lines. */
 static void sentinel_name(const struct store_sentinel *sn, size_t i, char *buf, size_t len)
 {
-    const struct endpoint *ep = &sn->cfg->redis_sentinels[i];
+    const struct endpoint *ep = &sn->cfg->redis_sentinels.at[i];
 
     snprintf(buf, len, strchr(ep->host, ':') != NULL ? "[%s]:%u" : "%s:%u", ep->host,
              (unsigned)ep->port);
@@ -96,9 +117,9 @@ static void sentinel_to_front(struct store_sentinel *sn, size_t i)
 {
     size_t at = 0;
 
-    while (at < sn->cfg->n_redis_sentinels && sn->order[at] != i)
+    while (at < sn->cfg->redis_sentinels.n && sn->order[at] != i)
         at++;
-    if (at == sn->cfg->n_redis_sentinels)
+    if (at == sn->cfg->redis_sentinels.n)
         return;
     memmove(&sn->order[1], &sn->order[0], at * sizeof(sn->order[0]));
     sn->order[0] = i;
@@ -107,13 +128,22 @@ static void sentinel_to_front(struct store_sentinel *sn, size_t i)
 static struct store_conn *sentinel_connect(struct store_sentinel *sn, size_t i,
                                            const struct store_conn_hooks *hooks)
 {
-    const struct endpoint *ep = &sn->cfg->redis_sentinels[i];
+    const struct endpoint *ep = &sn->cfg->redis_sentinels.at[i];
     const struct store_node node = { ep->host, ep->port, NULL, STORE_NODE_SENTINEL };
     struct store_conn *c = store_conn_create(sn->base, sn->cfg, &node, sn->dns, sn->tls, hooks);
 
     if (c != NULL)
         store_conn_start(c);
     return c;
+}
+
+/* Close *c (from the loop, never inside its own callbacks) and forget it; NULL is fine. */
+static void sentinel_close(struct store_conn **c)
+{
+    struct store_conn *old = *c;
+
+    *c = NULL;
+    store_conn_destroy(old);
 }
 
 /* ---- discovery ---------------------------------------------------------- */
@@ -128,43 +158,70 @@ static void sentinel_ask_failed(struct store_sentinel *sn, const char *why)
     event_active(&sn->ask_step, EV_TIMEOUT, 0);
 }
 
+/*
+ * The reply (st, r) to SENTINEL get-master-addr-by-name on c: [host, port]
+ * into host (hostlen bytes) and *port, true; or false with why (whylen
+ * bytes): no answer, an error, nil (a master the sentinel does not know).
+ */
+static bool sentinel_read_addr(const struct store_sentinel *sn, const struct store_conn *c,
+                               enum store_status st, const redisReply *r, char *host,
+                               size_t hostlen, uint16_t *port, char *why, size_t whylen)
+{
+    char *end = NULL;
+    unsigned long n = 0;
+
+    if (st != STORE_OK) {
+        snprintf(why, whylen, "%s", st == STORE_TIMEOUT ? "no answer within redis.timeout"
+                                                        : store_conn_last_error(c));
+        return false;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "SENTINEL get-master-addr-by-name failed: %.200s", r->str);
+        return false;
+    }
+    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
+        snprintf(why, whylen, "does not monitor a master named '%.200s'",
+                 sn->cfg->redis_sentinel_master);
+        return false;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
+        n = strtoul(r->element[1]->str, &end, 10);
+    if (end == NULL || end == r->element[1]->str || *end != '\0' || n < 1 || n > 65535 ||
+        r->element[0]->len == 0 || r->element[0]->len >= hostlen ||
+        strlen(r->element[0]->str) != r->element[0]->len) {
+        snprintf(why, whylen, "SENTINEL get-master-addr-by-name: unexpected reply");
+        return false;
+    }
+    memcpy(host, r->element[0]->str, r->element[0]->len + 1);
+    *port = (uint16_t)n;
+    return true;
+}
+
+/* Ask for our master's address on c (ready); cb gets the reply. 0, or -1 when not sent. */
+static int sentinel_send_question(struct store_sentinel *sn, struct store_conn *c,
+                                  store_conn_reply_cb *cb)
+{
+    const char *master = sn->cfg->redis_sentinel_master;
+    const char *argv[] = { "SENTINEL", "get-master-addr-by-name", master };
+    const size_t argvlen[] = { 8, 23, strlen(master) };
+
+    return store_conn_send(c, cb, sn, 3, argv, argvlen);
+}
+
 /* The reply to SENTINEL get-master-addr-by-name: [host, port], or nil for an unknown master. */
 static void sentinel_on_ask_reply(enum store_status st, const redisReply *r, void *arg)
 {
     struct store_sentinel *sn = arg;
-    char why[300];
-    char *end = NULL;
-    unsigned long port = 0;
+    char why[400];
 
     if (sn->destroying || sn->answer != ASK_PENDING)
         return;
-    if (st != STORE_OK) {
-        sentinel_ask_failed(sn, st == STORE_TIMEOUT ? "no answer within redis.timeout"
-                                                    : store_conn_last_error(sn->ask));
-        return;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, sizeof(why), "SENTINEL get-master-addr-by-name failed: %.200s", r->str);
+    if (!sentinel_read_addr(sn, sn->ask, st, r, sn->found_host, sizeof(sn->found_host),
+                            &sn->found_port, why, sizeof(why))) {
         sentinel_ask_failed(sn, why);
         return;
     }
-    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
-        snprintf(why, sizeof(why), "does not monitor a master named '%.200s'",
-                 sn->cfg->redis_sentinel_master);
-        sentinel_ask_failed(sn, why);
-        return;
-    }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
-        port = strtoul(r->element[1]->str, &end, 10);
-    if (end == NULL || end == r->element[1]->str || *end != '\0' || port < 1 || port > 65535 ||
-        r->element[0]->len == 0 || r->element[0]->len >= sizeof(sn->found_host) ||
-        strlen(r->element[0]->str) != r->element[0]->len) {
-        sentinel_ask_failed(sn, "SENTINEL get-master-addr-by-name: unexpected reply");
-        return;
-    }
-    memcpy(sn->found_host, r->element[0]->str, r->element[0]->len + 1);
-    sn->found_port = (uint16_t)port;
     sn->answer = ASK_FOUND;
     event_active(&sn->ask_step, EV_TIMEOUT, 0);
 }
@@ -172,11 +229,8 @@ static void sentinel_on_ask_reply(enum store_status st, const redisReply *r, voi
 static void sentinel_on_ask_ready(void *owner)
 {
     struct store_sentinel *sn = owner;
-    const char *master = sn->cfg->redis_sentinel_master;
-    const char *argv[] = { "SENTINEL", "get-master-addr-by-name", master };
-    const size_t argvlen[] = { 8, 23, strlen(master) };
 
-    if (store_conn_send(sn->ask, sentinel_on_ask_reply, sn, 3, argv, argvlen) != 0)
+    if (sentinel_send_question(sn, sn->ask, sentinel_on_ask_reply) != 0)
         sentinel_ask_failed(sn, "the command could not be sent");
 }
 
@@ -248,12 +302,7 @@ static void sentinel_on_ask_step(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     event_del(&sn->ask_deadline);
-    if (sn->ask != NULL) {
-        struct store_conn *c = sn->ask;
-
-        sn->ask = NULL;
-        store_conn_destroy(c);
-    }
+    sentinel_close(&sn->ask);
     if (!sn->asking)
         return;
     sentinel_name(sn, sn->order[sn->pos], sentinel, sizeof(sentinel));
@@ -264,7 +313,7 @@ static void sentinel_on_ask_step(evutil_socket_t fd, short what, void *arg)
     used = strlen(sn->tried);
     snprintf(sn->tried + used, sizeof(sn->tried) - used, "%s%s: %s", used > 0 ? "; " : "",
              sentinel, sn->why);
-    if (++sn->pos < sn->cfg->n_redis_sentinels) {
+    if (++sn->pos < sn->cfg->redis_sentinels.n) {
         log_msg(LOG_WARN, "redis sentinel %s: %s; asking the next sentinel", sentinel, sn->why);
         sentinel_ask(sn);
         return;
@@ -289,6 +338,7 @@ void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data)
 /* ---- the +switch-master hint -------------------------------------------- */
 
 static void sentinel_sub_open(struct store_sentinel *sn);
+static void sentinel_check(struct store_sentinel *sn);
 
 /*
  * The subscription is gone (why): subscribe at the next sentinel from the
@@ -308,13 +358,24 @@ static void sentinel_sub_lost(struct store_sentinel *sn, const char *why)
             SENTINEL_CHANNEL, sn->sub_up ? "was lost" : "failed", why);
     sn->sub_up = false;
     sn->sub_ping_in_flight = false;
-    if (++sn->sub_failures >= sn->cfg->n_redis_sentinels) {
+    if (++sn->sub_failures >= sn->cfg->redis_sentinels.n) {
         tv = clock_ms_to_timeval(sn->sub_backoff_ms);
         sn->sub_backoff_ms = sn->sub_backoff_ms * 2 > SENTINEL_BACKOFF_MAX_MS
                                  ? SENTINEL_BACKOFF_MAX_MS
                                  : sn->sub_backoff_ms * 2;
     }
     evtimer_add(&sn->sub_restart, &tv);
+}
+
+/* Whether the data connection is ready on host:port (a sentinel's answer) already. */
+static bool sentinel_data_on(struct store_sentinel *sn, const char *host, unsigned port)
+{
+    char to[300], now[300];
+
+    if (!store_conn_ready_addr(sn->data, now, sizeof(now)))
+        return false;
+    snprintf(to, sizeof(to), strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host, port);
+    return strcmp(to, now) == 0;
 }
 
 /*
@@ -324,15 +385,11 @@ static void sentinel_sub_lost(struct store_sentinel *sn, const char *why)
  */
 static bool sentinel_already_there(struct store_sentinel *sn, const char *rest)
 {
-    char old_ip[256], new_ip[256], to[300], now[300];
+    char old_ip[256], new_ip[256];
     unsigned old_port, new_port;
 
-    if (sscanf(rest, "%255s %u %255s %u", old_ip, &old_port, new_ip, &new_port) != 4 ||
-        !store_conn_ready_addr(sn->data, now, sizeof(now)))
-        return false;
-    snprintf(to, sizeof(to), strchr(new_ip, ':') != NULL ? "[%s]:%u" : "%s:%u", new_ip,
-             new_port);
-    return strcmp(to, now) == 0;
+    return sscanf(rest, "%255s %u %255s %u", old_ip, &old_port, new_ip, &new_port) == 4 &&
+           sentinel_data_on(sn, new_ip, new_port);
 }
 
 /*
@@ -401,13 +458,8 @@ static void sentinel_on_sub_restart(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (sn->sub != NULL) {
-        struct store_conn *c = sn->sub;
-
-        sn->sub = NULL;
-        store_conn_destroy(c);
-    }
-    sn->sub_index = (sn->sub_index + 1) % sn->cfg->n_redis_sentinels;
+    sentinel_close(&sn->sub);
+    sn->sub_index = (sn->sub_index + 1) % sn->cfg->redis_sentinels.n;
     sentinel_sub_open(sn);
 }
 
@@ -430,6 +482,7 @@ static void sentinel_on_sub_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    sentinel_check(sn);
     if (sn->sub == NULL || !store_conn_ready(sn->sub))
         return;
     if (!sn->sub_up) { /* SUBSCRIBE sent: the confirmation is due within redis.timeout */
@@ -441,6 +494,178 @@ static void sentinel_on_sub_tick(evutil_socket_t fd, short what, void *arg)
         return;
     if (store_conn_send(sn->sub, sentinel_on_sub_pong, sn, 1, (const char **)argv, argvlen) == 0)
         sn->sub_ping_in_flight = true;
+}
+
+/* ---- the primary re-checked ------------------------------------------- */
+
+/*
+ * The sentinel asked gave no answer (why, at debug level: while the
+ * sentinels are unreachable this runs every second): close its connection
+ * from the loop and ask the next one, at once until a whole round failed.
+ */
+static void sentinel_check_failed(struct store_sentinel *sn, const char *why)
+{
+    char sentinel[300];
+    struct timeval now = { 0, 0 };
+
+    if (sn->destroying || evtimer_pending(&sn->check_restart, NULL))
+        return;
+    sentinel_name(sn, sn->check_index, sentinel, sizeof(sentinel));
+    log_msg(LOG_DEBUG, "redis sentinel %s: re-checking the primary of %s: %s", sentinel,
+            sn->cfg->redis_sentinel_master, why);
+    sn->check_in_flight = false;
+    sn->check_failures++;
+    evtimer_add(&sn->check_restart, &now);
+}
+
+/* The confirmation is over: its connection is closed from the loop. */
+static void sentinel_confirm_over(struct store_sentinel *sn)
+{
+    if (!sn->destroying)
+        event_active(&sn->confirm_done, EV_TIMEOUT, 0);
+}
+
+/*
+ * ROLE of the primary a sentinel named: master moves the data connection
+ * there (discovery runs again, that sentinel first); anything else leaves it
+ * where it is (a sentinel that has not caught up yet names a demoted node:
+ * following it would drop a good connection every second).
+ */
+static void sentinel_on_confirm_role(enum store_status st, const redisReply *r, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    char what[300];
+
+    if (sn->destroying)
+        return;
+    if (st != STORE_OK || !store_role_is_primary(r, what, sizeof(what))) {
+        log_msg(LOG_DEBUG, "redis %s, but %s: staying", sn->confirm_why,
+                st != STORE_OK ? "its ROLE did not answer" : what);
+    } else if (!sn->asking && store_conn_ready(sn->data)) {
+        log_msg(LOG_WARN, "redis %s; asking the sentinels for the primary again",
+                sn->confirm_why);
+        sentinel_to_front(sn, sn->check_index);
+        store_conn_restart(sn->data, sn->confirm_why);
+    }
+    sentinel_confirm_over(sn);
+}
+
+static void sentinel_on_confirm_ready(void *owner)
+{
+    struct store_sentinel *sn = owner;
+    static const char *const argv[] = { "ROLE" };
+    static const size_t argvlen[] = { 4 };
+
+    if (store_conn_send(sn->confirm, sentinel_on_confirm_role, sn, 1, (const char **)argv,
+                        argvlen) != 0)
+        sentinel_confirm_over(sn);
+}
+
+static void sentinel_on_confirm_down(void *owner)
+{
+    struct store_sentinel *sn = owner;
+
+    log_msg(LOG_DEBUG, "redis %s, but it cannot be reached: %s", sn->confirm_why,
+            store_conn_last_error(sn->confirm));
+    sentinel_confirm_over(sn);
+}
+
+static void sentinel_on_confirm_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+
+    (void)fd;
+    (void)what;
+    sentinel_close(&sn->confirm);
+}
+
+/* A sentinel named host:port, not our primary: its ROLE decides (one at a time). */
+static void sentinel_confirm(struct store_sentinel *sn, const char *host, uint16_t port)
+{
+    const struct store_node node = { host, port, NULL, STORE_NODE_PROBE };
+    const struct store_conn_hooks hooks = { sentinel_on_confirm_ready, sentinel_on_confirm_down,
+                                            sn, NULL };
+
+    if (sn->confirm != NULL)
+        return;
+    sn->confirm = store_conn_create(sn->base, sn->cfg, &node, sn->dns, sn->tls, &hooks);
+    if (sn->confirm != NULL)
+        store_conn_start(sn->confirm);
+}
+
+static void sentinel_on_check_reply(enum store_status st, const redisReply *r, void *arg)
+{
+    struct store_sentinel *sn = arg;
+    char host[256], why[700], sentinel[300];
+    uint16_t port;
+
+    if (sn->destroying || sn->check == NULL)
+        return; /* lost as its connection closes (sentinel_close) */
+    sn->check_in_flight = false;
+    if (!sentinel_read_addr(sn, sn->check, st, r, host, sizeof(host), &port, why,
+                            sizeof(why))) {
+        sentinel_check_failed(sn, why);
+        return;
+    }
+    sn->check_failures = 0;
+    /* a discovery runs, or the connection is on its way elsewhere: that answer decides */
+    if (sn->asking || !store_conn_ready(sn->data) || sentinel_data_on(sn, host, port))
+        return;
+    sentinel_name(sn, sn->check_index, sentinel, sizeof(sentinel));
+    snprintf(sn->confirm_why, sizeof(sn->confirm_why), "sentinel %s names %s:%u as the "
+             "primary of %s", sentinel, host, (unsigned)port, sn->cfg->redis_sentinel_master);
+    sentinel_confirm(sn, host, port);
+}
+
+static void sentinel_on_check_ready(void *owner)
+{
+    sentinel_check(owner);
+}
+
+static void sentinel_on_check_down(void *owner)
+{
+    struct store_sentinel *sn = owner;
+
+    sentinel_check_failed(sn, store_conn_last_error(sn->check));
+}
+
+static void sentinel_on_check_restart(evutil_socket_t fd, short what, void *arg)
+{
+    struct store_sentinel *sn = arg;
+
+    (void)fd;
+    (void)what;
+    sentinel_close(&sn->check);
+    sn->check_index = (sn->check_index + 1) % sn->cfg->redis_sentinels.n;
+    if (sn->check_failures % sn->cfg->redis_sentinels.n != 0)
+        sentinel_check(sn); /* else the next second's */
+}
+
+/*
+ * Ask again where the primary is, while the data connection is ready and no
+ * discovery runs: on the check's connection once it is set up (opened now
+ * when there is none).
+ */
+static void sentinel_check(struct store_sentinel *sn)
+{
+    const struct store_conn_hooks hooks = { sentinel_on_check_ready, sentinel_on_check_down, sn,
+                                            NULL };
+
+    if (sn->destroying || sn->asking || sn->check_in_flight || sn->confirm != NULL ||
+        !store_conn_ready(sn->data) || evtimer_pending(&sn->check_restart, NULL))
+        return;
+    if (sn->check == NULL) {
+        sn->check = sentinel_connect(sn, sn->check_index, &hooks);
+        if (sn->check == NULL)
+            sentinel_check_failed(sn, "out of memory");
+        return; /* asked once it is ready */
+    }
+    if (!store_conn_ready(sn->check))
+        return; /* being set up */
+    if (sentinel_send_question(sn, sn->check, sentinel_on_check_reply) == 0)
+        sn->check_in_flight = true;
+    else
+        sentinel_check_failed(sn, "the command could not be sent");
 }
 
 /* ---- life --------------------------------------------------------------- */
@@ -462,12 +687,14 @@ struct store_sentinel *store_sentinel_create(struct event_base *base, const stru
     sn->data = data;
     sn->followed = followed;
     sn->followed_arg = arg;
-    for (size_t i = 0; i < cfg->n_redis_sentinels; i++)
+    for (size_t i = 0; i < cfg->redis_sentinels.n; i++)
         sn->order[i] = i;
     sn->sub_backoff_ms = SENTINEL_BACKOFF_MIN_MS;
     evtimer_assign(&sn->ask_deadline, base, sentinel_on_ask_deadline, sn);
     event_assign(&sn->ask_step, base, -1, 0, sentinel_on_ask_step, sn);
     evtimer_assign(&sn->sub_restart, base, sentinel_on_sub_restart, sn);
+    evtimer_assign(&sn->check_restart, base, sentinel_on_check_restart, sn);
+    event_assign(&sn->confirm_done, base, -1, 0, sentinel_on_confirm_done, sn);
     event_assign(&sn->sub_tick, base, -1, EV_PERSIST, sentinel_on_sub_tick, sn);
     event_add(&sn->sub_tick, &tick);
     sentinel_sub_open(sn);
@@ -485,8 +712,14 @@ bool store_sentinel_destroy(struct store_sentinel *sn)
     event_del(&sn->ask_step);
     event_del(&sn->sub_restart);
     event_del(&sn->sub_tick);
+    event_del(&sn->check_restart);
+    event_del(&sn->confirm_done);
     if (sn->ask != NULL)
         pending |= store_conn_destroy(sn->ask);
+    if (sn->check != NULL)
+        pending |= store_conn_destroy(sn->check);
+    if (sn->confirm != NULL)
+        pending |= store_conn_destroy(sn->confirm);
     if (sn->sub != NULL)
         pending |= store_conn_destroy(sn->sub);
     free(sn);

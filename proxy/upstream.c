@@ -5,6 +5,7 @@
  * curl_multi_socket_action, outside every curl callback.
  */
 #include "upstream.h"
+#include "upstream_headers.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <fcntl.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -24,6 +26,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "budget.h"
 #include "clock.h"
 #include "config.h"
 #include "headers.h"
@@ -54,6 +57,7 @@ struct upstream_call {
     struct evkeyvalq response_headers;
     struct evbuffer *response_body;
     size_t body_max;                /* bytes of the answer's body kept; the rest is read, dropped */
+    struct budget_hold *answer;     /* covers response_body's bytes as they come; NULL: none */
     upstream_done_cb *cb;
     void *arg;
     char error[CURL_ERROR_SIZE];
@@ -75,6 +79,12 @@ struct upstream_call {
  * only a socket that was (`carried`: connected, it sent a request) is kept
  * watched after CURL_POLL_REMOVE, and a record left behind by a silent close
  * is dropped when its number comes back (upstream_open_socket).
+ *
+ * curl also asks us to watch sockets it opened itself: the threaded
+ * resolver's wake-up socket, while a host name is resolved. Such a socket
+ * (`foreign`) gets a record when curl first asks for it, and loses it at
+ * CURL_POLL_REMOVE; curl closes it without a close callback, possibly before
+ * that REMOVE, so its number can come back first, as after a silent close.
  */
 struct upstream_socket {
     struct upstream *up;
@@ -83,6 +93,7 @@ struct upstream_socket {
     short watched;      /* EV_READ|EV_WRITE while ev is added, 0 when not */
     bool in_use;        /* a transfer waits on it (curl asked for events, no REMOVE since) */
     bool carried;       /* curl asked for CURL_POLL_IN once: connected, closed through us */
+    bool foreign;       /* curl opened it, not upstream_open_socket (the resolver's) */
 };
 
 struct upstream {
@@ -158,22 +169,47 @@ static void upstream_on_timeout(evutil_socket_t fd, short what, void *arg)
     upstream_check_done(up);
 }
 
+static int upstream_sockets_reserve(struct upstream *up, int fd);
+
+/* A record for a socket curl opened itself (struct upstream_socket); NULL when out of memory. */
+static struct upstream_socket *upstream_socket_adopt(struct upstream *up, curl_socket_t fd)
+{
+    struct upstream_socket *us;
+
+    if (fd < 0 || upstream_sockets_reserve(up, fd) != 0 || (us = calloc(1, sizeof(*us))) == NULL)
+        return NULL;
+    us->up = up;
+    us->fd = fd;
+    us->foreign = true;
+    up->sockets[fd] = us;
+    return us;
+}
+
 /*
  * CURLMOPT_SOCKETFUNCTION: a transfer waits for `what` on fd, or
- * (CURL_POLL_REMOVE) no transfer uses fd any more. The socket stays
- * registered (EV_READ) until curl closes it.
+ * (CURL_POLL_REMOVE) no transfer uses fd any more. A socket of ours stays
+ * registered (EV_READ) until curl closes it; a foreign one (the resolver's)
+ * is forgotten at REMOVE, since curl closes it without telling us. -1 (curl
+ * fails the transfer) only when there is no memory for a record.
  */
 static int upstream_on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    struct upstream_socket *us = upstream_socket_find(userp, fd);
+    struct upstream *up = userp;
+    struct upstream_socket *us = upstream_socket_find(up, fd);
 
     (void)easy;
     (void)socketp;
-    if (us == NULL) /* every socket comes from upstream_open_socket; a silent close ended this one */
-        return what == CURL_POLL_REMOVE ? 0 : -1;
+    if (us == NULL && what == CURL_POLL_REMOVE) /* a silent close ended this one */
+        return 0;
+    if (us == NULL && (us = upstream_socket_adopt(up, fd)) == NULL)
+        return -1;
     if (what == CURL_POLL_REMOVE) {
         us->in_use = false;
-        upstream_socket_watch(us, us->carried ? EV_READ : 0);
+        upstream_socket_watch(us, us->carried && !us->foreign ? EV_READ : 0);
+        if (us->foreign) {
+            up->sockets[fd] = NULL;
+            free(us);
+        }
         return 0;
     }
     us->in_use = true;
@@ -312,6 +348,8 @@ static size_t upstream_on_write(char *data, size_t size, size_t nmemb, void *use
         keep = n;
     if (keep > 0 && evbuffer_add(call->response_body, data, keep) != 0)
         return 0;
+    if (call->answer != NULL)
+        budget_hold_cover(call->answer, have + keep);
     return n;
 }
 
@@ -539,134 +577,6 @@ unsigned upstream_in_flight(const struct upstream *up)
 }
 
 /*
- * Append one raw header line; after a failed allocation *failed stays set and
- * the list is returned unchanged. "Name:" alone tells curl not to send a
- * field it would add itself.
- */
-static struct curl_slist *upstream_header_line(struct curl_slist *list, const char *line,
-                                               bool *failed)
-{
-    struct curl_slist *next = *failed ? NULL : curl_slist_append(list, line);
-
-    if (next == NULL)
-        *failed = true;
-    return next != NULL ? next : list;
-}
-
-/* "Name: value"; "Name;" sends an empty value. Lines up to 1 KiB are built on the stack. */
-static struct curl_slist *upstream_header_add(struct curl_slist *list, const char *name,
-                                              const char *value, bool *failed)
-{
-    size_t name_len = strlen(name), value_len = strlen(value);
-    size_t need = name_len + 2 + value_len + 1;
-    char small[1024], *line;
-
-    if (*failed)
-        return list;
-    line = need <= sizeof(small) ? small : malloc(need);
-    if (line == NULL) {
-        *failed = true;
-        return list;
-    }
-    memcpy(line, name, name_len);
-    if (value_len == 0) {
-        memcpy(line + name_len, ";", 2);
-    } else {
-        memcpy(line + name_len, ": ", 2);
-        memcpy(line + name_len + 2, value, value_len + 1);
-    }
-    list = upstream_header_line(list, line, failed);
-    if (line != small)
-        free(line);
-    return list;
-}
-
-/*
- * The request fields upstream_request_headers looks up, found in one pass
- * (evhttp_find_header would scan the list once for each).
- */
-struct upstream_client_fields {
-    const char *connection, *accept, *content_type; /* the first of each, or NULL */
-    size_t xff_lines, xff_bytes;    /* X-Forwarded-For: how many lines, their values' bytes */
-};
-
-static void upstream_client_fields(const struct evkeyvalq *headers, struct upstream_client_fields *f)
-{
-    const struct evkeyval *h;
-
-    *f = (struct upstream_client_fields){ 0 };
-    TAILQ_FOREACH(h, headers, next) {
-        switch (strlen(h->key)) { /* a length check before each comparison */
-        case 6:
-            if (strcasecmp(h->key, "Accept") == 0)
-                f->accept = f->accept != NULL ? f->accept : h->value;
-            break;
-        case 10:
-            if (strcasecmp(h->key, "Connection") == 0)
-                f->connection = f->connection != NULL ? f->connection : h->value;
-            break;
-        case 12:
-            if (strcasecmp(h->key, "Content-Type") == 0)
-                f->content_type = f->content_type != NULL ? f->content_type : h->value;
-            break;
-        case 15:
-            if (strcasecmp(h->key, "X-Forwarded-For") == 0) {
-                f->xff_lines++;
-                f->xff_bytes += strlen(h->value);
-            }
-            break;
-        }
-    }
-}
-
-static struct curl_slist *upstream_request_headers(const struct evkeyvalq *headers,
-                                                   const char *client_addr, bool has_body,
-                                                   bool *failed)
-{
-    struct curl_slist *list = NULL;
-    struct upstream_client_fields f;
-    struct evkeyval *h;
-
-    upstream_client_fields(headers, &f);
-    TAILQ_FOREACH(h, headers, next) {
-        if (!header_is_forwarded(h->key) || header_named_by_connection(f.connection, h->key) ||
-            strcasecmp(h->key, "X-Forwarded-For") == 0)
-            continue;
-        list = upstream_header_add(list, h->key, h->value, failed);
-    }
-    if (client_addr != NULL || f.xff_lines > 0) {
-        /*
-         * every earlier X-Forwarded-For line, in order, then the client
-         * (RFC 9110 5.3: field lines combine with ", "); on the stack unless long
-         */
-        size_t addr = client_addr != NULL ? strlen(client_addr) : 0;
-        size_t need = f.xff_bytes + 2 * f.xff_lines + addr + 1, used = 0;
-        char small[512], *value = need <= sizeof(small) ? small : malloc(need);
-        if (value == NULL) {
-            *failed = true;
-        } else {
-            TAILQ_FOREACH(h, headers, next) {
-                if (strlen(h->key) != 15 || strcasecmp(h->key, "X-Forwarded-For") != 0)
-                    continue;
-                used += (size_t)sprintf(value + used, "%s%s", used > 0 ? ", " : "", h->value);
-            }
-            if (client_addr != NULL)
-                used += (size_t)sprintf(value + used, "%s%s", used > 0 ? ", " : "", client_addr);
-            list = upstream_header_add(list, "X-Forwarded-For", value, failed);
-            if (value != small)
-                free(value);
-        }
-    }
-    /* Stop curl from adding fields the client did not send. */
-    list = upstream_header_line(list, "Expect:", failed);
-    if (f.accept == NULL)
-        list = upstream_header_line(list, "Accept:", failed);
-    if (has_body && f.content_type == NULL)
-        list = upstream_header_line(list, "Content-Type:", failed);
-    return list;
-}
-
-/*
  * The method and body of a transfer on a reused handle: every option a
  * previous transfer may have set (NOBODY, POSTFIELDS, CUSTOMREQUEST) is set
  * again.
@@ -697,18 +607,11 @@ static void upstream_set_method(CURL *e, const char *method, bool with_body, con
     }
 }
 
-int upstream_send(struct upstream *up, const char *method, const char *target,
-                  const struct evkeyvalq *headers, const char *client_addr, const char *body,
-                  size_t len, upstream_done_cb *cb, void *arg)
-{
-    return upstream_send_capped(up, method, target, headers, client_addr, body, len, SIZE_MAX,
-                                cb, arg);
-}
-
-int upstream_send_capped(struct upstream *up, const char *method, const char *target,
-                         const struct evkeyvalq *headers, const char *client_addr,
-                         const char *body, size_t len, size_t body_max, upstream_done_cb *cb,
-                         void *arg)
+/* upstream_send and upstream_send_capped: keep body_max bytes, counted in answer (may be NULL). */
+static int upstream_start(struct upstream *up, const char *method, const char *target,
+                          const struct evkeyvalq *headers, const char *client_addr,
+                          const char *body, size_t len, size_t body_max,
+                          struct budget_hold *answer, upstream_done_cb *cb, void *arg)
 {
     const struct config *cfg = up->cfg;
     struct upstream_call *call = calloc(1, sizeof(*call));
@@ -723,10 +626,11 @@ int upstream_send_capped(struct upstream *up, const char *method, const char *ta
     call->cb = cb;
     call->arg = arg;
     call->body_max = body_max;
+    call->answer = answer;
     TAILQ_INIT(&call->response_headers);
     call->response_body = evbuffer_new();
     call->easy = e = upstream_handle_get(up);
-    /* base + target; curl copies it (CURLOPT_CURLU would not save the parse: README "Performance") */
+    /* base + target; curl copies it (CURLOPT_CURLU would not save the parse: docs/performance.md) */
     url = base_len + target_len < sizeof(small) ? small : malloc(base_len + target_len + 1);
     if (call->response_body == NULL || e == NULL || url == NULL)
         goto failed;
@@ -768,4 +672,47 @@ failed:
         evbuffer_free(call->response_body);
     free(call);
     return -1;
+}
+
+int upstream_send(struct upstream *up, const char *method, const char *target,
+                  const struct evkeyvalq *headers, const char *client_addr, const char *body,
+                  size_t len, struct budget_hold *answer, upstream_done_cb *cb, void *arg)
+{
+    return upstream_start(up, method, target, headers, client_addr, body, len, SIZE_MAX, answer,
+                          cb, arg);
+}
+
+int upstream_send_capped(struct upstream *up, const char *method, const char *target,
+                         const struct evkeyvalq *headers, const char *client_addr,
+                         const char *body, size_t len, size_t body_max, upstream_done_cb *cb,
+                         void *arg)
+{
+    return upstream_start(up, method, target, headers, client_addr, body, len, body_max, NULL,
+                          cb, arg);
+}
+
+int64_t upstream_retry_after_ms(const char *value, int64_t now_s)
+{
+    char text[64];
+    size_t len;
+    time_t when;
+
+    value += strspn(value, " \t");
+    len = strlen(value);
+    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
+        len--;
+    if (len == 0 || len >= sizeof(text))
+        return -1;
+    memcpy(text, value, len);
+    text[len] = '\0';
+    if (strspn(text, "0123456789") == len) {
+        /* delay-seconds: a day at most is plenty (the caller caps it at backoff.max) */
+        if (len > 9)
+            return 86400000;
+        return (int64_t)strtoll(text, NULL, 10) * 1000;
+    }
+    when = curl_getdate(text, NULL);
+    if (when == (time_t)-1)
+        return -1;
+    return (int64_t)when > now_s ? ((int64_t)when - now_s) * 1000 : 0;
 }

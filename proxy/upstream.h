@@ -2,7 +2,7 @@
  * upstream.h - the HTTP client to the one upstream: libcurl multi-socket on
  * the worker's event_base. The only file that includes curl.
  *
- * Never two sends (README "How a request is handled"): a request is transmitted at most once. libcurl
+ * Never two sends (docs/client-contract.md#how-a-request-is-handled): a request is transmitted at most once. libcurl
  * 7.88 silently resends a request whose reused keep-alive connection dies
  * before any answer ("Connection died, retrying a fresh connect"); we refuse
  * that resend in CURLOPT_PREREQFUNCTION (called once per transmission
@@ -13,12 +13,14 @@
 #define IDEM_UPSTREAM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 struct evbuffer;
 struct evkeyvalq;
 struct config;
 struct upstream;
+struct budget_hold;
 
 enum upstream_outcome {
     UPSTREAM_ANSWERED,  /* a whole response arrived (any status) */
@@ -72,12 +74,14 @@ void upstream_destroy(struct upstream *up);
  * headers are the client's fields (hop-by-hop ones are dropped here, per
  * RFC 9110 7.6.1); body (len bytes, may be NULL when 0) is borrowed and must
  * stay valid until cb runs. client_addr (may be NULL) is appended to
- * X-Forwarded-For. Returns 0, or -1 when the transfer could not even be set
- * up (then cb is not called).
+ * X-Forwarded-For. answer (may be NULL; borrowed until cb runs) is grown,
+ * as the answer's body arrives, to cover the bytes kept so far (README
+ * "Memory": counted under limits.max_buffered, never refused). Returns 0,
+ * or -1 when the transfer could not even be set up (then cb is not called).
  */
 int upstream_send(struct upstream *up, const char *method, const char *target,
                   const struct evkeyvalq *headers, const char *client_addr, const char *body,
-                  size_t len, upstream_done_cb *cb, void *arg);
+                  size_t len, struct budget_hold *answer, upstream_done_cb *cb, void *arg);
 
 /*
  * upstream_send, keeping at most body_max bytes of the answer's body in
@@ -90,6 +94,14 @@ int upstream_send_capped(struct upstream *up, const char *method, const char *ta
                          const struct evkeyvalq *headers, const char *client_addr,
                          const char *body, size_t len, size_t body_max, upstream_done_cb *cb,
                          void *arg);
+
+/*
+ * How long a Retry-After field value (RFC 9110 section 10.2.3: delay-seconds,
+ * or an HTTP-date, parsed by curl_getdate) asks to wait from now_s (unix
+ * seconds), in ms: 0 for a date in the past; -1 when value (NUL-terminated,
+ * surrounding spaces allowed) is neither. Pure.
+ */
+int64_t upstream_retry_after_ms(const char *value, int64_t now_s);
 
 /* Transfers in flight, for drain and metrics; any thread may ask while up exists. */
 unsigned upstream_in_flight(const struct upstream *up);

@@ -1,14 +1,16 @@
 /*
  * webhook.c - provider signatures and event ids for webhook routes
- * (README "Webhooks"). HMAC, base64 and hex come from OpenSSL, JSON from
+ * (docs/webhooks.md). HMAC, base64 and hex come from OpenSSL, JSON from
  * jansson; what is written here is only which bytes each provider signs and
  * how its header lists the signatures.
  */
 #include "webhook.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 #include <openssl/core_names.h>
@@ -550,6 +552,78 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
     if (reason != NULL)
         *reason = why;
     return rc;
+}
+
+bool webhook_is_signature_header(const char *name)
+{
+    static const char *const names[] = {
+        "Stripe-Signature", "X-Hub-Signature-256", "X-Hub-Signature", "webhook-id",
+        "webhook-timestamp", "webhook-signature", "svix-id", "svix-timestamp", "svix-signature",
+    };
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+int webhook_sign_secret_check(const char *secret, const char **reason)
+{
+    unsigned char key[WEBHOOK_MAX_B64_SECRET / 4 * 3];
+    const char *why = NULL;
+    size_t keylen = 0;
+    int rc = -1;
+
+    if (secret == NULL || strncmp(secret, WEBHOOK_WHSEC_PREFIX, strlen(WEBHOOK_WHSEC_PREFIX)) != 0)
+        why = "expected whsec_ followed by base64 (Standard Webhooks)";
+    else if (webhook_standard_key(secret, key, &keylen, &why) == 0 &&
+             keylen < WEBHOOK_MIN_SIGN_SECRET_BYTES)
+        why = "the secret decodes to fewer than 24 bytes";
+    else if (why == NULL)
+        rc = 0;
+    OPENSSL_cleanse(key, sizeof(key));
+    if (reason != NULL)
+        *reason = why;
+    return rc;
+}
+
+int webhook_sign(char *const *secrets, size_t n_secrets, const char *id, int64_t timestamp_s,
+                 const char *body, size_t body_len, char *out, size_t outsize)
+{
+    char ts[24];
+    size_t used = 0;
+
+    if (outsize == 0)
+        return -1;
+    out[0] = '\0';
+    snprintf(ts, sizeof(ts), "%lld", (long long)timestamp_s);
+    for (size_t i = 0; i < n_secrets; i++) {
+        unsigned char key[WEBHOOK_MAX_B64_SECRET / 4 * 3], md[WEBHOOK_DIGEST_LEN];
+        const char *why = NULL;
+        size_t keylen = 0;
+        const struct webhook_span spans[] = {
+            { (const unsigned char *)id, strlen(id) }, { (const unsigned char *)".", 1 },
+            { (const unsigned char *)ts, strlen(ts) }, { (const unsigned char *)".", 1 },
+            { (const unsigned char *)body, body_len },
+        };
+        int rc = webhook_standard_key(secrets[i], key, &keylen, &why);
+
+        if (rc == 0)
+            rc = webhook_hmac_sha256(key, keylen, spans, sizeof(spans) / sizeof(spans[0]), md);
+        OPENSSL_cleanse(key, sizeof(key));
+        /* "v1," + 44 base64 characters (+ a space before the second) + NUL */
+        if (rc < 0 || used + (i > 0) + 3 + WEBHOOK_B64_LEN + 1 > outsize) {
+            out[0] = '\0';
+            return -1;
+        }
+        if (i > 0)
+            out[used++] = ' ';
+        memcpy(out + used, "v1,", 3);
+        used += 3;
+        used += (size_t)EVP_EncodeBlock((unsigned char *)out + used, md, WEBHOOK_DIGEST_LEN);
+        out[used] = '\0';
+    }
+    return 0;
 }
 
 /* An RFC 6901 array index: "0" or digits without a leading zero, below size. */

@@ -11,6 +11,7 @@
 #ifndef IDEM_WEBHOOK_H
 #define IDEM_WEBHOOK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,7 +113,7 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
 
 /*
  * Take a webhook route's idempotency key from the JSON body (`key_from:
- * json:/id`, README "Webhooks"): parse body (len bytes, binary-safe, need
+ * json:/id`, docs/webhooks.md): parse body (len bytes, binary-safe, need
  * not be NUL-terminated) with jansson, follow the RFC 6901 JSON Pointer
  * `pointer` (NUL-terminated; "" is the whole document, "/a/b" descends,
  * `~1` is '/', `~0` is '~', array elements by decimal index without leading
@@ -132,6 +133,44 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
  */
 int webhook_key_from_json(const char *body, size_t len, const char *pointer, char *out,
                           size_t outsize, size_t *out_len);
+
+/* Shortest delivery.sign secret, decoded bytes (Standard Webhooks: 24 to 64 bytes). */
+#define WEBHOOK_MIN_SIGN_SECRET_BYTES 24
+
+/*
+ * Whether secret can sign the inbox's deliveries (`delivery.sign.secret`):
+ * `whsec_` followed by base64 (RFC 4648 section 4) of at least
+ * WEBHOOK_MIN_SIGN_SECRET_BYTES bytes, the Standard Webhooks spec's "Signing
+ * secrets". Returns 0, or -1 with *reason (if not NULL) set to a static
+ * string that never contains the secret.
+ */
+int webhook_sign_secret_check(const char *secret, const char **reason);
+
+/*
+ * Whether name (case-insensitive) is a signature header of a scheme the
+ * proxy verifies: Stripe-Signature, X-Hub-Signature-256, X-Hub-Signature,
+ * webhook-id/-timestamp/-signature and their svix-* spellings. A signed
+ * delivery (delivery.sign) drops them: the receiver verifies the proxy.
+ */
+bool webhook_is_signature_header(const char *name);
+
+/* Longest webhook-signature webhook_sign writes: two `v1,<44 base64>` and a space, and NUL. */
+#define WEBHOOK_SIGNATURE_MAX 100
+
+/*
+ * Sign one delivery attempt the Standard Webhooks way ("Signature scheme"):
+ * for each of the n_secrets secrets (1 or 2, each passing
+ * webhook_sign_secret_check; borrowed), `v1,` and the padded base64 of
+ * HMAC-SHA256 (OpenSSL EVP_MAC, EVP_EncodeBlock) over
+ * `{id}.{timestamp}.{body}`, space-separated, into out (outsize bytes,
+ * at least WEBHOOK_SIGNATURE_MAX), NUL-terminated.
+ * id: the webhook-id value (NUL-terminated); timestamp_s: webhook-timestamp,
+ * unix seconds; body: body_len bytes, binary-safe (NULL when 0).
+ * Pure. Returns 0, or -1 (a secret that does not decode, HMAC failed,
+ * out too small) with out empty.
+ */
+int webhook_sign(char *const *secrets, size_t n_secrets, const char *id, int64_t timestamp_s,
+                 const char *body, size_t body_len, char *out, size_t outsize);
 
 /* "ok", "missing", "malformed", "mismatch", "stale": for logs and metrics labels. Static. */
 const char *webhook_verdict_name(enum webhook_verdict v);

@@ -27,14 +27,17 @@
 
 #include "clock.h"
 #include "fingerprint.h"
+#include "record_id.h"
 #include "listener.h"
 #include "log.h"
+#include "seal.h"
 #include "store.h"
 #include "upstream.h"
 
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)
 #define WORKER_CLIENT_IDLE_S 75
 #define WORKER_DRAIN_TICK_MS 50
+#define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
 
 /*
  * libevent answers past its own body limit with a plain 413 before we see the
@@ -47,77 +50,23 @@ static void worker_set_body_limit(struct evhttp *http, size_t max_request_body)
     evhttp_set_max_body_size(http, (ev_ssize_t)(max_request_body + slack));
 }
 
-static bool worker_same(const char *a, const char *b)
+/*
+ * The admin listener reads a body only for PUT /records/<id>: an answer of
+ * up to max_stored_response bytes in base64 (4/3 of it), its header fields
+ * and the JSON around them. libevent answers a larger body with a plain 413
+ * before the token is even checked.
+ */
+static void worker_set_admin_body_limit(struct evhttp *admin, size_t max_stored_response)
 {
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/* redis.sentinel is the same: the master's name, the addresses in order, the credentials. */
-static bool worker_same_sentinel(const struct config *old, const struct config *new)
-{
-    if (!worker_same(old->redis_sentinel_master, new->redis_sentinel_master) ||
-        old->n_redis_sentinels != new->n_redis_sentinels ||
-        !worker_same(old->redis_sentinel_username, new->redis_sentinel_username) ||
-        !worker_same(old->redis_sentinel_password, new->redis_sentinel_password))
-        return false;
-    for (size_t i = 0; i < old->n_redis_sentinels; i++)
-        if (!worker_same(old->redis_sentinels[i].host, new->redis_sentinels[i].host) ||
-            old->redis_sentinels[i].port != new->redis_sentinels[i].port)
-            return false;
-    return true;
-}
-
-/* redis.cluster is the same: the seed addresses, in order. */
-static bool worker_same_cluster(const struct config *old, const struct config *new)
-{
-    if (old->n_redis_cluster != new->n_redis_cluster)
-        return false;
-    for (size_t i = 0; i < old->n_redis_cluster; i++)
-        if (!worker_same(old->redis_cluster[i].host, new->redis_cluster[i].host) ||
-            old->redis_cluster[i].port != new->redis_cluster[i].port)
-            return false;
-    return true;
-}
-
-/* The first setting that differs and needs a restart, or NULL. */
-static const char *worker_restart_needed(const struct config *old, const struct config *new)
-{
-    if (!worker_same(old->listen.host, new->listen.host) || old->listen.port != new->listen.port)
-        return "listen";
-    if (!worker_same(old->admin_listen.host, new->admin_listen.host) ||
-        old->admin_listen.port != new->admin_listen.port)
-        return "admin_listen";
-    if (old->workers != new->workers)
-        return "workers";
-    if (!worker_same(old->upstream_url, new->upstream_url) ||
-        old->upstream_connect_timeout_ms != new->upstream_connect_timeout_ms ||
-        old->upstream_timeout_ms != new->upstream_timeout_ms)
-        return "upstream";
-    /* the store waits for replicas as its boot config says */
-    if (old->redis_min_replicas != new->redis_min_replicas ||
-        old->redis_replica_timeout_ms != new->redis_replica_timeout_ms)
-        return "redis";
-    if (!worker_same(old->redis_url, new->redis_url) ||
-        !worker_same(old->redis_username, new->redis_username) ||
-        !worker_same(old->redis_password, new->redis_password) ||
-        old->redis_timeout_ms != new->redis_timeout_ms ||
-        !worker_same(old->redis_tls_ca_file, new->redis_tls_ca_file) ||
-        !worker_same(old->redis_tls_cert_file, new->redis_tls_cert_file) ||
-        !worker_same(old->redis_tls_key_file, new->redis_tls_key_file) ||
-        !worker_same(old->redis_tls_server_name, new->redis_tls_server_name) ||
-        old->redis_tls_verify != new->redis_tls_verify || old->redis_tls != new->redis_tls ||
-        !worker_same_sentinel(old, new) || !worker_same_cluster(old, new))
-        return "redis";
-    /* the inbox consumers were made from the boot config's queued routes */
-    if (!config_same_inboxes(old, new))
-        return "a queued route or its delivery settings";
-    return NULL;
+    if (admin != NULL)
+        evhttp_set_max_body_size(admin, (ev_ssize_t)(max_stored_response / 3 * 4 +
+                                                     WORKER_ADMIN_BODY_SLACK));
 }
 
 /* ---- one worker ------------------------------------------------------------ */
 
 /*
- * A message to a worker from another thread, written to its inbox pipe in
+ * A message to a worker from another thread, written to its mailbox pipe in
  * one write(2): smaller than PIPE_BUF, so never torn or interleaved.
  */
 enum worker_message_kind { WORKER_MSG_RELOAD, WORKER_MSG_DRAIN, WORKER_MSG_WAKE };
@@ -132,11 +81,11 @@ struct worker_message {
 _Static_assert(sizeof(struct worker_message) <= PIPE_BUF, "a message is one atomic pipe write");
 _Static_assert(METRICS_MAX_PRIMARIES >= CONFIG_MAX_WORKERS, "a primary per worker fits the gauge");
 
-/* Longest a RELOAD or DRAIN waits for room in a full inbox, in ms. */
+/* Longest a RELOAD or DRAIN waits for room in a full mailbox, in ms. */
 #define WORKER_POST_PATIENCE_MS 2000
 
 /*
- * Post m to w's inbox. A wake-up is dropped when the inbox is full (the
+ * Post m to w's mailbox. A wake-up is dropped when the mailbox is full (the
  * waiter polls anyway); a reload or drain waits for room up to
  * WORKER_POST_PATIENCE_MS. Returns 0, or -1 when it could not be posted.
  */
@@ -145,14 +94,14 @@ static int worker_post(struct worker *w, const struct worker_message *m)
     uint64_t give_up = clock_now_ms() + WORKER_POST_PATIENCE_MS;
 
     for (;;) {
-        ssize_t n = write(w->inbox[1], m, sizeof(*m));
+        ssize_t n = write(w->mailbox[1], m, sizeof(*m));
         if (n == (ssize_t)sizeof(*m))
             return 0;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN && m->kind != WORKER_MSG_WAKE &&
             clock_now_ms() < give_up) {
-            struct pollfd pfd = { .fd = w->inbox[1], .events = POLLOUT };
+            struct pollfd pfd = { .fd = w->mailbox[1], .events = POLLOUT };
             poll(&pfd, 1, 50);
             continue;
         }
@@ -164,7 +113,9 @@ static int worker_post(struct worker *w, const struct worker_message *m)
 static void worker_apply_config(struct worker *w, struct config *cfg)
 {
     worker_set_body_limit(w->http, cfg->max_request_body);
+    worker_set_admin_body_limit(w->admin_http, cfg->max_stored_response);
     exchange_set_config(&w->xs, cfg);
+    inbox_set_keyring(w->webhook_inbox, cfg->keyring);
     config_unref(cfg);
 }
 
@@ -231,7 +182,7 @@ static void worker_drain(struct worker *w, uint64_t deadline_ms)
     worker_on_drain_tick(-1, 0, w);
 }
 
-static void worker_on_inbox(evutil_socket_t fd, short what, void *arg)
+static void worker_on_mailbox(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     struct worker_message m;
@@ -343,19 +294,19 @@ static void worker_deinit(struct worker *w)
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     w->drain_timer = NULL;
-    if (w->inbox_event != NULL)
-        event_free(w->inbox_event);
-    w->inbox_event = NULL;
-    if (w->inbox[0] >= 0) { /* a reload posted as the loop ended holds a reference */
+    if (w->mailbox_event != NULL)
+        event_free(w->mailbox_event);
+    w->mailbox_event = NULL;
+    if (w->mailbox[0] >= 0) { /* a reload posted as the loop ended holds a reference */
         struct worker_message m;
-        while (read(w->inbox[0], &m, sizeof(m)) == (ssize_t)sizeof(m))
+        while (read(w->mailbox[0], &m, sizeof(m)) == (ssize_t)sizeof(m))
             if (m.kind == WORKER_MSG_RELOAD)
                 config_unref(m.cfg);
     }
     for (int i = 0; i < 2; i++) {
-        if (w->inbox[i] >= 0)
-            close(w->inbox[i]);
-        w->inbox[i] = -1;
+        if (w->mailbox[i] >= 0)
+            close(w->mailbox[i]);
+        w->mailbox[i] = -1;
     }
     config_unref(w->boot);
     w->boot = NULL;
@@ -374,7 +325,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     bool shared = p->n > 1;
 
     memset(w, 0, sizeof(*w));
-    w->inbox[0] = w->inbox[1] = -1;
+    w->mailbox[0] = w->mailbox[1] = -1;
     w->pool = p;
     w->index = index;
     w->boot = config_ref(cfg);
@@ -384,11 +335,11 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         snprintf(err, errlen, "cannot create the event loop");
         goto failed;
     }
-    if (pipe2(w->inbox, O_NONBLOCK | O_CLOEXEC) != 0 ||
-        (w->inbox_event = event_new(w->base, w->inbox[0], EV_READ | EV_PERSIST, worker_on_inbox,
+    if (pipe2(w->mailbox, O_NONBLOCK | O_CLOEXEC) != 0 ||
+        (w->mailbox_event = event_new(w->base, w->mailbox[0], EV_READ | EV_PERSIST, worker_on_mailbox,
                                     w)) == NULL ||
-        event_add(w->inbox_event, NULL) != 0) {
-        snprintf(err, errlen, "cannot create a worker's inbox: %s", strerror(errno));
+        event_add(w->mailbox_event, NULL) != 0) {
+        snprintf(err, errlen, "cannot create a worker's mailbox: %s", strerror(errno));
         goto failed;
     }
 
@@ -416,8 +367,10 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
                                        worker_pool_unready, p };
         evhttp_set_gencb(w->admin_http, admin_handle, &w->admin);
         evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
-                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
+                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
+                                                      EVHTTP_REQ_PUT);
         evhttp_set_default_content_type(w->admin_http, NULL);
+        worker_set_admin_body_limit(w->admin_http, cfg->max_stored_response);
     }
 
     w->store = store_create(w->base, cfg, err, errlen);
@@ -431,7 +384,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     store_set_observer(w->store, worker_on_store_command, w);
     store_set_failover_observer(w->store, worker_on_failover, w);
     store_set_event_observer(w->store, worker_on_store_event, w);
-    exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, cfg,
+    exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, &p->budget, cfg,
                       worker_wake_others, w);
     /* NULL without a queued route; routes' delivery.mode cannot change on reload */
     w->webhook_inbox = inbox_create(w->base, w->store, w->upstream, cfg, &p->metrics, index,
@@ -451,16 +404,25 @@ failed:
 
 /* ---- the pool ------------------------------------------------------------- */
 
+/* Every protected route's series of idempotency_proxy_outcome_unknown_total, from 0. */
+static void worker_declare_routes(struct worker_pool *p, const struct config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_routes; i++)
+        metrics_declare_outcome_unknown(&p->metrics, cfg->routes[i].path);
+}
+
 int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_t errlen)
 {
     unsigned n = config_workers(cfg);
 
     memset(p, 0, sizeof(*p));
     p->port_lock = -1;
+    budget_init(&p->budget, cfg->max_buffered);
     if (metrics_init(&p->metrics) != 0) {
         snprintf(err, errlen, "cannot create the metrics lock");
         return -1;
     }
+    worker_declare_routes(p, cfg);
     if (n > 1 && (p->port_lock = listener_lock_endpoint(&cfg->listen, err, errlen)) < 0) {
         metrics_deinit(&p->metrics);
         return -1;
@@ -488,7 +450,8 @@ static void *worker_thread_main(void *arg)
     struct worker *w = arg;
 
     event_base_dispatch(w->base);
-    fingerprint_thread_end();
+    record_id_thread_end();
+    seal_thread_end();
     log_thread_end();
     return NULL;
 }
@@ -516,27 +479,19 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     struct worker *w0 = &p->workers[0];
     char err[1024];
     struct config *cfg = config_create(file, err, sizeof(err));
-    const char *changed;
+    char why[256];
 
     if (cfg == NULL) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", err);
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
         return -1;
     }
-    /* the listeners, threads and connections were made from the boot config */
-    changed = worker_restart_needed(w0->boot, cfg);
-    if (changed != NULL) {
-        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
-                "needs a restart", changed);
-        config_unref(cfg);
-        metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
-        return -1;
-    }
-    /* identity against the running config: a second SIGHUP must not undo what a first kept */
-    changed = config_reload_refusal(w0->xs.conf, cfg);
-    if (changed != NULL) {
-        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s changed, which "
-                "changes record identity (retries of earlier keys would execute again)", changed);
+    /*
+     * restart keys against the boot config the listeners, threads and store were made from;
+     * identity keys against the running one (config_reload_check says why)
+     */
+    if (config_reload_check(w0->boot, w0->xs.conf, cfg, why, sizeof(why)) != CONFIG_RELOAD_LIVE) {
+        log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", why);
         config_unref(cfg);
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
         return -1;
@@ -550,7 +505,28 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
             config_unref(cfg);
         }
     }
-    log_msg(LOG_INFO, "reloaded %s: %zu routes", file, cfg->n_routes);
+    /* the keyring travels with its config: the next requests of every worker take both */
+    config_keyring_describe(cfg, err, sizeof(err));
+    log_msg(LOG_INFO, "reloaded %s: %zu routes; %s", file, cfg->n_routes, err);
+    if (route_unprotected(w0->xs.conf->routes, w0->xs.conf->n_routes, cfg->routes, cfg->n_routes,
+                          file, err, sizeof(err)) > 0)
+        log_lines(LOG_WARN, err);
+    if (cfg->n_routes == 0)
+        log_msg(LOG_WARN, "%s: no routes: every request is forwarded as it is, with no "
+                "idempotency key checked or recorded", file);
+    if (config_keyring_warnings(cfg, err, sizeof(err)) > 0)
+        log_lines(LOG_WARN, err);
+    {
+        /* a rotated admin token is on record by its fingerprint (never the token) */
+        const struct config *was = w0->xs.conf;
+        const char *old = was->admin_token_file != NULL ? was->admin_token.fingerprint : "none";
+        const char *now = cfg->admin_token_file != NULL ? cfg->admin_token.fingerprint : "none";
+
+        if (strcmp(old, now) != 0)
+            log_msg(LOG_INFO, "admin token changed: fingerprint %s, was %s", now, old);
+    }
+    budget_set_limit(&p->budget, cfg->max_buffered);
+    worker_declare_routes(p, cfg);
     worker_apply_config(w0, cfg);
     metrics_count(&p->metrics, METRICS_RELOADS);
     return 0;
@@ -607,8 +583,11 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
     struct worker_pool *p = arg;
 
     memset(g, 0, sizeof(*g));
+    g->buffered_bytes = budget_used(&p->budget);
+    g->max_buffered = budget_limit(&p->budget);
     g->redis_up = 1;
     g->redis_cluster_nodes = -1;
+    g->redis_eviction_policy_ok = store_eviction_policy_ok();
     for (unsigned i = 0; i < p->n; i++) {
         struct worker *w = &p->workers[i];
         char primary[sizeof(g->redis_primaries[0].address)];
@@ -636,6 +615,8 @@ static const char *worker_pool_unready(void *arg)
         return "draining";
     for (unsigned i = 0; i < p->n; i++) {
         const char *why = store_unready(p->workers[i].store);
+        if (why == NULL)
+            why = inbox_unready(p->workers[i].webhook_inbox);
         if (why != NULL)
             return why;
     }

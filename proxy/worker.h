@@ -1,7 +1,7 @@
 /*
  * worker.h - the worker threads: each one thread with one event_base, its
  * client listener, Redis store, upstream client and exchange set. Between
- * threads: an inbox pipe per worker for reloads, the drain and wake-ups.
+ * threads: a mailbox pipe per worker for reloads, the drain and wake-ups.
  */
 #ifndef IDEM_WORKER_H
 #define IDEM_WORKER_H
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "admin.h"
+#include "budget.h"
 #include "config.h"
 #include "exchange.h"
 #include "inbox.h"
@@ -46,8 +47,9 @@ struct worker {
     struct admin_env admin;                 /* worker 0 only */
     struct event *drain_timer;
     uint64_t drain_deadline_ms;             /* ms since the epoch */
-    int inbox[2];                           /* pipe: messages from other threads */
-    struct event *inbox_event;
+    int mailbox[2];                         /* pipe: messages from other threads (not the
+                                               webhook inbox) */
+    struct event *mailbox_event;
 };
 
 /* The workers of the process; workers[0] runs on the main thread. */
@@ -58,6 +60,7 @@ struct worker_pool {
     unsigned started;                       /* threads running or to be joined */
     int port_lock;                          /* with several workers: the endpoint's lock, or -1 */
     struct metrics metrics;
+    struct budget budget;                   /* limits.max_buffered, shared by the workers */
 };
 
 /*

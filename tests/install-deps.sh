@@ -5,7 +5,16 @@
 # and Svix clients of tests/integration/test_clients.py, from Debian's nodejs
 # and npm unless a node is already on PATH; valkey-server, which the store's
 # tests also run against; redis-sentinel and valkey-sentinel for the Sentinel
-# tests; openssl and iproute2 for the TLS and DNS tests).
+# tests; openssl and iproute2 for the TLS and DNS tests; faketime (libfaketime) for the
+# tests that step a proxy's wall clock; stress-ng, which loads the CPUs beside the
+# topology, lease and readiness tests to show their waits hold on a busy machine;
+# podman, runc and mmdebstrap for docker/test-image.sh, which builds the image
+# without Docker or a registry; the lint of the scripts in test_deploy.py runs
+# the package shellcheck). (A comment line must not begin with that word: the
+# linter reads it as a directive.)
+# podman needs crun or runc: runc, because crun refuses a host with a hybrid
+# cgroup v1/v2 hierarchy. Rootful podman with host or namespace networking
+# needs neither uidmap nor slirp4netns, and podman build carries buildah's code.
 # The Redis client library (hiredict, with the hiredis shims) and valkey come
 # from bookworm-backports: docker/build.sh --backports-only adds that source
 # with an apt pin so that nothing else is ever taken from it.
@@ -20,7 +29,11 @@ packages=(
 )
 backports=(libhiredict-dev libhiredict-shims-dev)
 if [[ ${1:-} == --tests ]]; then
-  packages+=(prometheus nginx wrk redis-sentinel)
+  packages+=(
+    prometheus nginx wrk redis-sentinel
+    faketime stress-ng
+    podman runc mmdebstrap shellcheck
+  )
   backports+=(valkey-server valkey-sentinel)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
@@ -45,5 +58,14 @@ if ((${#missing[@]} + ${#missing_bpo[@]})); then
     # replaces libhiredis-dev 0.14 (libhiredict-shims-dev conflicts with it); the
     # pin selects backports for these, no -t (it would override the pin's -1)
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing_bpo[@]}"
+  fi
+fi
+if [[ ${1:-} == --tests ]]; then
+  # the receivers behind the inbox (standardwebhooks), pinned by their lock file; again only
+  # when the lock file changed since the last install
+  receivers="$root/tests/receivers"
+  if [[ ! -d $receivers/node_modules/standardwebhooks ||
+        $receivers/package-lock.json -nt $receivers/node_modules/.package-lock.json ]]; then
+    (cd "$receivers" && npm ci --ignore-scripts --no-audit --no-fund)
   fi
 fi

@@ -4,15 +4,19 @@
 # UndefinedBehaviorSanitizer; under ThreadSanitizer with every proxy running
 # two worker threads (IDEM_TEST_WORKERS=2). Each: unit tests via meson,
 # integration tests via pytest against the real binary, a real redis-server
-# and the demo upstream (the topology scenarios: plain only). Then the
-# store's tests once more against valkey-server. Ends with one line
+# and the demo upstream (the topology scenarios: plain only, but those
+# marked sanitize also under ASan). Then, with the plain variant: the
+# store's tests once more against valkey-server, the inbox's tests once more
+# as the documented ACL user, the benchmark's smoke run, and the container
+# image built with podman and run (docker/test-image.sh; IDEM_SKIP_IMAGE_TEST=1
+# skips it). Ends with one line
 # "N passed, N failed".
 #
 #   tests/run.sh            all variants
 #   tests/run.sh plain      one variant (plain | asan | tsan)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 "$root/tests/install-deps.sh" --tests || { echo "0 passed, 1 failed"; exit 1; }
 
 variants=("$@")
@@ -28,6 +32,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:report_signal_unsafe=0:suppr
 for v in "${variants[@]}"; do
   dir="build-test-$v"
   opts=(-Dwerror=true -Dbuildtype=debugoptimized)
+  # shellcheck disable=SC2054  # one meson option with a comma-separated value
   [[ $v == asan ]] && opts+=(-Db_sanitize=address,undefined -Db_lundef=false)
   [[ $v == tsan ]] && opts+=(-Db_sanitize=thread -Db_lundef=false)
   workers=
@@ -43,9 +48,11 @@ for v in "${variants[@]}"; do
   meson test -C "$dir" --suite unit --print-errorlogs --no-rebuild
   cp "$dir/meson-logs/testlog.junit.xml" "$results/unit-$v.xml" 2>/dev/null
   echo "=== $v: integration tests"
-  # the topology scenarios (failover, resharding, slow receivers) run once, in the plain variant
+  # the topology scenarios (failover, resharding, slow receivers) run once, in the plain variant;
+  # those marked `sanitize` (a memory-safety race only ASan sees) also run under ASan
   select=()
-  [[ $v != plain ]] && select=(-m "not topology")
+  [[ $v == asan ]] && select=(-m "not topology or sanitize")
+  [[ $v == tsan ]] && select=(-m "not topology")
   IDEM_PROXY_BIN="$root/$dir/proxy/idempotency-proxy" IDEM_TEST_WORKERS="$workers" \
     /usr/bin/python3 -m pytest -q tests/integration "${select[@]}" \
     --junitxml="$results/integration-$v.xml" -o junit_suite_name="integration-$v"
@@ -53,29 +60,60 @@ done
 
 # The store's tests once more against valkey-server 8 (bookworm-backports), the server several
 # managed offerings now run: the production-Redis and store-fault files, and the Redis tests of
-# the main file.
+# the feature files (the store, readiness, purging and listing records, a Redis URL at startup).
 if [[ " ${variants[*]} " == *" plain "* && -x build-test-plain/proxy/idempotency-proxy ]]; then
   echo "=== valkey: the store's tests against valkey-server"
   IDEM_REDIS_SERVER=valkey-server IDEM_PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" \
     /usr/bin/python3 -m pytest -q tests/integration/test_redis_production.py \
-    tests/integration/test_store_faults.py tests/integration/test_proxy.py \
+    tests/integration/test_store_faults.py tests/integration/test_store.py \
+    tests/integration/test_operations.py tests/integration/test_fingerprint_mismatch.py \
+    tests/integration/test_cli.py \
     -k "test_redis_production or test_store_faults or redis or readyz or purge or records or claim_that_lands or sigterm_waits_to_release" \
     --junitxml="$results/integration-valkey.xml" -o junit_suite_name="integration-valkey"
+  # Every inbox test case once more with the proxy connecting as docs/redis.md's "Webhook inbox
+  # user" (the ACL line as written), so that line cannot miss a command the inbox runs.
+  echo "=== acl: the inbox's tests as the documented inbox user"
+  IDEM_TEST_ACL_USER="Webhook inbox user" \
+    IDEM_PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" \
+    /usr/bin/python3 -m pytest -q tests/integration/test_inbox.py \
+    tests/integration/test_inbox_controls.py -m "not topology" \
+    --junitxml="$results/integration-acl.xml" -o junit_suite_name="integration-acl-inbox"
 fi
+
+# Runs a command once as one junit testcase CLASS.NAME (the output in
+# $results/CLASS.log; on a failure its end on the console and in the testcase).
+testcase() {
+  local class=$1 name=$2 start ok=1
+  shift 2
+  start=$(date +%s)
+  "$@" >"$results/$class.log" 2>&1 || { ok=0; tail -40 "$results/$class.log"; }
+  /usr/bin/python3 - "$results/$class-$name.xml" "$class" "$name" "$ok" "$(($(date +%s) - start))" \
+    "$results/$class.log" "$*" <<'PY'
+import sys, xml.etree.ElementTree as ET
+path, cls, name, ok, secs, log, cmd = sys.argv[1:]
+suite = ET.Element("testsuite", name=cls)
+case = ET.SubElement(suite, "testcase", classname=cls, name=name, time=secs)
+if ok != "1":
+    with open(log, errors="replace") as f:
+        ET.SubElement(case, "failure", message=cmd + " failed").text = "".join(f.readlines()[-40:])
+ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+PY
+}
 
 # The benchmark's smoke run (no thresholds), so tests/bench/run cannot rot.
 if [[ -x build-test-plain/proxy/idempotency-proxy ]]; then
   echo "=== benchmark smoke run"
-  start=$(date +%s)
-  if PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" tests/bench/run --smoke \
-      >"$results/bench.log" 2>&1; then bench_ok=1; else bench_ok=0; tail -30 "$results/bench.log"; fi
-  /usr/bin/python3 - "$results/bench-smoke.xml" "$bench_ok" "$(( $(date +%s) - start ))" <<'PY'
-import sys
-path, ok, secs = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-case = '<testcase classname="bench" name="smoke" time="%s">%s</testcase>' % (
-    secs, "" if ok else '<failure message="tests/bench/run --smoke failed"/>')
-open(path, "w").write('<testsuite name="bench">%s</testsuite>\n' % case)
-PY
+  testcase bench smoke env PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" tests/bench/run --smoke
+fi
+
+# The container image: docker/Dockerfile built with podman on base images made
+# by mmdebstrap, and the demo run through the container. Once, not per variant:
+# it builds its own binary inside the image.
+if [[ " ${variants[*]} " == *" plain "* && ${IDEM_SKIP_IMAGE_TEST:-} != 1 ]]; then
+  echo "=== image: docker/test-image.sh"
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  testcase image podman "${sudo[@]}" docker/test-image.sh
 fi
 
 /usr/bin/python3 - "$results" "$build_failures" <<'PY'

@@ -9,7 +9,8 @@ import socket
 import struct
 import sys
 
-HEAD = 124  # proxy/record.h RECORD_HEAD_LEN
+HEAD = 124  # proxy/record.h RECORD_HEAD_LEN (IR1)
+HEAD2 = 123  # RECORD_HEAD2_LEN (IR2), before key id and route name
 
 
 class Redis:
@@ -47,10 +48,20 @@ class Redis:
 
 
 def decode(v):
-    """(state, stored header bytes, header names, body length) of one record."""
+    """(state, head bytes, stored header bytes, header names, body length) of one plaintext
+    record, IR1 or IR2 (proxy/record.h); None for a sealed one."""
     state = chr(v[3])
-    n = int(v[119:124])
-    off = HEAD
+    if v[:3] == b"IR1":
+        head, answer = HEAD, 116
+    else:
+        if v[116:117] != b"P":
+            return None
+        head = HEAD2 + int(v[117:119]) + int(v[119:123])
+        answer = head
+    if state == "C":
+        return state, head, 0, [], 0
+    n = int(v[answer + 3:answer + 8])
+    off = answer + 8
     names = []
     for _ in range(n):
         (nl,) = struct.unpack(">H", v[off:off + 2])
@@ -58,7 +69,7 @@ def decode(v):
         off += 2 + nl
         (vl,) = struct.unpack(">I", v[off:off + 4])
         off += 4 + vl
-    return state, off - HEAD, names, len(v) - off
+    return state, answer + 8, off - (answer + 8), names, len(v) - off
 
 
 def main():
@@ -72,14 +83,17 @@ def main():
         if cursor == b"0" or len(keys) >= want * 4:
             break
     rows = []
+    heads = []
     names = set()
     for k in keys:
         v = r.cmd("GET", k)
-        if v is None or len(v) < HEAD or v[:3] != b"IR1":
+        if v is None or len(v) < HEAD2 or v[:3] not in (b"IR1", b"IR2"):
             continue
-        state, hdr, hnames, body = decode(v)
-        if state != "D":
+        d = decode(v)
+        if d is None or d[0] != "D":
             continue
+        state, head, hdr, hnames, body = d
+        heads.append(head)
         mem = r.cmd("MEMORY", "USAGE", k, "SAMPLES", "0")
         strlen = r.cmd("STRLEN", k)
         rows.append((len(k), mem, strlen, hdr, body))
@@ -97,7 +111,7 @@ def main():
     print("key_len %.0f" % avg(0))
     print("memory_usage %.1f" % avg(1))
     print("strlen %.1f" % avg(2))
-    print("record_head %d" % HEAD)
+    print("record_head %.0f" % (sum(heads) / len(heads)))
     print("stored_headers %.1f" % avg(3))
     print("body %.1f" % avg(4))
     print("overhead_beyond_body %.1f" % (avg(1) - avg(4)))

@@ -18,9 +18,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import (  # noqa: E402
-    Proxy, RedisServer, Upstream, build_config, free_port, proxy_binary,
-    to_yaml,
+    Proxy, RedisServer, SteppedClock, Upstream, build_config, documented_acl_rules,
+    faketime_library, free_port, proxy_binary, to_yaml,
 )
+
+# IDEM_TEST_ACL_USER="Webhook inbox user" (a heading of docs/redis.md's ACL users): the proxy
+# reaches the `redis` fixture as exactly that documented user (tests/run.sh runs the inbox's
+# test files so); the tests' own commands stay the default user's.
+ACL_USER = os.environ.get("IDEM_TEST_ACL_USER") or None
+ACL_PASSWORD = "acl-run-password"
 
 TEST_BUDGET_S = int(os.environ.get("IDEM_TEST_BUDGET_S", "120"))
 
@@ -57,6 +63,8 @@ def workdir(tmp_path):
 def redis(tmp_path):
     """A fresh redis-server: .port .url .cmd(*args) .keys(pat) .stop() .start() .pause() .resume()"""
     srv = RedisServer(str(tmp_path / "redis"))
+    if ACL_USER is not None:
+        srv.run_as("idem-proxy", ACL_PASSWORD, documented_acl_rules(ACL_USER, ACL_PASSWORD))
     srv.start()
     yield srv
     srv.resume()
@@ -108,10 +116,13 @@ def start_proxy(request, tmp_path, redis, upstream):
     Keyword arguments besides the config overrides (see harness.build_config):
       upstream_url=, redis_url=   point somewhere else than the fixtures
       admin=False                 disable the admin listener
+      admin_host="0.0.0.0"        bind admin_listen there (still reached on 127.0.0.1)
+      admin_token_file=PATH       admin: {token_file: PATH}
       config_text=                write exactly this YAML (ports still chosen here:
                                   use {port}, {admin_port}, {upstream}, {redis})
       env={...}                   extra environment for the process
       name=                       file name stem for config/stdout/stderr
+      wrapper=[...]               a command prefix (e.g. prlimit --memlock=0:0)
     """
     if not os.path.exists(proxy_binary()):
         pytest.fail("proxy binary not found at %s (build it: meson setup build && "
@@ -119,19 +130,23 @@ def start_proxy(request, tmp_path, redis, upstream):
     proxies = []
 
     def start(routes=None, upstream_url=None, redis_url=None, admin=True, config_text=None,
-              env=None, name=None, **overrides):
+              env=None, name=None, wrapper=None, admin_host="127.0.0.1", admin_token_file=None,
+              **overrides):
         port = free_port()
         admin_port = free_port() if admin else None
         up = upstream_url or upstream.url
         rd = redis_url or redis.url
+        if admin_token_file is not None:
+            overrides["admin"] = {"token_file": str(admin_token_file)}
         if config_text is None:
-            cfg = build_config(port, admin_port, up, rd, routes=routes, **overrides)
+            cfg = build_config(port, admin_port, up, rd, routes=routes, admin_host=admin_host,
+                               **overrides)
             text = to_yaml(cfg) + "\n"
         else:
             text = config_text.format(port=port, admin_port=admin_port or 0, upstream=up,
                                       redis=rd)
         p = Proxy(str(tmp_path), name or "proxy%d" % (len(proxies) + 1), text, port,
-                  admin_port, env=env)
+                  admin_port, env=env, wrapper=wrapper)
         proxies.append(p)
         p.start()
         return p
@@ -159,6 +174,15 @@ def start_proxy(request, tmp_path, redis, upstream):
 def proxy(start_proxy):
     """A proxy with the default routes (/v1/payments* optional key, /v1/strict* required)."""
     return start_proxy()
+
+
+@pytest.fixture
+def stepped_clock(tmp_path):
+    """A SteppedClock: start a process with env=stepped_clock.env, then .step("-60")."""
+    library = faketime_library()
+    if library is None:
+        pytest.skip("libfaketime not installed (tests/install-deps.sh --tests)")
+    return SteppedClock(str(tmp_path), library)
 
 
 def pytest_report_header(config):

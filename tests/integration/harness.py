@@ -324,6 +324,31 @@ def redis_server_binary():
     return os.environ.get("IDEM_REDIS_SERVER") or "redis-server"
 
 
+def documented_acl_users():
+    """{heading: [rules]} of every `### ... user` under `## ACL users` in docs/redis.md, each
+    the rules of its `ACL SETUSER idem-proxy ...` line (`>PASSWORD` as written)."""
+    with open(os.path.join(REPO, "docs", "redis.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## ACL users\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else len(text)]
+    users = {}
+    for m in re.finditer(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, re.M | re.S):
+        line = re.search(r"^ACL SETUSER idem-proxy (.+)$", m.group(2), re.M)
+        if line:
+            users[m.group(1).strip()] = line.group(1).split()
+    return users
+
+
+def documented_acl_rules(heading, password):
+    """The rules of docs/redis.md's ACL line under `### heading`, its `>PASSWORD` as password."""
+    users = documented_acl_users()
+    assert heading in users, "docs/redis.md has no `### %s` with an ACL SETUSER line" % heading
+    rules = [">" + password if r == ">PASSWORD" else r for r in users[heading]]
+    assert ">" + password in rules, rules
+    return rules
+
+
 class RedisServer:
     """redis-server on 127.0.0.1:port with no persistence; restartable.
 
@@ -346,9 +371,20 @@ class RedisServer:
             self.extra_args += ["--unixsocket", unix_path, "--unixsocketperm", "700"]
         self.proc = None
         self.log_path = os.path.join(workdir, "redis-%d.log" % self.port)
+        self.acl = None  # (user, password, rules): set on each start, and named by url
+
+    def run_as(self, user, password, rules):
+        """From now on the proxy connects as user (ACL SETUSER user reset rules..., applied
+        now and after every restart); the test's own commands stay the default user's."""
+        self.acl = (user, password, list(rules))
+        if self.proc is not None and self.proc.poll() is None:
+            self.cmd("ACL", "SETUSER", user, "reset", *rules)
+        return self
 
     @property
     def url(self):
+        if self.acl is not None:
+            return "redis://%s:%s@%s:%d/0" % (self.acl[0], self.acl[1], self.host, self.port)
         return "redis://%s:%d/0" % (self.host, self.port)
 
     def url_db(self, db):
@@ -373,6 +409,8 @@ class RedisServer:
                                    % (self.binary, self.proc.returncode, self._log_tail()))
             try:
                 if self.cmd("PING") == "PONG":
+                    if self.acl is not None:
+                        self.cmd("ACL", "SETUSER", self.acl[0], "reset", *self.acl[2])
                     return self
             except (OSError, RedisError):
                 pass
@@ -646,8 +684,8 @@ DEFAULT_ROUTES = [
     {"path": "/v1/strict*", "require_key": True},
 ]
 
-TOP_LEVEL = ("listen", "admin_listen", "workers", "upstream", "redis", "limits", "defaults",
-             "routes", "errors", "log")
+TOP_LEVEL = ("listen", "admin_listen", "admin", "workers", "upstream", "redis", "limits",
+             "defaults", "routes", "errors", "log", "encryption")
 
 # IDEM_TEST_WORKERS=N runs every proxy that build_config writes with `workers: N`
 # (tests/run.sh runs the suite once that way); a test's own workers= wins.
@@ -664,17 +702,18 @@ def deep_merge(base, over):
     return out
 
 
-def build_config(port, admin_port, upstream_url, redis_url, routes=None, **overrides):
+def build_config(port, admin_port, upstream_url, redis_url, routes=None, admin_host="127.0.0.1",
+                 **overrides):
     """The proxy's config as a dict.
 
     overrides: a top-level section name (upstream=, redis=, limits=, defaults=)
-    takes a dict that is merged into that section; listen=/admin_listen=/routes=
+    takes a dict that is merged into that section; listen=/admin_listen=/admin=/routes=
     replace; any other keyword is a route policy and goes into `defaults:`.
-    A value of None removes the key.
+    A value of None removes the key. admin_host: the address admin_listen binds.
     """
     cfg = {
         "listen": "127.0.0.1:%d" % port,
-        "admin_listen": "127.0.0.1:%d" % admin_port if admin_port else "",
+        "admin_listen": "%s:%d" % (admin_host, admin_port) if admin_port else "",
         "workers": int(TEST_WORKERS) if TEST_WORKERS else None,
         "upstream": {"url": upstream_url, "connect_timeout": "2s", "timeout": "30s"},
         "redis": {"url": redis_url, "key_prefix": "idem", "timeout": "500ms"},
@@ -747,10 +786,19 @@ class Proxy:
                 raise RuntimeError("proxy exited with %s before listening on %d.\nstderr:\n%s"
                                    % (self.proc.returncode, self.port, self.stderr_text()))
             if port_accepts(self.port):
-                return self
+                break
             time.sleep(0.02)
-        raise RuntimeError("proxy did not listen on %d within %.0fs.\nstderr:\n%s"
-                           % (self.port, timeout, self.stderr_text()))
+        else:
+            raise RuntimeError("proxy did not listen on %d within %.0fs.\nstderr:\n%s"
+                               % (self.port, timeout, self.stderr_text()))
+        # Each worker binds listen, then admin_listen: wait for the admin port too, so that a
+        # test's first admin request does not race the bind on a loaded machine. A config
+        # whose admin listener is meant to fail leaves the test to see that for itself.
+        while self.admin_port and time.monotonic() < deadline and self.proc.poll() is None:
+            if port_accepts(self.admin_port):
+                break
+            time.sleep(0.02)
+        return self
 
     def pid(self):
         return self.proc.pid
@@ -828,7 +876,7 @@ def read_text(path):
         return ""
 
 
-def wait_until(pred, timeout=5.0, interval=0.02, what="condition"):
+def wait_until(pred, timeout=15.0, interval=0.02, what="condition"):
     """pred()'s first truthy value within timeout seconds, else AssertionError."""
     deadline = time.monotonic() + timeout
     last = None
@@ -845,8 +893,25 @@ def readyz(p):
     return p.admin("GET", "/readyz").status
 
 
-def wait_ready(p, timeout=10):
-    wait_until(lambda: readyz(p) == 200, timeout=timeout, interval=0.05, what="/readyz 200")
+REPLICAS_SHORT = (503, "too few replicas acknowledge writes (redis.min_replicas)")
+
+
+def unready_reason(p):
+    """p's /readyz as (status, the reason line)."""
+    r = p.admin("GET", "/readyz")
+    return r.status, r.body.decode().strip()
+
+
+def wait_ready(p, timeout=20):
+    """/readyz answers 200 within timeout seconds; else the last /readyz body and the proxy's
+    log tail in the AssertionError, so that a slow start says which check held it."""
+    try:
+        wait_until(lambda: readyz(p) == 200, timeout=timeout, interval=0.05, what="/readyz 200")
+    except AssertionError as e:
+        r = p.admin("GET", "/readyz")
+        log = p.stderr_text() + p.stdout_text()
+        raise AssertionError("%s; /readyz %d %r; log tail:\n%s"
+                             % (e, r.status, r.body[:400], log[-3000:])) from None
 
 
 def assert_stays_unready(p, seconds=1.5):
@@ -864,7 +929,48 @@ def log_lines(p, *words):
     return [l for l in p.stderr_text().splitlines() if all(w in l for w in words)]
 
 
-def log_line(p, *words, timeout=5):
+def log_line(p, *words, timeout=15):
     """The first stderr line of p that holds every word (waits for it)."""
     return wait_until(lambda: log_lines(p, *words), timeout=timeout,
                       what="a log line with %r" % (words,))[0]
+
+
+# --------------------------------------------------------------------------
+# a wall clock that steps (libfaketime)
+
+def faketime_library():
+    """libfaketime's thread-safe build (the proxy has threads), or None when not installed."""
+    import glob
+    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") +
+                  glob.glob("/usr/local/lib/faketime/libfaketimeMT.so.1"))
+    return libs[0] if libs else None
+
+
+class SteppedClock:
+    """The environment that runs a process under libfaketime with its wall clock offset by
+    what a file says, read at every call (FAKETIME_NO_CACHE), and its monotonic clock left
+    alone (FAKETIME_DONT_FAKE_MONOTONIC: 0.9.10 ignores the bare DONT_FAKE_MONOTONIC).
+    step("-60") moves the wall clock of every process started with .env 60 s back."""
+
+    def __init__(self, workdir, library):
+        self.path = os.path.join(workdir, "faketimerc")
+        self.step("+0")
+        preload = " ".join(x for x in (library, os.environ.get("LD_PRELOAD")) if x)
+        self.env = {"LD_PRELOAD": preload, "FAKETIME_TIMESTAMP_FILE": self.path,
+                    "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                    # a sanitizer build checks that its runtime comes first: here it does not
+                    "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS",
+                                                   "detect_leaks=1:abort_on_error=0")
+                    + ":verify_asan_link_order=0"}
+
+    def step(self, offset):
+        with open(self.path + ".new", "w") as f:
+            f.write(offset + "\n")
+        os.replace(self.path + ".new", self.path)  # whole: never a half-written line
+
+
+def wall_clock_of(p):
+    """p's wall clock, unix seconds, from the Date header of its admin answer."""
+    import email.utils
+    date = p.admin("GET", "/healthz").header("Date")
+    return email.utils.parsedate_to_datetime(date).timestamp()

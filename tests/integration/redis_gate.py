@@ -10,10 +10,28 @@ Redis only after the delay, in order, even when the client has closed the connec
 meanwhile (the proxy drops a connection on which a command timed out): the command
 times out at the proxy but still lands in Redis, later.
 
+    gate.before_next(("XADD",), lambda: redis.cmd("CONFIG", "SET", "min-replicas-to-write", "1"))
+
+runs the action in the gate's thread just before the next such command goes on to Redis,
+so that a real Redis state change (here: writes refused with NOREPLICAS) meets exactly
+that command and what follows it. `containing=b"..."` narrows either to a command whose
+bytes contain that string (e.g. one key).
+
+    release = threading.Event()
+    gate.hold_next(("CLUSTER",), until=release)   # ... until release is set
+    gate.hold_replies()        # Redis's answers to the proxy's connections wait here
+    gate.hold_replies(from_command="SET")   # ... from the answer to the next SET on
+    gate.release_replies()     # ... and go out now, in order
+    gate.cut(); gate.heal()    # a partition: every byte either way is dropped meanwhile
+
+The proxy's connections are the ones whose client sent ROLE (its connection setup);
+other clients of the node (a replica's replication link) are never held.
+
 Commands from hiredis are RESP arrays of bulk strings; only their boundaries and names
 are read here, the bytes are forwarded unchanged.
 """
 
+import collections
 import socket
 import threading
 import time
@@ -50,6 +68,26 @@ def _split_commands(buf):
     return out, buf[pos:]
 
 
+def _reply_end(buf, pos=0):
+    """Where the RESP2 reply that starts at pos in buf ends, or -1 when it is incomplete."""
+    line = buf.find(b"\r\n", pos)
+    if line < 0:
+        return -1
+    kind = buf[pos:pos + 1]
+    if kind in (b"+", b"-", b":"):
+        return line + 2
+    n = int(buf[pos + 1:line])
+    if kind == b"$":
+        end = line + 2 + n + 2
+        return line + 2 if n < 0 else end if len(buf) >= end else -1
+    pos = line + 2
+    for _ in range(max(n, 0)):  # "*": n replies follow
+        pos = _reply_end(buf, pos)
+        if pos < 0:
+            return -1
+    return pos
+
+
 class RedisGate:
     """127.0.0.1:port forwarding to 127.0.0.1:target_port; .held counts held commands."""
 
@@ -65,7 +103,20 @@ class RedisGate:
         self.hold_ms = 0
         self.held = 0
         self.delivered = threading.Event()  # the last held command went to Redis
+        self.hold_containing = None
+        self.action_names = ()
+        self.action_containing = None
+        self.action = None
+        self.acted = threading.Event()  # the action ran, and its command went to Redis
+        self.hold_until = None
         self.stopping = False
+        self.replies_held = False
+        self.hold_from = None       # hold_replies' from_command
+        self.replies_buffered = 0   # bytes of answers held back so far
+        self.forwarded = 0          # bytes of answers passed on to clients
+        self.received = 0           # bytes clients sent
+        self.is_cut = False
+        self._conns = []            # per connection: {"client", "proxy", "pending", ...}
 
     @property
     def url(self):
@@ -82,20 +133,77 @@ class RedisGate:
         except OSError:
             pass
 
-    def hold_next(self, names=("EVALSHA", "EVAL"), ms=600):
-        """The next command named one of names (on any connection) waits ms first."""
+    def hold_next(self, names=("EVALSHA", "EVAL"), ms=600, containing=None, until=None):
+        """The next command named one of names (on any connection) waits ms first, or,
+        with until (a threading.Event), until it is set."""
         with self.lock:
             self.hold_names = tuple(n.encode().upper() for n in names)
             self.hold_ms = ms
+            self.hold_containing = containing
+            self.hold_until = until
             self.delivered.clear()
 
-    def _take_hold(self, name):
+    def before_next(self, names, action, containing=None):
+        """Run action() right before the next command named one of names goes to Redis."""
         with self.lock:
-            if name in self.hold_names:
+            self.action_names = tuple(n.encode().upper() for n in names)
+            self.action_containing = containing
+            self.action = action
+            self.acted.clear()
+
+    def _take_hold(self, name, raw):
+        """(what holds the command back: ms, an Event to wait for, or 0; the action to
+        run before it, or None)."""
+        ms, action = 0, None
+        with self.lock:
+            if name in self.hold_names and (self.hold_containing is None
+                                            or self.hold_containing in raw):
                 self.hold_names = ()
                 self.held += 1
-                return self.hold_ms
-        return 0
+                ms = self.hold_until or self.hold_ms
+            if name in self.action_names and (self.action_containing is None
+                                              or self.action_containing in raw):
+                self.action_names = ()
+                action = self.action
+        return ms, action
+
+    def hold_replies(self, from_command=None):
+        """From now on the answers to the proxy's connections wait in the gate; with
+        from_command (a command name), from the answer to the next command so named on
+        (the answers before it go on)."""
+        with self.lock:
+            self.replies_held = True
+            self.hold_from = from_command.encode().upper() if from_command else None
+
+    def held_replies(self):
+        """The answers held back so far, as one byte string per connection."""
+        with self.lock:
+            return [b"".join(conn["pending"]) for conn in self._conns if conn["pending"]]
+
+    def release_replies(self):
+        """The answers held back go out now, in order (each is in the client's socket
+        when this returns), and are no longer held."""
+        with self.lock:
+            self.replies_held = False
+            for conn in self._conns:
+                if conn["pending"]:  # one write: they reach the client together
+                    self._send(conn, b"".join(conn["pending"]))
+                conn["pending"] = []
+                conn["holding"] = False
+
+    def cut(self):
+        """A partition: from now on every byte either way is read and dropped."""
+        self.is_cut = True
+
+    def heal(self):
+        self.is_cut = False
+
+    def _send(self, conn, data):
+        try:
+            conn["client"].sendall(data)
+            self.forwarded += len(data)
+        except OSError:
+            pass  # the client left; keep reading until Redis closes
 
     def _accept(self):
         while not self.stopping:
@@ -109,12 +217,19 @@ class RedisGate:
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=self._client_to_server, args=(client, server),
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay
+            # sent: the names of the commands not answered yet (the proxy's connections)
+            conn = {"client": client, "proxy": False, "pending": [], "holding": False,
+                    "sent": collections.deque(), "rbuf": b""}
+            with self.lock:
+                self._conns.append(conn)
+            threading.Thread(target=self._client_to_server, args=(conn, server),
                              daemon=True).start()
-            threading.Thread(target=self._server_to_client, args=(client, server),
+            threading.Thread(target=self._server_to_client, args=(conn, server),
                              daemon=True).start()
 
-    def _client_to_server(self, client, server):
+    def _client_to_server(self, conn, server):
+        client = conn["client"]
         buf = b""
         try:
             while True:
@@ -124,15 +239,28 @@ class RedisGate:
                     data = b""
                 if not data:
                     break
+                self.received += len(data)
+                if self.is_cut:
+                    continue
                 buf += data
                 cmds, buf = _split_commands(buf)
+                # the proxy's setup sends ROLE in one write with the commands before it
+                if any(name == b"ROLE" for name, _ in cmds):
+                    conn["proxy"] = True
                 for name, raw in cmds:
-                    ms = self._take_hold(name)
-                    if ms:
+                    conn["sent"].append(name)
+                    ms, action = self._take_hold(name, raw)
+                    if isinstance(ms, threading.Event):
+                        ms.wait()  # everything behind it waits too
+                    elif ms:
                         time.sleep(ms / 1000.0)  # everything behind it waits too
+                    if action is not None:
+                        action()
                     server.sendall(raw)
                     if ms:
                         self.delivered.set()
+                    if action is not None:
+                        self.acted.set()
             if buf:
                 server.sendall(buf)
             # the client is gone: let Redis run what it got, then close
@@ -145,21 +273,40 @@ class RedisGate:
             except OSError:
                 pass
 
-    def _server_to_client(self, client, server):
+    def _server_to_client(self, conn, server):
         try:
             while True:
                 data = server.recv(65536)
                 if not data:
                     break
-                try:
-                    client.sendall(data)
-                except OSError:
-                    pass  # the client left; keep reading until Redis closes
+                if self.is_cut:
+                    continue
+                if not conn["proxy"]:
+                    self._send(conn, data)
+                    continue
+                conn["rbuf"] += data
+                while True:
+                    end = _reply_end(conn["rbuf"])
+                    if end < 0:
+                        break
+                    reply, conn["rbuf"] = conn["rbuf"][:end], conn["rbuf"][end:]
+                    name = conn["sent"].popleft() if conn["sent"] else b""
+                    with self.lock:
+                        if self.replies_held and (conn["holding"] or self.hold_from in
+                                                  (None, name)):
+                            conn["holding"] = True
+                            conn["pending"].append(reply)
+                            self.replies_buffered += len(reply)
+                        else:
+                            self._send(conn, reply)
         except OSError:
             pass
         finally:
+            with self.lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
             server.close()
             try:
-                client.shutdown(socket.SHUT_RDWR)
+                conn["client"].shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass

@@ -21,7 +21,9 @@ as plain helpers (no pytest), all real:
   SwitchListener   a thread subscribed to +switch-master at one sentinel: every move of
                    the primary the sentinels announce, with its time
   ClusterGroup     a Redis Cluster on loopback (redis-server --cluster-enabled yes, joined
-                   by redis-cli --cluster create): primaries, replicas, slots, stability
+                   by redis-cli --cluster create): primaries, replicas, slots, stability;
+                   with relays=True each node is reached through a RedisGate that it
+                   announces as its address, so a test can hold one node's answers
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
@@ -38,6 +40,8 @@ import uuid
 
 from harness import RedisError, RedisServer, _Reader, _resp_encode, _resp_read, \
     free_port, redis_server_binary, wait_until
+from redis_gate import RedisGate
+import harness
 
 CLONE_NEWNET = 0x40000000
 
@@ -450,16 +454,19 @@ class SwitchListener:
 
 
 def cluster_free_port():
-    """A free port whose cluster bus port (port + 10000) is free too."""
+    """A free port whose cluster bus port (port + 10000) is free too. The bus port is
+    handed out with it (harness._ports_handed_out), so no later free_port() gives it to
+    another node, whose bind would then fail once this node listens on its bus."""
     while True:
         port = free_port()
-        if port + 10000 > 65535:
+        if port + 10000 > 65535 or port + 10000 in harness._ports_handed_out:
             continue
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind(("127.0.0.1", port + 10000))
         except OSError:
             continue
+        harness._ports_handed_out.add(port + 10000)
         return port
 
 
@@ -469,24 +476,64 @@ class ClusterGroup:
     joined by `redis-cli --cluster create ... --cluster-replicas N --cluster-yes`.
     node_timeout_ms is cluster-node-timeout (how soon a dead primary's replica takes
     over); node_args go to every node (e.g. --min-replicas-to-write), node_args_for(i) (if
-    given) to node i besides (e.g. its TLS port)."""
+    given) to node i besides (e.g. its TLS port).
+
+    relays: every node announces a RedisGate in front of it as its client address
+    (cluster-announce-port; the bus stays direct), so clients that follow the slot map,
+    the proxy and the replicas, reach it through the gate (gate_of(node)); the test's
+    own node.cmd() goes to the node directly."""
 
     def __init__(self, workdir, n_primaries=3, replicas_per=1, node_timeout_ms=2000,
-                 node_args=(), node_args_for=None):
+                 node_args=(), node_args_for=None, relays=False):
         self.workdir = workdir
         self.node_timeout_ms = node_timeout_ms
+        self.node_args = list(node_args)
+        self.relays = relays
         self.nodes = []
+        self.gates = {}
         for i in range(n_primaries * (1 + replicas_per)):
-            d = os.path.join(workdir, "cnode%d" % i)
-            node = RedisServer(d, port=cluster_free_port(), extra_args=[
-                "--cluster-enabled", "yes", "--cluster-config-file",
-                os.path.join(d, "nodes.conf"), "--cluster-node-timeout", str(node_timeout_ms),
-                "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"]
-                + list(node_args) + (list(node_args_for(i)) if node_args_for else []))
-            self.nodes.append(node)
+            self.nodes.append(self._node(i, list(node_args_for(i)) if node_args_for else []))
         self.replicas_per = replicas_per
 
+    def _node(self, i, args):
+        d = os.path.join(self.workdir, "cnode%d" % i)
+        port = cluster_free_port()
+        announce = []
+        if self.relays:
+            self.gates[port] = RedisGate(port)
+            announce = ["--cluster-announce-port", str(self.gates[port].port),
+                        "--cluster-announce-bus-port", str(port + 10000)]
+        return RedisServer(d, port=port, extra_args=[
+            "--cluster-enabled", "yes", "--cluster-config-file", os.path.join(d, "nodes.conf"),
+            "--cluster-node-timeout", str(self.node_timeout_ms), "--repl-diskless-sync-delay",
+            "0", "--cluster-replica-validity-factor", "0"] + announce + self.node_args + args)
+
+    def add_empty_primary(self, timeout=30):
+        """One more primary, without slots, joined by CLUSTER MEET; once every node knows
+        it. Returns it."""
+        node = self._node(len(self.nodes), [])
+        if self.relays:
+            self.gate_of(node).start()
+        node.start()
+        self.nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", str(node.port), timeout=2)
+        nid = self.node_id(node)
+        wait_until(lambda: all(nid in n.cmd("CLUSTER", "NODES", timeout=2) and
+                               self._info(n).get("cluster_known_nodes") ==
+                               str(len(self.nodes) + 1) for n in self.alive() + [node]),
+                   timeout=timeout, interval=0.1, what="every node to know the new primary")
+        self.nodes.append(node)
+        return node
+
+    def gate_of(self, node):
+        return self.gates[node.port]
+
+    def announced(self, node):
+        """The port the cluster names for node (its gate's with relays)."""
+        return self.gates[node.port].port if self.gates else node.port
+
     def start(self, timeout=60):
+        for gate in self.gates.values():
+            gate.start()
         for node in self.nodes:
             node.start()
         subprocess.run(["redis-cli", "--cluster", "create"] +
@@ -501,6 +548,8 @@ class ClusterGroup:
         for n in self.nodes:
             n.resume()
             n.kill()
+        for gate in self.gates.values():
+            gate.stop()
 
     def alive(self):
         return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
@@ -537,7 +586,7 @@ class ClusterGroup:
         """A live replica of primary."""
         for n in self.alive():
             role = n.cmd("ROLE", timeout=2)
-            if role[0] in (b"slave", "slave") and int(role[2]) == primary.port:
+            if role[0] in (b"slave", "slave") and int(role[2]) == self.announced(primary):
                 return n
         return None
 
@@ -545,7 +594,7 @@ class ClusterGroup:
         """The slots node says it owns (CLUSTER MYSHARDID is 7.2: read CLUSTER SLOTS)."""
         out = []
         for r in node.cmd("CLUSTER", "SLOTS", timeout=2):
-            if int(r[2][1]) == node.port:
+            if int(r[2][1]) == self.announced(node):
                 out.extend(range(int(r[0]), int(r[1]) + 1))
         return out
 
@@ -575,4 +624,4 @@ class ClusterGroup:
         return {n.port: int(n.cmd("DBSIZE", timeout=2)) for n in self.primaries()}
 
     def addresses(self):
-        return ["127.0.0.1:%d" % n.port for n in self.nodes]
+        return ["127.0.0.1:%d" % self.announced(n) for n in self.nodes]

@@ -1,25 +1,29 @@
-"""Configuration limits that protect record identity, and what SIGHUP may change (issue 11).
+"""Configuration limits that protect record identity, and what SIGHUP may change.
 
 Every test runs the real binary: `-t` for what the loader refuses, a started proxy in front of
-the demo upstream and a real redis-server for what must work end to end.
+the demo upstream and a real redis-server for what must work end to end. A SIGHUP refuses a
+change of a restart key (the listeners, threads, upstream client, store and inbox consumers
+were built from the boot config) and of an identity key (checked against the running config),
+and applies a live key to the next requests: one test per kind of key.
 """
 import os
 import re
 import signal
 import subprocess
-import uuid
+import time
 
 import pytest
 
-from harness import REPO, build_config, proxy_binary, to_yaml, wait_until
+from harness import (REPO, TEST_WORKERS, Connection, RedisServer, build_config, free_port,
+                     proxy_binary, log_line, to_yaml, wait_ready, wait_until)
+from proxy_helpers import new_key
+from proxy_helpers import assert_problem, assert_replay_of, check_config, in_background
+from redis_topology import Pki, tls_args
 
 
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def run_check(tmp_path, text, env=None, name="check.yaml"):
-    """`idempotency-proxy -t -c FILE` on text; (returncode, stdout + stderr, path)."""
+def run_check(tmp_path, text, env=None, name="check.yaml", wrapper=()):
+    """`idempotency-proxy -t -c FILE` on text, under a command prefix wrapper; (returncode,
+    stdout + stderr, path)."""
     path = tmp_path / name
     path.write_text(text)
     e = dict(os.environ)
@@ -27,7 +31,8 @@ def run_check(tmp_path, text, env=None, name="check.yaml"):
     for var in ("UP_PORT", "REDIS_HOST"):
         e.pop(var, None)
     e.update(env or {})
-    p = subprocess.run([proxy_binary(), "-t", "-c", str(path)], stdin=subprocess.DEVNULL,
+    p = subprocess.run(list(wrapper) + [proxy_binary(), "-t", "-c", str(path)],
+                       stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20, env=e)
     return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace"), path
 
@@ -53,8 +58,9 @@ def metric(p, name):
     return int(m.group(1))
 
 
-def rewrite(p, upstream, redis_server, **kw):
-    cfg = build_config(p.port, p.admin_port, upstream.url, redis_server.url, **kw)
+def rewrite(p, up, redis_server, **kw):
+    """p's config file as build_config writes it for up and redis_server, with kw."""
+    cfg = build_config(p.port, p.admin_port, up.url, redis_server.url, **kw)
     with open(p.config_path, "w") as f:
         f.write(to_yaml(cfg) + "\n")
 
@@ -66,8 +72,28 @@ def reload_and_wait(p, marker):
     wait_until(lambda: p.stderr_text().count(marker) > before, what=marker)
 
 
+def last_refusal(p):
+    return [l for l in p.stderr_text().splitlines() if "reload refused" in l][-1]
+
+
+def assert_refused_as(p, failures, words):
+    """The last reload was refused with words in its line, counted once more than failures."""
+    line = last_refusal(p)
+    assert words in line, line
+    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 1
+
+
+def assert_still_protects(p, upstream, path="/v1/payments"):
+    """A keyed request is forwarded once and its retry replayed: the proxy serves as before."""
+    k = new_key()
+    first = p.post(path=path, key=k)
+    assert first.status == 201, first
+    assert_replayed(p.post(path=path, key=k), first)
+    assert upstream.executions(k) == 1
+
+
 # --------------------------------------------------------------------------
-# (1) redis.key_prefix: a record key is never cut
+# redis.key_prefix: a record key is never cut
 # --------------------------------------------------------------------------
 
 def test_t_refuses_a_key_prefix_of_253_bytes_with_file_and_line(tmp_path):
@@ -103,7 +129,7 @@ def test_key_prefix_of_128_bytes_keeps_two_clients_apart(start_proxy, upstream, 
 
 
 # --------------------------------------------------------------------------
-# (7) webhook secrets of at least 16 bytes
+# webhook secrets of at least 16 bytes
 # --------------------------------------------------------------------------
 
 WEBHOOK_ROUTE = ("routes:\n  - path: /hooks/x\n    key_from: json:/id\n    verify: %s\n"
@@ -139,17 +165,17 @@ def test_t_accepts_the_sample_webhooks_config_with_its_documented_secrets(tmp_pa
 
 
 # --------------------------------------------------------------------------
-# (10) an unset ${VAR} is an error that names it
+# an unset ${VAR} is an error that names it
 # --------------------------------------------------------------------------
 
 def test_t_refuses_an_unset_variable_in_the_upstream_url(tmp_path):
-    # it used to pass and send every request to port 80
+    # were it accepted, every request would go to port 80
     assert_refused(tmp_path, "upstream:\n  url: http://127.0.0.1:${UP_PORT}\n", 2,
                    "${UP_PORT} is not set")
 
 
 def test_t_refuses_an_unset_variable_in_the_redis_url(tmp_path):
-    # it used to pass and fall back to port 6379: someone else's Redis
+    # were it accepted, it would fall back to port 6379: someone else's Redis
     assert_refused(tmp_path, "redis:\n  url: redis://${REDIS_HOST}/0\n", 2,
                    "${REDIS_HOST} is not set")
 
@@ -167,7 +193,7 @@ def test_unset_redis_password_reads_as_empty(start_proxy, upstream):
 
 
 # --------------------------------------------------------------------------
-# (17) booleans: plain true / false only
+# booleans: plain true / false only
 # --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["True", "TRUE", "\"true\"", "'false'", "yes"])
@@ -177,7 +203,7 @@ def test_t_refuses_booleans_other_than_plain_true_false(tmp_path, value):
 
 
 # --------------------------------------------------------------------------
-# (3) durations at most 3650d
+# durations at most 3650d
 # --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["9223372036854775807ms", "3651d"])
@@ -185,6 +211,19 @@ def test_t_refuses_durations_above_3650d(tmp_path, value):
     # lease = retention, so only the maximum can refuse it
     assert_refused(tmp_path, "routes:\n  - path: /a\n    lease: %s\n    retention: %s\n"
                    % (value, value), 3, "at most 3650d")
+
+
+def test_t_refuses_a_lease_a_renewal_cannot_keep(tmp_path, upstream, redis):
+    """`-t` refuses a lease a renewal cannot keep (under 1 s, or not longer than
+    redis.timeout): the claim would expire between renewals and a retry execute again."""
+    for lease, timeout in (("9ms", "500ms"), ("999ms", "500ms"), ("1s", "1s")):
+        cfg = build_config(8080, 9901, upstream.url, redis.url, lease=lease,
+                           redis={"timeout": timeout})
+        r = check_config(tmp_path, cfg)
+        assert r.returncode == 1, (lease, timeout, r.stdout, r.stderr)
+        assert "lease (" in r.stderr and "redis.timeout" in r.stderr, r.stderr
+    ok = check_config(tmp_path, build_config(8080, 9901, upstream.url, redis.url, lease="1s"))
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_lease_and_retention_of_3650d_work_end_to_end(start_proxy, upstream, redis):
@@ -199,7 +238,7 @@ def test_lease_and_retention_of_3650d_work_end_to_end(start_proxy, upstream, red
 
 
 # --------------------------------------------------------------------------
-# (8, 9) SIGHUP: routes may move; identity compared with the running config
+# SIGHUP: routes may move; identity compared with the running config
 # --------------------------------------------------------------------------
 
 ORDERS = {"path": "/v1/orders*", "require_key": True}
@@ -260,3 +299,243 @@ def test_sighup_refuses_a_new_key_prefix(start_proxy, upstream, redis):
     reload_and_wait(p, "reload refused")
     last = [l for l in p.stderr_text().splitlines() if "reload refused" in l][-1]
     assert "redis.key_prefix" in last, last
+
+
+def test_sighup_refuses_a_change_of_record_identity(start_proxy, upstream, redis):
+    p = start_proxy(routes=[{"path": "/v1/payments*"}])
+    key = new_key()
+    first = p.post(key=key, headers=[("Authorization", "Bearer a")])
+    assert first.status == 201
+    # a scope change is refused; a new route pattern with the same identity is not (record
+    # ids do not depend on which route matched), and the retry still replays after both
+    for routes, scope, marker in (
+            ([{"path": "/v1/payments*"}], ["Authorization", "X-Tenant"], "reload refused"),
+            ([{"path": "/v1/pay*"}], ["Authorization"], "reloaded")):
+        cfg = build_config(p.port, p.admin_port, upstream.url, redis.url, routes=routes)
+        cfg.setdefault("defaults", {})["scope_headers"] = scope
+        with open(p.config_path, "w") as f:
+            f.write(to_yaml(cfg) + "\n")
+        p.signal(signal.SIGHUP)
+        wait_until(lambda: marker in p.stderr_text(), what=marker)
+        assert_replay_of(p.post(key=key, headers=[("Authorization", "Bearer a")]), first)
+    assert upstream.executions(key) == 1
+
+
+def test_sighup_with_a_differently_spelled_pattern_cannot_change_identity(start_proxy, upstream,
+                                                                          redis):
+    """`/v1//payments*` is the route `/v1/payments*`: a scope change under that spelling is
+    refused like any other, and the retry of a recorded key replays."""
+    p = start_proxy(routes=[{"path": "/v1/payments*"}])
+    k = new_key()
+    first = p.post(key=k, headers=[("Authorization", "Bearer a")])
+    assert first.status == 201
+    cfg = build_config(p.port, p.admin_port, upstream.url, redis.url,
+                       routes=[{"path": "/v1//payments*", "scope_headers": ["X-Account"]}])
+    with open(p.config_path, "w") as f:
+        f.write(to_yaml(cfg) + "\n")
+    before = p.stderr_text().count("reload refused")
+    p.signal(signal.SIGHUP)
+    wait_until(lambda: p.stderr_text().count("reload refused") > before, what="refusal")
+    retry = p.post(key=k, headers=[("Authorization", "Bearer a")])
+    assert retry.status == 201 and retry.replayed and retry.body == first.body, retry
+    assert upstream.executions(k) == 1
+
+
+def test_sighup_reloads_routes_and_keeps_the_old_config_when_invalid(start_proxy, upstream,
+                                                                     redis):
+    p = start_proxy(routes=[{"path": "/v1/payments*"}])
+    assert p.post(key=None).status == 201
+    cfg = build_config(p.port, p.admin_port, upstream.url, redis.url,
+                       routes=[{"path": "/v1/payments*", "require_key": True}])
+    with open(p.config_path, "w") as f:
+        f.write(to_yaml(cfg) + "\n")
+    # a connection opened before the reload keeps working
+    with Connection(p.port) as c:
+        assert c.request("GET", "/v1/payments").status == 200
+        p.signal(signal.SIGHUP)
+        wait_until(lambda: p.post(key=None).status == 400, timeout=5,
+                   what="require_key after SIGHUP")
+        assert c.request("GET", "/v1/payments").status == 200
+    assert_problem(p.post(key=None), 400, "missing-key")
+    with open(p.config_path, "w") as f:
+        f.write("listen: 127.0.0.1:%d\nbogus: [\n" % p.port)
+    p.signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.alive()
+    assert_problem(p.post(key=None), 400, "missing-key")
+    assert p.post(key=new_key()).status == 201
+
+
+def test_sighup_does_not_drop_in_flight_requests(start_proxy, upstream):
+    p = start_proxy()
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "1000")]
+    f = in_background(p.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    p.signal(signal.SIGHUP)
+    time.sleep(0.1)
+    second = p.post(key=key, headers=hs)  # waits across the reload
+    first = f.result()
+    assert first.status == 201
+    assert_replay_of(second, first)
+    assert p.alive()
+    assert upstream.total() == 1
+
+
+# --------------------------------------------------------------------------
+# SIGHUP and the reload class of each key: restart keys are refused (the
+# process was built from them), live keys are applied
+# --------------------------------------------------------------------------
+
+WORKERS = int(TEST_WORKERS) if TEST_WORKERS else 1
+
+
+def on_every_worker(check):
+    """check() holds on 4 fresh connections per worker (SO_REUSEPORT spreads them)."""
+    return all(check() for _ in range(4 * WORKERS))
+
+
+@pytest.mark.parametrize("name, change, top", [
+    ("listen", lambda: {"listen": "127.0.0.1:%d" % free_port()}, "listen"),
+    ("admin_listen", lambda: {"admin_listen": "127.0.0.1:%d" % free_port()}, "admin_listen"),
+    ("workers", lambda: {"workers": WORKERS + 1}, "workers"),
+    ("upstream.url", lambda: {"upstream": {"url": "http://127.0.0.1:%d" % free_port()}},
+     "upstream"),
+    ("upstream.connect_timeout", lambda: {"upstream": {"connect_timeout": "3s"}}, "upstream"),
+    ("upstream.timeout", lambda: {"upstream": {"timeout": "31s"}}, "upstream"),
+    ("redis.url", lambda: {"redis": {"url": "redis://127.0.0.1:%d/0" % free_port()}}, "redis"),
+    ("redis.password", lambda: {"redis": {"password": "not-the-one"}}, "redis"),
+    ("redis.timeout", lambda: {"redis": {"timeout": "1s"}}, "redis"),
+    ("redis.replica_timeout", lambda: {"redis": {"replica_timeout": "100ms"}}, "redis"),
+])
+def test_sighup_refuses_a_restart_key_and_keeps_serving_as_before(start_proxy, upstream, redis,
+                                                                  name, change, top):
+    # the listener, the upstream client and the store keep what they were built from (a new
+    # upstream or Redis that nothing listens on, or a wrong password, would fail requests)
+    p = start_proxy()
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    rewrite(p, upstream, redis, **change())
+    reload_and_wait(p, "reload refused")
+    assert_refused_as(p, failures, "%s changed, which needs a restart" % top)
+    assert_still_protects(p, upstream)
+    assert "reloaded" not in p.stderr_text()
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    """A redis-server with a TLS port beside its plain one: (server, TLS port, CA, Pki)."""
+    pki = Pki(str(tmp_path / "pki"))
+    ca = pki.ca("ca")
+    port = free_port()
+    srv = RedisServer(str(tmp_path / "tls-redis"),
+                      extra_args=tls_args(port, pki.server(ca, "redis"), ca)).start()
+    yield srv, port, ca, pki
+    srv.kill()
+
+
+def tls_ready_lines(p, port):
+    return p.stderr_text().count("127.0.0.1:%d: ready (primary, TLS)" % port)
+
+
+@pytest.mark.parametrize("key", ["ca_file", "cert_file", "server_name", "verify"])
+def test_sighup_refuses_a_change_of_redis_tls_and_reconnects_as_at_boot(start_proxy, upstream,
+                                                                         tls_redis, key):
+    srv, port, ca, pki = tls_redis
+    tls = {"url": "rediss://127.0.0.1:%d/0" % port, "tls": {"ca_file": ca[0]}}
+    p = start_proxy(redis=tls)
+    wait_ready(p)
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    # ca_file and server_name, applied to the next connection, would fail it: a CA that did
+    # not sign the server's certificate, a name it does not carry
+    other = pki.ca("other")
+    changed = {"ca_file": {"ca_file": other[0]},
+               "cert_file": dict(zip(("cert_file", "key_file"), pki.client(other, "c"))),
+               "server_name": {"server_name": "redis.other.example"},
+               "verify": {"verify": False}}[key]
+    rewrite(p, upstream, srv, redis={"url": tls["url"], "tls": dict(tls["tls"], **changed)})
+    reload_and_wait(p, "reload refused")
+    assert_refused_as(p, failures, "redis changed, which needs a restart")
+    # every connection the store makes from now on uses the TLS settings it was built from
+    before = tls_ready_lines(p, port)
+    srv.cmd("CLIENT", "KILL", "TYPE", "normal")
+    wait_until(lambda: tls_ready_lines(p, port) > before, what="a new TLS connection")
+    wait_ready(p)
+    assert_still_protects(p, upstream)
+    assert "redis.tls.verify is false" not in p.stderr_text()
+
+
+def test_sighup_refuses_a_change_of_a_queued_routes_delivery(start_proxy, upstream, redis):
+    hook = {"path": "/hooks/q", "key_from": "json:/id", "verify": "none",
+            "delivery": {"mode": "queued", "concurrency": 4}}
+    p = start_proxy(routes=[hook, {"path": "/v1/payments*"}])
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    # the inbox consumers were made from the boot config's queued routes
+    for change in ({"concurrency": 2}, {"mode": "direct"}):
+        routes = [dict(hook, delivery=dict(hook["delivery"], **change)), {"path": "/v1/payments*"}]
+        rewrite(p, upstream, redis, routes=routes)
+        reload_and_wait(p, "reload refused")
+        assert_refused_as(p, failures,
+                          "a queued route or its delivery settings changed, which needs a restart")
+        failures += 1
+    # the route is still queued: acknowledged, then delivered once
+    evt = new_key("evt")
+    r = p.post(path="/hooks/q", body=('{"id": "%s"}' % evt).encode())
+    assert r.status == 202, r
+    wait_until(lambda: upstream.executions(evt) == 1, what="the queued delivery")
+
+
+def stripe_shaped(r):
+    return r.status == 400 and r.content_type.startswith("application/json") and \
+        "error" in r.json()
+
+
+def test_sighup_applies_live_keys_to_the_next_requests(start_proxy, upstream, redis):
+    p = start_proxy(log={"access": "all"})
+    assert p.post(path="/v1/strict").is_problem
+    assert p.post(key=new_key(), body=b"x" * 2048).status == 201
+    rewrite(p, upstream, redis, errors={"format": "stripe"}, log={"access": "off"},
+            limits={"max_request_body": "1KiB"})
+    reload_and_wait(p, "reloaded")
+    assert "reload refused" not in p.stderr_text()
+    # errors.format: a missing key is answered in Stripe's shape, by every worker
+    wait_until(lambda: on_every_worker(lambda: stripe_shaped(p.post(path="/v1/strict"))),
+               what="Stripe-shaped errors")
+    # limits.max_request_body: 2 KiB is now too large, and nothing is forwarded for it
+    k = new_key()
+    assert p.post(key=k, body=b"x" * 2048).status == 413
+    assert upstream.executions(k) == 0
+    # log.access: off (the log is flushed every 100 ms: what was logged has arrived after 0.5 s)
+    time.sleep(0.5)
+    lines = len(p.stdout_text().splitlines())
+    assert p.post(key=new_key()).status == 201
+    time.sleep(0.5)
+    assert len(p.stdout_text().splitlines()) == lines, p.stdout_text().splitlines()[lines:]
+
+
+# --------------------------------------------------------------------------
+# a configuration that leaves paths unprotected says so
+# --------------------------------------------------------------------------
+def test_t_and_startup_warn_that_a_config_without_routes_protects_nothing(tmp_path, start_proxy,
+                                                                         upstream, redis):
+    cfg = build_config(free_port(), free_port(), upstream.url, redis.url, routes=[])
+    rc, out, _ = run_check(tmp_path, to_yaml(cfg) + "\n")
+    assert rc == 0 and "configuration OK" in out, out
+    assert "warning: no routes: every request is forwarded" in out, out
+    p = start_proxy(routes=[])
+    log_line(p, "no routes: every request is forwarded")
+
+
+def test_sighup_that_leaves_a_path_without_a_route_warns_naming_it(start_proxy, upstream, redis):
+    """The reload is accepted (removing a route is allowed), but the log names each pattern
+    whose requests are forwarded unprotected from now on, and its recorded keys' retries
+    execute again."""
+    p = start_proxy(routes=[{"path": "/v1/payments*"}, ORDERS])
+    k = new_key()
+    assert p.post(path="/v1/payments", key=k).status == 201
+    rewrite(p, upstream, redis, routes=[ORDERS])
+    reload_and_wait(p, "reloaded")
+    line = log_line(p, "leaves '/v1/payments*' without a route")
+    assert "forwarded unprotected" in line, line
+    assert "/v1/orders" not in line, line
+    wait_until(lambda: p.post(path="/v1/payments", key=k).status == 201
+               and upstream.executions(k) >= 2, what="the path is forwarded as it is")

@@ -1,21 +1,26 @@
-"""The deployment files agree with each other and with the proxy (issue 5, "Ship it as a sidecar").
+"""The deployment files agree with each other and with the proxy.
 
     docker/Dockerfile                   image: EXPOSE, HEALTHCHECK, USER, CMD config path
     docker/idempotency-proxy.yaml       the config baked into the image (compose topology)
     docker/compose.yaml                 redis + payments-api + proxy
-    docker/kubernetes/sidecar.yaml      ConfigMap, Secret, Deployment (app + sidecar), Service
+    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password, admin token),
+                                        Deployment (app + sidecar), Service,
+                                        PodDisruptionBudget, NetworkPolicy, the Redis CA mount
     conf/idempotency-proxy.yaml         the annotated sample: the schema the others must use
 
 No Docker engine is needed: the files are parsed (Debian's python3-yaml), the
 configs are checked by the proxy binary ($IDEM_PROXY_BIN, `-t -c`), the compose
-demo's curl is run against the same processes on loopback ports, and
-docker/check-image-recipe.sh builds and starts the image's install tree.
-IDEM_SKIP_IMAGE_RECIPE=1 skips only that last test.
+demo's curl is run against the same processes on loopback ports, and the
+scripts of docker/ and tests/ pass shellcheck. The image itself is built and
+run by docker/test-image.sh, which tests/run.sh runs once.
 """
 
+import glob
 import json
+import base64
 import os
 import re
+import shutil
 import subprocess
 import time
 import urllib.parse
@@ -36,8 +41,7 @@ COMPOSE = os.path.join(DOCKER, "compose.yaml")
 SIDECAR = os.path.join(DOCKER, "kubernetes", "sidecar.yaml")
 SAMPLE_CONFIG = os.path.join(REPO, "conf", "idempotency-proxy.yaml")
 BUILD_SH = os.path.join(DOCKER, "build.sh")
-RECIPE_CHECK = os.path.join(DOCKER, "check-image-recipe.sh")
-READMES = [os.path.join(REPO, "README.md")]
+READMES = [os.path.join(REPO, "README.md"), os.path.join(REPO, "docs", "operations.md")]
 
 CONFIG_PATH = "/etc/idempotency-proxy/idempotency-proxy.yaml"
 PROXY_CONTAINER = "idempotency-proxy"
@@ -180,6 +184,28 @@ def check_config(path, env=None):
     return p.returncode, (p.stdout + p.stderr).strip()
 
 
+def admin_token_path(cfg):
+    """The admin.token_file a deployment config names (the image's needs one: admin on 0.0.0.0)."""
+    path = (cfg.get("admin") or {}).get("token_file")
+    assert path, "admin_listen %s needs admin.token_file" % cfg["admin_listen"]
+    return path
+
+
+def with_token_file(text, tmp_path, token="deploy-test-token-0123456789abcdef0123"):
+    """text with its admin.token_file pointing at a token file written in tmp_path."""
+    path = admin_token_path(need_yaml().safe_load(text))
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(token + "\n")
+    assert text.count(path) == 1, path
+    return text.replace(path, str(token_file))
+
+
+def check_config_text(text, tmp_path, name="idempotency-proxy.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return check_config(str(path))
+
+
 def demo_curl():
     """The one curl in compose.yaml's header comment."""
     for line in read(COMPOSE).splitlines():
@@ -244,6 +270,14 @@ def test_dockerfile_user_is_numeric_and_not_root():
     assert image_uid() > 0
 
 
+def test_dockerfile_runs_its_pipes_under_pipefail():
+    # docker/test-image.sh builds and runs the image; a failed command early in a pipe
+    # of a RUN line would not fail that build without pipefail
+    for stage in range(last_stage() + 1):
+        shells = instructions("SHELL", stage)
+        assert shells and exec_form(shells[0])[:3] == ["/bin/bash", "-o", "pipefail"], (stage, shells)
+
+
 # --------------------------------------------------------------------------
 # the container config
 # --------------------------------------------------------------------------
@@ -268,6 +302,15 @@ def sample_keys():
         keys.add(k)
         if isinstance(v, dict):
             keys.update("%s.%s" % (k, sub) for sub in v)
+    # a section's keys without a default are commented out: `  # token_file: ...`
+    section = None
+    for line in read(SAMPLE_CONFIG).split("\nroutes:", 1)[0].splitlines():
+        top = re.match(r"^([a-z_]+):", line)
+        if top:
+            section = top.group(1)
+        commented = re.match(r"^  # ?([a-z_]+):", line)
+        if commented and section:
+            keys.add("%s.%s" % (section, commented.group(1)))
     route_keys = {"path"} | set(sample["defaults"])
     for r in sample.get("routes", []):
         route_keys |= set(r)
@@ -288,9 +331,22 @@ def test_container_config_uses_only_keys_of_the_sample_config():
         assert set(r) <= route_keys, set(r) - route_keys
 
 
-def test_container_config_loads():
-    rc, out = check_config(CONTAINER_CONFIG)
+def test_container_config_loads(tmp_path):
+    rc, out = check_config_text(with_token_file(read(CONTAINER_CONFIG), tmp_path), tmp_path)
     assert (rc, out) == (0, "configuration OK")
+
+
+def test_container_config_needs_its_admin_token_file(tmp_path):
+    # fail closed: without the mounted token the admin listener on 0.0.0.0 never starts open
+    text = read(CONTAINER_CONFIG)
+    path = admin_token_path(container_config())
+    rc, out = check_config(CONTAINER_CONFIG)
+    line = text.splitlines().index("  token_file: %s" % path) + 1
+    assert rc == 1 and "%s:%d: admin.token_file: %s: cannot open" % (CONTAINER_CONFIG, line, path) in out, out
+    without = "\n".join(l for l in text.splitlines() if not l.startswith(("admin:", "  token_file:")))
+    rc, out = check_config_text(without + "\n", tmp_path)
+    admin_line = without.splitlines().index("admin_listen: 0.0.0.0:9901") + 1
+    assert rc == 1 and (":%d: admin_listen 0.0.0.0:9901 is not a loopback address" % admin_line) in out, out
 
 
 # --------------------------------------------------------------------------
@@ -358,6 +414,28 @@ def test_compose_gives_redis_and_the_proxy_the_same_password():
         assert compose_interpolate(proxy_env["REDIS_PASSWORD"], env) == compose_interpolate(requirepass, env)
 
 
+def compose_admin_token_source():
+    """The host file compose mounts where the image's config reads its admin token."""
+    target = admin_token_path(container_config())
+    mounts = [compose_interpolate(v).rsplit(":", 2) for v in compose()["services"]["proxy"]["volumes"]]
+    sources = [src for src, dst, mode in mounts if dst == target and mode == "ro"]
+    assert len(sources) == 1, mounts
+    return os.path.normpath(os.path.join(DOCKER, sources[0]))
+
+
+def test_compose_mounts_a_valid_admin_token_where_the_config_reads_it(tmp_path):
+    source = compose_admin_token_source()
+    assert os.path.isfile(source), source
+    assert os.stat(source).st_mode & 0o004, "uid 10001 in the container must read the demo token"
+    text = read(CONTAINER_CONFIG).replace(admin_token_path(container_config()), source)
+    rc, out = check_config_text(text, tmp_path)
+    assert (rc, out) == (0, "configuration OK")
+    # ADMIN_TOKEN_FILE replaces the demo's token
+    proxy = compose()["services"]["proxy"]
+    assert any(compose_interpolate(v, {"ADMIN_TOKEN_FILE": "/secrets/t"}).startswith("/secrets/t:")
+               for v in proxy["volumes"]), proxy["volumes"]
+
+
 def test_compose_demo_curl_shows_a_replay(tmp_path):
     """compose.yaml's one curl, against the compose services as local processes."""
     c = compose()
@@ -376,7 +454,8 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
         for old, new in ((cfg["listen"], "127.0.0.1:%d" % port),
                          (cfg["admin_listen"], "127.0.0.1:%d" % admin_port),
                          (cfg["upstream"]["url"], upstream.url),
-                         (cfg["redis"]["url"], redis.url)):
+                         (cfg["redis"]["url"], redis.url),
+                         (admin_token_path(cfg), compose_admin_token_source())):
             assert text.count(old) == 1, old
             text = text.replace(old, new)
         conf = tmp_path / "proxy.yaml"
@@ -412,6 +491,14 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
         assert re.search(rb"^Idempotent-Replayed: true\r?$", h2, re.M | re.I)
         assert b1 == b2
         assert upstream.total() == 1
+        # the admin endpoints take the demo's token, and only it
+        with open(compose_admin_token_source()) as f:
+            token = f.read().strip()
+        url = "http://127.0.0.1:%d/inbox" % admin_port
+        codes = [subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"] + h + [url],
+                                capture_output=True, text=True).stdout
+                 for h in ([], ["-H", "Authorization: Bearer " + token])]
+        assert codes == ["401", "200"], codes
     finally:
         if proc is not None:
             proc.terminate()
@@ -426,8 +513,10 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
 
 def test_sidecar_yaml_has_configmap_secret_deployment_and_service():
     by_kind = sidecar_objects()
-    for kind in ("ConfigMap", "Secret", "Deployment", "Service"):
+    for kind in ("ConfigMap", "Deployment", "Service"):
         one(by_kind, kind)
+    # the Redis password, the admin token and the keyring
+    assert len(by_kind["Secret"]) == 3, by_kind["Secret"]
     assert set(pod_containers(by_kind)) == {"app", PROXY_CONTAINER}
 
 
@@ -437,16 +526,53 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     app_port = int(re.search(r":(\d+)$", str(app_listen(by_kind))).group(1))
     assert cm["upstream"]["url"] == "http://127.0.0.1:%d" % app_port
     cm["upstream"]["url"] = baked["upstream"]["url"]
+    # the Kubernetes example mounts a keyring from a Secret; the image's demo has none
+    assert cm.pop("encryption") == {"keyring": "/etc/idempotency-proxy-keyring/keyring.yaml"}
     assert cm == baked
     assert cm["redis"]["password"] == "${REDIS_PASSWORD}"
 
 
+def with_keyring_file(text, tmp_path, keyring_text):
+    """text with its encryption.keyring pointing at keyring_text written in tmp_path (0440)."""
+    path = need_yaml().safe_load(text)["encryption"]["keyring"]
+    keyring = tmp_path / "keyring.yaml"
+    keyring.write_text(keyring_text)
+    os.chmod(keyring, 0o440)
+    assert text.count(path) == 1, path
+    return text.replace(path, str(keyring))
+
+
 def test_configmap_config_loads(tmp_path):
     text = one(sidecar_objects(), "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
-    path = tmp_path / "idempotency-proxy.yaml"
-    path.write_text(text)
-    rc, out = check_config(str(path))
+    good = 'keys:\n  - id: 2026-12\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
+    rc, out = check_config_text(with_keyring_file(with_token_file(text, tmp_path), tmp_path, good),
+                                tmp_path)
     assert (rc, out) == (0, "configuration OK")
+
+
+def test_sidecar_mounts_the_keyring_from_a_secret_group_readable():
+    by_kind = sidecar_objects()
+    pod = one(by_kind, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod_containers(by_kind)[PROXY_CONTAINER]["volumeMounts"]}
+    secret = volumes["idempotency-proxy-keyring"]["secret"]
+    assert secret["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"]
+    assert not secret.get("optional"), "without its keyring the proxy must not start"
+    mount = mounts["idempotency-proxy-keyring"]
+    assert mount["readOnly"] and mount["mountPath"] == "/etc/idempotency-proxy-keyring"
+    names = [s["metadata"]["name"] for s in by_kind["Secret"]]
+    assert secret["secretName"] in names
+
+
+def test_sidecar_keyring_placeholder_refuses_to_start(tmp_path):
+    by_kind = sidecar_objects()
+    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
+    placeholder = [s for s in by_kind["Secret"]
+                   if s["metadata"]["name"] == "idempotency-proxy-keyring"][0]
+    rc, out = check_config_text(
+        with_keyring_file(with_token_file(text, tmp_path), tmp_path,
+                          placeholder["stringData"]["keyring.yaml"]), tmp_path)
+    assert rc == 1 and "not base64 of 32 bytes" in out, out
 
 
 def app_listen(by_kind):
@@ -466,11 +592,11 @@ def test_app_listens_on_the_pods_loopback_only():
 
 def test_sidecar_reads_the_redis_password_from_the_secret():
     by_kind = sidecar_objects()
-    secret = one(by_kind, "Secret")
     env = {e["name"]: e for e in pod_containers(by_kind)[PROXY_CONTAINER]["env"]}
     ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert ref["name"] == secret["metadata"]["name"]
-    assert ref["key"] in dict(secret.get("stringData", {}), **secret.get("data", {}))
+    secrets = [s for s in by_kind["Secret"] if s["metadata"]["name"] == ref["name"]]
+    assert len(secrets) == 1, ref
+    assert ref["key"] in dict(secrets[0].get("stringData", {}), **secrets[0].get("data", {}))
 
 
 def test_sidecar_mounts_the_configmap_at_the_documented_path():
@@ -502,6 +628,34 @@ def test_sidecar_probes_hit_readyz_and_healthz_on_the_admin_port():
         get = proxy[probe]["httpGet"]
         assert get["path"] == path
         assert container_port(proxy, get["port"]) == admin
+        # the probes are open: they must not need (or carry) the admin token
+        assert "httpHeaders" not in get, get
+
+
+def test_sidecar_mounts_the_admin_token_secret_where_the_config_reads_it(tmp_path):
+    by_kind = sidecar_objects()
+    token_file = admin_token_path(configmap_config(by_kind))
+    spec = one(by_kind, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    mounts = [m for m in proxy["volumeMounts"] if m["mountPath"] == os.path.dirname(token_file)]
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True, proxy["volumeMounts"]
+    secret = volumes[mounts[0]["name"]]["secret"]
+    assert not secret.get("optional"), "without its token the proxy must not start open"
+    assert [i["path"] for i in secret["items"]] == [os.path.basename(token_file)], secret
+    # group-readable by the proxy's group only (fsGroup), not by everyone in the container
+    assert secret["defaultMode"] & 0o007 == 0, oct(secret["defaultMode"])
+    assert spec["securityContext"]["fsGroup"] == proxy["securityContext"]["runAsGroup"]
+    # only the proxy mounts it
+    others = [c for name, c in pod_containers(by_kind).items() if name != PROXY_CONTAINER]
+    assert all(m["name"] != mounts[0]["name"] for c in others for m in c.get("volumeMounts", []))
+    names = {s["metadata"]["name"]: s for s in by_kind["Secret"]}
+    placeholder = names[secret["secretName"]]["stringData"][secret["items"][0]["key"]]
+    # the example's placeholder is refused, so nobody runs with a token from a public file
+    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
+    rc, out = check_config_text(with_token_file(text, tmp_path, token=placeholder), tmp_path)
+    assert rc == 1 and "admin.token_file" in out and "shorter than 32" in out, out
+    assert ("--from-literal=%s=" % secret["items"][0]["key"]) in read(SIDECAR)
 
 
 def test_sidecar_declares_the_configs_ports():
@@ -509,6 +663,23 @@ def test_sidecar_declares_the_configs_ports():
     cfg = configmap_config(sidecar_objects())
     assert {p["containerPort"] for p in proxy["ports"]} == {
         host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]}
+
+
+def project_version():
+    """meson.build's project version: the release the manifests must deploy."""
+    m = re.search(r"^project\([^)]*?version\s*:\s*'([^']+)'", read(os.path.join(REPO, "meson.build")),
+                  re.M | re.S)
+    assert m, "no version in meson.build's project()"
+    return m.group(1)
+
+
+def test_sidecar_deploys_the_release_meson_build_names():
+    # an older image makes other record ids than the docs describe (CHANGELOG.md)
+    proxy = pod_containers(sidecar_objects())[PROXY_CONTAINER]
+    name, _, tag = proxy["image"].rpartition(":")
+    assert name.endswith("/idempotency-proxy"), proxy["image"]
+    assert tag == project_version(), "sidecar.yaml deploys %s, meson.build is %s" % (
+        tag, project_version())
 
 
 def test_sidecar_runs_as_the_images_non_root_user_with_resources():
@@ -520,6 +691,31 @@ def test_sidecar_runs_as_the_images_non_root_user_with_resources():
     assert proxy["resources"]["requests"] and proxy["resources"]["limits"]
 
 
+def quantity_bytes(text, units):
+    """"512Mi" (a Kubernetes quantity) or "64MiB" (a config size) in bytes, by units."""
+    m = re.fullmatch(r"(\d+)([A-Za-z]*)", str(text))
+    assert m and m.group(2) in units, "unexpected size %r" % text
+    return int(m.group(1)) * units[m.group(2)]
+
+
+CONFIG_SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+K8S_QUANTITY_UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+
+
+def test_sidecar_memory_limit_holds_the_documented_bound_of_its_config():
+    # README "Memory": with answers up to 64 KiB, RSS < fixed + 4 x max_buffered (records
+    # being written) + the bodies being received; the example promises room for 100 bodies of
+    # max_request_body (with libevent's slack) beside about 50 MiB of fixed overhead
+    by_kind = sidecar_objects()
+    limits = configmap_config(by_kind).get("limits") or {}
+    size = lambda key, default: quantity_bytes(limits.get(key, default), CONFIG_SIZE_UNITS)
+    buffered, body = size("max_buffered", "64MiB"), size("max_request_body", "1MiB")
+    need = (50 << 20) + 4 * buffered + 100 * (body + max(body, 64 << 10))
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    limit = quantity_bytes(proxy["resources"]["limits"]["memory"], K8S_QUANTITY_UNITS)
+    assert limit >= need, "memory limit %d MiB < %d MiB" % (limit >> 20, need >> 20)
+
+
 def test_pod_grace_period_covers_the_proxys_drain():
     by_kind = sidecar_objects()
     spec = one(by_kind, "Deployment")["spec"]["template"]["spec"]
@@ -528,6 +724,87 @@ def test_pod_grace_period_covers_the_proxys_drain():
     assert m, "upstream.timeout %r: expected seconds" % timeout
     # SIGTERM drain: at most upstream.timeout + 5 s (README, README "Command line")
     assert spec.get("terminationGracePeriodSeconds", 30) > int(m.group(1)) + 5
+
+
+def pod_labels(by_kind):
+    return one(by_kind, "Deployment")["spec"]["template"]["metadata"]["labels"]
+
+
+def test_disruption_budget_keeps_a_pod_serving_while_one_is_evicted():
+    by_kind = sidecar_objects()
+    pdb = one(by_kind, "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(by_kind).items()
+    replicas = one(by_kind, "Deployment")["spec"]["replicas"]
+    spec = pdb["spec"]
+    if "maxUnavailable" in spec:
+        assert 1 <= int(spec["maxUnavailable"]) < replicas, spec
+    else:
+        assert 1 <= int(spec["minAvailable"]) < replicas, spec
+
+
+def test_network_policy_admits_only_monitoring_to_the_admin_port():
+    by_kind = sidecar_objects()
+    policy = one(by_kind, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels(by_kind).items()
+    assert "Ingress" in policy["policyTypes"]
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    cfg = configmap_config(by_kind)
+    listen, admin = host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]
+    opened = {}
+    for rule in policy["ingress"]:
+        ports = [container_port(proxy, p["port"]) for p in rule.get("ports", [])]
+        assert ports, "a rule without ports opens every port: %r" % rule
+        for port in ports:
+            opened.setdefault(port, []).append(rule.get("from"))
+    assert set(opened) == {listen, admin}, opened
+    assert None in opened[listen], "clients must reach the proxy's %d" % listen
+    # the admin port: from selected namespaces only, never from everywhere
+    for sources in opened[admin]:
+        assert sources, "port %d open to every source" % admin
+        for s in sources:
+            assert set(s) == {"namespaceSelector"} and s["namespaceSelector"]["matchLabels"], s
+
+
+def redis_ca_example(by_kind):
+    """The commented redis.tls.ca_file of the ConfigMap's config: (its text, the path)."""
+    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
+    m = re.search(r"^(\s*)#\s*tls:\n\1#\s+ca_file:\s*(\S+)\s*$", text, re.M)
+    assert m, "no commented `tls: ca_file:` example in the ConfigMap's redis section"
+    return text, m.group(2)
+
+
+def test_redis_ca_bundle_is_mounted_read_only_where_the_config_points():
+    by_kind = sidecar_objects()
+    _, ca_file = redis_ca_example(by_kind)
+    spec = one(by_kind, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    mounts = [m for m in proxy["volumeMounts"] if m["mountPath"] == os.path.dirname(ca_file)]
+    assert len(mounts) == 1, proxy["volumeMounts"]
+    assert mounts[0]["readOnly"] is True
+    source = volumes[mounts[0]["name"]]
+    kind = "configMap" if "configMap" in source else "secret"
+    ref = source[kind]
+    # optional: a pod for a Redis without TLS starts without the bundle
+    assert ref.get("optional") is True, source
+    # kubectl create configmap NAME --from-file=ca.pem=...: the key is the file's name
+    assert os.path.basename(ca_file) == "ca.pem"
+    assert ref.get("name") or ref.get("secretName")
+    assert ref.get("name", ref.get("secretName")) in read(SIDECAR).split(
+        "--from-file=ca.pem=")[0], "the kubectl line names the volume's ConfigMap"
+
+
+def test_redis_ca_example_is_a_valid_config(tmp_path):
+    text, ca_file = redis_ca_example(sidecar_objects())
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    text = re.sub(r"^(\s*)# ?(\s*)(tls:|ca_file:)", r"\1\2\3", text, flags=re.M)
+    text = text.replace(ca_file, str(ca)).replace("url: redis://", "url: rediss://")
+    good = 'keys:\n  - id: k\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
+    rc, out = check_config_text(with_keyring_file(with_token_file(text, tmp_path), tmp_path, good),
+                                tmp_path)
+    assert (rc, out) == (0, "configuration OK"), text
 
 
 def test_service_targets_the_proxy_not_the_app():
@@ -550,7 +827,7 @@ def deploy_docs():
     for t in texts:
         if "```mermaid" in t and demo_curl() in t:
             return t
-    pytest.fail("README.md has no Deploy section "
+    pytest.fail("neither README.md nor docs/operations.md has the Deploy section "
                 "(a mermaid diagram and compose.yaml's curl)", pytrace=False)
 
 
@@ -562,13 +839,14 @@ def test_deploy_docs_show_the_compose_curl_and_the_image_facts():
 
 
 # --------------------------------------------------------------------------
-# the image recipe, built and run without Docker
+# the scripts
 # --------------------------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("IDEM_SKIP_IMAGE_RECIPE") == "1",
-                    reason="IDEM_SKIP_IMAGE_RECIPE=1")
-def test_image_recipe_builds_and_the_install_tree_runs():
-    p = subprocess.run([RECIPE_CHECK], capture_output=True, text=True, timeout=1800)
-    assert p.returncode == 0 and p.stdout.rstrip().endswith("image recipe: OK"), \
-        p.stdout[-8000:] + p.stderr[-2000:]
+def test_docker_and_test_scripts_pass_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed (tests/install-deps.sh --tests installs it)",
+                    pytrace=False)
+    scripts = sorted(glob.glob(os.path.join(DOCKER, "*.sh")) + glob.glob(os.path.join(REPO, "tests", "*.sh")))
+    assert os.path.join(DOCKER, "test-image.sh") in scripts
+    p = subprocess.run(["shellcheck", *scripts], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-8000:] + p.stderr[-2000:]

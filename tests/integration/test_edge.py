@@ -1,4 +1,4 @@
-"""Issue 11: fail closed at the HTTP edge.
+"""Fail closed at the HTTP edge.
 
 Paths that cannot be normalised, every spelling of a protected path, limits the
 config accepts, body framing libevent may read otherwise than the client, route
@@ -20,22 +20,9 @@ from harness import (
     _Reader, build_config, free_port, http_request, proxy_binary, read_response, to_yaml,
     wait_until,
 )
+from proxy_helpers import assert_problem, new_key
 
-PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 STRICT = [{"path": "/v1/payments*", "require_key": True}]
-
-
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def assert_problem(r, status, cause):
-    assert r.status == status, r
-    assert r.is_problem(), "expected application/problem+json: %r" % r
-    doc = r.json()
-    assert doc["type"] == PROBLEM_PREFIX + cause, doc
-    assert doc["status"] == status and doc["title"] and doc["detail"], doc
-    return doc
 
 
 def raw_post(port, target, headers=b"", body=b"{}"):
@@ -53,7 +40,7 @@ def stripe_delivery(p, secret, body, path="/webhooks/stripe"):
 
 
 # --------------------------------------------------------------------------
-# (2) a path that cannot be normalised is refused, never matched raw
+# a path that cannot be normalised is refused, never matched raw
 # --------------------------------------------------------------------------
 
 def test_path_longer_than_4k_is_normalised_not_matched_raw(start_proxy, upstream):
@@ -79,8 +66,23 @@ def test_path_that_cannot_be_normalised_is_invalid_target_for_every_request(
     assert upstream.total() == 0
 
 
+def test_a_target_with_a_space_or_a_fragment_is_refused(start_proxy, upstream):
+    """A target with a space (`/v1/ payments`) or a fragment (`/v1/pay#ments`) is 400
+    invalid-target: nothing claimed, nothing forwarded."""
+    p = start_proxy(routes=[{"path": "/v1/*", "require_key": True}])
+    before = upstream.total()
+    for target in (b"/v1/ payments", b"/v1/pay#ments", b"/v1/payments?a=1#frag"):
+        k = new_key()
+        raw = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: " + k.encode() +
+               b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+               b"Connection: close\r\n\r\n{}")
+        r = p.request(raw=raw)
+        assert_problem(r, 400, "invalid-target")
+    assert upstream.total() == before
+
+
 # --------------------------------------------------------------------------
-# (6) spellings of a protected path a WHATWG URL parser reads as the same
+# spellings of a protected path a WHATWG URL parser reads as the same
 # --------------------------------------------------------------------------
 
 SPELLINGS = [
@@ -135,7 +137,7 @@ def test_unsigned_webhook_with_a_backslash_gets_the_signature_check(start_proxy,
 
 
 # --------------------------------------------------------------------------
-# (3) every limit the config accepts holds end to end
+# every limit the config accepts holds end to end
 # --------------------------------------------------------------------------
 
 def test_header_key_above_4k_within_key_max_length(start_proxy, upstream):
@@ -174,7 +176,7 @@ def test_replay_keeps_a_header_name_above_256_bytes(proxy, upstream):
 
 
 # --------------------------------------------------------------------------
-# (4) route patterns are normalised; shadowed ones are named
+# route patterns are normalised; shadowed ones are named
 # --------------------------------------------------------------------------
 
 def write_config(tmp_path, upstream, redis, routes, name="edge.yaml"):
@@ -232,7 +234,7 @@ def test_oddly_spelled_pattern_protects_the_canonical_path(start_proxy, upstream
 
 
 # --------------------------------------------------------------------------
-# (5) body framing libevent 2.1 may read otherwise: 400, close, nothing forwarded
+# body framing libevent 2.1 may read otherwise: 400, close, nothing forwarded
 # --------------------------------------------------------------------------
 
 SMUGGLED = (b"POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: smuggled-1\r\n"
@@ -297,7 +299,7 @@ FRAMING = [
     ("cl-list", "POST", post(b"Content-Length: 87, 87\r\n") + SMUGGLED, None),
     ("cl-hex", "POST", post(b"Content-Length: 0x57\r\n") + SMUGGLED, None),
     # an upstream parser that ends its header block at "X-Note : hi" reads the body as a
-    # next request, unclaimed (found by a fresh user: RFC 9112 5.1 says refuse it)
+    # next request, unclaimed (RFC 9112 section 5.1 says refuse it)
     ("space-before-colon", "POST", post(b"Idempotency-Key: sbc-1\r\nX-Note : hi\r\n"
                                         b"Content-Length: 87\r\n") + SMUGGLED,
      "invalid-framing"),
@@ -344,7 +346,7 @@ def test_plain_framing_still_keeps_the_connection(start_proxy, upstream):
 
 
 # --------------------------------------------------------------------------
-# (17) the route of an unprotected method is logged and counted
+# the route of an unprotected method is logged and counted
 # --------------------------------------------------------------------------
 
 def test_unprotected_method_logs_and_counts_its_route(proxy, upstream):

@@ -1,4 +1,4 @@
-"""The CPU-saving paths of issue 16 keep every request answered, once.
+"""The CPU-saving paths keep every request answered, once.
 
 - upstream sockets stay registered with the event loop while their connection idles in
   curl's pool (upstream.c): keep-alive reuse, an upstream that closes idle connections,

@@ -7,6 +7,7 @@ Real processes only: redis-server, the proxy binary, and a threaded receiver
 slow, down or answer 500.
 """
 
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -22,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import PYTHON, REPO, RedisServer, _terminate, build_config, free_port, \
-    port_accepts, proxy_binary, to_yaml, wait_until
+from harness import PYTHON, REPLICAS_SHORT, REPO, RedisServer, _terminate, build_config, \
+    assert_stays_unready, free_port, port_accepts, proxy_binary, to_yaml, unready_reason, \
+    wait_ready, wait_until, wall_clock_of
 
 RECEIVER_SCRIPT = os.path.join(REPO, "tests", "upstream", "inbox_receiver.py")
 ROUTE = "/webhooks/stripe"
@@ -232,10 +234,12 @@ def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_pa
         receiver = receiver_factory()
         receiver.stop()  # down: the delivery stays in the stream or its retries
         secret = new_secret()
+        # a replica_timeout a loaded machine's replica meets (at most half of redis.timeout)
         p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
-                        redis_url=primary.url, redis={"min_replicas": 1, "timeout": "1s",
-                                                      "replica_timeout": "300ms"},
+                        redis_url=primary.url, redis={"min_replicas": 1, "timeout": "4s",
+                                                      "replica_timeout": "2s"},
                         env={"STRIPE_SECRET": secret})
+        wait_ready(p, timeout=60)  # the replica acknowledges writes: claims are taken
         r = deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex))
         assert r.status == 202, r
         # WAIT-confirmed: the replica holds it the moment the provider has its answer
@@ -255,6 +259,62 @@ def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_pa
         for srv in (replica, primary):
             srv.resume()
             srv.kill()
+
+
+@contextlib.contextmanager
+def queued_replicated(tmp_path, start_proxy, receiver_factory, frozen=False):
+    """A primary that pings its replica every second (so a frozen replica's acknowledged
+    offset falls behind), its replica (frozen=True: stopped, and behind, before the proxy
+    starts), and a proxy with one queued route and min_replicas 1, and no webhook traffic:
+    (proxy, replica). Its inbox reads the stream every 50 ms."""
+    primary = RedisServer(str(tmp_path / "primary"),
+                          extra_args=["--repl-diskless-sync-delay", "0",
+                                      "--repl-ping-replica-period", "1"]).start()
+    replica = RedisServer(str(tmp_path / "replica"),
+                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), 10,
+                   what="the replica linked")
+        if frozen:
+            replica.pause()
+            time.sleep(2.5)  # the primary's pings are past what the replica acknowledged
+        secret = new_secret()
+        p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver_factory().url,
+                        redis_url=primary.url, redis={"min_replicas": 1, "timeout": "4s",
+                                                      "replica_timeout": "2s"},
+                        env={"STRIPE_SECRET": secret})
+        yield p, replica
+    finally:
+        for srv in (replica, primary):
+            srv.resume()
+            srv.kill()
+
+
+def test_readiness_follows_a_frozen_replica_while_only_the_inbox_reads(tmp_path, start_proxy,
+                                                                        receiver_factory):
+    """The ROLE that counts replicas without traffic (redis.min_replicas) ran only on a
+    connection idle for 500 ms, and a queued inbox reads every 50 ms: with no webhook arriving
+    (no WAIT), a ready proxy stayed 200 beside a frozen replica while every claim would get
+    503."""
+    with queued_replicated(tmp_path, start_proxy, receiver_factory) as (p, replica):
+        wait_ready(p, timeout=30)
+        replica.pause()
+        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=20, interval=0.1,
+                   what="/readyz 503 for a frozen replica while the inbox reads")
+        replica.resume()
+        wait_ready(p, timeout=30)
+
+
+def test_a_proxy_started_beside_a_lagging_replica_turns_ready_once_it_catches_up(
+        tmp_path, start_proxy, receiver_factory):
+    """...and a proxy whose first count (at connect) found the replica behind stayed 503 for
+    good, although the replica caught up: seen under ASan in CI, where that first ROLE came
+    after the inbox's first write."""
+    with queued_replicated(tmp_path, start_proxy, receiver_factory, frozen=True) as (p, replica):
+        assert_stays_unready(p, seconds=1.5)
+        assert unready_reason(p) == REPLICAS_SHORT
+        replica.resume()
+        wait_ready(p, timeout=30)
 
 
 def test_append_failure_is_503_and_nothing_recorded(start_proxy, receiver_factory, redis):
@@ -303,7 +363,7 @@ def test_slow_receiver_burst_of_100_acked_fast_all_delivered(start_proxy, receiv
     print("queued accept latency over 100 signed deliveries: median %.1f ms, p99 %.1f ms, "
           "max %.1f ms" % (times[50] * 1000, times[98] * 1000, times[-1] * 1000))
     assert all(s == 202 for s, _ in results), results
-    # the issue's figure is 50 ms; a generous bound here, the machine is shared
+    # the target is a median under 50 ms; a generous maximum here, the machine is shared
     assert times[50] < 0.05, times
     assert times[-1] < 1.0, times
     try:
@@ -647,11 +707,12 @@ def test_ack_record_refused_by_redis_is_503_and_the_retry_is_delivered(start_pro
     evt = "evt_" + uuid.uuid4().hex
     body = stripe_body(evt)
     # the claim (SET NX) and the XADD pass; the record write (a script) is refused: NOPERM
-    redis.cmd("ACL", "SETUSER", "default", "-evalsha", "-eval")
+    user = redis.acl[0] if redis.acl is not None else "default"  # the proxy's Redis user
+    redis.cmd("ACL", "SETUSER", user, "-evalsha", "-eval")
     try:
         r = deliver(p, secret, body)
     finally:
-        redis.cmd("ACL", "SETUSER", "default", "+evalsha", "+eval")
+        redis.cmd("ACL", "SETUSER", user, "+evalsha", "+eval")
     assert r.status == 503, r
     assert b"could not be recorded" in r.body, r.body
     claimed = time.time()
@@ -715,3 +776,213 @@ def test_a_prefix_route_is_named_with_its_star_and_kept_apart_from_its_exact_twi
         dead = p.admin("GET", "/inbox/%s/dead" % admin)
         assert dead.status == 200, dead
     assert dead.json()["route"] == "/wh/*"
+
+
+# ---- entries too large for a script to move ------------------------------------------
+
+GITHUB_ROUTE = "/webhooks/github"
+
+
+def github_delivery(p, secret, guid, body, extra=()):
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    hs = [("X-GitHub-Event", "check_run"), ("X-GitHub-Delivery", guid),
+          ("X-Hub-Signature-256", sig), ("Content-Type", "application/json")] + list(extra)
+    return p.request("POST", GITHUB_ROUTE, hs, body)
+
+
+def fail_then_fix(receiver, evt, t):
+    """evt failed an attempt; at unix time t (when another entry's retry was surely due and
+    evt's were scheduled after it) the receiver is fixed."""
+    wait_until(lambda: any(a["event"] == evt and a["status"] != 200
+                           for a in receiver.attempts()), 10, what="a failed attempt")
+    time.sleep(max(0.0, t - time.time()))
+    receiver.control(status=200)
+
+
+def wait_delivered_within_30s(p, receiver, evt):
+    """The bound that holds: once the receiver is fixed, the event arrives within 30 s."""
+    try:
+        wait_until(lambda: any(a["event"] == evt and a["status"] == 200
+                               for a in receiver.attempts()), 30, interval=0.2,
+                   what="the normal event delivered once the receiver was fixed")
+    except AssertionError:
+        print(p.admin("GET", "/inbox").body, p.stderr_text()[-3000:])
+        raise
+
+
+def test_a_delivery_with_more_header_fields_than_it_may_store_is_refused_and_stalls_nothing(
+        start_proxy, receiver_factory, redis):
+    """A signed GitHub delivery with 4,100 extra header lines fits in libevent's 64 KiB of
+    header lines; stored, it was more than Redis's Lua unpacks (about 8,000 values), so its
+    retry failed the promotion script at every call and every due retry behind it stalled."""
+    receiver = receiver_factory(status=500)  # fails until it is fixed
+    secret = "gh-" + uuid.uuid4().hex
+    p = start_proxy(routes=[{"path": GITHUB_ROUTE, "key_from": "header:X-GitHub-Delivery",
+                             "verify": "github", "secret": secret,
+                             "delivery": {"mode": "queued", "max_attempts": 1000,
+                                          "backoff": {"initial": "200ms", "max": "1s"}}}],
+                    upstream_url=receiver.url)
+    body = json.dumps({"action": "completed", "check_run": {"id": 4}}).encode()
+    big, normal = str(uuid.uuid4()), str(uuid.uuid4())
+    pad = [("X-Pad-%d" % i, "x") for i in range(4100)]
+    refused = github_delivery(p, secret, big, body, pad)
+    sent_at = time.time()
+    r = github_delivery(p, secret, normal, body)
+    assert r.status == 202, r
+    # the normal event fails too and, after the big one's first retry was due (backoff.max
+    # 1 s), is scheduled behind it: on a stalled schedule it waits there for good
+    fail_then_fix(receiver, normal, sent_at + 3)
+    wait_delivered_within_30s(p, receiver, normal)
+    # refused on arrival with a problem answer, before anything was claimed: the provider
+    # sees an error (and its operator a 431), nothing is queued or silently cut
+    assert refused.status == 431, refused
+    assert refused.problem()["type"].endswith(":too-many-header-fields"), refused.body
+    again = github_delivery(p, secret, big, body, pad)
+    assert again.status == 431 and not again.replayed, again
+    records = [k for k in redis.keys("idem:*") if ":inbox:" not in k]
+    assert len(records) == 1, records  # the normal event's; no claim for the refused one
+    assert big not in [a["event"] for a in receiver.attempts()]
+    wait_until(lambda: (lambda s: (s["depth"], s["pending"], s["scheduled"], s["dead"]))(
+        inbox_of(p, GITHUB_ROUTE)) == (0, 0, 0, 0), 10, what="the inbox empty")
+
+
+def inbox_of(p, route):
+    r = p.admin("GET", "/inbox")
+    assert r.status == 200, r
+    return [x for x in r.json()["routes"] if x["route"] == route][0]
+
+
+def old_entry(evt, attempts, n_headers):
+    """Fields as an older version's append wrote them: no bound on the header fields."""
+    fields = ["event", evt, "record", hashlib.sha256(evt.encode()).hexdigest()[:32],
+              "method", "POST", "target", ROUTE, "received", str(int(time.time() * 1000)),
+              "attempts", str(attempts), "body", stripe_body(evt).decode()]
+    for i in range(n_headers):
+        fields += ["h:X-Pad-%d" % i, "x"]
+    return fields
+
+
+COUNT_PACKED = ("local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])\n"
+                "local f = e[1][2]\n"
+                "for i = 1, #f, 2 do\n"
+                "  if f[i] == 'fields' then return #cmsgpack.unpack(f[i + 1]) end\n"
+                "end\n"
+                "return -1\n")
+
+
+def test_entries_an_older_version_queued_with_too_many_fields_go_to_dead_letters_not_a_stall(
+        start_proxy, receiver_factory, redis):
+    """What an older version left in the stream (appends had no bound) must not stall the
+    route: the retry of such an entry, or its dead letter, is more than Lua unpacks."""
+    receiver = receiver_factory(status=500)
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret, max_attempts=12,
+                          backoff={"initial": "200ms", "max": "1s"})
+    stream = wait_until(lambda: [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")],
+                        5, what="the stream")[0]
+    dead_key = stream[:-len(":stream")] + ":dead"
+    # one to be retried, one on its last attempt (to be buried); the receiver refuses both
+    retried, buried = "evt_old_" + uuid.uuid4().hex, "evt_old_" + uuid.uuid4().hex
+    for evt, attempts in ((retried, 0), (buried, 11)):
+        fields = old_entry(evt, attempts, 4100)
+        redis.cmd("XADD", stream, "*", *fields)
+    added_at = time.time()
+    normal = "evt_" + uuid.uuid4().hex
+    assert deliver(p, secret, stripe_body(normal)).status == 202
+    fail_then_fix(receiver, normal, added_at + 3)
+    wait_delivered_within_30s(p, receiver, normal)
+    # both are dead letters: named, with the reason, and every field kept in one value
+    wait_until(lambda: inbox(p)["dead"] == 2, 10, what="two dead letters")
+    letters = {l["event"]: l for l in p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"]}
+    assert sorted(letters) == sorted([retried, buried]), letters
+    assert letters[retried]["reason"].startswith("its retry was due (4107 fields: too many")
+    assert letters[buried]["reason"].startswith("max_attempts after 12 attempts")
+    assert "4107 fields: too many to queue again" in letters[buried]["reason"]
+    assert letters[buried]["attempts"] == "12"
+    for l in letters.values():
+        assert redis.cmd("EVAL", COUNT_PACKED, 1, dead_key, l["id"]) == 2 * 4107
+    # such a letter cannot go back into the stream: refused, and kept
+    r = p.admin("POST", "/inbox/%s/dead/%s/redeliver" % (ENCODED, letters[retried]["id"]))
+    assert r.status == 409 and "more fields than a delivery" in r.json()["error"], r
+    stats = inbox(p)
+    assert (stats["dead"], stats["scheduled"], stats["depth"]) == (2, 0, 0), stats
+    assert metric(p, "idempotency_proxy_inbox_delivered_total") == 1
+
+
+# ---- a wall clock stepped back ---------------------------------------------------------
+
+def pending_entries(redis, stream):
+    """XPENDING's detail: [(id, consumer, idle ms, times delivered)]."""
+    return [tuple(e) for e in redis.cmd("XPENDING", stream, "idem-inbox", "-", "+", 10)]
+
+
+def test_a_wall_clock_stepped_back_keeps_renewing_a_slow_delivery_no_second_copy(
+        stepped_clock, start_proxy, receiver_factory, redis):
+    """An NTP step back longer than visibility_timeout on the instance that is delivering
+    stopped its renewals (they were timed on the wall clock): another instance took the live
+    delivery over and the receiver got it twice."""
+    env = dict(stepped_clock.env)
+    receiver = receiver_factory(delay=10.0)
+    secret = new_secret()
+    env["STRIPE_SECRET"] = secret
+    route = queued_route(secret, visibility_timeout="2s", concurrency=1)
+    a = start_proxy(routes=[route], upstream_url=receiver.url, upstream={"timeout": "60s"},
+                    env=env, workers=1, name="stepped")
+    evt = "evt_" + uuid.uuid4().hex
+    assert deliver(a, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: len(receiver.attempts()) == 1, 5, what="in flight at A")
+    stream = [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")][0]
+    # B, with a right clock, looks for entries idle longer than 2 s every 500 ms
+    b = start_proxy(routes=[route], upstream_url=receiver.url, upstream={"timeout": "60s"},
+                    env={"STRIPE_SECRET": secret}, workers=1, name="steady")
+    stepped_clock.step("-60")
+    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70, 5,
+               what="A's wall clock 60 s behind")
+    idle = []
+    while metric(a, "idempotency_proxy_inbox_delivered_total") != 1:
+        assert time.time() - receiver.attempts()[0]["t"] < 30, "not delivered within 30 s"
+        idle += [e[2] for e in pending_entries(redis, stream)]
+        time.sleep(0.1)
+    assert [x["event"] for x in receiver.attempts()] == [evt], receiver.attempts()
+    assert "took over" not in b.stderr_text()
+    # renewed all along: never as idle as visibility_timeout, so never B's to take
+    assert idle and max(idle) < 2000, max(idle)
+    assert 50 < time.time() - wall_clock_of(a) < 70  # and still stepped back
+    assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_wall_clock_stepped_back_moves_no_retry_of_the_shared_schedule(
+        stepped_clock, start_proxy, receiver_factory):
+    """The retry schedule is shared: due times were the failing instance's wall clock plus
+    the backoff, compared with each instance's own. One stepped back 60 s scheduled its
+    retries 60 s in everyone else's past, and another instance ran them at once."""
+    env = dict(stepped_clock.env)
+    receiver = receiver_factory(status=500)
+    secret = new_secret()
+    env["STRIPE_SECRET"] = secret
+    route = queued_route(secret, backoff={"initial": "8s", "max": "8s"})
+    a = start_proxy(routes=[route], upstream_url=receiver.url, env=env, workers=1,
+                    name="stepped")
+    stepped_clock.step("-60")
+    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70, 5,
+               what="A's wall clock 60 s behind")
+    events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
+    waits = []
+    for i, evt in enumerate(events):  # one at a time: the i-th retry line is evt's
+        assert deliver(a, secret, stripe_body(evt)).status == 202
+        lines = wait_until(lambda: (lambda w: w if len(w) > i else None)(
+            re.findall(r"attempt 1 got HTTP 500; retry in (\d+) ms$", a.stderr_text(), re.M)),
+            10, what="A scheduled the retry")
+        waits.append(int(lines[i]) / 1000.0)
+    # B, with a right clock, runs due retries too (every 200 ms)
+    b = start_proxy(routes=[route], upstream_url=receiver.url, env={"STRIPE_SECRET": secret},
+                    workers=1, name="steady")
+    wait_until(lambda: all(len(by_event(receiver.attempts()).get(e, [])) >= 2 for e in events),
+               30, interval=0.2, what="every retry made")
+    got = by_event(receiver.attempts())
+    for evt, wait in zip(events, waits):
+        first, second = got[evt][0]["t"], got[evt][1]["t"]
+        # after the wait A logged, not before (a generous bound after it: a loaded machine)
+        print("retry after %.3f s, A logged a wait of %.3f s" % (second - first, wait))
+        assert wait - 0.1 <= second - first <= wait + 5.0, (evt, wait, second - first)
+    assert a.stop() == 0 and b.stop() == 0

@@ -1,6 +1,6 @@
 """GET /metrics is valid Prometheus text exposition and counts what happened.
 
-Issue 4, "Done when" #2: after a forward, a replay and a mismatch went through the
+After a forward, a replay and a mismatch went through the
 proxy, `promtool check metrics` (Debian package `prometheus`, /usr/bin/promtool)
 accepts the admin listener's /metrics with no lint finding, the request counter
 has exactly one sample per outcome, the latency histograms counted the exchanges,

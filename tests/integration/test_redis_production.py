@@ -20,25 +20,15 @@ from harness import (
     REPO, Proxy, RedisServer, Upstream, assert_stays_unready, build_config, free_port, log_line,
     readyz, to_yaml, wait_ready, wait_until,
 )
+from proxy_helpers import assert_problem, new_key
 from redis_topology import AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args
 
-PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
 # The proxy's exact command list (README "Redis in production"): the minimal ACL.
 ACL_COMMANDS = ["select", "role", "ping", "get", "set", "del", "pttl", "eval",
                 "evalsha", "wait"]
 ACL_RULES = ["on", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
     ["+" + c for c in ACL_COMMANDS]
-
-
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def assert_problem(r, status, cause):
-    assert r.status == status, r
-    assert r.is_problem(), "expected application/problem+json: %r" % r
-    assert r.json()["type"] == PROBLEM_PREFIX + cause, r.json()
 
 
 def assert_replay_of(replay, first):
@@ -49,14 +39,6 @@ def assert_replay_of(replay, first):
 
 def record_keys(redis, db=0):
     return [k for k in redis.keys("*", db=db) if str(k).startswith("idem")]
-
-
-
-
-
-
-
-
 
 
 def assert_refused_unprotected_nothing(p, upstream, redis, db=0):
@@ -184,10 +166,10 @@ def test_mutual_tls_needs_the_client_certificate(start_proxy, upstream, tls_redi
 # --------------------------------------------------------------------------
 
 def test_readme_documents_the_acl_the_tests_use():
-    with open(os.path.join(REPO, "README.md")) as f:
+    with open(os.path.join(REPO, "docs", "redis.md")) as f:
         readme = f.read()
     m = re.search(r"^ACL SETUSER idem-proxy (.*)$", readme, re.M)
-    assert m, "README has no `ACL SETUSER idem-proxy ...` line"
+    assert m, "docs/redis.md has no `ACL SETUSER idem-proxy ...` line"
     rules = m.group(1).split()
     assert [r for r in rules if r.startswith("+")] == ["+" + c for c in ACL_COMMANDS], rules
     assert "-@all" in rules and "~idem:*" in rules, rules
@@ -197,8 +179,8 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
                                                                  servers):
     """Claim, forward, complete (EVALSHA, then EVAL after SCRIPT FLUSH), replay, lease
     renewal, release on 503, admin lookup and purge, the idle ROLE check, SELECT: all
-    with exactly ACL_COMMANDS; CONFIG GET (the maxmemory-policy check) is denied and
-    tolerated, and Redis' ACL LOG shows no other denial."""
+    with exactly ACL_COMMANDS; CONFIG GET and INFO (the maxmemory-policy check) are
+    denied and tolerated, and Redis' ACL LOG shows no other denial."""
     r = servers()
     acl_setuser(r, "idem-proxy", ">s3cret-pw", *ACL_RULES)
     p = start_proxy(redis={"url": r.url_db(1), "username": "idem-proxy",
@@ -236,7 +218,49 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
     for entry in denied:
         fields = dict(zip(entry[::2], entry[1::2]))
         names.add(fields.get("object"))
-    assert names <= {"config|get"}, denied
+    assert names <= {"config|get", "info"}, denied
+
+
+def eviction_policy_ok(p):
+    m = re.search(r"^idempotency_proxy_redis_eviction_policy_ok (\S+)$",
+                  p.admin("GET", "/metrics").body.decode(), re.M)
+    assert m, "no idempotency_proxy_redis_eviction_policy_ok gauge"
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize("policy", ["volatile-lru", "noeviction"])
+def test_eviction_policy_read_from_info_when_config_is_refused(start_proxy, upstream, servers,
+                                                               policy):
+    """An ACL user without +config (as on managed Redis, where CONFIG is renamed away)
+    but with +info: the policy comes from INFO memory. volatile-lru, which evicts exactly
+    the proxy's records (they all have a TTL), is warned about and turns the gauge 0, so an
+    alert can fire; noeviction turns it 1."""
+    r = servers(["--maxmemory-policy", policy])
+    acl_setuser(r, "idem-proxy", ">pw", *(ACL_RULES + ["+info"]))
+    p = start_proxy(redis={"url": r.url, "username": "idem-proxy", "password": "pw"})
+    wait_ready(p)
+    want = 0 if policy == "volatile-lru" else 1
+    wait_until(lambda: eviction_policy_ok(p) == want, 5, what="the gauge says %d" % want)
+    warned = "maxmemory-policy is volatile-lru; an evicted record lets a retry execute again"
+    if policy == "volatile-lru":
+        assert "127.0.0.1:%d" % r.port in log_line(p, warned)
+    else:
+        assert warned not in p.stderr_text()
+    denied = [dict(zip(e[::2], e[1::2])).get("object") for e in r.cmd("ACL", "LOG")]
+    assert "config|get" in denied, denied  # CONFIG GET was refused: INFO told it
+    key = new_key()
+    assert p.post(key=key).status == 201 and p.post(key=key).replayed
+
+
+def test_eviction_policy_unreadable_is_unknown_not_ok(start_proxy, upstream, servers):
+    """The README's minimal ACL user (no +config, no +info): the policy cannot be read,
+    the gauge says -1 (unknown), not 1, and the log says which permission would tell it."""
+    r = servers(["--maxmemory-policy", "volatile-lru"])
+    acl_setuser(r, "idem-proxy", ">pw", *ACL_RULES)
+    p = start_proxy(redis={"url": r.url, "username": "idem-proxy", "password": "pw"})
+    wait_ready(p)
+    log_line(p, "maxmemory-policy cannot be read", "+info")
+    assert eviction_policy_ok(p) == -1
 
 
 @pytest.mark.parametrize("missing", ["role", "set"])
@@ -354,7 +378,7 @@ def test_idle_primary_demoted_is_noticed_without_traffic(start_proxy, upstream, 
     p = start_proxy(redis={"url": a.url})
     wait_ready(p)
     a.cmd("REPLICAOF", "127.0.0.1", str(b.port))
-    wait_until(lambda: readyz(p) == 503, timeout=5, what="503 with no client traffic")
+    wait_until(lambda: readyz(p) == 503, timeout=15, what="503 with no client traffic")
     log_line(p, "replica")
     assert upstream.total() == 0
 
@@ -492,6 +516,47 @@ def test_dns_failover_is_followed_on_reconnect(tmp_path):
             assert proxy.post(key=key).replayed
             assert up.executions(key) == 1
             assert len(record_keys(b)) == 1
+        finally:
+            if proxy is not None:
+                stop_checked(proxy)
+            for stop in started:
+                stop()
+            resolver.close()
+
+
+@pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
+def test_an_upstream_named_by_host_is_resolved_and_forwarded_once(tmp_path):
+    """upstream.url names a host (libcurl resolves it on a thread of its own and asks the
+    event loop to watch that thread's wake-up socket): every request is forwarded, a keyed
+    payment executes once and its retries replay, on both workers; nothing hangs."""
+    workdir = str(tmp_path)
+    proxy, started = None, []
+    with NetNs("nameserver 127.0.0.1\n") as ns:
+        resolver = AnsweringResolver("payments-api.example.test", "127.0.0.1")
+        try:
+            redis = RedisServer(os.path.join(workdir, "redis")).start()
+            started.append(redis.kill)
+            up = Upstream(workdir).start()
+            started.append(up.stop)
+            port, admin_port = free_port(), free_port()
+            cfg = build_config(port, admin_port,
+                               "http://payments-api.example.test:%d" % up.port, redis.url,
+                               workers=2)
+            proxy = Proxy(workdir, "proxy", to_yaml(cfg) + "\n", port, admin_port,
+                          wrapper=ns.wrapper).start()
+            wait_ready(proxy)
+            with ThreadPoolExecutor(4) as ex:
+                gets = [f.result() for f in [ex.submit(proxy.request, "GET", "/v1/payments/p_%d" % i,
+                                                       timeout=10) for i in range(8)]]
+            for r in gets:
+                assert r.status == 200, r
+            key = new_key()
+            answers = [proxy.post(key=key, timeout=10) for _ in range(3)]
+            assert answers[0].status == 201, answers[0]
+            assert [a.replayed for a in answers] == [False, True, True]
+            assert len({a.body for a in answers}) == 1
+            assert up.executions(key) == 1
+            assert resolver.queries > 0
         finally:
             if proxy is not None:
                 stop_checked(proxy)

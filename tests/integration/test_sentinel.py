@@ -14,37 +14,17 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import HTTPError, RedisServer, assert_stays_unready, build_config, free_port, \
-    log_line, log_lines, proxy_binary, to_yaml, wait_ready, wait_until
+from harness import HTTPError, RedisServer, assert_stays_unready, free_port, \
+    log_line, log_lines, proxy_binary, readyz, wait_ready, wait_until
+from proxy_helpers import assert_problem, new_key
+from redis_gate import RedisGate
 from redis_topology import Pki, Sentinel, SentinelGroup, SwitchListener
 
-PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 MASTER = "payments"
-
-
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-
-
-
-
-
-
-def assert_problem(r, status, cause):
-    assert r.status == status, r
-    assert r.is_problem(), "expected application/problem+json: %r" % r
-    assert r.json()["type"] == PROBLEM_PREFIX + cause, r.json()
-
-
-
-
 
 
 def metrics_text(p):
@@ -148,7 +128,7 @@ def test_first_sentinel_down_the_next_answers_and_goes_first(sentinel_group, sta
     asked_dead = len(log_lines(p, "redis sentinel %s" % dead, "asking the next sentinel"))
     found = len(log_lines(p, "the primary of %s is" % MASTER))
     g.nodes[0].cmd("CLIENT", "KILL", "TYPE", "normal")
-    wait_until(lambda: len(log_lines(p, "the primary of %s is" % MASTER)) > found, timeout=5,
+    wait_until(lambda: len(log_lines(p, "the primary of %s is" % MASTER)) > found, timeout=15,
                what="a second discovery")
     wait_ready(p)
     assert len(log_lines(p, "redis sentinel %s" % dead, "asking the next sentinel")) == asked_dead
@@ -302,6 +282,92 @@ def test_url_and_sentinel_together_are_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------
+# readiness with min_replicas, and a primary re-checked every second
+# --------------------------------------------------------------------------
+
+# What the tests below allow on a CI machine that other jobs load. Measured: ready 1.0 s
+# after the start, on the new primary 0.3 to 0.4 s after the sentinels are reachable
+# again, the same with `stress-ng --cpu 2` beside them; the aim is 2 s for both. Readiness
+# can take a second ROLE a second later (the replica acknowledges once a second), and a
+# busy 2-core runner delays once-a-second timers (the proxy's, Redis's): 3 s.
+READY_WITHIN_S = 3.0
+FOLLOW_WITHIN_S = 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_min_replicas_readiness_is_prompt_and_holds_without_traffic(sentinel_group,
+                                                                    start_proxy, upstream):
+    """A primary, a healthy replica, three sentinels (whose hello messages move the
+    primary's offset between the replica's once-a-second acknowledgements), and
+    min_replicas 1: /readyz is 200 within READY_WITHIN_S of the proxy's start and stays
+    200 for 60 s without any traffic. Readiness counted a replica only when its
+    acknowledged offset equalled the primary's, which the hellos break in a third of
+    the samples: 5 to 20 s to turn ready, and 503s with no traffic (an idle pod taken
+    out of its Service)."""
+    g = sentinel_group(n_replicas=1, n_sentinels=3)
+    g.wait_replicas(g.nodes[0], 1)
+    p = start_proxy(redis=sentinel_redis(g.sentinel_addresses, min_replicas=1), workers=2)
+    t0 = time.monotonic()
+    wait_until(lambda: readyz(p) == 200, timeout=30, interval=0.02, what="/readyz 200")
+    took = time.monotonic() - t0
+    seen, end = {}, time.monotonic() + 60
+    while time.monotonic() < end:
+        st = readyz(p)
+        seen[st] = seen.get(st, 0) + 1
+        time.sleep(0.1)
+    print("\nready after %.2f s; /readyz over 60 s: %r" % (took, seen))
+    assert took <= READY_WITHIN_S, took
+    assert set(seen) == {200}, seen
+    key = new_key()
+    assert p.post(key=key).status == 201
+    assert upstream.executions(key) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_a_proxy_that_missed_the_hint_follows_once_it_reaches_a_sentinel(sentinel_group,
+                                                                         start_proxy,
+                                                                         upstream):
+    """The proxy reaches the sentinels through gates on loopback, Redis directly. The
+    gates cut it off (a partition: every byte dropped), SENTINEL FAILOVER moves the
+    primary, and the proxy misses +switch-master: it stays on the old primary, which
+    still takes writes (split brain). Once the gates let it through again it is on the
+    new primary within FOLLOW_WITHIN_S, long before Sentinel demotes the old one (about
+    10 s; the proxy stayed there until then), and serves there."""
+    g = sentinel_group(n_replicas=1, n_sentinels=3)
+    gates = [RedisGate(s.port).start() for s in g.sentinels]
+    try:
+        p = start_proxy(redis=sentinel_redis(["127.0.0.1:%d" % gate.port for gate in gates]),
+                        workers=2)
+        wait_ready(p)
+        old = g.named()
+        wait_until(lambda: primaries(p) == {old: 2}, timeout=10, what="both workers on %s" % old)
+        for gate in gates:
+            gate.cut()
+        assert g.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER) == "OK"
+        new = g.wait_named(old)
+        assert primaries(p) == {old: 2}, "the hint reached the proxy through the cut"
+        assert g.role(g.node_at(old)) == "master", "the old primary was demoted already"
+        t = time.monotonic()
+        for gate in gates:
+            gate.heal()
+        wait_until(lambda: primaries(p) == {new: 2}, timeout=30, interval=0.02,
+                   what="both workers on the new primary %s" % new)
+        took = time.monotonic() - t
+        print("\non the new primary %.2f s after the sentinels were reachable again" % took)
+        assert took <= FOLLOW_WITHIN_S, took
+        log_line(p, "names %s as the primary of %s" % (new, MASTER))
+        key = new_key()
+        assert p.post(key=key).status == 201
+        assert record_keys(g.node_at(new)), "the record is on the new primary"
+        assert upstream.executions(key) == 1
+    finally:
+        for gate in gates:
+            gate.stop()
+
+
+# --------------------------------------------------------------------------
 # failovers under keyed traffic
 # --------------------------------------------------------------------------
 
@@ -422,9 +488,14 @@ def wait_followed(watch, address, after, timeout=30):
 
 
 FAILOVER_MODES = [
-    # (id, Redis-side min-replicas-to-write, proxy redis.min_replicas, no key twice asserted)
+    # (id, Redis-side min-replicas-to-write, proxy redis.min_replicas, no key twice asserted).
+    # Only redis.min_replicas (WAIT before forwarding) promises that no key runs twice: a
+    # Redis-side min-replicas-to-write refuses writes a primary cannot replicate, but a claim
+    # the primary acknowledged just before the SIGKILL may not be on the promoted replica
+    # (README "When a key can execute twice"), so that variant reports its doubles and asserts
+    # only that they fall in a failover's window, as without either.
     pytest.param("plain", 0, None, False, id="plain"),
-    pytest.param("redis-min-replicas", 1, None, True, id="redis-min-replicas"),
+    pytest.param("redis-min-replicas", 1, None, False, id="redis-min-replicas"),
     pytest.param("proxy-min-replicas", 0, 1, True, id="proxy-min-replicas"),
 ]
 
@@ -439,7 +510,8 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     traffic with client retries for over 60 s through a SENTINEL FAILOVER and a primary
     killed with SIGKILL and restarted (it rejoins as a replica). The proxy follows each new
     primary, every answer is bounded, every acknowledged key was executed and its retry
-    replays; no key executes twice when Redis refuses writes it cannot replicate."""
+    replays; with redis.min_replicas no key executes twice; otherwise the keys that do are
+    reported, and each was acknowledged around a failover."""
     if proxy_min_replicas is not None and not proxy_min_replicas_supported(tmp_path):
         pytest.skip("this build has no redis.min_replicas")
     down_after_ms, failover_timeout_ms = 1000, 3000
@@ -547,15 +619,17 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     with open(os.path.join(str(tmp_path), "report.txt"), "w") as f:
         f.write(repr(report))
     assert not missing, (missing[:5], report)
-    # a retry that is no replay finds a claim whose answer could not be recorded (the
-    # store refused the write at the failover): held until its lease ends, never run again
+    # a retry that is no replay finds a claim whose record is not there (written to a
+    # primary just before it was demoted or killed, or still being sent again while writes
+    # are refused): it reads as in flight until the lease ends, never run again
     assert all(st == 409 for _, st in not_replayed), (not_replayed[:5], report)
     if strict:
         assert not twice, (twice[:5], report)
     else:
-        # without a replication guarantee, only what a demoted primary took before the
-        # proxy followed the hint is lost (README "Redis in production"): after the
-        # SENTINEL FAILOVER, or around any other switch (promotion precedes it)
+        # without a replication guarantee, only what a primary took around a failover is
+        # lost (README "When a key can execute twice"): what the demoted primary took after
+        # the SENTINEL FAILOVER before the proxy followed the hint, or what a primary
+        # acknowledged just before it died, around any other switch (promotion precedes it)
         windows = [(split_brain[0], split_brain[1] + 0.5)] + \
             [(t - failover_timeout_ms / 1000, t + 1.0) for t, _ in switches.switches]
         late = [k for k in twice

@@ -1,6 +1,6 @@
 """Soak: duplicate retries under Redis restarts, upstream resets and client disconnects.
 
-Issue 3, "Done when" #3. For IDEM_SOAK_SECONDS (default 45) of load, IDEM_SOAK_THREADS
+For IDEM_SOAK_SECONDS (default 45) of load, IDEM_SOAK_THREADS
 (default 24) client threads send many idempotency keys, each several times at once
 (some with X-Demo-Delay-Ms, so the duplicates overlap in flight) and again later;
 some keys carry X-Demo-Fault: reset; some clients close their socket right after

@@ -8,7 +8,6 @@ one command back.
 """
 
 import re
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -16,13 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import HTTPError, free_port, wait_until
+from proxy_helpers import assert_problem, new_key
 from redis_gate import RedisGate
-
-PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
-
-
-def new_key(tag="k"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
 
 
 def in_background(fn, *args, **kw):
@@ -30,14 +24,6 @@ def in_background(fn, *args, **kw):
     f = ex.submit(fn, *args, **kw)
     ex.shutdown(wait=False)
     return f
-
-
-def assert_problem(r, status, cause):
-    assert r.status == status, r
-    assert r.is_problem(), "expected application/problem+json: %r" % r
-    doc = r.json()
-    assert doc["type"] == PROBLEM_PREFIX + cause or doc["type"].endswith(":" + cause), doc
-    return doc
 
 
 def redis_up(p):
@@ -63,7 +49,7 @@ def record_keys(redis, prefix="idem", db=0):
 
 
 # --------------------------------------------------------------------------
-# (11) readiness means "can serve"
+# readiness means "can serve"
 # --------------------------------------------------------------------------
 
 def test_wrong_redis_password_is_not_ready(start_proxy, upstream, redis_factory):
@@ -180,7 +166,7 @@ def expired_claims(start_proxy, upstream, redis, n, delay_ms):
 
 
 # --------------------------------------------------------------------------
-# (12) a purge is one compare-and-set
+# a purge is one compare-and-set
 # --------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -224,7 +210,7 @@ def test_purge_of_an_expired_claim_still_deletes(start_proxy, upstream, redis):
 
 
 # --------------------------------------------------------------------------
-# (13) a takeover that may have landed is released like a claim
+# a takeover that may have landed is released like a claim
 # --------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -244,12 +230,81 @@ def test_takeover_that_times_out_but_lands_is_released(start_proxy, upstream, re
         assert_problem(b.post(key=k2), 503, "store-unavailable")
         assert gate.delivered.wait(5), "the held takeover never reached Redis"
         # it landed: the record is no longer the expired claim (or already released)
-        wait_until(lambda: redis.cmd("GET", rk2) != expired, timeout=2, what="landed")
+        wait_until(lambda: redis.cmd("GET", rk2) != expired, timeout=10, what="landed")
         assert upstream.executions(k2) == 1
+        # well before the 10 s lease ends: a claim left to its lease would refuse it till then
         r = wait_until(lambda: (lambda r: r if r.status != 409 else None)(b.post(key=k2)),
-                       timeout=4, interval=0.3, what="a retry not refused as in flight")
+                       timeout=7, interval=0.3, what="a retry not refused as in flight")
         assert r.status == 201 and not r.replayed, r
         assert upstream.executions(k2) == 2
         assert b.post(key=k2).replayed
     finally:
         gate.stop()
+
+
+def test_a_claim_that_lands_after_the_janitors_first_look_is_released(start_proxy, upstream,
+                                                                      redis):
+    """The claim (SET NX) is held back 2.5 s on its way to Redis (redis_gate.py), past
+    redis.timeout: 503 store-unavailable, nothing forwarded, the connection dropped. When
+    the janitor first looks (1 s later) Redis has no record yet, which does not prove the
+    claim gone: it lands afterwards and is still released, so the retry executes once,
+    rather than waiting out the lease and then reading outcome-unknown (hold)."""
+    gate = RedisGate(redis.port).start()
+    try:
+        p = start_proxy(lease="3s", workers=1, redis={"url": gate.url, "timeout": "300ms"})
+        wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+        key = new_key()
+        gate.hold_next(("SET",), ms=2500)
+        assert_problem(p.post(key=key), 503, "store-unavailable")
+        assert gate.held == 1 and gate.delivered.wait(5), "the claim was not held back"
+        wait_until(lambda: record_keys(redis) == [], 8, interval=0.1,
+                   what="the claim that landed late released")
+        assert "released a claim that reached Redis after its request was refused" in \
+            p.stderr_text()  # it did land: released, not merely absent
+        r = p.post(key=key)
+        assert r.status == 201 and not r.replayed, r
+        assert upstream.executions(key) == 1
+    finally:
+        gate.stop()
+
+
+# --------------------------------------------------------------------------
+# a store failure while waiting is answered, under on_store_error: pass too
+# --------------------------------------------------------------------------
+
+# a wall clock this far ahead leaves no room for a lease deadline in a record (16 digits of
+# ms): every claim value the proxy makes from then on fails, a real failure of that path
+FAR_AHEAD = "+115800000d"
+
+
+def waiting_requests(p):
+    m = re.search(r"^idempotency_proxy_waiting_requests (\S+)$",
+                  p.admin("GET", "/metrics").body.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+@pytest.mark.parametrize("on_store_error", ["pass", "reject"])
+def test_a_claim_value_that_cannot_be_made_while_waiting_is_answered(
+        start_proxy, upstream, redis, stepped_clock, on_store_error):
+    """B waits on A's claim (in_flight: wait); then B's wall clock jumps so far ahead (the
+    Debian faketime library, the monotonic clock left alone) that the claim value of its
+    next poll cannot be encoded. That is a store failure reported from the claim, where both
+    policies are legal: pass forwards the request unprotected, reject answers 503; never a
+    request left without an answer, never an illegal transition."""
+    a = start_proxy(name="a", on_store_error=on_store_error)
+    b = start_proxy(name="b", on_store_error=on_store_error, env=stepped_clock.env)
+    key = new_key()
+    first = in_background(a.post, key=key, headers=[("X-Demo-Delay-Ms", "3000")])
+    wait_until(lambda: upstream.executions(key) == 1, what="A's request at the upstream")
+    waiter = in_background(b.post, key=key, timeout=15)
+    wait_until(lambda: waiting_requests(b) == 1, what="B waiting on A's claim")
+    stepped_clock.step(FAR_AHEAD)
+    r = waiter.result(timeout=12)  # not a hang
+    if on_store_error == "pass":
+        assert r.status == 201 and not r.replayed, r  # forwarded unprotected, as pass says
+    else:
+        assert_problem(r, 503, "store-unavailable")
+    log = b.stderr_text()
+    assert "cannot make the claim value" in log and "illegal transition" not in log, log[-2000:]
+    r1 = first.result(timeout=10)
+    assert r1.status == 201 and not r1.replayed, r1

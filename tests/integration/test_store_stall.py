@@ -17,11 +17,12 @@ import time
 
 import pytest
 
+from proxy_helpers import assert_problem, new_key
 from redis_gate import RedisGate
-from test_store_faults import assert_problem, in_background, new_key
+from test_store_faults import in_background
 
 
-def wait_for(pred, timeout=5.0, what="condition"):
+def wait_for(pred, timeout=15.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

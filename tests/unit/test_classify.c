@@ -3,6 +3,7 @@
  * request against one configuration, checked for its verdict, problem and
  * route.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -27,7 +28,12 @@ static const char config_yaml[] =
     "  - path: /hooks/json\n"
     "    methods: [POST]\n"
     "    key_from: json:/id\n"
-    "    verify: none\n";
+    "    verify: none\n"
+    "  - path: /hooks/queued\n"
+    "    methods: [POST]\n"
+    "    key_from: header:X-GitHub-Delivery\n"
+    "    verify: none\n"
+    "    delivery: {mode: queued}\n";
 
 struct header { const char *name, *value; };
 
@@ -106,6 +112,75 @@ static const struct {
       "{\"id\":7}", false, CLASSIFY_REFUSE, PROBLEM_INVALID_KEY, "/hooks/json", NULL },
 };
 
+/* Whether out has verdict want, the route named route (NULL: none) and, when key is set, that key. */
+static bool classified(const struct classify_result *out, const char *parsed,
+                       enum classify_verdict want, const char *route, const char *key)
+{
+    return out->verdict == want &&
+           (route == NULL ? out->route == NULL
+                          : out->route != NULL && strcmp(out->route->path, route) == 0) &&
+           (key == NULL || (out->key_len == strlen(key) && strcmp(parsed, key) == 0));
+}
+
+/*
+ * classify_lookup: the key an operator holds, as a request with it would be
+ * read (no body, no signature, no limits), for the record-id lookup.
+ */
+static const struct {
+    const char *name;
+    const char *method, *path, *key;
+    struct header headers[2];
+    enum classify_verdict want;
+    const char *route;              /* matched route path, NULL for none */
+    const char *parsed;             /* PROTECT: the key as the route reads it */
+} lookups[] = {
+    { "lookup: a header key", "POST", "/v1/payments/1", "k-1", { { NULL, NULL } },
+      CLASSIFY_PROTECT, "/v1/payments", "k-1" },
+    { "lookup: any method the route protects", NULL, "/v1/payments", "k-1", { { NULL, NULL } },
+      CLASSIFY_PROTECT, "/v1/payments", "k-1" },
+    { "lookup: an sf-string key is read as a request's", NULL, "/v1/payments", "\"k-1\"",
+      { { NULL, NULL } }, CLASSIFY_PROTECT, "/v1/payments", "k-1" },
+    { "lookup: no route", NULL, "/v2/x", "k", { { NULL, NULL } }, CLASSIFY_PASS_THROUGH, NULL,
+      NULL },
+    { "lookup: a method the route does not protect", "GET", "/v1/payments", "k",
+      { { NULL, NULL } }, CLASSIFY_PASS_THROUGH, "/v1/payments", NULL },
+    { "lookup: a key over key_max_length", NULL, "/v1/strict", "123456789", { { NULL, NULL } },
+      CLASSIFY_REFUSE, "/v1/strict", NULL },
+    { "lookup: a folded key", NULL, "/v1/payments", "a, b", { { NULL, NULL } },
+      CLASSIFY_REFUSE, "/v1/payments", NULL },
+    { "lookup: a scope header twice", NULL, "/v1/payments", "k",
+      { { "Authorization", "Bearer a" }, { "Authorization", "Bearer b" } }, CLASSIFY_REFUSE,
+      "/v1/payments", NULL },
+    { "lookup: a webhook header event id", NULL, "/hooks/gh", "d-1", { { NULL, NULL } },
+      CLASSIFY_PROTECT, "/hooks/gh", "d-1" },
+    { "lookup: a JSON event id is the key as it stands", NULL, "/hooks/json", "evt_1",
+      { { NULL, NULL } }, CLASSIFY_PROTECT, "/hooks/json", "evt_1" },
+    { "lookup: a JSON event id is not unquoted", NULL, "/hooks/json", "\"evt_1\"",
+      { { NULL, NULL } }, CLASSIFY_REFUSE, "/hooks/json", NULL },
+    { "lookup: an empty JSON event id", NULL, "/hooks/json", "", { { NULL, NULL } },
+      CLASSIFY_REFUSE, "/hooks/json", NULL },
+};
+
+static void run_lookup_cases(const struct config *cfg)
+{
+    for (size_t i = 0; i < sizeof(lookups) / sizeof(lookups[0]); i++) {
+        struct evkeyvalq headers;
+        struct classify_result out;
+        char key[CLASSIFY_KEY_MAX];
+
+        TAILQ_INIT(&headers);
+        for (size_t h = 0; h < 2 && lookups[i].headers[h].name != NULL; h++)
+            evhttp_add_header(&headers, lookups[i].headers[h].name, lookups[i].headers[h].value);
+        classify_lookup(cfg, lookups[i].method, lookups[i].path, &headers, lookups[i].key, key,
+                        sizeof(key), &out);
+        UNIT_CHECK(lookups[i].name,
+                   classified(&out, key, lookups[i].want, lookups[i].route, lookups[i].parsed),
+                   "verdict %d route %s key_len %zu", (int)out.verdict,
+                   out.route != NULL ? out.route->path : "(none)", out.key_len);
+        evhttp_clear_headers(&headers);
+    }
+}
+
 int main(void)
 {
     struct config cfg;
@@ -133,18 +208,57 @@ int main(void)
             .now_s = 1700000000,
         };
         classify_request(&cfg, &in, key, sizeof(key), &out);
-        ok = out.verdict == cases[i].want &&
-             (cases[i].want != CLASSIFY_REFUSE || out.problem == cases[i].problem) &&
-             (cases[i].route == NULL ? out.route == NULL
-                                     : out.route != NULL && strcmp(out.route->path,
-                                                                   cases[i].route) == 0) &&
-             (cases[i].key == NULL ||
-              (out.key_len == strlen(cases[i].key) && strcmp(key, cases[i].key) == 0));
+        ok = classified(&out, key, cases[i].want, cases[i].route, cases[i].key) &&
+             (cases[i].want != CLASSIFY_REFUSE || out.problem == cases[i].problem);
         UNIT_CHECK(cases[i].name, ok, "verdict %d problem %d route %s key_len %zu",
                    (int)out.verdict, (int)out.problem,
                    out.route != NULL ? out.route->path : "(none)", out.key_len);
         evhttp_clear_headers(&headers);
     }
+    /*
+     * A queued delivery stores its forwarded fields (README "Webhook inbox"):
+     * 128 of them are queued; one more is 431 before anything is claimed.
+     * Fields it never stores (hop-by-hop, Content-Length, Idempotency-Key)
+     * do not count; a direct route takes any number.
+     */
+    static const struct {
+        const char *name, *path;
+        size_t fields;
+        enum classify_verdict want;
+    } many[] = {
+        { "queued delivery with 128 stored fields: protect", "/hooks/queued", 128,
+          CLASSIFY_PROTECT },
+        { "queued delivery with 129 stored fields: 431", "/hooks/queued", 129,
+          CLASSIFY_REFUSE },
+        { "direct delivery with 4100 fields: protect", "/hooks/gh", 4100, CLASSIFY_PROTECT },
+    };
+    for (size_t i = 0; i < sizeof(many) / sizeof(many[0]); i++) {
+        struct evkeyvalq headers;
+        struct classify_result out;
+        char key[CLASSIFY_KEY_MAX], name[32];
+        struct classify_input in = { .method = "POST", .path = many[i].path,
+                                     .headers = &headers, .body = "{}", .body_len = 2,
+                                     .now_s = 1700000000 };
+
+        TAILQ_INIT(&headers);
+        evhttp_add_header(&headers, "X-GitHub-Delivery", "d-1"); /* stored: the first field */
+        for (size_t h = 1; h < many[i].fields; h++) {
+            snprintf(name, sizeof(name), "X-Pad-%zu", h);
+            evhttp_add_header(&headers, name, "v");
+        }
+        evhttp_add_header(&headers, "Connection", "keep-alive");
+        evhttp_add_header(&headers, "Content-Length", "2");
+        evhttp_add_header(&headers, "Idempotency-Key", "ignored");
+        classify_request(&cfg, &in, key, sizeof(key), &out);
+        UNIT_CHECK(many[i].name,
+                   out.verdict == many[i].want &&
+                       (many[i].want != CLASSIFY_REFUSE ||
+                        (out.problem == PROBLEM_TOO_MANY_HEADER_FIELDS && out.status == 431)),
+                   "verdict %d problem %d status %d", (int)out.verdict, (int)out.problem,
+                   out.status);
+        evhttp_clear_headers(&headers);
+    }
+    run_lookup_cases(&cfg);
     config_deinit(&cfg);
     UNIT_DONE();
 }

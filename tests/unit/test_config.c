@@ -1,5 +1,7 @@
 /*
- * test_config.c - the configuration loader against README "Configuration" and 8.
+ * test_config.c - the configuration loader: the keys, their values, their defaults,
+ * webhook routes and the errors it words (what a reload may change is
+ * test_config_reload.c's).
  *
  * One table case per behaviour: a YAML text, and either the line and a word
  * the error must name, or checks of the loaded structs. Prints `ok NAME`
@@ -11,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bearer.h"
 #include "config.h"
 #include "unit.h"
 
@@ -100,6 +104,7 @@ static void check_defaults(const char *name, const struct config *cfg)
                      "line %d", __LINE__);
     UNIT_CHECK(name, cfg->max_request_body == 1024 * 1024, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->max_stored_response == 1024 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_buffered == 64 * 1024 * 1024, "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(d->key_header, "Idempotency-Key"), "line %d", __LINE__);
     UNIT_CHECK(name, d->methods == (METHOD_POST | METHOD_PATCH), "line %d", __LINE__);
     UNIT_CHECK(name, d->require_key == false, "line %d", __LINE__);
@@ -116,7 +121,7 @@ static void check_defaults(const char *name, const struct config *cfg)
                      d->release_statuses[1] == 425 && d->release_statuses[2] == 429 &&
                      d->release_statuses[3] == 503, "line %d", __LINE__);
     UNIT_CHECK(name, d->on_ambiguous == AMBIGUOUS_HOLD, "line %d", __LINE__);
-    UNIT_CHECK(name, d->on_store_error == STORE_ERROR_REJECT, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_store_error == ON_STORE_ERROR_REJECT, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
     UNIT_CHECK(name, d->key_from == KEY_FROM_HEADER && d->key_json_pointer == NULL,
                      "line %d", __LINE__);
@@ -156,6 +161,14 @@ static void check_size_mib(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, cfg->max_request_body == 2 * 1024 * 1024, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->max_stored_response == (size_t)1024 * 1024 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->max_buffered == (size_t)2 * 1024 * 1024 * 1024, "line %d", __LINE__);
+}
+
+static void check_buffered_exact(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->max_buffered == 1088 * 1024, "line %d", __LINE__);
+    UNIT_CHECK(name, config_answer_reservation(cfg) == CONFIG_ANSWER_RESERVATION_MAX,
+               "line %d", __LINE__);
 }
 
 /* For cases whose point is that the file loads at all. */
@@ -194,7 +207,7 @@ static void check_everything_set(const char *name, const struct config *cfg)
     UNIT_CHECK(name, d->mismatch_status == 422, "line %d", __LINE__);
     UNIT_CHECK(name, d->n_release_statuses == 0, "line %d", __LINE__);
     UNIT_CHECK(name, d->on_ambiguous == AMBIGUOUS_RELEASE, "line %d", __LINE__);
-    UNIT_CHECK(name, d->on_store_error == STORE_ERROR_PASS, "line %d", __LINE__);
+    UNIT_CHECK(name, d->on_store_error == ON_STORE_ERROR_PASS, "line %d", __LINE__);
 }
 
 static void check_env_expansion(const char *name, const struct config *cfg)
@@ -386,15 +399,15 @@ static void check_plain_route_fingerprint(const char *name, const struct config 
 static void check_sentinel(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, STREQ(cfg->redis_sentinel_master, "payments"), "line %d", __LINE__);
-    UNIT_CHECK(name, cfg->n_redis_sentinels == 3, "line %d", __LINE__);
-    if (cfg->n_redis_sentinels != 3)
+    UNIT_CHECK(name, cfg->redis_sentinels.n == 3, "line %d", __LINE__);
+    if (cfg->redis_sentinels.n != 3)
         return;
-    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[0].host, "10.0.0.5") &&
-                     cfg->redis_sentinels[0].port == 26379, "line %d", __LINE__);
-    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[1].host, "sentinel-b.internal") &&
-                     cfg->redis_sentinels[1].port == 26380, "line %d", __LINE__);
-    UNIT_CHECK(name, STREQ(cfg->redis_sentinels[2].host, "::1") &&
-                     cfg->redis_sentinels[2].port == 26381, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels.at[0].host, "10.0.0.5") &&
+                     cfg->redis_sentinels.at[0].port == 26379, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels.at[1].host, "sentinel-b.internal") &&
+                     cfg->redis_sentinels.at[1].port == 26380, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_sentinels.at[2].host, "::1") &&
+                     cfg->redis_sentinels.at[2].port == 26381, "line %d", __LINE__);
     /* the built-in redis.url does not apply: nothing but the sentinels says where Redis is */
     UNIT_CHECK(name, cfg->redis_url == NULL && cfg->redis_host == NULL &&
                      cfg->redis_unix_path == NULL && cfg->redis_db == 0, "line %d", __LINE__);
@@ -409,7 +422,28 @@ static void check_sentinel_no_credentials(const char *name, const struct config 
 {
     UNIT_CHECK(name, cfg->redis_sentinel_username == NULL &&
                      cfg->redis_sentinel_password == NULL, "line %d", __LINE__);
-    UNIT_CHECK(name, cfg->n_redis_sentinels == 1 && cfg->redis_url == NULL, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->redis_sentinels.n == 1 && cfg->redis_url == NULL, "line %d", __LINE__);
+}
+
+/* The token of the file TEST_IDEM_TOKEN names (written by main), and its SHA-256's first hex. */
+#define TEST_TOKEN "0123456789abcdef0123456789abcdef0123456789abcdef"
+#define TEST_TOKEN_FINGERPRINT "34c26e154bab"
+
+static void check_admin_token(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->admin_token_file != NULL &&
+                     STREQ(cfg->admin_token.fingerprint, TEST_TOKEN_FINGERPRINT),
+               "fingerprint %s", cfg->admin_token.fingerprint);
+    UNIT_CHECK(name, bearer_check(&cfg->admin_token, "Bearer " TEST_TOKEN, 1) == BEARER_OK,
+               "the file's token is refused");
+    UNIT_CHECK(name, STREQ(cfg->admin_listen.host, "0.0.0.0"), "admin_listen %s",
+               cfg->admin_listen.host);
+}
+
+static void check_loopback_admin(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->admin_token_file == NULL && cfg->admin_listen.host != NULL,
+               "token file %s", cfg->admin_token_file);
 }
 
 static void check_sentinel_tls(const char *name, const struct config *cfg)
@@ -420,13 +454,13 @@ static void check_sentinel_tls(const char *name, const struct config *cfg)
 
 static void check_cluster(const char *name, const struct config *cfg)
 {
-    UNIT_CHECK(name, cfg->n_redis_cluster == 2, "line %d", __LINE__);
-    if (cfg->n_redis_cluster != 2)
+    UNIT_CHECK(name, cfg->redis_cluster.n == 2, "line %d", __LINE__);
+    if (cfg->redis_cluster.n != 2)
         return;
-    UNIT_CHECK(name, STREQ(cfg->redis_cluster[0].host, "10.0.0.21") &&
-                     cfg->redis_cluster[0].port == 6379, "line %d", __LINE__);
-    UNIT_CHECK(name, STREQ(cfg->redis_cluster[1].host, "::1") &&
-                     cfg->redis_cluster[1].port == 7000, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_cluster.at[0].host, "10.0.0.21") &&
+                     cfg->redis_cluster.at[0].port == 6379, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->redis_cluster.at[1].host, "::1") &&
+                     cfg->redis_cluster.at[1].port == 7000, "line %d", __LINE__);
     /* the built-in redis.url does not apply */
     UNIT_CHECK(name, cfg->redis_url == NULL && cfg->redis_host == NULL &&
                      cfg->redis_db == 0 && cfg->redis_sentinel_master == NULL, "line %d", __LINE__);
@@ -509,8 +543,21 @@ static const struct config_case config_cases[] = {
       0, NULL, check_duration_units },
     { "sizes take B and KiB", "limits:\n  max_request_body: 512B\n  max_stored_response: 64KiB\n",
       0, NULL, check_size_units },
-    { "sizes take MiB and GiB", "limits:\n  max_request_body: 2MiB\n  max_stored_response: 1GiB\n",
-      0, NULL, check_size_mib },
+    { "sizes take MiB and GiB", "limits:\n  max_request_body: 2MiB\n  max_stored_response: 1GiB\n"
+      "  max_buffered: 2GiB\n", 0, NULL, check_size_mib },
+    /* limits.max_buffered: every request reserves its body and room for its answer */
+    { "max_buffered may be exactly body plus answer reservation",
+      "limits:\n  max_request_body: 1MiB\n  max_stored_response: 2MiB\n  max_buffered: 1088KiB\n",
+      0, NULL, check_buffered_exact },
+    { "max_buffered below body plus answer reservation names its line",
+      "limits:\n  max_request_body: 1MiB\n  max_buffered: 1087KiB\n", 3, "(1087KiB) must be at "
+      "least max_request_body (1MiB) + 64KiB", NULL },
+    { "a small max_stored_response is the whole reservation",
+      "limits:\n  max_request_body: 1KiB\n  max_stored_response: 1KiB\n  max_buffered: 1KiB\n",
+      4, "max_request_body (1KiB) + 1KiB", NULL },
+    { "max_request_body past the default max_buffered names its own line",
+      "upstream:\n  timeout: 30s\nlimits:\n  max_request_body: 64MiB\n", 4,
+      "max_buffered (64MiB)", NULL },
 
     /* errors */
     { "errors.format takes stripe", "errors:\n  format: stripe\n", 0, NULL, check_errors_stripe },
@@ -643,7 +690,7 @@ static const struct config_case config_cases[] = {
       "database", NULL },
     { "redis url port out of range", "redis:\n  url: redis://h:70000/0\n", 2, "redis url", NULL },
 
-    /* redis.sentinel (README "Redis in production") */
+    /* redis.sentinel */
     { "redis.sentinel", "redis:\n  password: datapw\n  sentinel:\n    master: payments\n"
       "    addresses: [10.0.0.5:26379, sentinel-b.internal:26380, '[::1]:26381']\n"
       "    username: watcher\n    password: ${TEST_IDEM_PASSWORD}\n", 0, NULL, check_sentinel },
@@ -691,7 +738,7 @@ static const struct config_case config_cases[] = {
     { "redis.tls with redis.sentinel needs its tls", "redis:\n  sentinel:\n    master: m\n"
       "    addresses: [h:26379]\n  tls:\n    verify: false\n", 6, "redis.sentinel.tls",
       NULL },
-    /* redis.cluster (README "Redis Cluster") */
+    /* redis.cluster */
     { "redis.cluster", "redis:\n  password: datapw\n  min_replicas: 1\n  replica_timeout: 100ms\n"
       "  cluster:\n    addresses: [10.0.0.21:6379, '[::1]:7000']\n    tls: true\n"
       "  tls:\n    ca_file: /dev/null\n", 0, NULL, check_cluster },
@@ -720,6 +767,40 @@ static const struct config_case config_cases[] = {
     { "listen may not be empty", "listen: \"\"\n", 1, "host:port", NULL },
     { "admin_listen same port as listen", "listen: 0.0.0.0:9000\nadmin_listen: 127.0.0.1:9000\n",
       2, "same port", NULL },
+
+    /* the admin token */
+    { "admin_listen on every interface needs admin.token_file", "admin_listen: 0.0.0.0:9901\n",
+      1, "is not a loopback address and admin.token_file is not set", NULL },
+    { "admin_listen on an IPv6 wildcard needs admin.token_file", "admin_listen: \"[::]:9901\"\n",
+      1, "[::]:9901 is not a loopback address", NULL },
+    { "admin_listen on a host name needs admin.token_file", "listen: 127.0.0.1:8080\n"
+      "admin_listen: localhost:9901\n", 2, "a host name is not taken as loopback", NULL },
+    { "admin_listen on another address needs admin.token_file", "admin_listen: 10.0.0.5:9901\n",
+      1, "admin.token_file", NULL },
+    { "admin_listen on 127.0.0.0/8 needs no token", "admin_listen: 127.0.0.2:9901\n", 0, NULL,
+      check_loopback_admin },
+    { "admin_listen on ::1 needs no token", "admin_listen: \"[::1]:9901\"\n", 0, NULL,
+      check_loopback_admin },
+    { "admin.token_file is read, and kept as its digest", "admin_listen: 0.0.0.0:9901\n"
+      "admin:\n  token_file: ${TEST_IDEM_TOKEN}\n", 0, NULL, check_admin_token },
+    { "admin.token_file: a CRLF line end is trimmed", "admin_listen: 0.0.0.0:9901\n"
+      "admin:\n  token_file: ${TEST_IDEM_TOKEN_CRLF}\n", 0, NULL, check_admin_token },
+    { "admin.token_file missing names its line", "listen: 127.0.0.1:8080\nadmin:\n"
+      "  token_file: /nonexistent/admin-token\n", 3, "/nonexistent/admin-token: cannot open",
+      NULL },
+    { "admin.token_file empty", "admin:\n  token_file: ${TEST_IDEM_TOKEN_EMPTY}\n", 2,
+      "the file is empty", NULL },
+    { "admin.token_file with only a newline", "admin:\n  token_file: ${TEST_IDEM_TOKEN_NL}\n",
+      2, "the file is empty", NULL },
+    { "admin.token_file shorter than 32", "admin:\n  token_file: ${TEST_IDEM_TOKEN_SHORT}\n",
+      2, "shorter than 32", NULL },
+    { "admin.token_file with a space", "admin:\n  token_file: ${TEST_IDEM_TOKEN_SPACE}\n", 2,
+      "cannot carry", NULL },
+    { "admin.token_file two lines", "admin:\n  token_file: ${TEST_IDEM_TOKEN_TWO}\n", 2,
+      "cannot carry", NULL },
+    { "admin.token_file may not be empty", "admin:\n  token_file: \"\"\n", 2,
+      "may not be empty", NULL },
+    { "admin unknown key", "admin:\n  token: x\n", 2, "'token' in admin", NULL },
 
     /* structure */
     { "yaml syntax error names the line", "listen: 0.0.0.0:8080\nupstream:\n  url: x\n"
@@ -844,7 +925,7 @@ static const struct config_case config_cases[] = {
       "    lease: 5s\n    methods: [PUT]\n    scope_headers: []\n    mismatch_status: 422\n",
       0, NULL, check_inheritance },
 
-    /* the webhook inbox (README "Webhook inbox") */
+    /* the webhook inbox: a route's delivery */
     { "delivery defaults to direct", "routes:\n" R_HOOK_GH, 0, NULL, check_delivery_defaults },
     { "delivery queued with every key", "routes:\n" R_HOOK_GH
       "    delivery:\n      mode: queued\n      max_attempts: 3\n      max_age: 1h\n"
@@ -1082,7 +1163,7 @@ static void run_pattern_cases(void)
     config_deinit(&cfg);
 }
 
-/* -t warns when a queued route forgets event ids before max_age (README "Webhook inbox"). */
+/* -t warns when a queued route forgets event ids before max_age. */
 static void run_delivery_warning_cases(void)
 {
     static const struct { const char *name, *yaml, *want; } cases[] = {
@@ -1178,7 +1259,7 @@ static void run_file_cases(const char *sample)
     UNIT_CHECK("sample config loads", loaded, "%s", err);
     if (!loaded)
         return;
-    /* the demo relies on these (README "Configuration" defaults) */
+    /* the demo relies on these (the documented defaults) */
     UNIT_CHECK("sample config has the demo's listen, upstream, redis and route",
                STREQ(cfg.listen.host, "0.0.0.0") && cfg.listen.port == 8080 &&
                STREQ(cfg.upstream_base, "http://127.0.0.1:3000") &&
@@ -1189,134 +1270,51 @@ static void run_file_cases(const char *sample)
     config_deinit(&cfg);
 }
 
-/* config_reload_refusal: what SIGHUP may change (README "Reload"). */
-struct config_reload_case {
-    const char *name;
-    const char *running;
-    const char *next;
-    const char *word;           /* NULL: accepted; else a word of the reason */
-};
-
-#define R_PAY "  - path: /v1/payments*\n"
-#define R_REF "  - path: /v1/refunds\n"
-#define R_HOOK "  - path: /hooks/gh\n    key_from: header:X-GitHub-Delivery\n    verify: none\n"
-
-static const struct config_reload_case config_reload_cases[] = {
-    { "same config", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY R_REF, NULL },
-    { "a route appended", "routes:\n" R_PAY, "routes:\n" R_PAY R_REF, NULL },
-    { "a route inserted in front", "routes:\n" R_PAY, "routes:\n" R_REF R_PAY, NULL },
-    { "a route removed", "routes:\n" R_PAY R_REF, "routes:\n" R_PAY, NULL },
-    { "routes reordered", "routes:\n" R_PAY R_REF R_HOOK, "routes:\n" R_HOOK R_REF R_PAY, NULL },
-    { "no routes at all any more", "routes:\n" R_PAY, "", NULL },
-    { "other policy keys change", "routes:\n" R_PAY,
-      "routes:\n" R_PAY "    lease: 5s\n    require_key: true\n    fingerprint: none\n", NULL },
-    { "key_header case only", "routes:\n" R_PAY,
-      "routes:\n" R_PAY "    key_header: idempotency-key\n", NULL },
-    { "scope header case only", "routes:\n" R_PAY "    scope_headers: [Authorization]\n",
-      "routes:\n" R_PAY "    scope_headers: [authorization]\n", NULL },
-    { "pattern case only is the same route", "routes:\n" R_PAY,
-      "routes:\n  - path: /V1/Payments*\n    scope_headers: [X-Tenant]\n", "scope_headers" },
-    { "scope_headers of a route", "routes:\n" R_PAY R_REF,
-      "routes:\n" R_PAY R_REF "    scope_headers: [Authorization, X-Tenant]\n", "scope_headers" },
-    { "scope_headers emptied", "routes:\n" R_PAY, "routes:\n" R_PAY "    scope_headers: []\n",
-      "scope_headers" },
-    { "scope_headers through defaults", "routes:\n" R_PAY,
-      "defaults:\n  scope_headers: [X-Tenant]\nroutes:\n" R_PAY, "scope_headers" },
-    { "key_header of a route", "routes:\n" R_PAY,
-      "routes:\n" R_PAY "    key_header: X-Request-Id\n", "key source" },
-    { "key_from of a webhook route", "routes:\n" R_HOOK,
-      "routes:\n  - path: /hooks/gh\n    key_from: json:/id\n    verify: none\n", "key source" },
-    { "redis.key_prefix", "redis:\n  key_prefix: a\n", "redis:\n  key_prefix: b\n",
-      "redis.key_prefix" },
-    { "a route that takes over paths of another identity", "routes:\n" R_PAY,
-      "routes:\n  - path: /v1/payments/refunds\n    scope_headers: [X-Tenant]\n" R_PAY,
-      "scope_headers" },
-    { "a route of a disjoint pattern may differ", "routes:\n" R_PAY,
-      "routes:\n  - path: /v2/payments\n    scope_headers: [X-Tenant]\n" R_PAY, NULL },
-    { "a pattern spelled differently is the same route", "routes:\n" R_PAY,
-      "routes:\n  - path: /v1//payments*\n    scope_headers: [X-Tenant]\n", "scope_headers" },
-    { "a new prefix route in front over an old one", "routes:\n" R_REF,
-      "routes:\n  - path: /v1/*\n    key_header: X-Key\n" R_REF, "key source" },
-    { "removing a route hands its paths to another identity", "routes:\n" R_REF
-      "  - path: /v1/*\n    key_header: X-Key\n",
-      "routes:\n  - path: /v1/*\n    key_header: X-Key\n", "key source" },
-};
-
-/* queued routes need a restart to change (worker_restart_needed): config_same_inboxes */
+/* The token files the admin cases name through ${TEST_IDEM_TOKEN...}, in a temp dir. */
 static const struct {
-    const char *name, *running, *next;
-    bool same;
-    bool renamed;   /* the route's pattern changes: its record identity too */
-} config_inbox_cases[] = {
-    { "same queued route", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n" R_PAY R_HOOK "    delivery: {mode: queued}\n", true, false },
-    { "a route becomes queued", "routes:\n" R_HOOK,
-      "routes:\n" R_HOOK "    delivery: {mode: queued}\n", false, false },
-    { "a queued route goes direct", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n" R_HOOK, false, false },
-    { "a queued route's other delivery keys", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n" R_HOOK "    delivery: {mode: queued, max_attempts: 3}\n", false, false },
-    { "a queued route becomes a prefix route", "routes:\n" R_HOOK "    delivery: {mode: queued}\n",
-      "routes:\n  - path: /hooks/gh*\n    key_from: header:X-GitHub-Delivery\n    verify: none\n"
-      "    delivery: {mode: queued}\n", false, true },
+    const char *env, *name, *text;
+} token_files[] = {
+    { "TEST_IDEM_TOKEN", "good", TEST_TOKEN "\n" },
+    { "TEST_IDEM_TOKEN_CRLF", "crlf", TEST_TOKEN "\r\n" },
+    { "TEST_IDEM_TOKEN_EMPTY", "empty", "" },
+    { "TEST_IDEM_TOKEN_NL", "nl", "\n" },
+    { "TEST_IDEM_TOKEN_SHORT", "short", "0123456789abcdef\n" },
+    { "TEST_IDEM_TOKEN_SPACE", "space", "0123456789abcdef 0123456789abcdef0123\n" },
+    { "TEST_IDEM_TOKEN_TWO", "two", TEST_TOKEN "\n" TEST_TOKEN "\n" },
 };
+static char token_dir[64];
 
-static void run_inbox_cases(void)
+static void write_token_files(void)
 {
-    for (size_t i = 0; i < sizeof(config_inbox_cases) / sizeof(config_inbox_cases[0]); i++) {
-        struct config a, b;
-        char err[512], name[160];
+    snprintf(token_dir, sizeof(token_dir), "/tmp/idem-test-config.XXXXXX");
+    if (mkdtemp(token_dir) == NULL) {
+        UNIT_CHECK("token files written", false, "mkdtemp failed");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(token_files) / sizeof(token_files[0]); i++) {
+        char path[128];
+        FILE *f;
 
-        snprintf(name, sizeof(name), "inboxes: %s", config_inbox_cases[i].name);
-        if (config_load_string(&a, config_inbox_cases[i].running,
-                               strlen(config_inbox_cases[i].running), FILE_NAME, err,
-                               sizeof(err)) != 0) {
-            UNIT_CHECK(name, false, "running did not load: %s", err);
-            continue;
+        snprintf(path, sizeof(path), "%s/%s", token_dir, token_files[i].name);
+        f = fopen(path, "w");
+        UNIT_CHECK("token files written", f != NULL, "%s", path);
+        if (f != NULL) {
+            fputs(token_files[i].text, f);
+            fclose(f);
         }
-        if (config_load_string(&b, config_inbox_cases[i].next, strlen(config_inbox_cases[i].next),
-                               FILE_NAME, err, sizeof(err)) != 0) {
-            UNIT_CHECK(name, false, "next did not load: %s", err);
-            config_deinit(&a);
-            continue;
-        }
-        UNIT_CHECK(name, config_same_inboxes(&a, &b) == config_inbox_cases[i].same,
-                   "want %s", config_inbox_cases[i].same ? "same" : "a restart");
-        /* a webhook route's identity names its route: a new pattern is refused as well */
-        UNIT_CHECK(name, config_inbox_cases[i].renamed || config_reload_refusal(&a, &b) == NULL,
-                   "refused as an identity change");
-        config_deinit(&a);
-        config_deinit(&b);
+        setenv(token_files[i].env, path, 1);
     }
 }
 
-static void run_reload_cases(void)
+static void remove_token_files(void)
 {
-    for (size_t i = 0; i < sizeof(config_reload_cases) / sizeof(config_reload_cases[0]); i++) {
-        const struct config_reload_case *c = &config_reload_cases[i];
-        struct config running, next;
-        char err[512], name[160];
-        const char *why;
-        int rc;
+    for (size_t i = 0; i < sizeof(token_files) / sizeof(token_files[0]); i++) {
+        char path[128];
 
-        snprintf(name, sizeof(name), "reload %s", c->name);
-        rc = config_load_string(&running, c->running, strlen(c->running), FILE_NAME, err,
-                                sizeof(err));
-        if (rc != 0) {
-            UNIT_CHECK(name, false, "running did not load: %s", err);
-            continue;
-        }
-        if (config_load_string(&next, c->next, strlen(c->next), FILE_NAME, err, sizeof(err)) != 0) {
-            UNIT_CHECK(name, false, "next did not load: %s", err);
-            config_deinit(&running);
-            continue;
-        }
-        why = config_reload_refusal(&running, &next);
-        UNIT_CHECK(name, c->word == NULL ? why == NULL : why != NULL && strstr(why, c->word) != NULL,
-                   "got %s, want %s", why ? why : "accepted", c->word ? c->word : "accepted");
-        config_deinit(&running);
-        config_deinit(&next);
+        snprintf(path, sizeof(path), "%s/%s", token_dir, token_files[i].name);
+        remove(path);
     }
+    rmdir(token_dir);
 }
 
 int main(int argc, char **argv)
@@ -1325,15 +1323,15 @@ int main(int argc, char **argv)
     setenv("TEST_IDEM_PASSWORD", "s3cret", 1);
     setenv("TEST_IDEM_REGION", "eu-1", 1);
     unsetenv("TEST_IDEM_UNSET");
+    write_token_files();
 
     for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
         run_case(&config_cases[i]);
     run_match_cases();
-    run_reload_cases();
-    run_inbox_cases();
     run_pattern_cases();
     run_delivery_warning_cases();
     run_unit_cases();
     run_file_cases(argc > 1 ? argv[1] : NULL);
+    remove_token_files();
     UNIT_DONE();
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fingerprint.h"
+#include "record_id.h"
 #include "unit.h"
 
 /*
@@ -153,6 +154,6 @@ int main(void)
     int bad = tokens_from_threads();
     UNIT_CHECK("owner tokens of 4 threads at once are all distinct", bad == 0,
                "%d duplicate or failed of %d", bad, TOKEN_THREADS * TOKENS_PER_THREAD);
-    fingerprint_thread_end();
+    record_id_thread_end();
     UNIT_DONE();
 }

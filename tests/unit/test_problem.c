@@ -16,7 +16,9 @@ int main(void)
         "missing-key", "invalid-key", "body-too-large", "key-reuse-mismatch",
         "request-in-progress", "outcome-unknown", "store-unavailable", "upstream-unavailable",
         "upstream-timeout", "response-not-replayable", "signature-invalid", "shutting-down",
-        "invalid-target", "invalid-framing", "method-not-allowed",
+        "invalid-target", "invalid-framing", "method-not-allowed", "too-many-header-fields",
+        "overloaded", "admin-unauthorized", "invalid-resolution", "record-key-unavailable",
+        "record-unreadable",
     };
 
     for (int p = 0; p < PROBLEM_COUNT; p++) {
@@ -57,6 +59,8 @@ int main(void)
         { PROBLEM_OUTCOME_UNKNOWN, "api_error", false },
         { PROBLEM_STORE_UNAVAILABLE, "api_error", true },
         { PROBLEM_UPSTREAM_UNAVAILABLE, "api_error", true },
+        { PROBLEM_RECORD_KEY_UNAVAILABLE, "api_error", true },
+        { PROBLEM_RECORD_UNREADABLE, "api_error", false },
         { PROBLEM_UPSTREAM_TIMEOUT, "api_error", true },
         { PROBLEM_RESPONSE_NOT_REPLAYABLE, "api_error", false },
         { PROBLEM_SIGNATURE_INVALID, "invalid_request_error", false },
@@ -64,6 +68,10 @@ int main(void)
         { PROBLEM_INVALID_TARGET, "invalid_request_error", false },
         { PROBLEM_INVALID_FRAMING, "invalid_request_error", false },
         { PROBLEM_METHOD_NOT_ALLOWED, "invalid_request_error", false },
+        { PROBLEM_TOO_MANY_HEADER_FIELDS, "invalid_request_error", false },
+        { PROBLEM_OVERLOADED, "api_error", true },
+        { PROBLEM_ADMIN_UNAUTHORIZED, "authentication_error", false },
+        { PROBLEM_INVALID_RESOLUTION, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);

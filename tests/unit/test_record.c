@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "record.h"
+#include "seal.h"
 #include "unit.h"
 
 static void record_base(struct record *r, enum record_state st)
@@ -52,7 +53,7 @@ int main(void)
 
     record_base(&r, RECORD_CLAIMED);
     round_trip("claim round trip", &r);
-    UNIT_CHECK("claim is just the head", record_encoded_size(&r) == RECORD_HEAD_LEN, "%zu",
+    UNIT_CHECK("claim is just the head", record_encoded_size(&r) == RECORD_HEAD2_LEN, "%zu",
                record_encoded_size(&r));
     record_encode(&r, buf);
     UNIT_CHECK("state at offset 3 for Lua", buf[3] == 'C', "%c", buf[3]);
@@ -91,8 +92,9 @@ int main(void)
     round_trip("zero and the widest time round trip", &r);
     UNIT_CHECK("times are zero-padded decimals at their offsets",
                record_encode(&r, buf) > 0 && memcmp(buf + 84, "0000000000000000", 16) == 0 &&
-                   memcmp(buf + 100, "9999999999999999", 16) == 0 && memcmp(buf + 116, "007", 3) == 0,
-               "head %.51s", buf + 68);
+                   memcmp(buf + 100, "9999999999999999", 16) == 0 && memcmp(buf + 116, "P0000000", 8) == 0 &&
+                   memcmp(buf + RECORD_HEAD2_LEN, "007", 3) == 0,
+               "head %.58s", buf + 68);
     r.completed_ms = 10000000000000000ull;
     UNIT_CHECK("a time wider than 16 digits refused", record_encode(&r, buf) == 0, "encoded");
     record_base(&r, RECORD_DONE);
@@ -120,5 +122,78 @@ int main(void)
                n > 0 && buf[RECORD_STATE_OFFSET] == 'C' &&
                    memcmp(buf + RECORD_OWNER_OFFSET, r.owner, RECORD_OWNER_LEN) == 0,
                "head %.40s", buf);
+
+    /* IR2: the key id of the fingerprint and the route name, in plaintext in the head */
+    record_base(&r, RECORD_DONE);
+    r.status = 201;
+    strcpy(r.key_id, "2026-12");
+    record_set_route(&r, "/v1/payments");
+    r.body = "secret-body";
+    r.body_len = 11;
+    n = record_encode(&r, buf);
+    UNIT_CHECK("key id and route round trip",
+               n > 0 && record_decode(buf, n, &out) == 0 && out.version == 2 &&
+                   strcmp(out.key_id, "2026-12") == 0 && out.route_len == 12 &&
+                   memcmp(out.route, "/v1/payments", 12) == 0 && record_same(&r, &out) &&
+                   out.sealed == NULL,
+               "n=%zu", n);
+
+    /* IR1, as 0.1-0.4 wrote it, still decodes: status and count in its head */
+    {
+        static const char ir1[] = "IR1D0123456789abcdef0123456789abcdef"
+                                  "fedcba9876543210fedcba9876543210"
+                                  "0000000000000000" "0000001764444440" "0000001764444441"
+                                  "200" "00001" "\0\1A" "\0\0\0\1b" "hello";
+        UNIT_CHECK("an IR1 record decodes",
+                   record_decode(ir1, sizeof(ir1) - 1, &out) == 0 && out.version == 1 &&
+                       out.state == RECORD_DONE && out.status == 200 && out.n_headers == 1 &&
+                       out.headers[0].name_len == 1 && out.body_len == 5 &&
+                       memcmp(out.body, "hello", 5) == 0 && out.key_id[0] == '\0' &&
+                       out.route_len == 0,
+                   "status %d", out.status);
+    }
+
+    /* a sealed answer: nothing of it in the value, opens only under its Redis key */
+    {
+        char err[128], *plain = NULL, key_id[KEYRING_ID_MAX + 1];
+        unsigned char secret[KEYRING_SECRET_LEN];
+        struct keyring *kr = keyring_create(err, sizeof(err));
+        size_t len = 0;
+        char *value;
+
+        memset(secret, 7, sizeof(secret));
+        UNIT_CHECK("keyring", kr != NULL && keyring_add(kr, "k1", 2, secret) == KEYRING_ADDED,
+                   "%s", err);
+        value = record_encode_alloc(&r, kr, "idem:{abc}", &len);
+        UNIT_CHECK("sealed record encodes", value != NULL && memmem(value, len, "secret-body", 11) == NULL &&
+                   record_decode(value, len, &out) == 0 && out.sealed != NULL && out.status == 0,
+                   "len %zu", len);
+        UNIT_CHECK("sealed record opens",
+                   record_open(&out, kr, "idem:{abc}", &plain, key_id) == SEAL_OK &&
+                       record_same(&r, &out) && strcmp(key_id, "k1") == 0,
+                   "key id %s", key_id);
+        record_plain_free(plain, out.sealed_len);
+        record_decode(value, len, &out);
+        UNIT_CHECK("another Redis key does not open it",
+                   record_open(&out, kr, "idem:{abd}", &plain, key_id) == SEAL_UNREADABLE &&
+                       plain == NULL, "opened");
+        value[len - 1] ^= 1;
+        record_decode(value, len, &out);
+        UNIT_CHECK("a changed byte does not open",
+                   record_open(&out, kr, "idem:{abc}", &plain, key_id) == SEAL_UNREADABLE,
+                   "opened");
+        value[len - 1] ^= 1;
+        value[90] = value[90] == '1' ? '2' : '1'; /* a created time changed in the head */
+        record_decode(value, len, &out);
+        UNIT_CHECK("a changed head does not open",
+                   record_open(&out, kr, "idem:{abc}", &plain, key_id) == SEAL_UNREADABLE,
+                   "opened");
+        record_decode(value, len, &out);
+        UNIT_CHECK("no keyring: key unavailable",
+                   record_open(&out, NULL, "idem:{abc}", &plain, key_id) == SEAL_KEY_UNAVAILABLE &&
+                       strcmp(key_id, "k1") == 0, "%s", key_id);
+        free(value);
+        keyring_unref(kr);
+    }
     UNIT_DONE();
 }

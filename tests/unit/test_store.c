@@ -1,11 +1,13 @@
 /*
  * test_store.c - the store's reply classes (store_reply.h): which error
  * replies of Redis fail a command, which also drop the connection (not the
- * primary now: reconnect and check ROLE), and NOSCRIPT. One case per code,
+ * primary now: reconnect and check ROLE), which prove the command did not
+ * run and may be sent again later (STORE_REFUSED), and NOSCRIPT. One case per code,
  * as Redis and Valkey spell the reply (the code is the first word). Then the
  * cluster's key slots (CRC16-XMODEM of the hash tag, pinned by the
  * specification's check value and by `redis-cli CLUSTER KEYSLOT` of Redis
- * 7.0) and the MOVED / ASK redirections.
+ * 7.0) and the MOVED / ASK redirections. Then how far behind a replica is,
+ * from samples of the primary's offset.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,37 +19,39 @@
 static const struct {
     const char *reply;
     enum store_reply_class want;
+    bool refused;   /* proves it did not run, may be sent again later (STORE_REFUSED) */
 } cases[] = {
-    { "NOSCRIPT No matching script. Please use EVAL.", STORE_REPLY_NOSCRIPT },
-    /* refused now, connection kept */
-    { "NOREPLICAS Not enough good replicas to write.", STORE_REPLY_NOT_NOW },
+    { "NOSCRIPT No matching script. Please use EVAL.", STORE_REPLY_NOSCRIPT, false },
+    /* refused now, connection kept; did not run */
+    { "NOREPLICAS Not enough good replicas to write.", STORE_REPLY_NOT_NOW, true },
     { "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-      STORE_REPLY_NOT_NOW },
-    { "TRYAGAIN Multiple keys request during rehashing of slot", STORE_REPLY_NOT_NOW },
-    { "CLUSTERDOWN The cluster is down", STORE_REPLY_NOT_NOW },
-    /* not the primary now: drop, re-resolve, check ROLE */
-    { "READONLY You can't write against a read only replica.", STORE_REPLY_NOT_PRIMARY },
-    { "LOADING Redis is loading the dataset in memory", STORE_REPLY_NOT_PRIMARY },
+      STORE_REPLY_NOT_NOW, true },
+    { "TRYAGAIN Multiple keys request during rehashing of slot", STORE_REPLY_NOT_NOW, true },
+    { "CLUSTERDOWN The cluster is down", STORE_REPLY_NOT_NOW, true },
+    /* not the primary now: drop, re-resolve, check ROLE; did not run */
+    { "READONLY You can't write against a read only replica.", STORE_REPLY_NOT_PRIMARY, true },
+    { "LOADING Redis is loading the dataset in memory", STORE_REPLY_NOT_PRIMARY, true },
     { "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-      STORE_REPLY_NOT_PRIMARY },
-    { "MOVED 3999 127.0.0.1:6381", STORE_REPLY_NOT_PRIMARY },
-    { "ASK 3999 127.0.0.1:6381", STORE_REPLY_NOT_PRIMARY },
-    { "READONLY", STORE_REPLY_NOT_PRIMARY },                 /* a code alone */
+      STORE_REPLY_NOT_PRIMARY, true },
+    { "MOVED 3999 127.0.0.1:6381", STORE_REPLY_NOT_PRIMARY, true },
+    { "ASK 3999 127.0.0.1:6381", STORE_REPLY_NOT_PRIMARY, true },
+    { "READONLY", STORE_REPLY_NOT_PRIMARY, true },           /* a code alone */
     /* everything else: this command failed */
-    { "ERR unknown command 'FOO'", STORE_REPLY_FAILED },
-    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_FAILED },
+    { "ERR unknown command 'FOO'", STORE_REPLY_FAILED, false },
+    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_FAILED,
+      false },
     { "NOPERM User idem-proxy has no permissions to run the 'evalsha' command",
-      STORE_REPLY_FAILED },
-    { "OOM command not allowed when used memory > 'maxmemory'.", STORE_REPLY_FAILED },
-    { "NOAUTH Authentication required.", STORE_REPLY_FAILED },
+      STORE_REPLY_FAILED, false },
+    { "OOM command not allowed when used memory > 'maxmemory'.", STORE_REPLY_FAILED, false },
+    { "NOAUTH Authentication required.", STORE_REPLY_FAILED, false },
     /* the code is compared whole and exactly */
-    { "READONLYX something", STORE_REPLY_FAILED },
-    { "MOVEDX 1 h:1", STORE_REPLY_FAILED },
-    { "readonly lower case is not the code", STORE_REPLY_FAILED },
-    { "ERR READONLY in the text", STORE_REPLY_FAILED },
-    { " READONLY after a space", STORE_REPLY_FAILED },
-    { "ASKING", STORE_REPLY_FAILED },
-    { "", STORE_REPLY_FAILED },
+    { "READONLYX something", STORE_REPLY_FAILED, false },
+    { "MOVEDX 1 h:1", STORE_REPLY_FAILED, false },
+    { "readonly lower case is not the code", STORE_REPLY_FAILED, false },
+    { "ERR READONLY in the text", STORE_REPLY_FAILED, false },
+    { " READONLY after a space", STORE_REPLY_FAILED, false },
+    { "ASKING", STORE_REPLY_FAILED, false },
+    { "", STORE_REPLY_FAILED, false },
 };
 
 /* Each slot as `redis-cli CLUSTER KEYSLOT KEY` answered (redis-server 7.0.15). */
@@ -113,13 +117,55 @@ static void check_cluster(void)
     }
 }
 
+/* Samples a second apart ending at 10 s: the offset went 100, 200, 300, 400, 500. */
+static const struct store_offset_sample history[] = {
+    { 6000, 100 }, { 7000, 200 }, { 8000, 300 }, { 9000, 400 }, { 10000, 500 },
+};
+
+static const struct {
+    const char *name;
+    size_t n;           /* of history, the oldest ones */
+    long long ack;
+    double now_ms;
+    double since_ms;
+    enum store_replica_lag want;
+} lags[] = {
+    { "acknowledged the offset now", 5, 500, 10000, 0, STORE_REPLICA_WITHIN },
+    { "a second behind (hellos since its last ack)", 5, 400, 10000, 0, STORE_REPLICA_WITHIN },
+    { "exactly the bound behind", 5, 200, 10000, 0, STORE_REPLICA_WITHIN },
+    { "past the bound behind (a frozen replica)", 5, 150, 10500, 0, STORE_REPLICA_LAGGING },
+    { "no offset acknowledged", 5, 0, 10000, 0, STORE_REPLICA_LAGGING },
+    { "first sample, behind: cannot say yet", 1, 50, 6000, 0, STORE_REPLICA_UNKNOWN },
+    { "first sample, caught up", 1, 100, 6000, 0, STORE_REPLICA_WITHIN },
+    { "samples only from long ago, it holds them all", 2, 250, 20000, 0,
+      STORE_REPLICA_UNKNOWN },
+    { "samples only from long ago, it lacks one", 2, 150, 20000, 0, STORE_REPLICA_LAGGING },
+    { "a shortfall at 8.5 s: what it held before does not clear it", 5, 300, 10000, 8500,
+      STORE_REPLICA_UNKNOWN },
+    { "a shortfall at 8.5 s: acknowledged a later sample", 5, 400, 10000, 8500,
+      STORE_REPLICA_WITHIN },
+};
+
+static void check_replica_lag(void)
+{
+    for (size_t i = 0; i < sizeof(lags) / sizeof(lags[0]); i++) {
+        enum store_replica_lag got = store_replica_lag(history, lags[i].n, lags[i].ack,
+                                                       lags[i].now_ms, 3000, lags[i].since_ms);
+        UNIT_CHECK(lags[i].name, got == lags[i].want, "lag %d, want %d", (int)got,
+                   (int)lags[i].want);
+    }
+}
+
 int main(void)
 {
     check_cluster();
+    check_replica_lag();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         enum store_reply_class got = store_reply_class(cases[i].reply, strlen(cases[i].reply));
         UNIT_CHECK(cases[i].reply, got == cases[i].want, "class %d, want %d (%s)", (int)got,
                    (int)cases[i].want, store_reply_class_name(cases[i].want));
+        UNIT_CHECK(cases[i].reply, store_reply_class_refused(got) == cases[i].refused,
+                   "refused %d, want %d", store_reply_class_refused(got), cases[i].refused);
     }
     /* only len bytes count: "READONLY" followed by more text in the buffer */
     UNIT_CHECK("length bounds the code", store_reply_class("READONLYX", 8) ==

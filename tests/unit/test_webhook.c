@@ -598,6 +598,63 @@ int main(void)
         UNIT_CHECK(json_cases[i].name, ok, "rc %d (want %d)", rc, json_cases[i].want);
     }
 
+    /* delivery.sign: the Standard Webhooks spec's example, signed by the proxy */
+    {
+        static char *const one[] = { SW_SPEC };
+        char sig[WEBHOOK_SIGNATURE_MAX];
+        int rc = webhook_sign(one, 1, SPEC_ID, INT64_C(1614265330), BODY(SPEC_BODY), sig,
+                              sizeof(sig));
+        UNIT_CHECK("sign: the spec's example signature", rc == 0 && strcmp(sig, SPEC_SIG) == 0,
+                   "rc %d, %s", rc, sig);
+    }
+    {
+        /* two secrets while the receiver rotates: two entries, each verifies on its own */
+        static char *const two[] = { "whsec_" "QUNMLXVzZXItc2lnbmluZy1zZWNyZXQtMzI=", SW_SPEC };
+        char sig[WEBHOOK_SIGNATURE_MAX];
+        int rc = webhook_sign(two, 2, SPEC_ID, NOW, BODY(SPEC_BODY), sig, sizeof(sig));
+        const struct webhook_headers h = { .webhook_id = SPEC_ID, .webhook_timestamp = "1700000000",
+                                           .webhook_signature = sig };
+        enum webhook_verdict v0 = webhook_verify(VERIFY_STANDARD_WEBHOOKS, two, 1, &h,
+                                                 BODY(SPEC_BODY), NOW, NULL, NULL);
+        enum webhook_verdict v1 = webhook_verify(VERIFY_STANDARD_WEBHOOKS, two + 1, 1, &h,
+                                                 BODY(SPEC_BODY), NOW, NULL, NULL);
+        UNIT_CHECK("sign: two secrets, two signatures", rc == 0 && strchr(sig, ' ') != NULL &&
+                   strlen(sig) == 2 * 47 + 1 && v0 == WEBHOOK_OK && v1 == WEBHOOK_OK,
+                   "rc %d, %s, %s %s", rc, sig, webhook_verdict_name(v0),
+                   webhook_verdict_name(v1));
+        rc = webhook_sign(two, 2, SPEC_ID, NOW, BODY(SPEC_BODY), sig, 60);
+        UNIT_CHECK("sign: out too small", rc == -1 && sig[0] == '\0', "rc %d", rc);
+    }
+    {
+        static const struct {
+            const char *name, *secret;
+            int want;
+            const char *word;
+        } sign_cases[] = {
+            { "sign secret: the spec's (24 bytes)", SW_SPEC, 0, NULL },
+            { "sign secret: 16 bytes is too short", "whsec_MDEyMzQ1Njc4OWFiY2RlZg==", -1, "24" },
+            { "sign secret: needs whsec_", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", -1, "whsec_" },
+            { "sign secret: not base64", "whsec_MfKQ9r8GKYqrTwjU*D8ILPZIo2LaLaSw", -1, "base64" },
+            { "sign secret: empty after whsec_", "whsec_", -1, NULL },
+        };
+        for (size_t i = 0; i < sizeof(sign_cases) / sizeof(sign_cases[0]); i++) {
+            const char *reason = NULL;
+            int rc = webhook_sign_secret_check(sign_cases[i].secret, &reason);
+            UNIT_CHECK(sign_cases[i].name, rc == sign_cases[i].want &&
+                       (rc == 0) == (reason == NULL) &&
+                       (sign_cases[i].word == NULL || strstr(reason, sign_cases[i].word) != NULL) &&
+                       (reason == NULL || strstr(reason, "MfKQ") == NULL),
+                       "rc %d, reason %s", rc, reason ? reason : "(null)");
+        }
+    }
+    UNIT_CHECK("signature headers: each scheme's, any case",
+               webhook_is_signature_header("stripe-signature") &&
+               webhook_is_signature_header("X-Hub-Signature-256") &&
+               webhook_is_signature_header("WEBHOOK-SIGNATURE") &&
+               webhook_is_signature_header("svix-timestamp") &&
+               !webhook_is_signature_header("Content-Type") &&
+               !webhook_is_signature_header("X-GitHub-Delivery"), "wrong set");
+
     /* libcurl shares the thread's OpenSSL error queue: bad input must not leave errors on it */
     UNIT_CHECK("no OpenSSL error left queued", ERR_peek_error() == 0, "error %lu queued",
                ERR_peek_error());

@@ -13,6 +13,9 @@ The answer waits `delay` seconds, then is `status` with an empty body, or with
 
 Control (the test changes behaviour without a restart):
   POST /_control {"delay": 30, "status": 500, "body_bytes": 0}   each key optional
+  POST /_control {"sequence": [{"status": 429, "headers": {"Retry-After": "3"}}]}
+                 the next attempts get these answers in turn (with these header
+                 fields), then the state above again
   GET  /_attempts                               every line of FILE, as a JSON list
 Python 3 standard library only.
 """
@@ -23,7 +26,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"delay": 0.0, "status": 200, "body_bytes": 0}
+STATE = {"delay": 0.0, "status": 200, "body_bytes": 0, "sequence": []}
 LOCK = threading.Lock()
 ARGS = None
 
@@ -34,8 +37,10 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def _answer(self, status, body=b"", ctype="application/json"):
+    def _answer(self, status, body=b"", ctype="application/json", headers=None):
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -64,8 +69,12 @@ class Handler(BaseHTTPRequestHandler):
                 STATE.update(json.loads(body or b"{}"))
             self._answer(200, json.dumps(STATE).encode())
             return
+        extra = {}
         with LOCK:
             delay, status, body_bytes = STATE["delay"], STATE["status"], STATE["body_bytes"]
+            if STATE["sequence"]:
+                step = STATE["sequence"].pop(0)
+                status, extra = step.get("status", status), step.get("headers", {})
         entry = {
             "t": t, "event": self.headers.get("Idempotency-Key"), "path": self.path,
             "status": status,
@@ -83,7 +92,7 @@ class Handler(BaseHTTPRequestHandler):
         if body_bytes:
             self._answer_large(status, body_bytes)
         else:
-            self._answer(status)
+            self._answer(status, headers=extra)
 
     def _answer_large(self, status, n):
         self.send_response(status)

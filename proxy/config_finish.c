@@ -1,0 +1,278 @@
+/*
+ * config_finish.c - pass 3 (config.c): what the file left unset is
+ * inherited (a route from `defaults:`, everything from the built-in
+ * defaults), then the checks that involve several keys: one place says
+ * where Redis is, lease and retention against redis.timeout, webhook rules,
+ * delivery, the memory budget. The redis section's own are config_redis.c's
+ * and config_replicas.c's; the keyring is config_keyring.c's.
+ */
+#include "config_int.h"
+#include "webhook.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The bit of policy key name in a route's set mask. */
+static uint32_t config_policy_bit(const char *name)
+{
+    int i = config_key_index(config_policy_keys, name);
+
+    return i < 0 ? 0 : 1u << i;
+}
+
+/* Shortest visibility_timeout, ms: as the lease, an entry must outlive one renewal interval. */
+#define CONFIG_MIN_VISIBILITY_MS 1000
+
+/*
+ * delivery: only on webhook routes; backoff.initial <= backoff.max;
+ * visibility_timeout >= 1s and >= 1.5 x redis.timeout: a live instance
+ * renews the entries it delivers every visibility_timeout/3 (inbox_deliver.c)
+ * and a renewal may take redis.timeout to land, so it must land before the
+ * entry goes idle, or another instance takes a live delivery over and the
+ * receiver gets every delivery twice. Returns 0, or -1 with the error set.
+ */
+static int config_check_delivery(struct config_loader *ld, const struct route_policy *policy,
+                                 yaml_node_t *map)
+{
+    yaml_node_t *delivery = config_lookup(&ld->user, map, "delivery");
+    const struct delivery_policy *d = &policy->delivery;
+    uint64_t redis_timeout_ms = ld->cfg->redis_timeout_ms;
+    char vt[32], timeout[32];
+
+    if (delivery == NULL)
+        return 0;
+    if (!policy->webhook)
+        return config_error(ld, delivery, "delivery is for webhook routes (key_from and "
+                            "verify): queued delivery dedupes by the provider's event id");
+    if (d->mode != DELIVERY_QUEUED && (d->n_sign_secrets > 0 || d->rate_count > 0)) {
+        yaml_node_t *where = config_lookup(&ld->user, delivery, "sign");
+
+        if (where == NULL)
+            where = config_lookup(&ld->user, delivery, "rate");
+        return config_error(ld, where != NULL ? where : delivery, "delivery.sign and "
+                            "delivery.rate are for queued delivery (mode: queued)");
+    }
+    if (d->backoff_initial_ms > d->backoff_max_ms)
+        return config_error(ld, delivery, "delivery.backoff.initial must not be longer than "
+                            "delivery.backoff.max");
+    if (d->visibility_timeout_ms < CONFIG_MIN_VISIBILITY_MS ||
+        d->visibility_timeout_ms * 2 < redis_timeout_ms * 3) {
+        yaml_node_t *where = config_lookup(&ld->user, delivery, "visibility_timeout");
+
+        config_format_duration(d->visibility_timeout_ms, vt, sizeof(vt));
+        config_format_duration(redis_timeout_ms, timeout, sizeof(timeout));
+        return config_error(ld, where != NULL ? where : delivery,
+                            "delivery.visibility_timeout (%s) must be at least 1s and at least "
+                            "1.5 x redis.timeout (%s): an entry in delivery is renewed every "
+                            "visibility_timeout/3 and a renewal may take redis.timeout to land",
+                            vt, timeout);
+    }
+    if (d->dead_retention_ms < d->max_age_ms) {
+        yaml_node_t *where = config_lookup(&ld->user, delivery, "dead_retention");
+        char age[32];
+
+        config_format_duration(d->dead_retention_ms, vt, sizeof(vt));
+        config_format_duration(d->max_age_ms, age, sizeof(age));
+        return config_error(ld, where != NULL ? where : delivery,
+                            "delivery.dead_retention (%s) must be at least delivery.max_age "
+                            "(%s): a dead letter must outlive the deliveries it stands for", vt,
+                            age);
+    }
+    return 0;
+}
+
+/* Shortest lease: a claim must outlive one renewal interval plus a slow renewal. */
+#define CONFIG_MIN_LEASE_MS 1000
+
+/*
+ * retention >= lease: a finished record must outlive the claim it replaces.
+ * lease >= 1s and lease >= 1.5 x redis.timeout: a renewal is sent every
+ * lease/3 and may take redis.timeout to land, so it must land before the
+ * lease ends, or a live request reads as dead to other instances.
+ */
+static int config_check_policy(struct config_loader *ld, const struct route_policy *policy,
+                               yaml_node_t *map)
+{
+    char lease[32], retention[32], timeout[32];
+    uint64_t redis_timeout_ms = ld->cfg->redis_timeout_ms;
+    yaml_node_t *where;
+
+    ld->cur = &ld->user;
+    config_format_duration(policy->lease_ms, lease, sizeof(lease));
+    if (policy->lease_ms < CONFIG_MIN_LEASE_MS || policy->lease_ms * 2 < redis_timeout_ms * 3) {
+        where = config_lookup(&ld->user, map, "lease");
+        config_format_duration(redis_timeout_ms, timeout, sizeof(timeout));
+        return config_error(ld, where != NULL ? where : map,
+                            "lease (%s) must be at least 1s and at least 1.5 x redis.timeout "
+                            "(%s): the claim is renewed every lease/3 and a renewal may take "
+                            "redis.timeout to land", lease, timeout);
+    }
+    if (policy->retention_ms >= policy->lease_ms)
+        return 0;
+    where = config_lookup(&ld->user, map, "retention");
+    if (where == NULL)
+        where = config_lookup(&ld->user, map, "lease");
+    if (where == NULL)
+        where = map;
+    config_format_duration(policy->retention_ms, retention, sizeof(retention));
+    return config_error(ld, where, "retention (%s) must be at least lease (%s)", retention, lease);
+}
+
+/*
+ * Webhook rules, then inheritance: `defaults:` first, the built-in
+ * defaults for what neither sets. Then the checks of the whole policy.
+ */
+static int config_finish_route(struct config_loader *ld, size_t i)
+{
+    struct route_policy *policy = &ld->cfg->routes[i].policy;
+    yaml_node_t *map = ld->route_nodes[i];
+    uint32_t *set = &ld->set_routes[i];
+    yaml_node_t *verify, *secret;
+
+    ld->cur = &ld->user;
+    if (*set & config_policy_bit("key_from")) {
+        if (policy->key_from == KEY_FROM_HEADER) {
+            if (*set & config_policy_bit("key_header"))
+                return config_error(ld, config_lookup(&ld->user, map, "key_header"),
+                                    "key_header and key_from: header:... both name the key "
+                                    "header; keep one");
+            *set |= config_policy_bit("key_header");
+        }
+        /* unsigned, anyone who reaches the route could pre-claim a provider's event id */
+        if (!(*set & config_policy_bit("verify")))
+            return config_error(ld, config_lookup(&ld->user, map, "key_from"),
+                                "key_from needs verify (stripe, github or standard-webhooks): "
+                                "without a signature check anyone who reaches this route can "
+                                "pre-claim an event id; write verify: none to accept that");
+        /* providers change the body between deliveries (a retry adds attempt counts) */
+        if (!(*set & config_policy_bit("fingerprint"))) {
+            policy->fingerprint = FINGERPRINT_NONE;
+            *set |= config_policy_bit("fingerprint");
+        }
+    }
+    if (config_apply_mapping(ld, &ld->user, config_lookup(&ld->user, ld->user.root, "defaults"),
+                             config_policy_keys, policy, set) < 0 ||
+        config_apply_mapping(ld, &ld->builtin,
+                             config_lookup(&ld->builtin, ld->builtin.root, "defaults"),
+                             config_policy_keys, policy, set) < 0)
+        return -1;
+
+    ld->cur = &ld->user;
+    verify = config_lookup(&ld->user, map, "verify");
+    secret = config_lookup(&ld->user, map, "secret");
+    if (policy->verify != VERIFY_NONE && policy->n_secrets == 0)
+        return config_error(ld, verify, "verify needs a secret (one string, or a list of two "
+                            "during a rotation)");
+    if (policy->verify == VERIFY_NONE && secret != NULL)
+        return config_error(ld, secret, "secret without verify: set verify to "
+                            "standard-webhooks, github or stripe");
+    free(policy->record_source);
+    policy->record_source = config_record_source(policy, ld->cfg->routes[i].match,
+                                                  ld->cfg->routes[i].prefix);
+    if (policy->record_source == NULL)
+        return config_oom(ld, map);
+    for (size_t i = 0; i < policy->n_secrets; i++) {
+        const char *why = NULL;
+        /* a mistyped secret fails here, not as a 401 on every delivery */
+        if (webhook_secret_check(policy->verify, policy->secrets[i], &why) != 0)
+            return config_error(ld, secret, "bad secret: %s", why != NULL ? why : "unusable");
+    }
+    if (config_check_delivery(ld, policy, map) < 0)
+        return -1;
+    return config_check_policy(ld, policy, map);
+}
+
+/*
+ * max_buffered >= max_request_body + the answer reservation: a request is
+ * admitted when its body and the reservation for its answer fit (budget.h),
+ * so a smaller budget would refuse a request at the limits with
+ * 503 overloaded forever, even on an idle proxy.
+ */
+static int config_check_limits(struct config_loader *ld)
+{
+    const struct config *cfg = ld->cfg;
+    size_t reservation = config_answer_reservation(cfg);
+    yaml_node_t *limits = config_lookup(&ld->user, ld->user.root, "limits");
+    yaml_node_t *where = config_lookup(&ld->user, limits, "max_buffered");
+    char buffered[32], body[32], reserved[32];
+
+    if (cfg->max_request_body <= cfg->max_buffered &&
+        reservation <= cfg->max_buffered - cfg->max_request_body)
+        return 0;
+    if (where == NULL) /* the default budget: blame the limit the file raised */
+        where = config_lookup(&ld->user, limits, "max_request_body");
+    config_format_size(cfg->max_buffered, buffered, sizeof(buffered));
+    config_format_size(cfg->max_request_body, body, sizeof(body));
+    config_format_size(reservation, reserved, sizeof(reserved));
+    return config_error(ld, where, "max_buffered (%s) must be at least max_request_body (%s) + "
+                        "%s: every request reserves its body and room for its answer "
+                        "(max_stored_response, at most 64KiB)", buffered, body, reserved);
+}
+
+int config_finish(struct config_loader *ld)
+{
+    struct config *cfg = ld->cfg;
+    yaml_node_t *redis = config_lookup(&ld->user, ld->user.root, "redis");
+
+    /* one place says where Redis is; the built-in url is no choice of the user's */
+    if (config_lookup(&ld->user, redis, "sentinel") != NULL &&
+        config_lookup(&ld->user, redis, "cluster") != NULL)
+        return config_error(ld, config_lookup(&ld->user, redis, "cluster"), "redis.sentinel "
+                            "and redis.cluster both say where Redis is; keep one");
+    for (int i = 0; i < 2; i++) {
+        const char *name = i == 0 ? "sentinel" : "cluster";
+        uint32_t url = 1u << config_key_index(config_redis_keys, "url");
+
+        if (config_lookup(&ld->user, redis, name) == NULL)
+            continue;
+        if (ld->set_redis & url)
+            return config_error(ld, config_lookup(&ld->user, redis, "url"), "redis.url and "
+                                "redis.%s both say where Redis is; keep one", name);
+        ld->set_redis |= url;
+    }
+    if (config_apply_doc(ld, &ld->builtin) < 0)
+        return -1;
+    ld->cur = &ld->user;
+
+    if (config_finish_redis(ld) < 0)
+        return -1;
+    if (config_check_replicas(ld, config_lookup(&ld->user, ld->user.root, "redis")) < 0)
+        return -1;
+
+    if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {
+        yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
+
+        if (where == NULL)
+            where = config_lookup(&ld->user, ld->user.root, "listen");
+        return config_error(ld, where, "admin_listen and listen use the same port %u; give "
+                            "admin_listen another port, or \"\" to disable it",
+                            (unsigned)cfg->listen.port);
+    }
+
+    if (cfg->admin_listen.host != NULL && cfg->admin_token_file == NULL &&
+        !config_endpoint_is_loopback(&cfg->admin_listen)) {
+        yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
+
+        bool v6 = strchr(cfg->admin_listen.host, ':') != NULL;
+
+        return config_error(ld, where, "admin_listen %s%s%s:%u is not a loopback address and "
+                            "admin.token_file is not set: anyone who reaches that port could "
+                            "purge records (a retry would then execute again) and redeliver "
+                            "dead letters; set admin.token_file, or bind admin_listen to "
+                            "127.0.0.1 or ::1 (a host name is not taken as loopback)",
+                            v6 ? "[" : "", cfg->admin_listen.host, v6 ? "]" : "",
+                            (unsigned)cfg->admin_listen.port);
+    }
+
+    if (config_check_limits(ld) < 0)
+        return -1;
+    if (config_check_policy(ld, &cfg->defaults,
+                            config_lookup(&ld->user, ld->user.root, "defaults")) < 0)
+        return -1;
+    for (size_t i = 0; i < cfg->n_routes; i++) {
+        if (config_finish_route(ld, i) < 0)
+            return -1;
+    }
+    /* last: the checks above cost nothing, this one reads a file and derives keys */
+    return config_finish_keyring(ld);
+}

@@ -1,0 +1,88 @@
+/*
+ * config_reload.c - what a SIGHUP may change (config.h, config_reload_check):
+ * one walk of the schema (config_schema.c) per refused class, the RESTART
+ * keys against the boot config and the IDENTITY keys against the running
+ * one (config_compare.c compares), and the class of a key by its path.
+ * Pure: no I/O.
+ */
+#include "config_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the check ------------------------------------------------------------- */
+
+/*
+ * How a refusal names what changed: its comparison's words; else a RESTART
+ * key by its top-level key (the part of the process built from it), an
+ * IDENTITY key by its dotted path.
+ */
+static void config_change_name(const struct config_change *ch, enum config_reload cls, char *out,
+                               size_t outlen)
+{
+    if (ch->what != NULL)
+        snprintf(out, outlen, "%s", ch->what);
+    else if (cls == CONFIG_RELOAD_RESTART || ch->at_top)
+        snprintf(out, outlen, "%s", cls == CONFIG_RELOAD_RESTART ? ch->top : ch->key->name);
+    else
+        snprintf(out, outlen, "%s.%s", ch->section->name, ch->key->name);
+}
+
+enum config_reload config_reload_check(const struct config *boot, const struct config *running,
+                                       const struct config *next, char *why, size_t whylen)
+{
+    struct config_change ch;
+    char name[128];
+
+    if (whylen > 0)
+        why[0] = '\0';
+    /* what the process was built from at startup */
+    if (config_walk(&config_root_section, 0, CONFIG_RELOAD_RESTART, boot, next, NULL, &ch)) {
+        config_change_name(&ch, CONFIG_RELOAD_RESTART, name, sizeof(name));
+        snprintf(why, whylen, "%s changed, which needs a restart", name);
+        return CONFIG_RELOAD_RESTART;
+    }
+    /* what records were written under: a second SIGHUP must not undo what a first kept */
+    if (config_walk(&config_root_section, 0, CONFIG_RELOAD_IDENTITY, running, next, NULL, &ch)) {
+        config_change_name(&ch, CONFIG_RELOAD_IDENTITY, name, sizeof(name));
+        snprintf(why, whylen, "%s changed, which changes record identity (retries of earlier "
+                 "keys would execute again)", name);
+        return CONFIG_RELOAD_IDENTITY;
+    }
+    return CONFIG_RELOAD_LIVE;
+}
+
+/* ---- classes by path ------------------------------------------------------- */
+
+/* The class of the key at path (dotted) under sec, or CONFIG_RELOAD_UNSET. */
+static enum config_reload config_section_reload(const struct config_section *sec,
+                                                const char *path)
+{
+    const char *dot = strchr(path, '.');
+    size_t len = dot != NULL ? (size_t)(dot - path) : strlen(path);
+
+    for (size_t t = 0; t < CONFIG_ARRAY_SIZE(sec->tables) && sec->tables[t] != NULL; t++) {
+        for (const struct config_key *key = sec->tables[t]; key->name != NULL; key++) {
+            if (strlen(key->name) != len || strncmp(key->name, path, len) != 0 ||
+                (key->flags & sec->exclude))
+                continue;
+            if (dot == NULL)
+                return key->reload;
+            return key->kind == CONFIG_SECTION ? config_section_reload(key->section, dot + 1)
+                                               : CONFIG_RELOAD_UNSET;
+        }
+    }
+    return CONFIG_RELOAD_UNSET;
+}
+
+enum config_reload config_key_reload(const char *path)
+{
+    enum config_reload r = config_section_reload(&config_root_section, path);
+
+    for (const struct config_key *key = config_root_keys;
+         r == CONFIG_RELOAD_UNSET && key->name != NULL; key++) {
+        if (key->kind == CONFIG_ROUTES)
+            r = config_section_reload(key->section, path);
+    }
+    return r;
+}

@@ -1,0 +1,254 @@
+/*
+ * exchange_life.c - an exchange's life: its state changes (against
+ * exchange_state.c's table), its references, the answer (sent exactly once)
+ * and the access-log line, the records it writes, and the waiters its
+ * record changes wake. The lowest layer of the exchange: it calls no other
+ * exchange file (exchange_int.h has the layers).
+ */
+#include "exchange_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "budget.h"
+#include "classify.h"
+#include "clock.h"
+#include "config.h"
+#include "decide.h"
+#include "fingerprint.h"
+#include "headers.h"
+#include "inbox.h"
+#include "log.h"
+#include "metrics.h"
+#include "outcome.h"
+#include "problem.h"
+#include "record.h"
+#include "reply.h"
+#include "request.h"
+#include "store.h"
+#include "upstream.h"
+
+static void exchange_send(struct exchange *x, int status, struct evbuffer *body);
+
+/* Move x to state to, keeping the waiter list and its counter. */
+static void exchange_enter(struct exchange *x, enum exchange_state to)
+{
+    struct exchange_set *set = x->set;
+
+    if (x->state == X_WAITING && to != X_WAITING) {
+        TAILQ_REMOVE(&set->waiters, x, wait_link);
+        set->waiting--;
+    } else if (to == X_WAITING && x->state != X_WAITING) {
+        TAILQ_INSERT_TAIL(&set->waiters, x, wait_link);
+        set->waiting++;
+    }
+    x->state = to;
+}
+
+/*
+ * The one place a state changes. An illegal transition is a bug
+ * (exchange_transition_check): in debug builds and tests the process aborts
+ * naming both states; in release it is refused (false), and the caller must
+ * not act on it, nor touch x again: a client not yet answered gets a 500 at
+ * once (a request must never hang on a bug), and x is freed as soon as no
+ * callback can reach it, which may be before this returns.
+ */
+bool exchange_set_state(struct exchange *x, enum exchange_state to)
+{
+    if (!exchange_transition_check(x->record_id, x->state, to)) {
+        if (!exchange_state_answered(x->state)) {
+            x->outcome = OUTCOME_UNKNOWN; /* a bug: logged and counted as "unknown" */
+            exchange_enter(x, X_ANSWERED);
+            exchange_send(x, 500, NULL);
+        }
+        return false;
+    }
+    exchange_enter(x, to);
+    return true;
+}
+
+void exchange_free(struct exchange *x)
+{
+    event_del(&x->lease_timer);
+    event_del(&x->wait_timer);
+    event_del(&x->write_timer);
+    budget_hold_set(&x->hold_body, 0);
+    budget_hold_set(&x->hold_answer, 0);
+    budget_hold_set(&x->hold_record, 0);
+    free(x->write_value);
+    evhttp_clear_headers(&x->resp_headers);
+    if (x->resp_body != NULL)
+        evbuffer_free(x->resp_body);
+    request_view_deinit(&x->rq);
+    free(x->event_id);
+    config_unref(x->conf);
+    x->set->active--;
+    free(x);
+}
+
+/* Take one reference where a callback that will reach x is armed. */
+void exchange_ref(struct exchange *x)
+{
+    exchange_ref_take(&x->pending);
+}
+
+/* Drop one reference where its callback runs; frees x when answered and nothing else can reach it. */
+void exchange_unref(struct exchange *x)
+{
+    if (exchange_ref_drop(&x->pending, x->record_id) && x->state == X_ANSWERED)
+        exchange_free(x);
+}
+
+static const char *exchange_outcome_name(const struct exchange *x)
+{
+    return x->outcome == OUTCOME_REFUSED ? problem_slug(x->refusal) : outcome_name(x->outcome);
+}
+
+/* The access-log line, as `log.access` says (docs/operations.md#logs). */
+static void exchange_log(const struct exchange *x)
+{
+    enum access_log level = x->conf->access_log;
+
+    if (level == ACCESS_LOG_OFF ||
+        (level == ACCESS_LOG_ERRORS && x->status < 400 && !outcome_is_error(x->outcome)))
+        return;
+    struct access_entry e = {
+        .route = x->route != NULL ? x->route->path : NULL,
+        .method = x->rq.method,
+        .path = x->rq.path,
+        .outcome = exchange_outcome_name(x),
+        .status = x->status,
+        .record_id = x->record_id[0] != '\0' ? x->record_id : NULL,
+        .upstream_ms = x->upstream_ms,
+        .total_ms = clock_mono_ms() - x->started_ms,
+    };
+
+    log_access(&e);
+}
+
+/*
+ * The request body is needed no more (sent upstream, or answered): free it
+ * now rather than when evhttp frees the request once the answer is written
+ * out, which for a slow reader is much later (docs/operations.md#memory). Its count,
+ * hold_body, is the caller's to give back or hand on.
+ */
+void exchange_drop_body(struct exchange *x)
+{
+    if (x->req != NULL) {
+        struct evbuffer *in = evhttp_request_get_input_buffer(x->req);
+        evbuffer_drain(in, evbuffer_get_length(in));
+    }
+    x->rq.body_bytes = NULL;
+    x->rq.body_len = 0;
+}
+
+/* Send the answer; exactly once per exchange. Takes ownership of body (may be NULL). */
+void exchange_reply(struct exchange *x, int status, struct evbuffer *body)
+{
+    if (!exchange_set_state(x, x->write_retrying ? X_ANSWERED_WRITING : X_ANSWERED)) {
+        if (body != NULL)
+            evbuffer_free(body);
+        return;
+    }
+    exchange_send(x, status, body);
+}
+
+/* x has just entered ANSWERED: count, log and send the answer; free x if nothing can reach it. */
+static void exchange_send(struct exchange *x, int status, struct evbuffer *body)
+{
+    x->status = status;
+    metrics_count_request(x->set->metrics, x->route != NULL ? x->route->path : NULL,
+                          exchange_outcome_name(x));
+    exchange_log(x);
+    /*
+     * The answer is counted until the client has it (a reservation left unused
+     * goes back), and first: a replay larger than the reservation grows the
+     * count before the body's goes, not after (see exchange_write).
+     */
+    budget_hold_set(&x->hold_answer, body != NULL ? evbuffer_get_length(body) : 0);
+    exchange_drop_body(x);
+    budget_hold_set(&x->hold_body, 0);
+    reply_send(x->req, status, body, x->set->draining, &x->set->conns, &x->hold_answer);
+    x->req = NULL;
+    if (x->pending == 0 && x->state == X_ANSWERED)
+        exchange_free(x);
+}
+
+/* The proxy's own answer (docs/client-contract.md#problem-details); a refusal names the outcome after the problem. */
+void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
+                             int retry_after_s, bool replayed)
+{
+    if (x->outcome == OUTCOME_UNKNOWN) {
+        x->outcome = OUTCOME_REFUSED;
+        x->refusal = p;
+    }
+    exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
+                                            x->conf->error_format == ERROR_FORMAT_STRIPE));
+}
+
+/* Answer with the upstream response kept in x (first execution or pass-through). */
+void exchange_reply_upstream(struct exchange *x)
+{
+    struct evbuffer *body = x->resp_body;
+
+    reply_move_headers(x->req, &x->resp_headers);
+    x->resp_body = NULL;
+    exchange_reply(x, x->resp_status, body);
+}
+
+/* Replay a finished record (docs/client-contract.md#how-a-request-is-handled: stored status, headers, body; fresh Content-Length). */
+void exchange_reply_replay(struct exchange *x, const struct record *rec)
+{
+    x->outcome = x->waited ? OUTCOME_WAITED : OUTCOME_REPLAYED;
+    exchange_reply(x, rec->status, reply_replay(x->req, rec));
+}
+
+void exchange_record_init(const struct exchange *x, struct record *rec,
+                                 enum record_state state)
+{
+    record_init(rec, state, x->owner, x->fingerprint, x->created_ms);
+    memcpy(rec->key_id, x->key_id, sizeof(rec->key_id));
+    record_set_route(rec, x->route->path);
+}
+
+/* rec as the value of our record: sealed under our config's keyring, bound to our Redis key. */
+char *exchange_record_encode(const struct exchange *x, const struct record *rec,
+                                    size_t *len)
+{
+    return record_encode_alloc(rec, x->conf->keyring, x->record_key, len);
+}
+
+/* The claim value: state C with a lease deadline of now + lease. */
+char *exchange_claim_value(const struct exchange *x, size_t *len, uint64_t *deadline_ms)
+{
+    struct record rec;
+
+    exchange_record_init(x, &rec, RECORD_CLAIMED);
+    rec.lease_deadline_ms = clock_now_ms() + x->policy->lease_ms;
+    *deadline_ms = rec.lease_deadline_ms;
+    return exchange_record_encode(x, &rec, len);
+}
+
+/* A record at record_key changed: wake its waiters here and in the other threads. */
+void exchange_record_changed(struct exchange_set *set, const char *record_key)
+{
+    exchange_wake_waiters(set, record_key);
+    if (set->wake_others != NULL)
+        set->wake_others(record_key, set->wake_arg);
+}
+
+void exchange_wake_waiters(struct exchange_set *set, const char *record_key)
+{
+    struct exchange *x;
+
+    TAILQ_FOREACH(x, &set->waiters, wait_link)
+        if (strcmp(x->record_key, record_key) == 0)
+            event_active(&x->wait_timer, EV_TIMEOUT, 0);
+}

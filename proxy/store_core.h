@@ -1,0 +1,191 @@
+/*
+ * store_core.h - what the files of the store's command path share and
+ * nothing else includes: the store object, its commands and WAIT waiters.
+ * Calls run one way: store.c (the store's life: create, destroy, node
+ * events, the health tick) and store_verbs.c (the public commands) call
+ * store_wait.c (WAIT batching, replica lag) and store_cmd.c (command
+ * objects, the setup queue, dispatch, replies, redirects); store_wait.c
+ * calls store_cmd.c; store_cmd.c calls none of them.
+ */
+#ifndef IDEM_STORE_CORE_H
+#define IDEM_STORE_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/queue.h>
+#include <sys/time.h>
+
+#include <event2/event_struct.h>
+#include <event2/util.h>
+#include <hiredis/hiredis.h>
+#include <openssl/sha.h>
+
+#include "store.h"
+#include "store_int.h"
+#include "store_reply.h"
+
+#define STORE_HEALTH_MS 1000
+
+/*
+ * How long a store_wait_replicas call that nobody waits on (a record's) may
+ * wait for another call's WAIT to share before it sends its own: under
+ * traffic the next claim's WAIT covers it, so a request costs one WAIT.
+ */
+#define STORE_WAIT_LAZY_MS 10
+
+/* A replica that lags an idle primary by more than this (ms) is stalled (not ready). */
+#define STORE_REPLICA_LAG_MS 3000
+
+/* The idle ROLEs' offsets kept to judge that lag: at about one a second, 8 s of them. */
+#define STORE_OFFSET_SAMPLES 8
+
+/*
+ * Finished commands are kept for the next ones (store_cmd_new), each with
+ * its block for a saved argv, so a steady stream of commands allocates
+ * nothing here: at most STORE_SPARE_MAX of them, and a block above
+ * STORE_SPARE_SAVE_MAX bytes (a large record's) is freed, not kept, so the
+ * spares hold at most 128 * 4 KiB per worker.
+ */
+#define STORE_SPARE_MAX 128
+#define STORE_SPARE_SAVE_MAX 4096
+
+/* Redirections (MOVED, ASK) one command may follow before it fails (redis.cluster). */
+#define STORE_MAX_REDIRECTS 5
+
+
+struct store_cmd;
+TAILQ_HEAD(store_cmd_queue, store_cmd);
+
+/*
+ * One store_wait_replicas call: the write it covers came on conn, which was
+ * ready then; a waiter is failed when conn goes down, so conn is alive.
+ */
+struct store_waiter {
+    store_int_cb *cb;
+    void *arg;
+    struct store_conn *conn;    /* NULL: not called from a write's successful reply */
+    TAILQ_ENTRY(store_waiter) link;
+};
+TAILQ_HEAD(store_waiter_list, store_waiter);
+
+struct store {
+    struct event_base *base;
+    const struct config *cfg;
+    struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names;
+                                       NULL with redis.cluster */
+    struct store_cluster *cluster;  /* redis.cluster's slot map and connections; or NULL */
+    store_event_observer *event_observer;
+    void *event_arg;
+    struct store_sentinel *sentinel; /* redis.sentinel's discovery; NULL with redis.url */
+    store_failover_observer *failover_observer;
+    void *failover_arg;
+    struct evdns_base *dns;         /* resolves host names; NULL for an address (redis.url) */
+    SSL_CTX *tls;                   /* rediss://; NULL otherwise */
+    struct store_cmd_queue queued;  /* waiting for the connection's setup, in order */
+    struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
+    struct store_cmd_queue spare;   /* finished commands kept for reuse (STORE_SPARE_MAX) */
+    unsigned n_spare;
+    struct event failed_ev;
+    bool destroying;
+    struct event health_ev;         /* every STORE_HEALTH_MS: ROLE on an idle connection */
+    bool health_in_flight;
+    char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
+    store_observer *observer;
+    void *observer_arg;
+    struct store_conn *reply_conn;  /* while a reply is reported OK: the connection it came on */
+    struct store_waiter_list wait_next; /* for the next WAIT */
+    struct store_waiter_list wait_sent; /* the WAIT in flight answers them */
+    bool wait_in_flight;
+    bool wait_now;                  /* wait_next holds a call that wants its WAIT this turn */
+    struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
+    struct event wait_lazy_ev;      /* STORE_WAIT_LAZY_MS after a call that can wait */
+    _Atomic bool replicas_short;    /* the last WAIT or idle ROLE saw < redis.min_replicas */
+    double replicas_short_ms;       /* when it last turned short (monotonic); 0: at the start */
+    double wait_counted_ms;         /* when a WAIT last answered a count (monotonic); 0: never */
+    struct store_offset_sample offsets[STORE_OFFSET_SAMPLES]; /* the idle ROLEs' offsets of
+                                       this connection, oldest first */
+    size_t n_offsets;
+};
+
+/*
+ * What a command's reply is read as: REPLY_HEALTH (ROLE) gives its callback
+ * the whole reply (cb.raw), REPLY_WAIT the count (cb.integer).
+ */
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT, REPLY_ANY };
+
+/* A ROLE's reply as it came (NULL unless st is STORE_OK); borrowed for the call. */
+typedef void store_raw_cb(enum store_status st, const redisReply *r, void *arg);
+
+struct store_cmd {
+    struct store *s;
+    enum store_reply_kind kind;
+    union {
+        store_value_cb *value;
+        store_cas_cb *cas;
+        store_int_cb *integer;
+        store_reply_cb *any;
+        store_raw_cb *raw;
+    } cb;
+    void *arg;
+    struct store_conn *conn;    /* where it is sent or queued; NULL: no connection */
+    bool asking;                /* ASK: send ASKING before it */
+    int redirects;              /* MOVED and ASK followed so far */
+    bool reported;              /* the caller's callback has run */
+    TAILQ_ENTRY(store_cmd) link; /* in s->queued, s->failed or s->spare */
+    const char *script;         /* the text of the script an EVALSHA runs, or NULL */
+    int key_arg;                /* redis.cluster: argv index of the key; 0: the usual one */
+    bool resent;                /* a script's body went out after NOSCRIPT */
+    struct timeval submitted;
+    int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
+                                   queued command */
+    char **argv;                /* into `saved` */
+    size_t *argvlen;            /* into `saved` */
+    void *saved;                /* argv, argvlen and the argument bytes; kept by a spare */
+    size_t saved_cap;           /* bytes of `saved` */
+};
+
+/* ---- store_cmd.c: command objects, the setup queue, dispatch, replies ---- */
+
+/* A command for s (a spare reused, or a new one; out of memory aborts); cb is the caller's to set. */
+struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind kind, void *arg);
+
+/* Done with cmd: kept as a spare for the next command, or freed. */
+void store_cmd_free(struct store_cmd *cmd);
+
+/* Send cmd on cmd->conn now (argv borrowed); 0 sent, -1 not (the caller fails it). */
+int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Report st (and r, NULL unless STORE_OK) to cmd's caller, once; cmd stays the caller's to free. */
+void store_cmd_report(struct store_cmd *cmd, enum store_status st, const redisReply *r);
+
+/* Not sent: report STORE_UNAVAILABLE from the loop (never inside the caller's store_* call). */
+void store_fail_later(struct store_cmd *cmd);
+
+/* s->failed_ev: report the commands that were not sent. */
+void store_on_failed(evutil_socket_t fd, short what, void *arg);
+
+/* Send cmd (argv copied when it must wait), queue it for its connection's setup, or fail it. */
+void store_submit(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Keep a copy of argv (argc strings of argvlen bytes, borrowed) in cmd; out of memory aborts. */
+void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Send a queued (or redirected) cmd with its saved argv on the connection it now has. */
+void store_dispatch(struct store_cmd *cmd);
+
+/* ---- store_wait.c: WAIT batching and replica lag ---- */
+
+/* Record whether the replicas fall short of redis.min_replicas now. */
+void store_replicas_short(struct store *s, bool is_short);
+
+/* A ROLE's reply (REPLY_HEALTH's cb.raw): the role checked, the replicas counted. arg: s. */
+void store_on_health_reply(enum store_status st, const redisReply *r, void *arg);
+
+/* Report every waiter of list (st, replicas) and free them. */
+void store_waiters_report(struct store_waiter_list *list, enum store_status st,
+                          long long replicas);
+
+/* s->wait_ev, s->wait_lazy_ev: send the next WAIT. arg: s. */
+void store_on_wait_turn(evutil_socket_t fd, short what, void *arg);
+
+#endif

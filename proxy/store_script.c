@@ -1,0 +1,112 @@
+/*
+ * store_script.c - the store's Lua scripts: the records' text, plain string
+ * constants, the registration of the scripts other modules own
+ * (store_script_register), and every script's SHA1 for EVALSHA. No script
+ * passes through a format function: a Lua '%' pattern is just text
+ * (tests/unit/test_store_script.c checks the scripts against their sources).
+ */
+#include "store_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+#include "record.h"
+
+/*
+ * Lua: "v is not a claim owned by ARGV[1]": byte RECORD_STATE_OFFSET is not
+ * RECORD_CLAIMED, or the RECORD_OWNER_LEN bytes at RECORD_OWNER_OFFSET are
+ * not the owner token (Lua strings count from 1).
+ */
+#define STORE_LUA_NOT_OURS "string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1]"
+_Static_assert(RECORD_STATE_OFFSET + 1 == 4 && RECORD_CLAIMED == 'C' &&
+                   RECORD_OWNER_OFFSET + 1 == 5 && RECORD_OWNER_OFFSET + RECORD_OWNER_LEN == 36,
+               "STORE_LUA_NOT_OURS reads record.h's layout");
+
+/*
+ * Every later change of a record is a compare-and-set on state 'C' and the
+ * owner token. The scripts read both by their offsets in record.h
+ * (STORE_LUA_NOT_OURS, asserted against them below).
+ * REPLACE is idempotent for its owner: a record already byte-for-byte the
+ * value (which carries the owner token) is reported applied, so a write
+ * that timed out, may have landed and is sent again succeeds; anyone
+ * else's value still differs and is refused.
+ */
+#define STORE_SCRIPT_MAX 4096
+static const char *const store_script_record_text[SCRIPT_COUNT] = {
+    [SCRIPT_REPLACE] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if v == ARGV[2] then\n"
+        "  return 1\n"
+        "end\n"
+        "if not v or " STORE_LUA_NOT_OURS " then\n"
+        "  return 0\n"
+        "end\n"
+        "if ARGV[3] == '0' then\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
+        "else\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "end\n"
+        "return 1\n",
+    [SCRIPT_RELEASE] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if not v or " STORE_LUA_NOT_OURS " then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('DEL', KEYS[1])\n"
+        "return 1\n",
+    [SCRIPT_TAKEOVER] =
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "return 1\n",
+    [SCRIPT_DELETE_UNCHANGED] =
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('DEL', KEYS[1])\n"
+        "return 1\n",
+    /* the record's retention goes on: KEEPTTL */
+    [SCRIPT_RESOLVE] =
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
+        "return 1\n",
+    /*
+     * The listing's look at one key: 4 bytes first (a finished record's body
+     * stays in Redis), the whole record and its PTTL only in state ARGV[1].
+     * Byte 3 (0-based) is RECORD_STATE_OFFSET, asserted below. A key of
+     * another type under the records' pattern (not the proxy's) is passed
+     * over, not an error that would stop every listing.
+     */
+    [SCRIPT_PEEK] =
+        "local head = redis.pcall('GETRANGE', KEYS[1], 3, 3)\n"
+        "if type(head) ~= 'string' or head ~= ARGV[1] then\n"
+        "  return false\n"
+        "end\n"
+        "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}\n",
+};
+_Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
+
+const char *store_script_text(enum store_record_script script)
+{
+    return store_script_record_text[script];
+}
+
+void store_script_digest(const char *text, char out[STORE_SCRIPT_SHA_LEN + 1])
+{
+    unsigned char digest[SHA_DIGEST_LENGTH];
+
+    _Static_assert(2 * SHA_DIGEST_LENGTH == STORE_SCRIPT_SHA_LEN, "a hex SHA1");
+    SHA1((const unsigned char *)text, strlen(text), digest);
+    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+        snprintf(&out[2 * j], 3, "%02x", digest[j]);
+}
+
+void store_script_register(struct store_script *script)
+{
+    store_script_digest(script->text, script->sha);
+}

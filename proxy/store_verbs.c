@@ -1,0 +1,217 @@
+/*
+ * store_verbs.c - the store's public commands (store.h): claim, get, the
+ * compare-and-set writes, scan, peek, PTTL, and any command or registered
+ * script of another module (store_command, store_script_run).
+ */
+#include "store_core.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "clock.h"
+#include "config.h"
+#include "log.h"
+#include "oom.h"
+#include "record.h"
+
+static void store_eval(struct store *s, enum store_record_script script, store_cas_cb *cb,
+                       void *arg, int argc, const char **argv, size_t *argvlen)
+{
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
+
+    cmd->cb.cas = cb;
+    cmd->script = store_script_text(script);
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = s->script_sha[script];
+    argvlen[1] = strlen(s->script_sha[script]);
+    argv[2] = "1";
+    argvlen[2] = 1;
+    store_submit(cmd, argc, argv, argvlen);
+}
+
+void store_claim(struct store *s, const char *key, const char *value, size_t len,
+                 uint64_t px_ms, store_value_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { "SET", key, value, "NX", "GET", "PX", px };
+    const size_t argvlen[] = { 3, strlen(key), len, 2, 3, 2, (size_t)n };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_VALUE, arg);
+
+    cmd->cb.value = cb;
+    store_submit(cmd, 7, argv, argvlen);
+}
+
+void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg)
+{
+    const char *argv[] = { "GET", key };
+    const size_t argvlen[] = { 3, strlen(key) };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_VALUE, arg);
+
+    cmd->cb.value = cb;
+    store_submit(cmd, 2, argv, argvlen);
+}
+
+void store_replace_owned(struct store *s, const char *key, const char *owner, const char *value,
+                         size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { NULL, NULL, NULL, key, owner, value, px };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner), len, (size_t)n };
+
+    store_eval(s, SCRIPT_REPLACE, cb, arg, 7, argv, argvlen);
+}
+
+void store_release_owned(struct store *s, const char *key, const char *owner, store_cas_cb *cb,
+                         void *arg)
+{
+    const char *argv[] = { NULL, NULL, NULL, key, owner };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner) };
+
+    store_eval(s, SCRIPT_RELEASE, cb, arg, 5, argv, argvlen);
+}
+
+void store_takeover(struct store *s, const char *key, const char *expected, size_t expected_len,
+                    const char *value, size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg)
+{
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
+    const char *argv[] = { NULL, NULL, NULL, key, expected, value, px };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len, (size_t)n };
+
+    store_eval(s, SCRIPT_TAKEOVER, cb, arg, 7, argv, argvlen);
+}
+
+void store_delete_if_unchanged(struct store *s, const char *key, const char *expected,
+                               size_t expected_len, store_cas_cb *cb, void *arg)
+{
+    const char *argv[] = { NULL, NULL, NULL, key, expected };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len };
+
+    store_eval(s, SCRIPT_DELETE_UNCHANGED, cb, arg, 5, argv, argvlen);
+}
+
+void store_replace_unchanged(struct store *s, const char *key, const char *expected,
+                             size_t expected_len, const char *value, size_t len,
+                             store_cas_cb *cb, void *arg)
+{
+    const char *argv[] = { NULL, NULL, NULL, key, expected, value };
+    size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len };
+
+    store_eval(s, SCRIPT_RESOLVE, cb, arg, 6, argv, argvlen);
+}
+
+unsigned store_scan_nodes(struct store *s)
+{
+    unsigned n = 1;
+
+    if (s->cluster != NULL)
+        (void)store_cluster_primary(s->cluster, 0, &n);
+    return n;
+}
+
+void store_scan(struct store *s, unsigned node, const char *cursor, const char *match,
+                unsigned count, store_reply_cb *cb, void *arg)
+{
+    char n[16];
+    const char *argv[] = { "SCAN", cursor, "MATCH", match, "COUNT", n };
+    size_t argvlen[6];
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
+    unsigned nodes = 1;
+
+    snprintf(n, sizeof(n), "%u", count);
+    for (int i = 0; i < 6; i++)
+        argvlen[i] = strlen(argv[i]);
+    cmd->cb.any = cb;
+    if (s->cluster == NULL && node == 0) {
+        store_submit(cmd, 6, argv, argvlen);
+        return;
+    }
+    /* a node's own keys: no key to route by, and no redirection to follow */
+    cmd->conn = s->cluster != NULL && !s->destroying
+                    ? store_cluster_primary(s->cluster, node, &nodes) : NULL;
+    store_cmd_save(cmd, 6, argv, argvlen);
+    store_dispatch(cmd);
+}
+
+void store_record_peek(struct store *s, const char *key, char state, store_reply_cb *cb,
+                       void *arg)
+{
+    const char want[2] = { state, '\0' };
+    const char *argv[] = { "EVALSHA", s->script_sha[SCRIPT_PEEK], "1", key, want };
+    const size_t argvlen[] = { 7, strlen(s->script_sha[SCRIPT_PEEK]), 1, strlen(key), 1 };
+
+    store_any(s, store_script_text(SCRIPT_PEEK), 0, 5, argv, argvlen, cb, arg);
+}
+
+void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)
+{
+    const char *argv[] = { "PTTL", key };
+    const size_t argvlen[] = { 4, strlen(key) };
+
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_INT, arg);
+
+    cmd->cb.integer = cb;
+    store_submit(cmd, 2, argv, argvlen);
+}
+
+/* key_arg: where the key is in argv (for redis.cluster's routing), 0: argv[1] or KEYS[1]. */
+void store_any(struct store *s, const char *script, int key_arg, int argc, const char **argv,
+               const size_t *argvlen, store_reply_cb *cb, void *arg)
+{
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
+
+    cmd->cb.any = cb;
+    cmd->script = script;
+    cmd->key_arg = key_arg;
+    store_submit(cmd, argc, argv, argvlen);
+}
+
+void store_command(struct store *s, int argc, const char **argv, const size_t *argvlen,
+                   store_reply_cb *cb, void *arg)
+{
+    store_any(s, NULL, 0, argc, argv, argvlen, cb, arg);
+}
+
+/* An EVALSHA's arguments that fit on the stack; a longer one is allocated. */
+#define STORE_SCRIPT_ARGV_STACK 32
+
+void store_script_run(struct store *s, const struct store_script *script, int nkeys,
+                      const char *const *keys, int nargs, const char *const *args,
+                      store_reply_cb *cb, void *arg)
+{
+    const char *stack_argv[STORE_SCRIPT_ARGV_STACK];
+    size_t stack_argvlen[STORE_SCRIPT_ARGV_STACK];
+    const char **argv = stack_argv;
+    size_t *argvlen = stack_argvlen;
+    int argc = 3 + nkeys + nargs;
+    char numkeys[16];
+
+    if (argc > STORE_SCRIPT_ARGV_STACK) {
+        argv = oom_check(calloc((size_t)argc, sizeof(*argv)), "a script's arguments");
+        argvlen = oom_check(calloc((size_t)argc, sizeof(*argvlen)), "a script's arguments");
+    }
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    argv[0] = "EVALSHA";
+    argv[1] = script->sha;
+    argv[2] = numkeys;
+    for (int i = 0; i < nkeys; i++)
+        argv[3 + i] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[3 + nkeys + i] = args[i];
+    for (int i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    store_any(s, script->text, 0, argc, argv, argvlen, cb, arg);
+    if (argv != stack_argv) {
+        free(argv);
+        free(argvlen);
+    }
+}

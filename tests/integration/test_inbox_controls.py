@@ -1,0 +1,324 @@
+"""The webhook inbox's second step (docs/webhooks.md "Signed deliveries", "Rate, Retry-After and
+pause", "Bulk redelivery"): deliveries the receiver can verify, a rate the receiver can bear, and
+an operator's controls.
+
+Real processes only: redis-server, the proxy binary, the threaded receiver of test_inbox.py
+(tests/upstream/inbox_receiver.py), and a node receiver (tests/receivers/verify_receiver.js)
+that verifies every delivery with the real `standardwebhooks` npm package at its default
+5-minute tolerance (installed by tests/install-deps.sh --tests, `npm ci` in tests/receivers).
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import REPO, build_config, free_port, port_accepts, proxy_binary, \
+    to_yaml, wait_until
+from test_inbox import ENCODED, ROUTE, Receiver, by_event, inbox, metric, new_secret, \
+    queued_route, stripe_body
+from test_inbox import receiver_factory  # noqa: F401 (a fixture)
+
+RECEIVERS = os.path.join(REPO, "tests", "receivers")
+
+
+def sign_secret():
+    return "whsec_" + base64.b64encode(os.urandom(32)).decode()
+
+
+def stripe_deliver(p, secret, body, age_s=0):
+    """A Stripe delivery that the provider signed age_s seconds ago."""
+    t = int(time.time()) - age_s
+    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
+    return p.request("POST", ROUTE, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
+                                     ("Content-Type", "application/json")], body, timeout=10)
+
+
+def start_queued(start_proxy, receiver_url, secret, **delivery):
+    return start_proxy(routes=[queued_route(secret, **delivery)], upstream_url=receiver_url,
+                       upstream={"timeout": "30s"})
+
+
+def admin_post(p, path):
+    r = p.admin("POST", "/inbox/%s%s" % (ENCODED, path))
+    assert r.status == 200, r
+    return r.json()
+
+
+def audit_actions(p):
+    out = []
+    for line in p.stdout_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if doc.get("audit") is True:
+            out.append((doc.get("action"), doc.get("route"), doc.get("result")))
+    return out
+
+
+def deliver_all(p, secret, events, threads=16):
+    with ThreadPoolExecutor(threads) as pool:
+        statuses = list(pool.map(lambda e: stripe_deliver(p, secret, stripe_body(e)).status,
+                                 events))
+    assert statuses == [202] * len(events), statuses
+
+
+# ---- the node receiver --------------------------------------------------------
+
+def node_modules():
+    """tests/receivers/node_modules, as tests/install-deps.sh --tests leaves it."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("needs node and npm on PATH (tests/install-deps.sh --tests)", pytrace=False)
+    modules = os.path.join(RECEIVERS, "node_modules")
+    if not os.path.isdir(os.path.join(modules, "standardwebhooks")):
+        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                           cwd=RECEIVERS, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, "npm ci in tests/receivers failed:\n%s%s" % (r.stdout, r.stderr)
+    return node, modules
+
+
+class VerifyingReceiver(Receiver):
+    """verify_receiver.js on a fixed port; its log outlives a restart. stop(), url and
+    attempts() are those of test_inbox's Receiver."""
+
+    def __init__(self, workdir, secret):
+        self.node, self.modules = node_modules()
+        self.port = free_port()
+        self.log = os.path.join(workdir, "verify-%d.jsonl" % self.port)
+        self.secret = secret
+        self.proc = None
+
+    def start(self, refuse_first=0):
+        env = dict(os.environ, NODE_PATH=self.modules, SIGN_SECRET=self.secret)
+        self.proc = subprocess.Popen([self.node, os.path.join(RECEIVERS, "verify_receiver.js"),
+                                      str(self.port), self.log, str(refuse_first)],
+                                     stdin=subprocess.DEVNULL, env=env)
+        wait_until(lambda: port_accepts(self.port), 10, what="node receiver listening")
+        return self
+
+
+# ---- signed deliveries ---------------------------------------------------------
+
+def test_sign_secret_must_be_whsec_base64_of_24_bytes():
+    for bad in ("whsec_" + base64.b64encode(os.urandom(16)).decode(),   # 16 bytes: too short
+                base64.b64encode(os.urandom(32)).decode(),              # no whsec_
+                "whsec_not*base64"):
+        cfg = build_config(free_port(), 0, "http://127.0.0.1:1", "redis://127.0.0.1:1",
+                           routes=[queued_route(new_secret(), sign={"secret": bad})])
+        text = to_yaml(cfg)
+        res = subprocess.run([proxy_binary(), "-t", "-c", "/dev/stdin"], input=text.encode(),
+                             capture_output=True)
+        assert res.returncode != 0, bad
+        line = [i for i, l in enumerate(text.splitlines(), 1) if bad in l][0]
+        assert b"/dev/stdin:%d:" % line in res.stderr, res.stderr
+        assert b"delivery.sign.secret" in res.stderr, res.stderr
+        assert bad.encode() not in res.stderr, "a secret is never echoed"
+
+
+def test_signed_retry_after_the_providers_signature_went_stale_verifies_with_standardwebhooks(
+        tmp_path, start_proxy, redis):
+    provider_secret, secret = new_secret(), sign_secret()
+    receiver = VerifyingReceiver(str(tmp_path), secret).start(refuse_first=1)
+    try:
+        p = start_proxy(routes=[queued_route(provider_secret, max_attempts=100,
+                                             backoff={"initial": "1s", "max": "2s"},
+                                             sign={"secret": "${INBOX_SIGNING_SECRET}"})],
+                        upstream_url=receiver.url, env={"INBOX_SIGNING_SECRET": secret})
+        evt = "evt_" + uuid.uuid4().hex
+        body = stripe_body(evt)
+        # signed by the provider 290 s before it arrives: 10 s later that signature is stale
+        r = stripe_deliver(p, provider_secret, body, age_s=290)
+        assert r.status == 202, r
+        first = wait_until(lambda: receiver.attempts(), 15, what="the first attempt")[0]
+        assert first["verified"], first
+        assert first["status"] == 500
+        # the receiver stopped listening after its 500: for 11 s the retries meet a closed port
+        receiver.stop()
+        time.sleep(max(0.0, first["t"] + 11 - time.time()))
+        receiver.start(refuse_first=0)
+        accepted = wait_until(lambda: [a for a in receiver.attempts() if a["status"] == 204],
+                              20, what="a retry accepted")
+        attempts = receiver.attempts()
+        assert [a["status"] for a in attempts] == [500, 204], attempts
+        retry = accepted[0]
+        assert retry["t"] - first["t"] > 10, (first["t"], retry["t"])
+        for a in attempts:
+            h = a["headers"]
+            assert a["verified"], a["error"]
+            assert h["webhook-id"] == evt and h["idempotency-key"] == evt
+            # the attempt's own time, not the provider's
+            assert abs(int(h["webhook-timestamp"]) - a["t"]) < 5, (h, a["t"])
+            assert h["webhook-signature"].startswith("v1,") and " " not in h["webhook-signature"]
+            assert "stripe-signature" not in h, "the provider's signature header is dropped"
+            assert a["body"].encode() == body
+        assert int(retry["headers"]["webhook-timestamp"]) - \
+            int(first["headers"]["webhook-timestamp"]) > 10
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+                   what="acknowledged")
+    finally:
+        receiver.stop()
+
+
+def test_two_sign_secrets_give_two_signatures_each_verifiable(start_proxy, receiver_factory):
+    receiver = receiver_factory()
+    provider_secret, new, old = new_secret(), sign_secret(), sign_secret()
+    p = start_queued(start_proxy, receiver.url, provider_secret, sign={"secret": [new, old]})
+    evt = "evt_" + uuid.uuid4().hex
+    assert stripe_deliver(p, provider_secret, stripe_body(evt)).status == 202
+    got = wait_until(lambda: receiver.attempts(), 10, what="delivered")[0]["headers"]
+    signed = ("%s.%s." % (got["webhook-id"], got["webhook-timestamp"])).encode() + \
+        stripe_body(evt)
+    sigs = got["webhook-signature"].split(" ")
+    assert len(sigs) == 2
+    for secret, sig in zip((new, old), sigs):
+        key = base64.b64decode(secret[len("whsec_"):])
+        want = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        assert sig == "v1," + want
+    assert "stripe-signature" not in got
+
+
+# ---- Retry-After -----------------------------------------------------------------
+
+def test_429_with_retry_after_3_delays_the_retry_and_the_route_by_at_least_3s(
+        start_proxy, receiver_factory):
+    receiver = receiver_factory()
+    receiver.control(sequence=[{"status": 429, "headers": {"Retry-After": "3"}}])
+    secret = new_secret()
+    p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
+    a, b = "evt_" + uuid.uuid4().hex, "evt_" + uuid.uuid4().hex
+    assert stripe_deliver(p, secret, stripe_body(a)).status == 202
+    refused = wait_until(lambda: receiver.attempts(), 10, what="the first attempt")[0]
+    assert refused["status"] == 429
+    # another delivery of the route, queued right after the 429: it waits for the route too
+    assert stripe_deliver(p, secret, stripe_body(b)).status == 202
+    wait_until(lambda: len(receiver.attempts()) == 3, 20, what="the retry and the second event")
+    got = by_event(receiver.attempts())
+    assert [x["status"] for x in got[a]] == [429, 200]
+    assert got[a][1]["t"] - refused["t"] >= 3.0, (refused["t"], got[a][1]["t"])
+    assert got[b][0]["t"] - refused["t"] >= 2.9, (refused["t"], got[b][0]["t"])
+
+
+def test_503_with_an_http_date_retry_after_delays_the_retry(start_proxy, receiver_factory):
+    receiver = receiver_factory()
+    when = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 4))
+    receiver.control(sequence=[{"status": 503, "headers": {"Retry-After": when}}])
+    secret = new_secret()
+    p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
+    evt = "evt_" + uuid.uuid4().hex
+    assert stripe_deliver(p, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: len(receiver.attempts()) == 2, 20, what="the retry")
+    first, retry = receiver.attempts()
+    assert first["status"] == 503 and retry["status"] == 200
+    assert retry["t"] - first["t"] >= 2.5, (first["t"], retry["t"])
+
+
+# ---- pause and resume -----------------------------------------------------------
+
+def test_paused_route_queues_50_sends_none_survives_a_restart_then_delivers_all_on_resume(
+        start_proxy, receiver_factory):
+    receiver = receiver_factory()
+    secret = new_secret()
+    a = start_queued(start_proxy, receiver.url, secret)
+    b = start_queued(start_proxy, receiver.url, secret)
+    assert admin_post(a, "/pause") == {"route": ROUTE, "paused": True}
+    time.sleep(1.0)  # every instance obeys within a second
+    events = ["evt_" + uuid.uuid4().hex for _ in range(50)]
+    deliver_all(b, secret, events[:25])
+    deliver_all(a, secret, events[25:])
+    wait_until(lambda: inbox(b)["depth"] == 50, 10, what="50 queued")
+    state = inbox(a)
+    assert state["paused"] is True, state
+    wait_until(lambda: metric(a, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1
+               or metric(b, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1, 5,
+               what="the paused gauge")
+    time.sleep(2.0)
+    assert receiver.attempts() == [], "nothing is sent while paused"
+    # a restart while paused stays paused
+    assert a.stop() == 0
+    a.start()
+    time.sleep(2.0)
+    assert receiver.attempts() == []
+    assert inbox(a)["paused"] is True
+    assert admin_post(b, "/resume") == {"route": ROUTE, "paused": False}
+    wait_until(lambda: len(receiver.attempts()) >= 50, 20, what="all 50 delivered")
+    time.sleep(0.5)
+    got = by_event(receiver.attempts())
+    assert sorted(got) == sorted(events)
+    assert all(len(v) == 1 for v in got.values())
+    assert inbox(a)["paused"] is False
+    assert ("inbox-pause", ROUTE, "ok") in audit_actions(a)
+    assert ("inbox-resume", ROUTE, "ok") in audit_actions(b)
+
+
+# ---- bulk redelivery -------------------------------------------------------------
+
+def test_bulk_redelivery_of_200_dead_letters_delivers_each_once(start_proxy, receiver_factory):
+    receiver = receiver_factory(status=500)
+    secret = new_secret()
+    p = start_queued(start_proxy, receiver.url, secret, max_attempts=1, rate="100/s")
+    events = ["evt_" + uuid.uuid4().hex for _ in range(200)]
+    deliver_all(p, secret, events)
+    wait_until(lambda: inbox(p)["dead"] == 200, 30, interval=0.2, what="200 dead letters")
+    receiver.control(status=200)
+    # filters that match none move none
+    assert admin_post(p, "/dead/redeliver?reason=" + urllib.parse.quote("no such reason")) == \
+        {"route": ROUTE, "redelivered": 0}
+    assert admin_post(p, "/dead/redeliver?before=1") == {"route": ROUTE, "redelivered": 0}
+    assert admin_post(p, "/dead/redeliver?before=2000-01-01T00:00:00Z") == \
+        {"route": ROUTE, "redelivered": 0}
+    r = p.admin("POST", "/inbox/%s/dead/redeliver?colour=red" % ENCODED)
+    assert r.status == 400, r
+    started = time.time()
+    assert admin_post(p, "/dead/redeliver?reason=max_attempts&before=%d"
+                      % int(time.time() * 1000 + 1000)) == {"route": ROUTE, "redelivered": 200}
+    assert inbox(p)["dead"] == 0
+    wait_until(lambda: len([a for a in receiver.attempts() if a["status"] == 200]) >= 200, 30,
+               interval=0.2, what="200 redelivered")
+    time.sleep(0.5)
+    ok = [a for a in receiver.attempts() if a["status"] == 200]
+    assert sorted(a["event"] for a in ok) == sorted(events), "each once"
+    # at 100/s the 200 take about 2 s
+    assert max(a["t"] for a in ok) - started >= 1.5
+    assert ("bulk-redeliver", ROUTE, "ok") in audit_actions(p)
+
+
+# ---- the rate across instances ----------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.topology
+def test_rate_20_per_s_holds_over_3_instances_500_deliveries_take_25s(start_proxy,
+                                                                        receiver_factory):
+    receiver = receiver_factory()
+    secret = new_secret()
+    proxies = [start_queued(start_proxy, receiver.url, secret, rate="20/s") for _ in range(3)]
+    assert admin_post(proxies[0], "/pause")["paused"] is True
+    time.sleep(1.0)
+    events = ["evt_" + uuid.uuid4().hex for _ in range(500)]
+    for i, p in enumerate(proxies):
+        deliver_all(p, secret, events[i::3])
+    wait_until(lambda: inbox(proxies[0])["depth"] == 500, 20, what="500 queued")
+    assert receiver.attempts() == []
+    resumed = time.time()
+    admin_post(proxies[1], "/resume")
+    wait_until(lambda: len(receiver.attempts()) >= 500, 60, interval=0.5, what="all 500")
+    times = sorted(a["t"] for a in receiver.attempts())
+    elapsed = times[-1] - resumed
+    peak = max(sum(1 for t in times[i:i + 40] if t - times[i] < 1.0) for i in range(len(times)))
+    print("500 deliveries at rate 20/s over 3 instances: %.1f s, peak %d in 1 s" % (elapsed, peak))
+    assert sorted(by_event(receiver.attempts())) == sorted(events)
+    assert 22.5 <= elapsed <= 27.5, elapsed
+    # GCRA with a burst of 2 (100 ms worth): at most 20 + 2 start in any second; one more for
+    # the arrival jitter between the proxy's start and the receiver's clock
+    assert peak <= 23, peak
