@@ -607,6 +607,9 @@ def test_queued_route_on_a_redis_cluster_stays_in_one_slot(tmp_path, start_proxy
                                              backoff={"initial": "100ms", "max": "100ms"})],
                         upstream_url=receiver.url, env={"STRIPE_SECRET": secret},
                         redis={"url": None, "cluster": {"addresses": c.addresses()[:2]}})
+        # the proxy listens before it has read the slot map and reached every primary: until
+        # then a delivery gets 503 (correctly), so wait as an orchestrator's probe would
+        wait_ready(p, timeout=20)
         events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
         for evt in events:
             assert deliver(p, secret, stripe_body(evt)).status == 202

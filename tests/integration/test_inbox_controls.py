@@ -201,6 +201,9 @@ def test_429_with_retry_after_3_delays_the_retry_and_the_route_by_at_least_3s(
     assert stripe_deliver(p, secret, stripe_body(a)).status == 202
     refused = wait_until(lambda: receiver.attempts(), 10, what="the first attempt")[0]
     assert refused["status"] == 429
+    # The receiver logs an attempt before it answers: wait until the proxy has the 429 and
+    # has scheduled the retry (the route's hold is written before that, on the route's slot).
+    wait_until(lambda: inbox(p)["scheduled"] == 1, 10, what="the retry scheduled")
     # another delivery of the route, queued right after the 429: it waits for the route too
     assert stripe_deliver(p, secret, stripe_body(b)).status == 202
     wait_until(lambda: len(receiver.attempts()) == 3, 20, what="the retry and the second event")
