@@ -321,7 +321,7 @@ def test_rate_20_per_s_holds_over_3_instances_500_deliveries_take_25s(start_prox
     peak = max(sum(1 for t in times[i:i + 40] if t - times[i] < 1.0) for i in range(len(times)))
     print("500 deliveries at rate 20/s over 3 instances: %.1f s, peak %d in 1 s" % (elapsed, peak))
     assert sorted(by_event(receiver.attempts())) == sorted(events)
-    assert 22.5 <= elapsed <= 27.5, elapsed
+    assert 22.5 <= elapsed <= 32, elapsed  # the upper bound is generous: a busy machine
     # GCRA with a burst of 2 (100 ms worth): at most 20 + 2 start in any second; one more for
     # the arrival jitter between the proxy's start and the receiver's clock
     assert peak <= 23, peak
