@@ -590,7 +590,16 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     slow = [a for a in answers if a[2] > bound]
     assert not slow, (slow[:5], report)
     assert -1 not in report["statuses"], report
-    assert not traffic.gave_up, report
+    # A key may end on 502 outcome-unknown without ever running: a claim whose WAIT fell short is
+    # released on a primary that is demoted before the release reaches the replica promoted in
+    # its place (docs/redis.md "What it buys, and what it does not"). Anything else is a failure;
+    # those keys are checked below to have executed 0 times.
+    stranded = [k for k, st in traffic.gave_up if st == 502 and proxy_min_replicas]
+    report["stranded_outcome_unknown"] = len(stranded)
+    assert not [x for x in traffic.gave_up if x[0] not in stranded], report
+    for key in stranded:
+        r = p.post(key=key, timeout=20)
+        assert r.status == 502 and b"outcome-unknown" in r.body and r.replayed, (key, r, report)
 
     # every acknowledged key: its retry now replays, the upstream ran it
     g.wait_replicas(g.primary(), 1)
@@ -619,6 +628,8 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     with open(os.path.join(str(tmp_path), "report.txt"), "w") as f:
         f.write(repr(report))
     assert not missing, (missing[:5], report)
+    ran = upstream.stats()["by_key"]
+    assert not [k for k in stranded if ran.get(k, 0) != 0], (stranded, report)
     # a retry that is no replay finds a claim whose record is not there (written to a
     # primary just before it was demoted or killed, or still being sent again while writes
     # are refused): it reads as in flight until the lease ends, never run again
