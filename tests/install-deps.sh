@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build and the demo need; with --tests,
-# also what only the test suite uses (promtool, from Debian's prometheus;
+# also what only the test suite uses (pytest-xdist, which runs the integration tests several
+# at a time; promtool, from Debian's prometheus;
 # nginx and wrk for the benchmark smoke run; node and npm for the real Stripe
 # and Svix clients of tests/integration/test_clients.py, from Debian's nodejs
 # and npm unless a node is already on PATH; valkey-server, which the store's
@@ -30,7 +31,7 @@ packages=(
 backports=(libhiredict-dev libhiredict-shims-dev)
 if [[ ${1:-} == --tests ]]; then
   packages+=(
-    prometheus nginx wrk redis-sentinel
+    python3-pytest-xdist prometheus nginx wrk redis-sentinel
     faketime stress-ng
     podman runc mmdebstrap shellcheck
   )

@@ -37,7 +37,58 @@ def proxy_binary():
                           os.path.join(REPO, "build", "proxy", "idempotency-proxy"))
 
 
-_ports_handed_out = set()
+class _PortRegistry:
+    """The ports this test run has handed out, shared by every pytest-xdist worker of the run.
+
+    The kernel may give the same ephemeral port to two binds in a row once the first socket is
+    closed, and two xdist workers are two processes: a port is recorded in a file named by the
+    run (PYTEST_XDIST_TESTRUNUID, under an flock) so that no other worker hands it out again.
+    Without xdist the set stays in this process.
+    """
+
+    def __init__(self):
+        self.local = set()
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        self.path = (os.path.join("/tmp", "idem-test-ports-%s" % re.sub(r"\W", "", run))
+                     if run else None)
+
+    def claim(self, pick, also=lambda port: ()):
+        """pick() -> a candidate port, or None. The first candidate that no one had, with the
+        ports also(port) names (None: unusable), none of them had either; all now recorded."""
+        if self.path is None:
+            return self._first_new(pick, also, self.local)
+        import fcntl
+        with open(self.path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            taken = {int(x) for x in f.read().split()}
+            before = set(taken)
+            port = self._first_new(pick, also, taken)
+            f.write("".join("%d\n" % x for x in taken - before))
+            f.flush()
+            return port
+
+    @staticmethod
+    def _first_new(pick, also, taken):
+        while True:
+            port = pick()
+            if port is None or port in taken:
+                continue
+            more = also(port)
+            if more is None or any(x in taken for x in more):
+                continue
+            taken.add(port)
+            taken.update(more)
+            return port
+
+
+_ports_handed_out = _PortRegistry()
+
+
+def _kernel_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def free_port():
@@ -45,15 +96,10 @@ def free_port():
 
     The kernel may give the same ephemeral port to two binds in a row once
     the first socket is closed, so a port is never handed out twice in one
-    test run: two calls for a proxy's listen and admin_listen must differ.
+    test run, across xdist workers too: two calls for a proxy's listen and
+    admin_listen must differ.
     """
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _ports_handed_out:
-            _ports_handed_out.add(port)
-            return port
+    return _ports_handed_out.claim(_kernel_port)
 
 
 def port_accepts(port, host="127.0.0.1", timeout=0.2):
@@ -809,6 +855,18 @@ class Proxy:
     def signal(self, sig):
         self.proc.send_signal(sig)
 
+    def drain_bound_s(self):
+        """How long a SIGTERM may take by the docs (operations.md: the proxy finishes in-flight
+        exchanges for at most upstream.timeout + 5 s), from this proxy's own config."""
+        try:
+            import yaml
+            with open(self.config_path) as f:
+                cfg = yaml.safe_load(f) or {}
+            timeout = (cfg.get("upstream") or {}).get("timeout") or "30s"
+        except Exception:  # a config a test wrote broken on purpose: the default
+            timeout = "30s"
+        return duration_s(str(timeout)) + 5.0
+
     def stop(self, timeout=15.0):
         """SIGTERM and wait; returns the exit code (None if it had to be killed)."""
         if self.proc is None:
@@ -867,6 +925,13 @@ class Proxy:
         return http_request(self.admin_port, method, path, **kw)
 
 
+def duration_s(text):
+    """A config duration ("500ms", "30s", "2m", "1h") in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*", text)
+    assert m, "not a duration: %r" % text
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
 def read_text(path):
     """A log file's text so far ("" when it does not exist yet)."""
     try:
@@ -876,8 +941,19 @@ def read_text(path):
         return ""
 
 
-def wait_until(pred, timeout=15.0, interval=0.02, what="condition"):
-    """pred()'s first truthy value within timeout seconds, else AssertionError."""
+# One generous bound for every wait on a state: it only catches a hang. A test that waits for
+# what it needs never fails because a busy machine was slow; it fails when the state never comes.
+# IDEM_TEST_WAIT_S raises it for a very slow machine (a sanitizer build under stress, say).
+WAIT_S = float(os.environ.get("IDEM_TEST_WAIT_S", "30"))
+
+
+def wait_until(pred, timeout=None, interval=0.02, what="condition"):
+    """pred()'s first truthy value within timeout seconds (default WAIT_S, the bound that only
+    catches a hang), else AssertionError naming what and pred's last value.
+
+    A timeout given here is part of what the test asserts (a contract's upper bound, such as
+    "followed within 2 s"); a wait for a state leaves it out."""
+    timeout = WAIT_S if timeout is None else timeout
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -886,6 +962,67 @@ def wait_until(pred, timeout=15.0, interval=0.02, what="condition"):
             return last
         time.sleep(interval)
     raise AssertionError("not within %.1f s: %s (last: %r)" % (timeout, what, last))
+
+
+wait_for = wait_until
+
+
+def hold(seconds, why):
+    """Let `seconds` of time pass where the time itself is what the test is about: a lease, a
+    retention or a backoff that must run out, or a span in which something must NOT happen.
+    `why` says which (it is the reason this is not a wait for a state; tests never call
+    time.sleep themselves: tests/unit/check_test_waits.py)."""
+    assert why, "hold() needs the reason the time must pass"
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def hold_until(t, why):
+    """hold() until time.monotonic() reaches t."""
+    hold(t - time.monotonic(), why)
+
+
+def pace(seconds):
+    """A client's think time between the requests of a load loop (never a wait for a state)."""
+    time.sleep(seconds)
+
+
+def metrics_samples(p):
+    """[(name, {label: value}, float)] of p's /metrics (the admin listener)."""
+    text = p.admin("GET", "/metrics").body.decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def metric_sum(p, name, **labels):
+    """The sum of p's samples of metric `name` whose labels include `labels` (0 when none)."""
+    return sum(v for n, l, v in metrics_samples(p)
+               if n == name and all(l.get(k) == str(x) for k, x in labels.items()))
+
+
+def wait_metric(p, name, pred, what=None, **labels):
+    """Waits until pred(metric_sum(p, name, **labels)) holds; returns that value."""
+    value = [None]
+
+    def check():
+        value[0] = metric_sum(p, name, **labels)
+        return pred(value[0])
+    wait_until(check, what=what or "%s%r" % (name, labels))
+    return value[0]
+
+
+def wait_waiting(p, n):
+    """Waits until exactly n requests of p wait on another request's claim."""
+    return wait_metric(p, "idempotency_proxy_waiting_requests", lambda v: v == n,
+                       what="%d requests waiting" % n)
 
 
 def readyz(p):

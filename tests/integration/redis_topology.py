@@ -457,17 +457,17 @@ def cluster_free_port():
     """A free port whose cluster bus port (port + 10000) is free too. The bus port is
     handed out with it (harness._ports_handed_out), so no later free_port() gives it to
     another node, whose bind would then fail once this node listens on its bus."""
-    while True:
-        port = free_port()
-        if port + 10000 > 65535 or port + 10000 in harness._ports_handed_out:
-            continue
+    def bus(port):
+        if port + 10000 > 65535:
+            return None
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind(("127.0.0.1", port + 10000))
         except OSError:
-            continue
-        harness._ports_handed_out.add(port + 10000)
-        return port
+            return None
+        return (port + 10000,)
+
+    return harness._ports_handed_out.claim(harness._kernel_port, bus)
 
 
 class ClusterGroup:

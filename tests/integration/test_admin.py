@@ -25,8 +25,14 @@ import time
 import urllib.parse
 import uuid
 
+import pytest
+
 from harness import Proxy, build_config, free_port, proxy_binary, to_yaml, wait_until
 from test_inbox import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 AUDIT_FIELDS = ["audit", "time", "action", "record_id", "dead_letter_id", "route", "client",
                 "token", "result", "status", "recorded_status"]

@@ -37,6 +37,10 @@ from redis_topology import ClusterGroup, SentinelGroup
 from test_admin import access_record_id, audit_lines, bearer, fingerprint, metric_values, \
     new_token, redis_contents, stdout_json, token_file
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 ROUTE = "/v1/payments*"
 CLOSE = [("X-Demo-Fault", "close")]
 

@@ -98,6 +98,7 @@ def test_bad_config_at_startup_fails_with_one_line(tmp_path):
     assert len(lines) == 1 and ":3:" in lines[0], err
 
 
+@pytest.mark.threads
 @pytest.mark.parametrize("workers", [1, 2])
 def test_listen_port_in_use_fails_with_one_line(tmp_path, workers):
     """Also with several workers, whose own sockets share the port (SO_REUSEPORT)."""

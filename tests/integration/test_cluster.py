@@ -82,6 +82,7 @@ def post_body(p, key, amount):
 # 1. records spread over the primaries
 # --------------------------------------------------------------------------
 
+@pytest.mark.threads
 def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, upstream):
     c = fresh_cluster
     proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
@@ -202,6 +203,7 @@ def redirections(proxies, kind):
                       'kind="%s"' % kind) for p in proxies)
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, upstream):
@@ -290,6 +292,7 @@ def followed(c, p, old_primary, t0, timeout):
     return time.monotonic() - t0
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_cluster_failover_is_followed_without_running_a_key_twice(fresh_cluster, start_proxy,
@@ -321,6 +324,7 @@ def test_cluster_failover_is_followed_without_running_a_key_twice(fresh_cluster,
     assert sum(1 for a in answers if a[2] == 201) > 50
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_cluster_primary_killed_is_followed_without_running_a_key_twice(fresh_cluster,
@@ -494,6 +498,7 @@ def test_a_slotless_node_among_the_seeds_is_not_taken_for_the_cluster(cluster, s
         lone.kill()
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_takeovers_every_two_seconds_under_replicated_claims(fresh_cluster, start_proxy,

@@ -20,6 +20,10 @@ from proxy_helpers import new_key
 from proxy_helpers import assert_problem, assert_replay_of, check_config, in_background
 from redis_topology import Pki, tls_args
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 
 def run_check(tmp_path, text, env=None, name="check.yaml", wrapper=()):
     """`idempotency-proxy -t -c FILE` on text, under a command prefix wrapper; (returncode,

@@ -30,6 +30,10 @@ from test_config_reload import reload_and_wait
 from test_inbox import ENCODED, Receiver, deliver, inbox, new_secret as new_webhook_secret, \
     queued_route, stripe_body
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 
 def new_key():
     return "k-" + uuid.uuid4().hex

@@ -20,6 +20,8 @@ import time
 import uuid
 import urllib.parse
 
+import pytest
+
 from harness import wait_until
 from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
 
@@ -127,6 +129,7 @@ def test_redis_up_stays_1_while_readyz_reports_a_replica_shortfall(start_proxy, 
     assert metric(p, "idempotency_proxy_redis_up") == 1
 
 
+@pytest.mark.threads
 def test_delivery_concurrency_counts_per_route_and_per_worker(tmp_path, start_proxy):
     delay = 2.0
     made = []

@@ -27,6 +27,10 @@ from harness import PYTHON, REPLICAS_SHORT, REPO, RedisServer, _terminate, build
     assert_stays_unready, free_port, port_accepts, proxy_binary, to_yaml, unready_reason, \
     wait_ready, wait_until, wall_clock_of
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 RECEIVER_SCRIPT = os.path.join(REPO, "tests", "upstream", "inbox_receiver.py")
 ROUTE = "/webhooks/stripe"
 ENCODED = urllib.parse.quote(ROUTE, safe="")

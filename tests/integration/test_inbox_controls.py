@@ -28,6 +28,10 @@ from test_inbox import ENCODED, ROUTE, Receiver, by_event, inbox, metric, new_se
     queued_route, stripe_body
 from test_inbox import receiver_factory  # noqa: F401 (a fixture)
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 RECEIVERS = os.path.join(REPO, "tests", "receivers")
 
 

@@ -17,6 +17,10 @@ import pytest
 from harness import proxy_binary, wait_until
 from test_config_reload import assert_still_protects, metric, reload_and_wait, rewrite, run_check
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 
 def new_secret():
     return base64.b64encode(os.urandom(32)).decode()

@@ -17,6 +17,10 @@ from proxy_helpers import (
     in_background, concurrently, prefixed_keys,
 )
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 
 # --------------------------------------------------------------------------
 # in flight

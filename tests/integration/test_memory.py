@@ -15,8 +15,14 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from harness import (HTTPError, _Reader, build_config, build_request, http_request,
                      read_response, to_yaml, wait_until)
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 MIB = 1 << 20
 KIB = 1 << 10

@@ -19,6 +19,10 @@ import pytest
 
 from harness import wait_until
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 PROMTOOL_PACKAGE = "prometheus"  # Debian 12: /usr/bin/promtool is in package prometheus
 ROUTE = "/v1/payments"           # the route pattern /v1/payments* as the metrics label it
 

@@ -10,11 +10,17 @@ import re
 import time
 import uuid
 
+import pytest
+
 from harness import wait_until
 from proxy_helpers import (
     new_key, assert_problem, assert_not_replayed, assert_replay_of, in_background, prefixed_keys,
     json_lines,
 )
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 
 # --------------------------------------------------------------------------

@@ -434,6 +434,7 @@ def stop_checked(proxy):
     assert rc == 0, proxy.stderr_text()[-3000:]
 
 
+@pytest.mark.threads
 @pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
 def test_resolver_that_never_answers_delays_nothing_past_the_timeout(tmp_path):
     """In a network namespace whose resolver (127.0.0.1:53) reads and never answers,
@@ -524,6 +525,7 @@ def test_dns_failover_is_followed_on_reconnect(tmp_path):
             resolver.close()
 
 
+@pytest.mark.threads
 @pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
 def test_an_upstream_named_by_host_is_resolved_and_forwarded_once(tmp_path):
     """upstream.url names a host (libcurl resolves it on a thread of its own and asks the

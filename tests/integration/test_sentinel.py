@@ -87,6 +87,7 @@ def flavour_binaries(flavour):
 # discovery
 # --------------------------------------------------------------------------
 
+@pytest.mark.threads
 @pytest.mark.parametrize("flavour", ["redis", "valkey"])
 def test_discovery_serves_keyed_requests_and_replays(flavour, sentinel_group, start_proxy,
                                                      upstream):
@@ -294,6 +295,7 @@ READY_WITHIN_S = 3.0
 FOLLOW_WITHIN_S = 3.0
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_min_replicas_readiness_is_prompt_and_holds_without_traffic(sentinel_group,
@@ -324,6 +326,7 @@ def test_min_replicas_readiness_is_prompt_and_holds_without_traffic(sentinel_gro
     assert upstream.executions(key) == 1
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 def test_a_proxy_that_missed_the_hint_follows_once_it_reaches_a_sentinel(sentinel_group,
@@ -500,6 +503,7 @@ FAILOVER_MODES = [
 ]
 
 
+@pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
 @pytest.mark.parametrize("mode,redis_min_replicas,proxy_min_replicas,strict", FAILOVER_MODES)

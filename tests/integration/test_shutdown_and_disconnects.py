@@ -10,8 +10,14 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from harness import Connection, build_request, port_accepts, wait_until
 from proxy_helpers import new_key, assert_problem, assert_replay_of, in_background
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 
 # --------------------------------------------------------------------------

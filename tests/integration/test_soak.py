@@ -41,6 +41,10 @@ import pytest
 
 from harness import RedisServer, build_request, http_request
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 SOAK_SECONDS = float(os.environ.get("IDEM_SOAK_SECONDS", "45"))
 CLIENT_THREADS = int(os.environ.get("IDEM_SOAK_THREADS", "24"))
 SEED = int(os.environ.get("IDEM_SOAK_SEED", str(random.SystemRandom().randrange(1 << 30))))

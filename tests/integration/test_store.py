@@ -12,11 +12,17 @@ import signal
 import time
 import uuid
 
+import pytest
+
 from harness import wait_until
 from proxy_helpers import (
     new_key, assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
     in_background, prefixed_keys,
 )
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 
 # --------------------------------------------------------------------------
@@ -228,7 +234,9 @@ def test_redis_restart_mid_flight_client_still_gets_the_answer(proxy, upstream, 
 
 
 def test_redis_stopping_while_duplicates_wait(start_proxy, upstream, redis):
-    p = start_proxy(wait_timeout="5s", lease="3s")  # retries end with the lease
+    # retries end with the lease; the SIGTERM at teardown may wait for a release Redis never
+    # takes, up to upstream.timeout + 5 s (operations.md): a short upstream timeout keeps it short
+    p = start_proxy(wait_timeout="5s", lease="3s", upstream={"timeout": "5s"})
     key = new_key()
     hs = [("X-Demo-Delay-Ms", "1500")]
     f = in_background(p.post, key=key, headers=hs)

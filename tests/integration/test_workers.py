@@ -10,12 +10,18 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from harness import (
     Connection, build_config, free_port, port_accepts, proxy_binary, to_yaml, wait_until,
 )
 from proxy_helpers import (
     new_key, assert_problem, in_background, concurrently, run_bin, require_binary,
 )
+
+# Every test here runs a proxy with several worker threads: tests/run.sh runs them
+# under ThreadSanitizer too (docs/internals.md).
+pytestmark = pytest.mark.threads
 
 
 def listening_sockets(port):
