@@ -51,6 +51,15 @@ static void janitor_answered(struct orphan_claim *o)
     }
 }
 
+/* A command for o is on its way again (its release): a SIGTERM drain waits for its answer. */
+static void janitor_waiting(struct orphan_claim *o)
+{
+    if (o->answered) {
+        o->answered = false;
+        o->j->pending++;
+    }
+}
+
 /* Look at o again in delay_ms, or give up once its retention is out. */
 static void janitor_later(struct orphan_claim *o, uint64_t delay_ms)
 {
@@ -90,8 +99,8 @@ static void janitor_on_read(enum store_status st, const char *value, size_t len,
         janitor_later(o, JANITOR_RETRY_MS);
         return;
     }
-    janitor_answered(o);
     if (value == NULL) {
+        janitor_answered(o);
         /* not there: gone, or still on its way (a dropped socket, a stalled Redis) */
         uint64_t delay = o->absent_delay_ms;
 
@@ -101,6 +110,8 @@ static void janitor_on_read(enum store_status st, const char *value, size_t len,
     }
     if (record_decode(value, len, &rec) == 0 && rec.state == RECORD_CLAIMED &&
         memcmp(rec.owner, o->owner, RECORD_OWNER_LEN) == 0) {
+        /* landed: a drain waits until the release is answered, not only the GET */
+        janitor_waiting(o);
         store_release_owned(o->j->store, o->record_key, o->owner, janitor_on_released, o);
         return;
     }

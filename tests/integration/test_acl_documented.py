@@ -14,16 +14,16 @@ each feature the proxy runs as the documented user on real servers, and the test
 The Sentinel and Cluster cases start topologies and carry the `topology` marker.
 """
 
+import json
 import re
-import time
 import urllib.parse
 import uuid
 
 import pytest
 
-from harness import documented_acl_rules, documented_acl_users, log_line, readyz, wait_ready, wait_until
+from harness import documented_acl_rules, documented_acl_users, hold, log_line, readyz, \
+    wait_ready, wait_until
 from redis_topology import ClusterGroup, SentinelGroup, acl_setuser
-from test_fast_paths import access_lines
 from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
 from test_cluster import cluster_redis, redirections, redis_cli
 from test_replicated_claims import replica_pair
@@ -96,10 +96,17 @@ def assert_every_command_ran(servers, rules, also_ran=()):
         "the page lists a command the proxy does not send): %r" % unused
 
 
+def access_lines(p):
+    """The proxy's access-log lines so far (stdout, flushed every 100 ms), parsed."""
+    return [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+
+
 def record_id(p, key_outcome):
-    """The record id the access log printed for the request with that outcome (last one)."""
-    lines = [d for d in access_lines(p) if d.get("outcome") == key_outcome and d["record_id"]]
-    assert lines, access_lines(p)
+    """The record id the access log printed for a request with that outcome (the last one
+    flushed), once there is one."""
+    lines = wait_until(lambda: [d for d in access_lines(p)
+                                if d.get("outcome") == key_outcome and d["record_id"]],
+                       what="an access line with outcome %s" % key_outcome)
     return lines[-1]["record_id"]
 
 
@@ -148,8 +155,7 @@ def keyed_requests_as_the_user(p, primary, upstream):
     # admin: an outcome-unknown record resolved (its compare-and-set script, SET ... KEEPTTL)
     held = "acl-" + uuid.uuid4().hex
     assert p.post(key=held, headers=[("X-Demo-Fault", "close")]).status == 502
-    unknown = wait_until(lambda: any(d.get("outcome") == "ambiguous" for d in access_lines(p)), 5,
-                         what="the held request's access line") and record_id(p, "ambiguous")
+    unknown = record_id(p, "ambiguous")
     answer = b'{"status": 201, "headers": [], "body_base64": "e30="}'
     assert p.admin("PUT", "/records/%s" % unknown, body=answer).status == 200
     resolved = p.post(key=held, headers=[("X-Demo-Fault", "close")])
@@ -169,7 +175,7 @@ def test_core_user_runs_claims_replays_waits_and_the_policy_check(heading, polic
         p = start_proxy(redis=redis_as_user(primary.url_db(1), min_replicas=1,
                                             replica_timeout="1s", timeout="2s"),
                         workers=1)
-        wait_ready(p, timeout=15)
+        wait_ready(p)
         keyed_requests_as_the_user(p, primary, upstream)
         assert metric(p, "idempotency_proxy_redis_eviction_policy_ok") == policy_ok
         assert_denied_only_optional([primary])
@@ -209,12 +215,12 @@ def test_inbox_user_accepts_delivers_retries_dead_letters_and_redelivers(tmp_pat
                                                 replica_timeout="1s", timeout="2s"))
             # the store's setup, not /readyz: with min_replicas, readiness waits for a WAIT or
             # an idle ROLE, and the inbox's turns leave the connection idle never
-            log_line(p, "ready (primary)", timeout=15)
+            log_line(p, "ready (primary)")
             delivered = lambda n: wait_until(
-                lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == n, 20,
+                lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == n,
                 interval=0.1, what="%d deliveries" % n)
             dead = lambda n: wait_until(
-                lambda: metric(p, "idempotency_proxy_inbox_dead_lettered_total") == n, 20,
+                lambda: metric(p, "idempotency_proxy_inbox_dead_lettered_total") == n,
                 interval=0.1, what="%d dead letters" % n)
 
             # accepted, delivered, acknowledged; a duplicate gets the stored 202
@@ -287,7 +293,7 @@ def test_core_user_alone_refuses_queued_deliveries_with_503(tmp_path, start_prox
             secret = new_secret()
             p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
                             redis=redis_as_user(primary.url), workers=1)
-            log_line(p, "the Redis user may not run XADD (NOPERM)", timeout=15)
+            log_line(p, "the Redis user may not run XADD (NOPERM)")
             r = p.admin("GET", "/readyz")
             assert r.status == 503 and b"NOPERM" in r.body, r
             r = deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex))
@@ -311,17 +317,17 @@ def test_inbox_user_without_one_command_is_not_ready_and_the_log_names_it(tmp_pa
             secret = new_secret()
             p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
                             redis=redis_as_user(primary.url), workers=1)
-            log_line(p, "the Redis user may not run %s (NOPERM)" % missing[1:].upper(),
-                     timeout=15)
+            log_line(p, "the Redis user may not run %s (NOPERM)" % missing[1:].upper())
             r = p.admin("GET", "/readyz")
             assert r.status == 503 and b"NOPERM" in r.body, r
             assert deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex)).status in \
                 (202, 503)
-            time.sleep(1.0)
+            # a span in which nothing may be delivered: 20 delivery ticks (INBOX_TICK_MS 50)
+            hold(1.0, "a span in which the inbox must deliver nothing without the permission")
             assert receiver.attempts() == [], "nothing is delivered without the permission"
             # the ACL fixed: ready again within the probe's 2 s
             set_user(primary, rules_of("Webhook inbox user"))
-            wait_ready(p, timeout=15)
+            wait_ready(p)
     finally:
         receiver.stop()
 
@@ -369,7 +375,7 @@ def test_cluster_user_reads_the_map_follows_ask_and_waits(tmp_path, start_proxy,
         p = start_proxy(redis=cluster_redis(c, username=USER, password=PASSWORD,
                                             min_replicas=1, replica_timeout="1s",
                                             timeout="2s"), workers=1)
-        wait_ready(p, timeout=20)
+        wait_ready(p)
         keys = []
         for _ in range(10):
             keys.append("acl-" + uuid.uuid4().hex)
@@ -403,7 +409,7 @@ def test_cluster_user_reads_the_map_follows_ask_and_waits(tmp_path, start_proxy,
             set_user(n, rules_of("Redis Cluster user", drop=("+cluster|shards",)))
         q = start_proxy(redis=cluster_redis(c, username=USER, password=PASSWORD), workers=1,
                         name="slots")
-        wait_ready(q, timeout=20)
+        wait_ready(q)
         assert q.post(key=keys[1]).replayed
         log_line(q, "CLUSTER SHARDS refused (NOPERM")
         assert {obj for _, obj in denials(dst)} - OPTIONAL <= {"cluster|shards"}
@@ -433,16 +439,16 @@ def test_sentinel_user_discovers_the_primary_and_follows_a_failover(tmp_path, st
                  "sentinel": {"master": g.name, "addresses": g.sentinel_addresses,
                               "username": USER, "password": PASSWORD}}
         p = start_proxy(redis=redis, workers=1)
-        wait_ready(p, timeout=20)
+        wait_ready(p)
         key = "acl-" + uuid.uuid4().hex
         assert p.post(key=key).status == 201
         old = g.named()
         g.sentinels[0].cmd("SENTINEL", "FAILOVER", g.name)
         g.wait_named(old)
         wait_until(lambda: metric(p, "idempotency_proxy_redis_failovers_followed_total") == 1,
-                   20, interval=0.1, what="the failover followed")
-        log_line(p, "following the failover", timeout=10)
-        wait_ready(p, timeout=20)
+                   interval=0.1, what="the failover followed")
+        log_line(p, "following the failover")
+        wait_ready(p)
         fresh = "acl-" + uuid.uuid4().hex
         assert p.post(key=fresh).status == 201
         assert upstream.executions(key) == 1 and upstream.executions(fresh) == 1
@@ -459,7 +465,7 @@ def test_sentinel_user_discovers_the_primary_and_follows_a_failover(tmp_path, st
                 s.cmd("ACL", "LOG", "RESET")
                 set_user(s, [r for r in sentinel_rules if r != rule])
             q = start_proxy(redis=redis, workers=1, name="without-" + rule.strip("+&|"))
-            wait_until(lambda: any(denied in denials(s) for s in g.sentinels), 20,
+            wait_until(lambda: any(denied in denials(s) for s in g.sentinels),
                        interval=0.2, what="a sentinel refusing %s" % (denied,))
             q.stop()
     finally:

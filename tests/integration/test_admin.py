@@ -21,13 +21,12 @@ import hashlib
 import json
 import signal
 import subprocess
-import time
 import urllib.parse
 import uuid
 
 import pytest
 
-from harness import Proxy, build_config, free_port, proxy_binary, to_yaml, wait_until
+from harness import Proxy, build_config, free_port, hold, proxy_binary, to_yaml, wait_until
 from test_inbox import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -73,7 +72,7 @@ def access_record_id(p, path):
     def find():
         ids = [l["record_id"] for l in stdout_json(p) if "audit" not in l and l["path"] == path]
         return ids[-1] if ids else None
-    return wait_until(find, 5, what="an access-log line for %s" % path)
+    return wait_until(find, what="an access-log line for %s" % path)
 
 
 def metric_values(p, name):
@@ -133,7 +132,7 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
         for evt in events:
             assert deliver(p, secret, stripe_body(evt)).status == 202
         wait_until(lambda: (lambda s: (s["dead"], s["depth"], s["scheduled"], s["pending"]))(
-            inbox()) == (2, 0, 0, 0), 15, interval=0.2, what="two dead letters, nothing else")
+            inbox()) == (2, 0, 0, 0), interval=0.2, what="two dead letters, nothing else")
         receiver.control(status=200)
         assert p.post(key="pay-" + uuid.uuid4().hex).status == 200
         record_id = access_record_id(p, "/v1/payments")
@@ -164,7 +163,9 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
                 assert_unauthorized(p.admin(method, path, headers=headers), invalid=True)
         for path in ("/healthz", "/readyz", "/metrics"):
             assert p.admin("GET", path).status == 200, path
-        time.sleep(0.3)  # anything a refused request set going would have landed by now
+        # a refused redeliver would reach the receiver asynchronously (the inbox's consumer):
+        # a span in which nothing may arrive
+        hold(0.3, "nothing a refused request might have set going reaches Redis or the receiver")
         assert redis_contents(redis) == before
         assert len(receiver.attempts()) == attempts, "a refused redeliver reached the receiver"
         counts = metric_values(p, "idempotency_proxy_admin_unauthorized_total")
@@ -190,7 +191,7 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
         assert p.admin("DELETE", "/records/%s" % record_id, headers=auth).status == 404
         assert p.admin("DELETE", "/records/not-an-id", headers=auth).status == 400
         wait_until(lambda: any(a["status"] == 200 and a.get("event") == first_event
-                               for a in receiver.attempts()), 10,
+                               for a in receiver.attempts()),
                    what="the redelivered letter reached the receiver")
         assert not redis.cmd("EXISTS", "idem:{%s}" % record_id)
         assert [l["id"] for l in p.admin("GET", "/inbox/%s/dead" % ENCODED,
@@ -203,7 +204,7 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
                 ("purge", record_id, None, None, "not-found", 404),
                 ("purge", None, None, None, "refused", 400)]
         lines = wait_until(lambda: (lambda a: a if len(a) == len(want) else None)(
-            audit_lines(p)), 5, what="six audit lines")
+            audit_lines(p)), what="six audit lines")
         for line, (action, rid, dlid, route, result, status) in zip(lines, want):
             assert list(line) == AUDIT_FIELDS, line
             assert (line["action"], line["record_id"], line["dead_letter_id"], line["route"],
@@ -265,19 +266,19 @@ def test_sighup_rereads_the_token_file_old_token_refused_new_one_taken(tmp_path,
     path.write_text(new + "\n")
     p.signal(signal.SIGHUP)
     wait_until(lambda: "admin token changed: fingerprint %s, was %s" % (
-        fingerprint(new), fingerprint(old)) in p.stderr_text(), 10, what="the reload")
+        fingerprint(new), fingerprint(old)) in p.stderr_text(), what="the reload")
     assert_unauthorized(p.admin("GET", "/inbox", headers=bearer(old)), invalid=True)
     assert p.admin("GET", "/inbox", headers=bearer(new)).status == 200
     missing = "/records/%s" % ("0" * 32)
     assert p.admin("DELETE", missing, headers=bearer(new)).status == 404
-    line = wait_until(lambda: audit_lines(p), 5, what="the purge's audit line")[-1]
+    line = wait_until(lambda: audit_lines(p), what="the purge's audit line")[-1]
     assert (line["token"], line["result"]) == (fingerprint(new), "not-found"), line
 
     # a token file that does not load refuses the reload; the token in force stays
     path.write_text("\n")
     p.signal(signal.SIGHUP)
     wait_until(lambda: "reload refused" in p.stderr_text() and "the file is empty" in
-               p.stderr_text(), 10, what="the refused reload")
+               p.stderr_text(), what="the refused reload")
     assert p.admin("GET", "/inbox", headers=bearer(new)).status == 200
     assert p.admin("GET", "/inbox", headers=bearer(old)).status == 401
     for text in (p.stdout_text(), p.stderr_text()):

@@ -22,12 +22,12 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 
 import pytest
 
-from harness import REPO, RedisServer, Upstream, free_port, port_accepts, proxy_binary
+from harness import (REPO, RedisServer, Upstream, free_port, port_accepts, proxy_binary,
+                     wait_until)
 
 try:
     import yaml
@@ -464,17 +464,23 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
         with open(tmp_path / "proxy.err", "wb") as err:
             proc = subprocess.Popen([proxy_binary(), "-c", str(conf)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, env=env)
-        deadline = time.monotonic() + 10
-        ready = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            if port_accepts(admin_port):
-                ready = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                        "http://127.0.0.1:%d/readyz" % admin_port],
-                                       capture_output=True, text=True).stdout
-                if ready == "200":
-                    break
-            time.sleep(0.05)
-        assert ready == "200", "proxy not ready (Redis AUTH?): %s" % (tmp_path / "proxy.err").read_text()
+
+        def readyz():
+            """"200" once curl gets 200 from /readyz, "exited" once the proxy is gone."""
+            if proc.poll() is not None:
+                return "exited"
+            if not port_accepts(admin_port):
+                return None
+            code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                   "http://127.0.0.1:%d/readyz" % admin_port],
+                                  capture_output=True, text=True).stdout
+            return code if code == "200" else None
+        try:
+            ready = wait_until(readyz, interval=0.05, what="/readyz 200 or the proxy's exit")
+        except AssertionError as e:
+            ready = str(e)
+        assert ready == "200", "proxy not ready (Redis AUTH?): %s: %s" % (
+            ready, (tmp_path / "proxy.err").read_text())
 
         published = "http://127.0.0.1:%d" % host_port(cfg["listen"])[1]
         line = demo_curl()

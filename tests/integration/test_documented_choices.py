@@ -26,10 +26,19 @@ from harness import wait_until
 from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
 
 
-def access_lines(p, settle=0.35):
-    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON."""
-    time.sleep(settle)
-    return [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+def access_lines(p, n=None):
+    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
+    JSON: every one once the proxy has exited, else once there are at least n (waits)."""
+    def parsed():
+        try:
+            lines = [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+        except ValueError:  # a line being written
+            return None
+        return lines if n is None or len(lines) >= n else None
+    if n is None:
+        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
+        return parsed()
+    return wait_until(parsed, what="%d access-log lines" % n)
 
 
 def signed_delivery(p, path, secret, body):
@@ -67,6 +76,7 @@ def test_access_log_errors_leaves_out_a_queued_delivery(tmp_path, start_proxy):
             p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
                             log={"access": level}, name="log-" + level)
             assert deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex)).status == 202
+            assert p.stop() == 0  # its last access-log lines are written at exit
             got = [(d["outcome"], d["status"]) for d in access_lines(p)]
             assert got == expected, (level, got)
     finally:
@@ -85,13 +95,14 @@ def test_route_is_named_without_its_star_in_logs_and_metrics_and_with_it_in_the_
         assert p.post(key="k-" + uuid.uuid4().hex).status == 200
         assert signed_delivery(p, "/wh/stripe", secret,
                                stripe_body("evt_" + uuid.uuid4().hex)).status == 202
-        assert [d["route"] for d in access_lines(p)] == ["/v1/payments", "/wh/"]
         text = p.admin("GET", "/metrics").body.decode()
         assert 'route="/v1/payments",outcome="forwarded"} 1' in text, text
         assert 'route="/wh/",outcome="queued"} 1' in text, text
         routes = p.admin("GET", "/inbox").json()["routes"]
         assert [(r["route"], r["admin"]) for r in routes] == [
             ("/wh/*", urllib.parse.quote("/wh/*", safe=""))]
+        assert p.stop() == 0  # its last access-log lines are written at exit
+        assert [d["route"] for d in access_lines(p)] == ["/v1/payments", "/wh/"]
     finally:
         for r in made:
             r.stop()
@@ -101,7 +112,7 @@ def test_admin_listener_answers_the_documented_endpoints_only(start_proxy, upstr
     p = start_proxy()
     key = "k-" + uuid.uuid4().hex
     assert p.post(key=key).status == 201
-    record_id = access_lines(p)[-1]["record_id"]
+    record_id = access_lines(p, 1)[-1]["record_id"]
     assert p.admin("GET", "/healthz").status == 200
     assert p.admin("GET", "/readyz").status == 200
     assert p.admin("GET", "/metrics").status == 200
@@ -125,7 +136,7 @@ def test_redis_up_stays_1_while_readyz_reports_a_replica_shortfall(start_proxy, 
         # until the first connection's setup is done, /readyz says "redis unreachable"
         r = p.admin("GET", "/readyz")
         return r if r.status == 503 and b"too few replicas" in r.body else None
-    wait_until(short, 20, what="/readyz 503 'too few replicas' without a replica")
+    wait_until(short, what="/readyz 503 'too few replicas' without a replica")
     assert metric(p, "idempotency_proxy_redis_up") == 1
 
 
@@ -144,7 +155,7 @@ def test_delivery_concurrency_counts_per_route_and_per_worker(tmp_path, start_pr
             assert deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex)).status == 202
             assert signed_delivery(p, "/webhooks/other", secret,
                                    stripe_body("evt_" + uuid.uuid4().hex)).status == 202
-        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 6, 30,
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 6,
                    interval=0.2, what="six deliveries")
         attempts = receiver.attempts()
         assert overlap(attempts, delay) == 2, attempts
@@ -158,7 +169,7 @@ def test_delivery_concurrency_counts_per_route_and_per_worker(tmp_path, start_pr
                         workers=2, name="workers")
         for _ in range(4):
             assert deliver(q, secret, stripe_body("evt_" + uuid.uuid4().hex)).status == 202
-        wait_until(lambda: metric(q, "idempotency_proxy_inbox_delivered_total") == 4, 30,
+        wait_until(lambda: metric(q, "idempotency_proxy_inbox_delivered_total") == 4,
                    interval=0.2, what="four deliveries")
         assert overlap(receiver.attempts(), delay) == 2, receiver.attempts()
     finally:

@@ -22,7 +22,9 @@ import uuid
 
 import pytest
 
-from harness import Connection, _Reader, build_request, read_response, wait_until
+from harness import (
+    Connection, _Reader, build_request, hold, read_response, wait_metric, wait_until,
+)
 
 
 def new_key():
@@ -41,6 +43,7 @@ class CountingUpstream:
         self.connections = 0
         self.requests = 0
         self.closed_idle = 0
+        self.closed = 0  # connections this side has closed (after the close)
         self.stop = threading.Event()
         if unix_path:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -108,6 +111,8 @@ class CountingUpstream:
             return
         finally:
             c.close()
+            with self.lock:
+                self.closed += 1
 
     def close(self):
         self.stop.set()
@@ -136,6 +141,36 @@ def proxy_cpu_s(p):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def client_sockets(p):
+    """How many client connections p still holds open: its sockets on p.port (the listener
+    aside), and those a client's RST took out of the kernel's tables (only p's close ends them)."""
+    pid = p.pid()
+    mine = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            mine.add(link[len("socket:["):-1])
+    known, on_port = set(), set()
+    for table, inode_col in (("tcp", 9), ("tcp6", 9), ("udp", 9), ("udp6", 9), ("unix", 6),
+                             ("netlink", 9)):
+        try:
+            with open("/proc/%d/net/%s" % (pid, table)) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) <= inode_col:
+                continue
+            known.add(row[inode_col])
+            if table.startswith("tcp") and int(row[1].rsplit(":", 1)[1], 16) == p.port \
+                    and row[3] != "0A":  # 0A: LISTEN
+                on_port.add(row[inode_col])
+    return len(mine & on_port) + len(mine - known)
+
+
 # --------------------------------------------------------------------------
 # upstream sockets kept registered across transfers
 # --------------------------------------------------------------------------
@@ -160,12 +195,12 @@ def test_upstream_closing_idle_connections_loses_no_request(start_proxy, countin
     for i in range(5):
         r = p.post(key=new_key())
         assert r.status == 201, (i, r)
-        time.sleep(0.5)
+        wait_until(lambda: up.closed == i + 1, what="the upstream closed connection %d" % (i + 1))
     assert up.requests == 5
     assert up.closed_idle >= 4
     assert up.connections == 5
-    before = proxy_cpu_s(p)
-    time.sleep(1.0)  # every upstream connection closed by now, none reused yet
+    before = proxy_cpu_s(p)  # every upstream connection closed, none reused yet
+    hold(1.0, "a span in which the proxy must not spin on the closed idle socket")
     assert proxy_cpu_s(p) - before < 0.2, "the proxy spins on a closed idle socket"
     assert p.post(key=new_key()).status == 201
 
@@ -179,7 +214,9 @@ def test_expired_idle_unix_connection_is_replaced_in_one_call(start_proxy, count
     up = counting_upstream(unix_path=str(tmp_path / "up.sock"))
     p = start_proxy(upstream_url=up.url, upstream={"timeout": "10s"})
     assert p.post(key=new_key()).status == 201
-    time.sleep(5.3)
+    # curl counts idle time in whole seconds (idle / 1000 > 4: reused up to 5 s) from when the
+    # transfer returned the connection, which a loaded machine may stamp late: 7 s is past it
+    hold(7, "the pooled connection outlives curl's idle limit (MAXAGE_CONN: more than 4 s)")
     t = time.monotonic()
     r = p.post(key=new_key(), timeout=15)
     assert r.status == 201, r
@@ -257,10 +294,16 @@ def test_keep_alive_connection_alternates_replays_and_forwards(proxy, upstream):
 # log.access
 # --------------------------------------------------------------------------
 
-def access_lines(p, settle=0.35):
-    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON."""
-    time.sleep(settle)
-    return [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+def access_lines(p, n):
+    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON, once
+    there are n of them; n=0: after a span in which none may come."""
+    def lines():
+        return [line for line in p.stdout_text().splitlines() if line.strip()]
+    if n:
+        wait_until(lambda: len(lines()) >= n, what="%d access-log lines" % n)
+    else:
+        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
+    return [json.loads(line) for line in lines()]
 
 
 def drive_outcomes(p):
@@ -281,8 +324,8 @@ def test_access_log_all_errors_and_off(start_proxy, upstream):
     off = start_proxy(log={"access": "off"}, name="off")
     for p in (everything, errors, off):
         drive_outcomes(p)
-    got = {name: [(d["outcome"], d["status"]) for d in access_lines(p)]
-           for name, p in (("all", everything), ("errors", errors), ("off", off))}
+    got = {name: [(d["outcome"], d["status"]) for d in access_lines(p, n)]
+           for name, p, n in (("all", everything, 6), ("errors", errors, 3), ("off", off, 0))}
     assert got["all"] == [("forwarded", 201), ("replayed", 201), ("mismatch", 409),
                           ("unprotected", 201), ("released", 503), ("invalid-key", 400)], got
     assert got["errors"] == [("mismatch", 409), ("released", 503), ("invalid-key", 400)], got
@@ -296,24 +339,26 @@ def test_access_log_errors_keeps_a_2xx_that_is_not_routine(start_proxy, redis, u
     """forwarded-not-stored answers 201 but retries will get not-replayable: kept."""
     p = start_proxy(log={"access": "errors"}, limits={"max_stored_response": "10B"})
     assert p.post(key=new_key()).status == 201
-    assert [(d["outcome"], d["status"]) for d in access_lines(p)] == \
+    assert [(d["outcome"], d["status"]) for d in access_lines(p, 1)] == \
         [("forwarded-not-stored", 201)]
 
 
 def test_access_log_level_changes_on_reload(start_proxy, upstream):
     import signal as _signal
-    p = start_proxy(log={"access": "off"})
+    # one worker: config_reloads_total counts the reload once it applies (a second worker
+    # takes it from its mailbox afterwards)
+    p = start_proxy(log={"access": "off"}, workers=1)
     assert p.post(key=new_key()).status == 201
-    assert access_lines(p) == []
+    assert access_lines(p, 0) == []
     with open(p.config_path) as f:
         text = f.read()
     with open(p.config_path, "w") as f:
         f.write(text.replace("access: \"off\"", "access: all").replace("access: off",
                                                                          "access: all"))
     p.signal(_signal.SIGHUP)
-    time.sleep(0.5)
+    wait_metric(p, "idempotency_proxy_config_reloads_total", lambda v: v == 1)
     assert p.post(key=new_key()).status == 201
-    assert [d["outcome"] for d in access_lines(p)] == ["forwarded"]
+    assert [d["outcome"] for d in access_lines(p, 1)] == ["forwarded"]
 
 
 @pytest.mark.parametrize("path, logged", [
@@ -331,7 +376,7 @@ def test_access_log_line_is_json_for_any_path(proxy, upstream, path, logged):
         r = read_response(s)
     finally:
         s.close()
-    lines = access_lines(proxy)
+    lines = access_lines(proxy, 1)
     assert len(lines) == 1, lines
     d = lines[0]
     assert d["path"] == logged and d["status"] == r.status, (d, r)
@@ -354,12 +399,13 @@ def test_client_closing_during_its_request_does_not_make_the_proxy_spin(proxy, u
     s.sendall(build_request("POST", "/v1/payments",
                             [("Idempotency-Key", key), ("X-Demo-Delay-Ms", "1500"),
                              ("Content-Type", "application/json")], b"{}"))
-    time.sleep(0.2)
+    wait_until(lambda: upstream.executions(key) == 1, what="the request at the upstream")
     s.close()
     before = proxy_cpu_s(proxy)
-    time.sleep(1.0)
+    hold(1.0, "a span in which the proxy must not spin on the closed client socket")
     assert proxy_cpu_s(proxy) - before < 0.2, "the proxy spins on a closed client socket"
-    time.sleep(0.5)
+    # the abandoned exchange ends: answered (to no one) and recorded
+    wait_metric(proxy, "idempotency_proxy_in_flight_requests", lambda v: v == 0)
     assert upstream.executions(key) == 1
     retry = proxy.post(key=key, body=b"{}")
     assert retry.status == 201 and retry.replayed
@@ -417,7 +463,8 @@ def test_pipelined_request_sent_while_the_first_is_upstream_waits_its_turn(proxy
                                 [("Idempotency-Key", k2), ("Content-Type", "application/json")],
                                 b'{"n": 2}'))
         before = proxy_cpu_s(proxy)
-        time.sleep(0.6)  # the second request waits, unread, behind the first
+        hold(0.6, "a span in which the second request waits, unread, behind the first: "
+                  "the proxy must not spin")
         spent = proxy_cpu_s(proxy) - before
         reader = _Reader(s, time.monotonic() + 15)
         first = read_response(s, reader=reader)
@@ -438,13 +485,14 @@ def test_slow_reader_gets_a_large_answer_whole_then_its_pipelined_answer(proxy, 
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         s.sendall(build_request("POST", "/v1/exports", [("X-Demo-Size", str(size))], b"{}"))
         wait_until(lambda: upstream.total() >= 1, what="export requested")
-        time.sleep(0.3)
+        # its exchange is over: the whole answer is in the proxy, being written to the client
+        wait_metric(proxy, "idempotency_proxy_in_flight_requests", lambda v: v == 0)
         s.sendall(build_request("POST", "/v1/payments",
                                 [("Idempotency-Key", key), ("Content-Type", "application/json")],
                                 b'{"n": 3}'))
         before = proxy_cpu_s(proxy)
         other = proxy.post(key=new_key(), body=b'{"other": 1}')  # another client meanwhile
-        time.sleep(0.8)
+        hold(0.8, "a span in which the slow reader reads nothing: the proxy must not spin")
         spent = proxy_cpu_s(proxy) - before
         reader = _Reader(s, time.monotonic() + 30)
         big = read_response(s, reader=reader)
@@ -470,16 +518,17 @@ def test_clients_closing_mid_request_then_new_connections_on_their_sockets(proxy
                                 [("Idempotency-Key", k), ("X-Demo-Delay-Ms", "700"),
                                  ("Content-Type", "application/json")], b'{"i": %d}' % i))
         socks.append(s)
-    wait_until(lambda: all(upstream.executions(k) == 1 for k in keys), timeout=15,
+    wait_until(lambda: all(upstream.executions(k) == 1 for k in keys),
                what="every request at the upstream")
     for i, s in enumerate(socks):
         if i % 2:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
     before = proxy_cpu_s(proxy)
-    time.sleep(0.5)
+    hold(0.5, "a span in which the proxy must not spin on the closed client sockets")
     assert proxy_cpu_s(proxy) - before < 0.3, "the proxy spins on closed client sockets"
-    time.sleep(0.5)  # the answers are written to the closed sockets; evhttp frees them
+    # the answers are written to the closed sockets; evhttp frees them
+    wait_until(lambda: client_sockets(proxy) == 0, what="the proxy closed every client socket")
     conns = [Connection(proxy.port) for _ in range(80)]
     try:
         for round_no in range(2):

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import PYTHON, REPLICAS_SHORT, REPO, RedisServer, _terminate, build_config, \
-    assert_stays_unready, free_port, port_accepts, proxy_binary, to_yaml, unready_reason, \
-    wait_ready, wait_until, wall_clock_of
+    assert_stays_unready, free_port, hold_until, log_line, port_accepts, proxy_binary, to_yaml, \
+    unready_reason, wait_ready, wait_until, wall_clock_of
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -50,7 +50,7 @@ class Receiver:
                                       "--log", self.log, "--delay", str(self.delay),
                                       "--status", str(self.status)],
                                      stdin=subprocess.DEVNULL)
-        wait_until(lambda: port_accepts(self.port), 10, what="receiver listening")
+        wait_until(lambda: port_accepts(self.port), what="receiver listening")
         return self
 
     def stop(self):
@@ -180,12 +180,13 @@ def test_queued_delivery_is_acked_then_delivered_once_and_duplicates_replay(
     # a duplicate while the first is still being delivered (the receiver takes 1 s)
     dup = deliver(p, secret, stripe_body(evt, pending_webhooks=0))
     assert dup.status == 202 and dup.replayed, dup
-    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                what="delivered")
     # and after it was delivered
     dup2 = deliver(p, secret, stripe_body(evt))
     assert dup2.status == 202 and dup2.replayed, dup2
-    time.sleep(0.5)
+    # settled: nothing left in the stream, pending or scheduled that could reach the receiver
+    wait_until(lambda: inbox_empty(p), what="the inbox empty")
     attempts = receiver.attempts()
     assert [a["event"] for a in attempts] == [evt], attempts
     assert attempts[0]["signed"] and attempts[0]["path"] == ROUTE
@@ -218,12 +219,19 @@ def test_github_queued_receiver_gets_event_headers_and_signature(start_proxy,
     r = p.request("POST", "/webhooks/github", hs, body)
     assert r.status == 200 and r.body == b"", r
     assert p.request("POST", "/webhooks/github", hs, body).replayed
-    got = wait_until(lambda: receiver.attempts(), 10, what="delivered")
+    got = wait_until(lambda: receiver.attempts(), what="delivered")
     assert len(got) == 1
     h = got[0]["headers"]
     assert h["x-github-event"] == "check_run" and h["x-github-delivery"] == guid
     assert h["x-hub-signature-256"] == sig and h["idempotency-key"] == guid
     assert got[0]["body"].encode() == body
+
+
+def queued(srv, stream, retries):
+    """The entries in the stream and its retries, read at one moment (a failed attempt moves an
+    entry from one to the other in one script: two reads could count it twice, or not at all)."""
+    return srv.cmd("EVAL", "return redis.call('XLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])",
+                   2, stream, retries)
 
 
 def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_path, start_proxy,
@@ -233,7 +241,7 @@ def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_pa
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
     try:
-        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), 10,
+        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
                    what="the replica linked")
         receiver = receiver_factory()
         receiver.stop()  # down: the delivery stays in the stream or its retries
@@ -250,12 +258,12 @@ def test_min_replicas_queued_delivery_is_on_the_replica_before_the_answer(tmp_pa
         keys = [k for k in replica.keys("idem:inbox:*")]
         stream = [k for k in keys if k.endswith(":stream")][0]
         retries = stream[:-len(":stream")] + ":retries"
-        assert replica.cmd("XLEN", stream) + replica.cmd("ZCARD", retries) == 1
+        assert queued(replica, stream, retries) == 1
         replica.pause()  # no replica acknowledges any more: 503, nothing queued
         r = deliver(p, secret, stripe_body("evt_" + uuid.uuid4().hex))
         assert r.status == 503, r
         replica.resume()
-        wait_until(lambda: primary.cmd("XLEN", stream) + primary.cmd("ZCARD", retries) == 1, 5,
+        wait_until(lambda: queued(primary, stream, retries) == 1,
                    what="only the first delivery queued")
         # before Redis goes: the refused delivery's claim release must reach it to drain
         assert p.stop() == 0
@@ -277,11 +285,15 @@ def queued_replicated(tmp_path, start_proxy, receiver_factory, frozen=False):
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
     try:
-        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), 10,
+        wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"),
                    what="the replica linked")
         if frozen:
             replica.pause()
-            time.sleep(2.5)  # the primary's pings are past what the replica acknowledged
+            # behind: a ping the primary sends after the freeze (every second) is past anything
+            # the replica acknowledged, or can still acknowledge from before it
+            frozen_at = primary.cmd("ROLE")[1]
+            wait_until(lambda: primary.cmd("ROLE")[1] > frozen_at,
+                       what="the primary's offset past the frozen replica's")
         secret = new_secret()
         p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver_factory().url,
                         redis_url=primary.url, redis={"min_replicas": 1, "timeout": "4s",
@@ -303,7 +315,7 @@ def test_readiness_follows_a_frozen_replica_while_only_the_inbox_reads(tmp_path,
     with queued_replicated(tmp_path, start_proxy, receiver_factory) as (p, replica):
         wait_ready(p, timeout=30)
         replica.pause()
-        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=20, interval=0.1,
+        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, interval=0.1,
                    what="/readyz 503 for a frozen replica while the inbox reads")
         replica.resume()
         wait_ready(p, timeout=30)
@@ -328,17 +340,17 @@ def test_append_failure_is_503_and_nothing_recorded(start_proxy, receiver_factor
     evt = "evt_" + uuid.uuid4().hex
     # the stream key holds another type: XADD fails with WRONGTYPE after the claim won
     stream = wait_until(lambda: [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")],
-                        5, what="the stream")[0]
+                        what="the stream")[0]
     redis.cmd("DEL", stream)
     redis.cmd("SET", stream, "not a stream")
     r = deliver(p, secret, stripe_body(evt))
     assert r.status == 503, r
     redis.cmd("DEL", stream)
     # nothing was recorded: the provider's retry is accepted and delivered
-    wait_until(lambda: inbox_ok(p), 5, what="the group again")
+    wait_until(lambda: inbox_ok(p), what="the group again")
     r = deliver(p, secret, stripe_body(evt))
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt], 10, what="delivered")
+    wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt], what="delivered")
 
 
 def inbox_ok(p):
@@ -346,14 +358,25 @@ def inbox_ok(p):
     return r.status == 200
 
 
+def inbox_empty(p, route=ROUTE):
+    """Nothing of route is in its stream, pending or scheduled: no delivery can follow."""
+    r = p.admin("GET", "/inbox")
+    assert r.status == 200, r
+    stats = [x for x in r.json()["routes"] if x["route"] == route][0]
+    return (stats["depth"], stats["pending"], stats["scheduled"]) == (0, 0, 0)
+
+
 # ---- 1: a slow receiver --------------------------------------------------------
 
 @pytest.mark.slow
 @pytest.mark.topology
 def test_slow_receiver_burst_of_100_acked_fast_all_delivered(start_proxy, receiver_factory):
-    receiver = receiver_factory(delay=30.0)
+    # slower than visibility_timeout: only the renewals (every 1 s) keep a second copy away
+    # (the receiver took 30 s and visibility_timeout was 30 s: the same, in 4 s rather than 30)
+    receiver = receiver_factory(delay=4.0)
     secret = new_secret()
-    p = start_inbox_proxy(start_proxy, receiver, secret, concurrency=128)
+    p = start_inbox_proxy(start_proxy, receiver, secret, concurrency=128,
+                          visibility_timeout="3s")
     events = ["evt_" + uuid.uuid4().hex for _ in range(100)]
 
     def one(evt):
@@ -371,13 +394,13 @@ def test_slow_receiver_burst_of_100_acked_fast_all_delivered(start_proxy, receiv
     assert times[50] < 0.05, times
     assert times[-1] < 1.0, times
     try:
-        wait_until(lambda: len(receiver.attempts()) >= 100, 20, interval=0.2,
+        wait_until(lambda: len(receiver.attempts()) >= 100, interval=0.2,
                    what="all 100 reached the receiver")
     except AssertionError:
         print(len(receiver.attempts()), inbox(p), p.stderr_text()[-3000:])
         raise
-    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 100, 45,
-               interval=0.5, what="100 acknowledged")
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 100,
+               interval=0.2, what="100 acknowledged")
     got = by_event(receiver.attempts())
     assert sorted(got) == sorted(events)
     assert all(len(v) == 1 for v in got.values()), "a slow receiver got a second copy"
@@ -386,48 +409,56 @@ def test_slow_receiver_burst_of_100_acked_fast_all_delivered(start_proxy, receiv
 
 # ---- 2: a receiver that is down --------------------------------------------------
 
+# The backoff of this test is a quarter of what it was (initial 1 s, max 4 s, down 20 s): the
+# same number of retries in a quarter of the time, so the same counts and spacings are checked.
+DOWN_S = 5.0
+BACKOFF_INITIAL_S, BACKOFF_MAX_S = 0.25, 1.0
+
+
 @pytest.mark.slow
 @pytest.mark.topology
-def test_receiver_down_20s_retries_follow_backoff_then_all_arrive(start_proxy,
-                                                                   receiver_factory):
+def test_receiver_down_5s_retries_follow_backoff_then_all_arrive(start_proxy, receiver_factory):
     receiver = receiver_factory()
     receiver.stop()  # down: nothing listens on its port
     secret = new_secret()
     p = start_inbox_proxy(start_proxy, receiver, secret,
-                          backoff={"initial": "1s", "max": "4s"}, max_attempts=50)
+                          backoff={"initial": "250ms", "max": "1s"}, max_attempts=50)
     events = ["evt_" + uuid.uuid4().hex for _ in range(5)]
-    down_at = time.time()
+    down_at = time.monotonic()
     for evt in events:
         assert deliver(p, secret, stripe_body(evt)).status == 202
-    time.sleep(20 - (time.time() - down_at))
+    hold_until(down_at + DOWN_S, "the receiver stays down for DOWN_S: the span over which the "
+               "retries' number and spacing are checked")
     retries_while_down = metric(p, "idempotency_proxy_inbox_retries_scheduled_total")
     up_at = time.time()
     receiver.start()
-    wait_until(lambda: len(by_event(receiver.attempts())) == 5, 15, interval=0.2,
+    listening_at = time.time()
+    wait_until(lambda: len(by_event(receiver.attempts())) == 5, interval=0.2,
                what="every delivery after the receiver returned")
     attempts = receiver.attempts()
     assert all(a["t"] >= up_at for a in attempts)
     assert sorted(by_event(attempts)) == sorted(events)
-    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 5, 5,
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 5,
                what="5 acknowledged")
     # the backoff, from the proxy's log of each failed attempt (the receiver saw none):
-    # with full jitter the wait after attempt n is uniform in [0, min(4 s, 1 s * 2^(n-1))],
+    # with full jitter the wait after attempt n is uniform in [0, min(max, initial * 2^(n-1))],
     # and the next attempt comes that long later (plus at most a promotion tick)
     retries = retry_lines(p.stderr_text())
     assert len(retries) == 5, retries.keys()
     for record, lines in retries.items():
         assert [n for n, _, _ in lines] == list(range(1, len(lines) + 1)), lines
         for (n, at, wait), (_, next_at, _) in zip(lines, lines[1:]):
-            assert wait <= min(4.0, 1.0 * 2 ** (n - 1)) + 0.001, (n, wait)
+            assert wait <= min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** (n - 1)) + 0.001, (n, wait)
             assert wait - 0.05 <= next_at - at <= wait + 0.6, (n, wait, next_at - at)
-        # 20 s down: a handful of attempts each, not a storm (the caps sum to 19 s in 7)
+        # down DOWN_S: a handful of attempts each, not a storm (the caps sum to 4.75 s in 7)
         assert 4 <= len(lines) <= 25, len(lines)
     total_attempts = metric(p, "idempotency_proxy_inbox_attempts_total")
-    print("receiver down 20 s: %d retries scheduled for 5 events, %d attempts in all"
-          % (retries_while_down, total_attempts))
-    # the first delivery after the return came within one backoff ceiling (4 s) + a tick
+    print("receiver down %.0f s: %d retries scheduled for 5 events, %d attempts in all"
+          % (DOWN_S, retries_while_down, total_attempts))
+    # the first delivery after the return came within one backoff ceiling + a tick (200 ms) of
+    # the receiver listening; the bound's other 800 ms are for a busy machine
     first_after = min(a["t"] for a in attempts)
-    assert first_after - up_at < 4.0 + 1.0, first_after - up_at
+    assert first_after - listening_at < BACKOFF_MAX_S + 1.0, first_after - listening_at
 
 
 RETRY_RE = re.compile(r"^(\S+) info inbox \S+: delivery ([0-9a-f]+) attempt (\d+) got .*; "
@@ -455,7 +486,7 @@ def test_always_500_dead_letters_after_max_attempts_then_redeliver(start_proxy,
     events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
     for evt in events:
         assert deliver(p, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: inbox(p)["dead"] == 3, 15, interval=0.2, what="3 dead letters")
+    wait_until(lambda: inbox(p)["dead"] == 3, interval=0.2, what="3 dead letters")
     got = by_event(receiver.attempts())
     # max_attempts counts deliveries in total: the first try and two retries
     assert {e: len(v) for e, v in got.items()} == {e: 3 for e in events}
@@ -477,12 +508,12 @@ def test_always_500_dead_letters_after_max_attempts_then_redeliver(start_proxy,
     r = p.admin("POST", "/inbox/%s/dead/%s/redeliver" % (ENCODED, first["id"]))
     assert r.status == 200, r
     wait_until(lambda: any(a["status"] == 200 and a["event"] == first["event"]
-                           for a in receiver.attempts()), 10, what="redelivered")
+                           for a in receiver.attempts()), what="redelivered")
     r = p.admin("DELETE", "/inbox/%s/dead/%s" % (ENCODED, second["id"]))
     assert r.status == 200, r
     assert p.admin("DELETE", "/inbox/%s/dead/%s" % (ENCODED, second["id"])).status == 404
     assert p.admin("POST", "/inbox/%s/dead/%s/redeliver" % (ENCODED, first["id"])).status == 404
-    wait_until(lambda: inbox(p)["dead"] == 1, 5, what="one dead letter left")
+    wait_until(lambda: inbox(p)["dead"] == 1, what="one dead letter left")
     assert p.admin("GET", "/inbox/%2Fnope/dead").status == 404
 
 
@@ -498,12 +529,12 @@ def test_sigkilled_proxy_deliveries_taken_over_after_visibility_timeout(start_pr
     events = ["evt_" + uuid.uuid4().hex for _ in range(10)]
     for evt in events:
         assert deliver(a, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: len(receiver.attempts()) == 10, 5, what="all in flight at A")
+    wait_until(lambda: len(receiver.attempts()) == 10, what="all in flight at A")
     a.kill()  # SIGKILL with 10 deliveries in flight
     killed_at = time.time()
     receiver.control(delay=0)
     b = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="4s")
-    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 10, 20,
+    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 10,
                interval=0.2, what="B delivered all 10")
     second = [x for x in receiver.attempts() if x["t"] > killed_at]
     assert sorted(x["event"] for x in second) == sorted(events)
@@ -525,7 +556,7 @@ def test_live_instance_renews_a_slow_delivery_no_second_copy(start_proxy, receiv
     evt = "evt_" + uuid.uuid4().hex
     assert deliver(a, secret, stripe_body(evt)).status == 202
     wait_until(lambda: metric(a, "idempotency_proxy_inbox_delivered_total") == 1 or
-               metric(b, "idempotency_proxy_inbox_delivered_total") == 1, 15, interval=0.2,
+               metric(b, "idempotency_proxy_inbox_delivered_total") == 1, interval=0.2,
                what="delivered")
     assert [x["event"] for x in receiver.attempts()] == [evt]
 
@@ -552,14 +583,14 @@ def test_redis_restart_with_aof_loses_no_accepted_delivery(tmp_path, start_proxy
         for evt in events:
             assert deliver(p, secret, stripe_body(evt)).status == 202
         # each tried at least once: in the stream, pending, or scheduled for a retry
-        wait_until(lambda: len(by_event(receiver.attempts())) == 20, 10, what="first attempts")
+        wait_until(lambda: len(by_event(receiver.attempts())) == 20, what="first attempts")
         srv.kill()  # SIGKILL, no chance to save on exit: only the AOF has them
         r = p.admin("GET", "/inbox")
         assert r.status == 503 and r.json()["error"], r
         srv.start()
         receiver.control(status=200)
         wait_until(lambda: {e for e, v in by_event(receiver.attempts()).items()
-                            if any(a["status"] == 200 for a in v)} == set(events), 30,
+                            if any(a["status"] == 200 for a in v)} == set(events),
                    interval=0.3, what="every accepted delivery after the restart")
         # and the records survived too: a duplicate replays
         r = deliver(p, secret, stripe_body(events[0]))
@@ -581,13 +612,15 @@ def test_acknowledgement_lost_to_a_redis_outage_is_sent_again_not_redelivered(
                         redis_url=srv.url, env={"STRIPE_SECRET": secret})
         evt = "evt_" + uuid.uuid4().hex
         assert deliver(p, secret, stripe_body(evt)).status == 202
-        wait_until(lambda: receiver.attempts(), 5, what="in delivery")
+        wait_until(lambda: receiver.attempts(), what="in delivery")
         srv.kill()
-        time.sleep(2.5)  # the receiver's 2xx comes while Redis is down: the XACK cannot go
+        # the receiver's 2xx comes while Redis is down: the XACK cannot go
+        log_line(p, "Redis failed to settle it; trying again")
         srv.start()
-        # settled once Redis is back, not delivered again after the 30 s visibility_timeout
-        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
-                   interval=0.2, what="acknowledged after the outage")
+        # settled once Redis is back, not delivered again after the 30 s visibility_timeout:
+        # the bound (10 s, well inside it) is what tells the two apart
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
+                   timeout=10, interval=0.2, what="acknowledged after the outage")
         assert inbox(p)["pending"] == 0 and inbox(p)["depth"] == 0
         assert [a["event"] for a in receiver.attempts()] == [evt]
         assert p.stop() == 0
@@ -617,12 +650,12 @@ def test_queued_route_on_a_redis_cluster_stays_in_one_slot(tmp_path, start_proxy
         events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
         for evt in events:
             assert deliver(p, secret, stripe_body(evt)).status == 202
-        wait_until(lambda: inbox(p)["dead"] == 3, 15, interval=0.2, what="dead letters")
+        wait_until(lambda: inbox(p)["dead"] == 3, interval=0.2, what="dead letters")
         receiver.control(status=200)
         letter = p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"][0]
         assert p.admin("POST", "/inbox/%s/dead/%s/redeliver"
                        % (ENCODED, letter["id"])).status == 200
-        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                    what="redelivered through the cluster")
         # every inbox command went straight to the slot's primary (XREADGROUP names its key
         # after STREAMS), and the route's keys live on one node
@@ -645,61 +678,74 @@ def test_sigterm_releases_deliveries_in_flight_to_another_instance(start_proxy,
     a = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="30s")
     evt = "evt_" + uuid.uuid4().hex
     assert deliver(a, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: len(receiver.attempts()) == 1, 5, what="in flight")
+    wait_until(lambda: len(receiver.attempts()) == 1, what="in flight")
     start = time.monotonic()
     assert a.stop(timeout=15) == 0
     assert time.monotonic() - start < 10
     assert "released to the other instances" in a.stderr_text()
     receiver.control(delay=0)
     b = start_inbox_proxy(start_proxy, receiver, secret, visibility_timeout="30s")
-    # released: taken over at once, not after the 30 s visibility timeout
-    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 1, 8,
+    # released: taken over at once, not after the 30 s visibility timeout (the bound, 8 s,
+    # well inside it, is what tells the two apart)
+    wait_until(lambda: metric(b, "idempotency_proxy_inbox_delivered_total") == 1, timeout=8,
                interval=0.2, what="B delivered the released entry")
 
 
 # ---- a claim without an append, a record that cannot be written -------------------
 
-def start_leased_inbox_proxy(start_proxy, receiver, secret, lease="2s", **delivery):
+def start_leased_inbox_proxy(start_proxy, receiver, secret, lease="2s", redis_url=None,
+                             **delivery):
     """A queued route with a short lease and on_ambiguous: hold, which queued routes ignore."""
     route = queued_route(secret, **delivery)
     route.update(lease=lease, on_ambiguous="hold")
     return start_proxy(routes=[route], upstream_url=receiver.url, upstream={"timeout": "60s"},
-                       env={"STRIPE_SECRET": secret})
+                       env={"STRIPE_SECRET": secret}, redis_url=redis_url)
+
+
+def gated_url(redis, gate):
+    """redis's URL (its ACL user's, when it has one) through gate (redis_gate.py)."""
+    if redis.acl is not None:
+        return "redis://%s:%s@127.0.0.1:%d/0" % (redis.acl[0], redis.acl[1], gate.port)
+    return gate.url
 
 
 def test_claim_left_by_a_proxy_killed_before_the_append_is_taken_over(start_proxy,
                                                                        receiver_factory, redis):
+    from redis_gate import RedisGate
     receiver = receiver_factory()
     secret = new_secret()
-    a = start_leased_inbox_proxy(start_proxy, receiver, secret)
-    b = start_leased_inbox_proxy(start_proxy, receiver, secret)
-    wait_until(lambda: inbox_ok(a) and inbox_ok(b), 5, what="the group")
-    evt = "evt_" + uuid.uuid4().hex
-    body = stripe_body(evt)
-
-    def first():
-        try:
-            deliver(a, secret, body, timeout=5)
-        except Exception:
-            pass  # A dies under it
-
-    redis.pause()
+    gate = RedisGate(redis.port).start()
     try:
+        a = start_leased_inbox_proxy(start_proxy, receiver, secret,
+                                     redis_url=gated_url(redis, gate))
+        b = start_leased_inbox_proxy(start_proxy, receiver, secret)
+        wait_until(lambda: inbox_ok(a) and inbox_ok(b), what="the group")
+        evt = "evt_" + uuid.uuid4().hex
+        body = stripe_body(evt)
+
+        def first():
+            try:
+                deliver(a, secret, body, timeout=5)
+            except Exception:
+                pass  # A dies under it
+
+        # A is SIGKILLed just before its claim (SET NX on the record's key) goes on to Redis:
+        # the claim lands, the XADD never will
+        gate.before_next(("SET",), a.kill, containing=b"idem:{")
         with ThreadPoolExecutor(1) as pool:
             f = pool.submit(first)
-            time.sleep(0.15)
-            a.kill()  # the claim is on its way to Redis, the XADD never will be
-            redis.resume()
-            f.result(10)
+            wait_until(gate.acted.is_set, what="A killed as its claim went on to Redis")
+            f.result()
     finally:
-        redis.resume()
-    assert [k for k in redis.keys("idem:*") if ":inbox:" not in k], "A's claim landed"
+        gate.stop()
+    wait_until(lambda: [k for k in redis.keys("idem:*") if ":inbox:" not in k],
+               what="A's claim landed")
     assert receiver.attempts() == []
     # B waits out A's lease (in_flight: wait), then takes the claim over and queues the
     # event, rather than 502 outcome-unknown for the whole retention
     r = deliver(b, secret, body)
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()], 10,
+    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()],
                what="the receiver got the event")
     r = deliver(b, secret, body)
     assert r.status == 202 and r.replayed, r
@@ -710,7 +756,7 @@ def test_ack_record_refused_by_redis_is_503_and_the_retry_is_delivered(start_pro
     receiver = receiver_factory()
     secret = new_secret()
     p = start_leased_inbox_proxy(start_proxy, receiver, secret)
-    wait_until(lambda: inbox_ok(p), 5, what="the group")
+    wait_until(lambda: inbox_ok(p), what="the group")
     evt = "evt_" + uuid.uuid4().hex
     body = stripe_body(evt)
     # the claim (SET NX) and the XADD pass; the record write (a script) is refused: NOPERM
@@ -722,12 +768,12 @@ def test_ack_record_refused_by_redis_is_503_and_the_retry_is_delivered(start_pro
         redis.cmd("ACL", "SETUSER", user, "+evalsha", "+eval")
     assert r.status == 503, r
     assert b"could not be recorded" in r.body, r.body
-    claimed = time.time()
+    claimed = time.monotonic()
     # the retry after the lease takes the claim over and is acked; the event arrives
-    time.sleep(max(0.0, claimed + 2.3 - time.time()))
+    hold_until(claimed + 2.3, "the claim's 2 s lease runs out: the retry comes after it")
     r = deliver(p, secret, body)
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()], 10,
+    wait_until(lambda: evt in [x["event"] for x in receiver.attempts()],
                what="the receiver got the event")
     assert all(x["event"] == evt for x in receiver.attempts())
     r = deliver(p, secret, body)
@@ -747,7 +793,7 @@ def test_receivers_large_answer_body_is_dropped_not_buffered(start_proxy, receiv
     receiver.control(body_bytes=50 * 1024 * 1024)  # a 200 with 50 MiB of body
     secret = new_secret()
     p = start_inbox_proxy(start_proxy, receiver, secret, workers=1)
-    wait_until(lambda: inbox_ok(p), 5, what="the group")
+    wait_until(lambda: inbox_ok(p), what="the group")
     before = vm_rss_kib(p.pid())
     peak = [before]
     evt = "evt_" + uuid.uuid4().hex
@@ -757,7 +803,7 @@ def test_receivers_large_answer_body_is_dropped_not_buffered(start_proxy, receiv
         peak[0] = max(peak[0], vm_rss_kib(p.pid()))
         return metric(p, "idempotency_proxy_inbox_delivered_total") == 1
 
-    wait_until(delivered, 20, interval=0.05, what="delivered")
+    wait_until(delivered, interval=0.05, what="delivered")
     peak[0] = max(peak[0], vm_rss_kib(p.pid()))
     assert [x["event"] for x in receiver.attempts()] == [evt]
     assert inbox(p)["depth"] == 0
@@ -797,12 +843,15 @@ def github_delivery(p, secret, guid, body, extra=()):
     return p.request("POST", GITHUB_ROUTE, hs, body)
 
 
-def fail_then_fix(receiver, evt, t):
-    """evt failed an attempt; at unix time t (when another entry's retry was surely due and
-    evt's were scheduled after it) the receiver is fixed."""
-    wait_until(lambda: any(a["event"] == evt and a["status"] != 200
-                           for a in receiver.attempts()), 10, what="a failed attempt")
-    time.sleep(max(0.0, t - time.time()))
+def failed_attempts(receiver, evt):
+    return len([a for a in receiver.attempts() if a["event"] == evt and a["status"] != 200])
+
+
+def fail_then_fix(receiver, evt, ready, what):
+    """evt failed an attempt; once ready() (the schedule went past the point where another
+    entry's retry came due, a stalled schedule never does) the receiver is fixed."""
+    wait_until(lambda: failed_attempts(receiver, evt) >= 1, what="a failed attempt")
+    wait_until(ready, what=what)
     receiver.control(status=200)
 
 
@@ -810,7 +859,7 @@ def wait_delivered_within_30s(p, receiver, evt):
     """The bound that holds: once the receiver is fixed, the event arrives within 30 s."""
     try:
         wait_until(lambda: any(a["event"] == evt and a["status"] == 200
-                               for a in receiver.attempts()), 30, interval=0.2,
+                               for a in receiver.attempts()), timeout=30, interval=0.2,
                    what="the normal event delivered once the receiver was fixed")
     except AssertionError:
         print(p.admin("GET", "/inbox").body, p.stderr_text()[-3000:])
@@ -833,12 +882,12 @@ def test_a_delivery_with_more_header_fields_than_it_may_store_is_refused_and_sta
     big, normal = str(uuid.uuid4()), str(uuid.uuid4())
     pad = [("X-Pad-%d" % i, "x") for i in range(4100)]
     refused = github_delivery(p, secret, big, body, pad)
-    sent_at = time.time()
     r = github_delivery(p, secret, normal, body)
     assert r.status == 202, r
-    # the normal event fails too and, after the big one's first retry was due (backoff.max
-    # 1 s), is scheduled behind it: on a stalled schedule it waits there for good
-    fail_then_fix(receiver, normal, sent_at + 3)
+    # the normal event fails too and, once its retry ran (behind the big one's, had that been
+    # queued), is fixed: on a schedule stalled by a big entry it would wait there for good
+    fail_then_fix(receiver, normal, lambda: failed_attempts(receiver, normal) >= 2,
+                  "the normal event's retry made")
     wait_delivered_within_30s(p, receiver, normal)
     # refused on arrival with a problem answer, before anything was claimed: the provider
     # sees an error (and its operator a 431), nothing is queued or silently cut
@@ -850,7 +899,7 @@ def test_a_delivery_with_more_header_fields_than_it_may_store_is_refused_and_sta
     assert len(records) == 1, records  # the normal event's; no claim for the refused one
     assert big not in [a["event"] for a in receiver.attempts()]
     wait_until(lambda: (lambda s: (s["depth"], s["pending"], s["scheduled"], s["dead"]))(
-        inbox_of(p, GITHUB_ROUTE)) == (0, 0, 0, 0), 10, what="the inbox empty")
+        inbox_of(p, GITHUB_ROUTE)) == (0, 0, 0, 0), what="the inbox empty")
 
 
 def inbox_of(p, route):
@@ -886,20 +935,28 @@ def test_entries_an_older_version_queued_with_too_many_fields_go_to_dead_letters
     p = start_inbox_proxy(start_proxy, receiver, secret, max_attempts=12,
                           backoff={"initial": "200ms", "max": "1s"})
     stream = wait_until(lambda: [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")],
-                        5, what="the stream")[0]
+                        what="the stream")[0]
     dead_key = stream[:-len(":stream")] + ":dead"
     # one to be retried, one on its last attempt (to be buried); the receiver refuses both
     retried, buried = "evt_old_" + uuid.uuid4().hex, "evt_old_" + uuid.uuid4().hex
     for evt, attempts in ((retried, 0), (buried, 11)):
         fields = old_entry(evt, attempts, 4100)
         redis.cmd("XADD", stream, "*", *fields)
-    added_at = time.time()
     normal = "evt_" + uuid.uuid4().hex
     assert deliver(p, secret, stripe_body(normal)).status == 202
-    fail_then_fix(receiver, normal, added_at + 3)
+
+    def retried_came_due():
+        dead = p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"]
+        return any(l["event"] == retried and l["reason"].startswith("its retry was due")
+                   for l in dead)
+
+    # the normal event fails too; the receiver is fixed once the old entry's retry came due
+    # (and went to the dead letters): on a schedule stalled by it, every retry behind it,
+    # the normal event's among them, would wait for good
+    fail_then_fix(receiver, normal, retried_came_due, "the old entry's retry came due")
     wait_delivered_within_30s(p, receiver, normal)
     # both are dead letters: named, with the reason, and every field kept in one value
-    wait_until(lambda: inbox(p)["dead"] == 2, 10, what="two dead letters")
+    wait_until(lambda: inbox(p)["dead"] == 2, what="two dead letters")
     letters = {l["event"]: l for l in p.admin("GET", "/inbox/%s/dead" % ENCODED).json()["dead"]}
     assert sorted(letters) == sorted([retried, buried]), letters
     assert letters[retried]["reason"].startswith("its retry was due (4107 fields: too many")
@@ -937,19 +994,24 @@ def test_a_wall_clock_stepped_back_keeps_renewing_a_slow_delivery_no_second_copy
                     env=env, workers=1, name="stepped")
     evt = "evt_" + uuid.uuid4().hex
     assert deliver(a, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: len(receiver.attempts()) == 1, 5, what="in flight at A")
+    wait_until(lambda: len(receiver.attempts()) == 1, what="in flight at A")
     stream = [k for k in redis.keys("idem:inbox:*") if k.endswith(":stream")][0]
     # B, with a right clock, looks for entries idle longer than 2 s every 500 ms
     b = start_proxy(routes=[route], upstream_url=receiver.url, upstream={"timeout": "60s"},
                     env={"STRIPE_SECRET": secret}, workers=1, name="steady")
     stepped_clock.step("-60")
-    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70, 5,
+    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70,
                what="A's wall clock 60 s behind")
     idle = []
-    while metric(a, "idempotency_proxy_inbox_delivered_total") != 1:
-        assert time.time() - receiver.attempts()[0]["t"] < 30, "not delivered within 30 s"
-        idle += [e[2] for e in pending_entries(redis, stream)]
-        time.sleep(0.1)
+
+    def delivered():
+        """Samples the entry's idle time (every 100 ms) until A has delivered it."""
+        if metric(a, "idempotency_proxy_inbox_delivered_total") == 1:
+            return True
+        idle.extend(e[2] for e in pending_entries(redis, stream))
+        return False
+
+    wait_until(delivered, interval=0.1, what="delivered (the receiver answers after 10 s)")
     assert [x["event"] for x in receiver.attempts()] == [evt], receiver.attempts()
     assert "took over" not in b.stderr_text()
     # renewed all along: never as idle as visibility_timeout, so never B's to take
@@ -971,7 +1033,7 @@ def test_a_wall_clock_stepped_back_moves_no_retry_of_the_shared_schedule(
     a = start_proxy(routes=[route], upstream_url=receiver.url, env=env, workers=1,
                     name="stepped")
     stepped_clock.step("-60")
-    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70, 5,
+    wait_until(lambda: 50 < time.time() - wall_clock_of(a) < 70,
                what="A's wall clock 60 s behind")
     events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
     waits = []
@@ -979,13 +1041,13 @@ def test_a_wall_clock_stepped_back_moves_no_retry_of_the_shared_schedule(
         assert deliver(a, secret, stripe_body(evt)).status == 202
         lines = wait_until(lambda: (lambda w: w if len(w) > i else None)(
             re.findall(r"attempt 1 got HTTP 500; retry in (\d+) ms$", a.stderr_text(), re.M)),
-            10, what="A scheduled the retry")
+            what="A scheduled the retry")
         waits.append(int(lines[i]) / 1000.0)
     # B, with a right clock, runs due retries too (every 200 ms)
     b = start_proxy(routes=[route], upstream_url=receiver.url, env={"STRIPE_SECRET": secret},
                     workers=1, name="steady")
     wait_until(lambda: all(len(by_event(receiver.attempts()).get(e, [])) >= 2 for e in events),
-               30, interval=0.2, what="every retry made")
+               interval=0.2, what="every retry made")
     got = by_event(receiver.attempts())
     for evt, wait in zip(events, waits):
         first, second = got[evt][0]["t"], got[evt][1]["t"]

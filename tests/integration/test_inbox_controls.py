@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPO, build_config, free_port, port_accepts, proxy_binary, \
-    to_yaml, wait_until
-from test_inbox import ENCODED, ROUTE, Receiver, by_event, inbox, metric, new_secret, \
-    queued_route, stripe_body
+from harness import REPO, build_config, free_port, hold, port_accepts, proxy_binary, to_yaml, \
+    wait_until
+from test_inbox import ENCODED, ROUTE, Receiver, by_event, inbox, inbox_empty, metric, \
+    new_secret, queued_route, stripe_body
 from test_inbox import receiver_factory  # noqa: F401 (a fixture)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -109,7 +109,7 @@ class VerifyingReceiver(Receiver):
         self.proc = subprocess.Popen([self.node, os.path.join(RECEIVERS, "verify_receiver.js"),
                                       str(self.port), self.log, str(refuse_first)],
                                      stdin=subprocess.DEVNULL, env=env)
-        wait_until(lambda: port_accepts(self.port), 10, what="node receiver listening")
+        wait_until(lambda: port_accepts(self.port), what="node receiver listening")
         return self
 
 
@@ -131,6 +131,11 @@ def test_sign_secret_must_be_whsec_base64_of_24_bytes():
         assert bad.encode() not in res.stderr, "a secret is never echoed"
 
 
+# The provider's signature is stale this long after the delivery arrives; the proxy itself
+# accepts the delivery only within the same 300 s, so this is also its margin to arrive.
+STALE_S = 7
+
+
 def test_signed_retry_after_the_providers_signature_went_stale_verifies_with_standardwebhooks(
         tmp_path, start_proxy, redis):
     provider_secret, secret = new_secret(), sign_secret()
@@ -142,22 +147,30 @@ def test_signed_retry_after_the_providers_signature_went_stale_verifies_with_sta
                         upstream_url=receiver.url, env={"INBOX_SIGNING_SECRET": secret})
         evt = "evt_" + uuid.uuid4().hex
         body = stripe_body(evt)
-        # signed by the provider 290 s before it arrives: 10 s later that signature is stale
-        r = stripe_deliver(p, provider_secret, body, age_s=290)
+        # signed by the provider 293 s before it arrives: STALE_S later (300 s, the 5-minute
+        # tolerance) that signature is stale (it was 290 s and 10 s: the same, 3 s sooner)
+        r = stripe_deliver(p, provider_secret, body, age_s=300 - STALE_S)
         assert r.status == 202, r
-        first = wait_until(lambda: receiver.attempts(), 15, what="the first attempt")[0]
+        first = wait_until(lambda: receiver.attempts(), what="the first attempt")[0]
         assert first["verified"], first
         assert first["status"] == 500
-        # the receiver stopped listening after its 500: for 11 s the retries meet a closed port
+        # the receiver stopped listening after its 500: until the provider's signature is stale
+        # (and a second more) the retries meet a closed port
         receiver.stop()
-        time.sleep(max(0.0, first["t"] + 11 - time.time()))
+        hold(first["t"] + STALE_S + 1 - time.time(),
+             "the provider's signature goes stale before the receiver is back")
         receiver.start(refuse_first=0)
-        accepted = wait_until(lambda: [a for a in receiver.attempts() if a["status"] == 204],
-                              20, what="a retry accepted")
+        try:
+            accepted = wait_until(lambda: [a for a in receiver.attempts()
+                                           if a["status"] == 204], what="a retry accepted")
+        except AssertionError:
+            print("attempts:", receiver.attempts(), "receiver alive:",
+                  receiver.proc.poll() is None, "\nproxy log:", p.stderr_text()[-4000:])
+            raise
         attempts = receiver.attempts()
         assert [a["status"] for a in attempts] == [500, 204], attempts
         retry = accepted[0]
-        assert retry["t"] - first["t"] > 10, (first["t"], retry["t"])
+        assert retry["t"] - first["t"] > STALE_S, (first["t"], retry["t"])
         for a in attempts:
             h = a["headers"]
             assert a["verified"], a["error"]
@@ -168,8 +181,8 @@ def test_signed_retry_after_the_providers_signature_went_stale_verifies_with_sta
             assert "stripe-signature" not in h, "the provider's signature header is dropped"
             assert a["body"].encode() == body
         assert int(retry["headers"]["webhook-timestamp"]) - \
-            int(first["headers"]["webhook-timestamp"]) > 10
-        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+            int(first["headers"]["webhook-timestamp"]) > STALE_S
+        wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                    what="acknowledged")
     finally:
         receiver.stop()
@@ -181,7 +194,7 @@ def test_two_sign_secrets_give_two_signatures_each_verifiable(start_proxy, recei
     p = start_queued(start_proxy, receiver.url, provider_secret, sign={"secret": [new, old]})
     evt = "evt_" + uuid.uuid4().hex
     assert stripe_deliver(p, provider_secret, stripe_body(evt)).status == 202
-    got = wait_until(lambda: receiver.attempts(), 10, what="delivered")[0]["headers"]
+    got = wait_until(lambda: receiver.attempts(), what="delivered")[0]["headers"]
     signed = ("%s.%s." % (got["webhook-id"], got["webhook-timestamp"])).encode() + \
         stripe_body(evt)
     sigs = got["webhook-signature"].split(" ")
@@ -203,14 +216,14 @@ def test_429_with_retry_after_3_delays_the_retry_and_the_route_by_at_least_3s(
     p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
     a, b = "evt_" + uuid.uuid4().hex, "evt_" + uuid.uuid4().hex
     assert stripe_deliver(p, secret, stripe_body(a)).status == 202
-    refused = wait_until(lambda: receiver.attempts(), 10, what="the first attempt")[0]
+    refused = wait_until(lambda: receiver.attempts(), what="the first attempt")[0]
     assert refused["status"] == 429
     # The receiver logs an attempt before it answers: wait until the proxy has the 429 and
     # has scheduled the retry (the route's hold is written before that, on the route's slot).
-    wait_until(lambda: inbox(p)["scheduled"] == 1, 10, what="the retry scheduled")
+    wait_until(lambda: inbox(p)["scheduled"] == 1, what="the retry scheduled")
     # another delivery of the route, queued right after the 429: it waits for the route too
     assert stripe_deliver(p, secret, stripe_body(b)).status == 202
-    wait_until(lambda: len(receiver.attempts()) == 3, 20, what="the retry and the second event")
+    wait_until(lambda: len(receiver.attempts()) == 3, what="the retry and the second event")
     got = by_event(receiver.attempts())
     assert [x["status"] for x in got[a]] == [429, 200]
     assert got[a][1]["t"] - refused["t"] >= 3.0, (refused["t"], got[a][1]["t"])
@@ -225,7 +238,7 @@ def test_503_with_an_http_date_retry_after_delays_the_retry(start_proxy, receive
     p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
     evt = "evt_" + uuid.uuid4().hex
     assert stripe_deliver(p, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: len(receiver.attempts()) == 2, 20, what="the retry")
+    wait_until(lambda: len(receiver.attempts()) == 2, what="the retry")
     first, retry = receiver.attempts()
     assert first["status"] == 503 and retry["status"] == 200
     assert retry["t"] - first["t"] >= 2.5, (first["t"], retry["t"])
@@ -240,27 +253,34 @@ def test_paused_route_queues_50_sends_none_survives_a_restart_then_delivers_all_
     a = start_queued(start_proxy, receiver.url, secret)
     b = start_queued(start_proxy, receiver.url, secret)
     assert admin_post(a, "/pause") == {"route": ROUTE, "paused": True}
-    time.sleep(1.0)  # every instance obeys within a second
+    # the pause is in Redis, which every instance's turn reads in the same script as it reads
+    # the stream: B sees it there, and so does every turn from now on
+    wait_until(lambda: inbox(b)["paused"] is True, what="B sees the route paused")
     events = ["evt_" + uuid.uuid4().hex for _ in range(50)]
     deliver_all(b, secret, events[:25])
     deliver_all(a, secret, events[25:])
-    wait_until(lambda: inbox(b)["depth"] == 50, 10, what="50 queued")
+    wait_until(lambda: inbox(b)["depth"] == 50, what="50 queued")
     state = inbox(a)
     assert state["paused"] is True, state
     wait_until(lambda: metric(a, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1
-               or metric(b, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1, 5,
+               or metric(b, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1,
                what="the paused gauge")
-    time.sleep(2.0)
+    hold(2.0, "a span in which nothing may be sent while paused (40 turns of each instance)")
     assert receiver.attempts() == [], "nothing is sent while paused"
     # a restart while paused stays paused
     assert a.stop() == 0
     a.start()
-    time.sleep(2.0)
+    wait_until(lambda: metric(a, 'idempotency_proxy_inbox_paused{route="%s"}' % ROUTE) == 1,
+               what="the restarted A's inbox running, the route paused")
+    hold(2.0, "a span in which the restarted instance may send nothing while paused")
     assert receiver.attempts() == []
     assert inbox(a)["paused"] is True
     assert admin_post(b, "/resume") == {"route": ROUTE, "paused": False}
-    wait_until(lambda: len(receiver.attempts()) >= 50, 20, what="all 50 delivered")
-    time.sleep(0.5)
+    wait_until(lambda: len(receiver.attempts()) >= 50, what="all 50 delivered")
+    # every one acknowledged and gone: no copy of any can follow
+    wait_until(lambda: (metric(a, "idempotency_proxy_inbox_delivered_total") or 0) +
+               (metric(b, "idempotency_proxy_inbox_delivered_total") or 0) == 50
+               and inbox_empty(a), what="all 50 acknowledged")
     got = by_event(receiver.attempts())
     assert sorted(got) == sorted(events)
     assert all(len(v) == 1 for v in got.values())
@@ -277,7 +297,7 @@ def test_bulk_redelivery_of_200_dead_letters_delivers_each_once(start_proxy, rec
     p = start_queued(start_proxy, receiver.url, secret, max_attempts=1, rate="100/s")
     events = ["evt_" + uuid.uuid4().hex for _ in range(200)]
     deliver_all(p, secret, events)
-    wait_until(lambda: inbox(p)["dead"] == 200, 30, interval=0.2, what="200 dead letters")
+    wait_until(lambda: inbox(p)["dead"] == 200, interval=0.2, what="200 dead letters")
     receiver.control(status=200)
     # filters that match none move none
     assert admin_post(p, "/dead/redeliver?reason=" + urllib.parse.quote("no such reason")) == \
@@ -291,9 +311,11 @@ def test_bulk_redelivery_of_200_dead_letters_delivers_each_once(start_proxy, rec
     assert admin_post(p, "/dead/redeliver?reason=max_attempts&before=%d"
                       % int(time.time() * 1000 + 1000)) == {"route": ROUTE, "redelivered": 200}
     assert inbox(p)["dead"] == 0
-    wait_until(lambda: len([a for a in receiver.attempts() if a["status"] == 200]) >= 200, 30,
+    wait_until(lambda: len([a for a in receiver.attempts() if a["status"] == 200]) >= 200,
                interval=0.2, what="200 redelivered")
-    time.sleep(0.5)
+    # every one acknowledged and gone: no copy of any can follow
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 200 and
+               inbox_empty(p), what="all 200 acknowledged")
     ok = [a for a in receiver.attempts() if a["status"] == 200]
     assert sorted(a["event"] for a in ok) == sorted(events), "each once"
     # at 100/s the 200 take about 2 s
@@ -303,29 +325,40 @@ def test_bulk_redelivery_of_200_dead_letters_delivers_each_once(start_proxy, rec
 
 # ---- the rate across instances ----------------------------------------------------
 
+# 200 deliveries at 20/s: 10 s of 1-second windows to find the peak in, and the total time
+# (it was 500 and 25 s: the same rate and the same checks, in less time)
+RATE_N, RATE_PER_S = 200, 20
+
+
 @pytest.mark.slow
 @pytest.mark.topology
-def test_rate_20_per_s_holds_over_3_instances_500_deliveries_take_25s(start_proxy,
+def test_rate_20_per_s_holds_over_3_instances_200_deliveries_take_10s(start_proxy,
                                                                         receiver_factory):
     receiver = receiver_factory()
     secret = new_secret()
-    proxies = [start_queued(start_proxy, receiver.url, secret, rate="20/s") for _ in range(3)]
+    proxies = [start_queued(start_proxy, receiver.url, secret, rate="%d/s" % RATE_PER_S)
+               for _ in range(3)]
     assert admin_post(proxies[0], "/pause")["paused"] is True
-    time.sleep(1.0)
-    events = ["evt_" + uuid.uuid4().hex for _ in range(500)]
+    # the pause is in Redis, read by every instance's turn in the script that reads the stream
+    wait_until(lambda: all(inbox(p)["paused"] is True for p in proxies),
+               what="every instance sees the route paused")
+    events = ["evt_" + uuid.uuid4().hex for _ in range(RATE_N)]
     for i, p in enumerate(proxies):
         deliver_all(p, secret, events[i::3])
-    wait_until(lambda: inbox(proxies[0])["depth"] == 500, 20, what="500 queued")
+    wait_until(lambda: inbox(proxies[0])["depth"] == RATE_N, what="all queued")
     assert receiver.attempts() == []
     resumed = time.time()
     admin_post(proxies[1], "/resume")
-    wait_until(lambda: len(receiver.attempts()) >= 500, 60, interval=0.5, what="all 500")
+    wait_until(lambda: len(receiver.attempts()) >= RATE_N, interval=0.5, what="all delivered")
     times = sorted(a["t"] for a in receiver.attempts())
     elapsed = times[-1] - resumed
     peak = max(sum(1 for t in times[i:i + 40] if t - times[i] < 1.0) for i in range(len(times)))
-    print("500 deliveries at rate 20/s over 3 instances: %.1f s, peak %d in 1 s" % (elapsed, peak))
+    print("%d deliveries at rate %d/s over 3 instances: %.1f s, peak %d in 1 s"
+          % (RATE_N, RATE_PER_S, elapsed, peak))
     assert sorted(by_event(receiver.attempts())) == sorted(events)
-    assert 22.5 <= elapsed <= 32, elapsed  # the upper bound is generous: a busy machine
+    # at least 90% of N / rate (it was 22.5 s for 25); the upper bound, 7 s more, is generous:
+    # a busy machine
+    assert 0.9 * RATE_N / RATE_PER_S <= elapsed <= RATE_N / RATE_PER_S + 7, elapsed
     # GCRA with a burst of 2 (100 ms worth): at most 20 + 2 start in any second; one more for
     # the arrival jitter between the proxy's start and the receiver's clock
     assert peak <= 23, peak

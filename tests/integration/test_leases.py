@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import HTTPError, wait_until, wall_clock_of
+from harness import HTTPError, hold, wait_until, wait_waiting, wall_clock_of
 from proxy_helpers import (
     new_key, assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
     in_background, concurrently, prefixed_keys,
@@ -66,7 +66,7 @@ def test_wait_timeout_holds_when_the_wall_clock_steps_back(stepped_clock, start_
     f = in_background(p.post, key=key, headers=hs, timeout=40)
     wait_until(lambda: upstream.total() == 1)
     waiting = in_background(p.post, key=key, headers=hs)
-    time.sleep(0.5)  # it is waiting
+    wait_waiting(p, 1)  # its deadline is set: now the wall clock steps
     stepped_clock.step("-60")
     r = waiting.result()
     assert_problem(r, 409, "request-in-progress")
@@ -83,7 +83,7 @@ def test_lease_is_renewed_while_the_upstream_works(start_proxy, upstream):
     hs = [("X-Demo-Delay-Ms", "4000")]
     f = in_background(p.post, key=key, headers=hs)
     wait_until(lambda: upstream.total() == 1)
-    time.sleep(2.5)  # past the first lease: only renewal keeps the claim alive
+    hold(2.5, "past the first lease (2 s): only renewal keeps the claim alive")
     second = p.post(key=key, headers=hs)
     first = f.result()
     assert first.status == 201
@@ -127,7 +127,8 @@ def test_a_call_longer_than_retention_keeps_its_claim(start_proxy, upstream):
     result = {}
     t = threading.Thread(target=lambda: result.update(first=p.post(key=k, headers=slow)))
     t.start()
-    time.sleep(3.0)  # past retention, the first is still at the upstream
+    wait_until(lambda: upstream.executions(k) == 1, what="the first at the upstream")
+    hold(3.0, "past retention (2 s), counted from the claim; the first is still at the upstream")
     retry = p.post(key=k, headers=slow)
     t.join(15)
     assert result["first"].status == 201
@@ -201,7 +202,7 @@ def test_waiter_when_the_first_proxy_crashes(start_proxy, upstream):
     f = in_background(p1.post, key=key, headers=hs)
     wait_until(lambda: upstream.total() == 1)
     waiter = in_background(p2.post, key=key, headers=hs)
-    time.sleep(0.3)
+    wait_waiting(p2, 1)
     p1.kill()
     with pytest.raises((HTTPError, OSError)):
         f.result()
@@ -228,7 +229,7 @@ def test_proxy_crash_mid_flight_is_outcome_unknown_after_the_lease(start_proxy, 
     p1.kill()
     with pytest.raises((HTTPError, OSError)):
         f.result()
-    time.sleep(1.6)  # the lease runs out
+    hold(1.6, "the lease (1 s) of the killed proxy's claim runs out")
     r = p2.post(key=key, headers=hs)
     assert_problem(r, 502, "outcome-unknown")
     assert r.header("Idempotent-Replayed") == "true"
@@ -245,7 +246,7 @@ def test_proxy_crash_with_on_ambiguous_release_is_taken_over_once(start_proxy, u
     p1.kill()
     with pytest.raises((HTTPError, OSError)):
         f.result()
-    time.sleep(1.6)
+    hold(1.6, "the lease (1 s) of the killed proxy's claim runs out: the retries find it expired")
     rs = concurrently(8, lambda i: p2.post(key=key, headers=[("X-Demo-Delay-Ms", "300")]))
     assert upstream.total() == 2, "the take-over must execute exactly once"
     assert {r.status for r in rs} == {201}, rs

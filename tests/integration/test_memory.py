@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from harness import (HTTPError, _Reader, build_config, build_request, http_request,
+from harness import (HTTPError, _Reader, build_config, build_request, hold_until, http_request,
                      read_response, to_yaml, wait_until)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -140,6 +140,7 @@ ANSWER_BYTES = MIB
 # answers and records would be held together.
 UPSTREAM_DELAY_MS = 1000
 DEFAULT_MAX_BUFFERED = 64 * MIB
+RETRIERS = 32  # the refused keys sent again, so many at a time
 
 
 def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execute_once(
@@ -157,6 +158,7 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
     keys = [new_key() for _ in range(CLIENTS)]
     first = [None] * CLIENTS
     final = [None] * CLIENTS
+    answered_at = [None] * CLIENTS  # monotonic time of each first answer
     go = threading.Barrier(CLIENTS + 1)
     headers = [("X-Demo-Size", str(ANSWER_BYTES)), ("X-Demo-Delay-Ms", str(UPSTREAM_DELAY_MS))]
 
@@ -166,16 +168,19 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
             first[i] = final[i] = post(p.port, "/v1/payments", keys[i], body, headers)
         except Exception as e:  # a hang or a cut connection: reported below
             first[i] = final[i] = e
+        answered_at[i] = time.monotonic()
 
     def retry(i):
         """A refused key was never claimed: sent again, it executes once."""
-        r, deadline = final[i], time.monotonic() + 120
+        r, at, deadline = final[i], answered_at[i], time.monotonic() + 120
         while hasattr(r, "status") and overloaded(r) and time.monotonic() < deadline:
-            time.sleep(float(r.header("Retry-After", "1")))
+            hold_until(at + float(r.header("Retry-After", "1")),
+                       "the client sends again no sooner than its Retry-After says")
             try:
                 r = post(p.port, "/v1/payments", keys[i], body, headers)
             except Exception as e:
                 r = e
+            at = time.monotonic()
         final[i] = r
 
     peak_counted = [0.0]
@@ -188,7 +193,7 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
                                       metric(p, "idempotency_proxy_buffered_bytes"))
             except Exception:  # no such gauge (an older binary): no figure
                 pass
-            time.sleep(0.02)
+            stop.wait(0.02)  # the sampling period
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CLIENTS)]
     for t in threads:
@@ -198,8 +203,9 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
     go.wait()
     for t in threads:
         t.join(240)
-    # then the refused ones again, 16 at a time (room for 60 under the default budget)
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    # then the refused ones again, 32 at a time (room for 60 under the default budget), each
+    # when its Retry-After (1 s) has run out since its refusal
+    with concurrent.futures.ThreadPoolExecutor(RETRIERS) as pool:
         list(pool.map(retry, [i for i, r in enumerate(first)
                               if hasattr(r, "status") and overloaded(r)]))
     stop.set()
@@ -262,7 +268,7 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
         if metric(p, "idempotency_proxy_max_buffered_bytes") != DEFAULT_MAX_BUFFERED:
             problems.append("max_buffered is not the documented default")
         # what was counted is given back: no body or answer is held any more
-        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0, 30,
+        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
                    interval=0.1, what="buffered bytes back to 0")
     print("\nmemory: idle %.0f MiB, VmHWM %.0f MiB (bound %.0f MiB)%s; counted peak %.1f MiB "
           "(bound %.1f MiB); %d of %d first refused with 503 overloaded, %s refusals in all; "
@@ -293,7 +299,7 @@ def hold_one_in_flight(p, key, delay_ms=3000):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    wait_until(lambda: metric(p, "idempotency_proxy_upstream_in_flight") == 1, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_upstream_in_flight") == 1,
                what="the first request at the upstream")
     return t, out
 
@@ -319,7 +325,7 @@ def test_past_the_budget_a_new_request_gets_503_overloaded_before_anything_is_cl
     t.join(30)
     assert out["r"].status == 201, out
     # the refused key was never claimed: once there is room it executes, once
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
                what="the first request's bytes given back")
     r = post(p.port, "/v1/payments", key, b'{"amount": 2}', timeout=30)
     assert r.status == 201 and not r.replayed, r
@@ -350,7 +356,7 @@ def test_an_answer_larger_than_the_budget_reaches_its_client_whole(start_proxy, 
         r = post(p.port, path, key, b"{}", [("X-Demo-Size", str(3 * MIB))], timeout=60)
         assert r.status == 201 and len(r.body) == 3 * MIB, (path, r.status, len(r.body))
         assert order_of(r.body).startswith("ord_"), r.body[:40]
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
                what="buffered bytes back to 0")
 
 
@@ -365,7 +371,7 @@ def test_a_slow_reader_is_counted_until_it_has_read_its_answer(start_proxy, upst
         s.sendall(build_request("POST", "/v2/unrouted", [("X-Demo-Size", str(big))], b"{}",
                                 port=p.port))
         # the answer came from the upstream and waits in the proxy for the client
-        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") > 16 * MIB, 30,
+        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") > 16 * MIB,
                    what="the unread answer counted")
         assert upstream.total() == 1
         # meanwhile nothing new is taken on: refused before it is forwarded
@@ -378,7 +384,7 @@ def test_a_slow_reader_is_counted_until_it_has_read_its_answer(start_proxy, upst
         assert r.status == 201 and len(r.body) == big, (r.status, len(r.body))
     finally:
         s.close()
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
                what="buffered bytes back to 0 once it was read")
     r = post(p.port, "/v1/payments", key, b"{}", timeout=30)
     assert r.status == 201, r
@@ -394,7 +400,7 @@ def test_a_reload_applies_a_new_max_buffered_to_new_requests(start_proxy, upstre
         f.write(to_yaml(cfg) + "\n")
     before = p.stderr_text().count("reloaded")
     p.signal(signal.SIGHUP)
-    wait_until(lambda: p.stderr_text().count("reloaded") > before, 10, what="reloaded")
+    wait_until(lambda: p.stderr_text().count("reloaded") > before, what="reloaded")
     assert metric(p, "idempotency_proxy_max_buffered_bytes") == MIB
     # two requests at once now fit
     t, out = hold_one_in_flight(p, new_key("held"))

@@ -18,7 +18,7 @@ import pytest
 
 from harness import (
     REPO, Proxy, RedisServer, Upstream, assert_stays_unready, build_config, free_port, log_line,
-    readyz, to_yaml, wait_ready, wait_until,
+    pace, readyz, to_yaml, wait_ready, wait_until,
 )
 from proxy_helpers import assert_problem, new_key
 from redis_topology import AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args
@@ -165,6 +165,18 @@ def test_mutual_tls_needs_the_client_certificate(start_proxy, upstream, tls_redi
 # ACL users and credentials
 # --------------------------------------------------------------------------
 
+def role_calls(redis):
+    """ROLE commands redis ran, or refused (INFO commandstats), since its last RESETSTAT."""
+    m = re.search(r"^cmdstat_role:calls=(\d+)(?:.*rejected_calls=(\d+))?",
+                  redis.cmd("INFO", "commandstats"), re.M)
+    return int(m.group(1)) + int(m.group(2) or 0) if m else 0
+
+
+def proxy_clients(redis, user):
+    """The CLIENT LIST lines of redis's connections authenticated as user."""
+    return [l for l in redis.cmd("CLIENT", "LIST").splitlines() if " user=%s " % user in l]
+
+
 def test_readme_documents_the_acl_the_tests_use():
     with open(os.path.join(REPO, "docs", "redis.md")) as f:
         readme = f.read()
@@ -207,8 +219,11 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
     rid = str(record_keys(r, db=1)[0]).split("{", 1)[1].rstrip("}")
     assert p.admin("GET", "/records/" + rid).status == 200
     assert p.admin("DELETE", "/records/" + rid).status == 200
-    # idle: the health check (ROLE) keeps it ready
-    time.sleep(1.5)
+    # idle: the health check (ROLE) keeps it ready. Every connection of the proxy runs it
+    # once it has been idle for half a second (STORE_HEALTH_MS / 2): wait for as many ROLEs
+    # as the proxy has connections, counted from now
+    roles, conns = role_calls(r), len(proxy_clients(r, "idem-proxy"))
+    wait_until(lambda: role_calls(r) >= roles + conns, what="an idle ROLE on each connection")
     assert readyz(p) == 200
     assert record_keys(r) == [], "records belong in db 1"
     for k in (key, k2, slow):
@@ -399,7 +414,7 @@ def test_stalled_redis_under_steady_traffic_answers_within_the_timeout(start_pro
             futures = []
             for _ in range(20):
                 futures.append(ex.submit(p.post, key=new_key(), timeout=10))
-                time.sleep(0.1)
+                pace(0.1)  # a new request every 100 ms
             answers = [f.result() for f in futures]
     finally:
         redis.resume()

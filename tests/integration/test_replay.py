@@ -8,15 +8,15 @@ proxy binary; each test asserts what the client and the upstream observe.
 
 import gzip
 import hashlib
+import http.server
 import json
 import socket
 import threading
-import time
 import uuid
 
 import pytest
 
-from harness import build_request, read_response, wait_until
+from harness import WAIT_S, build_request, hold, pace, read_response, wait_until
 from proxy_helpers import (
     PROBLEM_PREFIX, new_key, assert_problem, assert_not_replayed, assert_replay_of,
     in_background, concurrently, prefixed_keys,
@@ -112,15 +112,57 @@ def test_concurrent_distinct_keys_each_execute_once_with_their_own_answer(proxy,
     assert upstream.total() == n
 
 
-def test_upstream_exchanges_run_concurrently(proxy, upstream):
+class BarrierUpstream:
+    """Holds every request until n of them are in it at once, then answers them all 201;
+    503 for each once WAIT_S has passed without n together (exchanges that are serialised)."""
+
+    def __init__(self, n):
+        barrier = threading.Barrier(n)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    barrier.wait(WAIT_S)
+                    status = 201
+                except threading.BrokenBarrierError:
+                    status = 503
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 2 * n  # n connections at once: none waits for a SYN retry
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_upstream_exchanges_run_concurrently(start_proxy):
+    """n requests of distinct keys are in the upstream at the same time: an upstream that
+    answers none of them before all n have arrived answers every one."""
     n = 16
-    t = time.monotonic()
-    rs = concurrently(n, lambda i: proxy.post(key=new_key(),
-                                              headers=[("X-Demo-Delay-Ms", "700")]))
-    elapsed = time.monotonic() - t
-    assert all(r.status == 201 for r in rs), rs
-    assert elapsed < 3.5, "%d requests of 0.7 s took %.1f s: exchanges are serialised" % (
-        n, elapsed)
+    up = BarrierUpstream(n)
+    try:
+        p = start_proxy(upstream_url=up.url)
+        rs = concurrently(n, lambda i: p.post(key=new_key()))
+        assert all(r.status == 201 for r in rs), \
+            "the %d exchanges were not all in flight at once: %r" % (n, rs)
+    finally:
+        up.close()
 
 
 def test_many_keys_many_retries_two_proxies(start_proxy, upstream):
@@ -251,7 +293,7 @@ def test_slow_client_body(proxy, upstream):
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as s:
         for i in range(0, len(data), 7):
             s.sendall(data[i:i + 7])
-            time.sleep(0.03)
+            pace(0.03)  # a slow client: 7 bytes at a time
         r = read_response(s, "POST")
     assert r.status == 201
     assert r.json()["body_sha256"] == hashlib.sha256(body).hexdigest()
@@ -343,7 +385,7 @@ def test_replay_does_not_touch_the_record(proxy, upstream, redis):
         assert pttl > 0, "record %s has no expiry (PTTL %r)" % (k, pttl)
         assert pttl <= 24 * 3600 * 1000 + 1000, "record %s outlives retention" % k
     dumps = {k: redis.cmd("DUMP", k) for k in keys}
-    time.sleep(0.05)
+    hold(0.05, "the TTLs run down: a replay that refreshed one would leave it above the PTTL read")
     assert_replay_of(proxy.post(key=key), first)
     for k, (pttl, _) in before.items():
         assert 0 < redis.cmd("PTTL", k) <= pttl, "replay changed the TTL of %s" % k
@@ -351,12 +393,13 @@ def test_replay_does_not_touch_the_record(proxy, upstream, redis):
     assert upstream.total() == 1
 
 
-def test_record_expires_after_retention(start_proxy, upstream):
-    p = start_proxy(lease="1s", retention="2s")  # retention may not be shorter than lease
+def test_record_expires_after_retention(start_proxy, upstream, redis):
+    # retention may not be shorter than lease; 2 s leaves the replay below time to come first
+    p = start_proxy(lease="1s", retention="2s")
     key = new_key()
     assert p.post(key=key).status == 201
     assert p.post(key=key).replayed
-    time.sleep(2.5)
+    wait_until(lambda: prefixed_keys(redis) == [], what="the record's retention (2 s) to run out")
     again = p.post(key=key)
     assert again.status == 201
     assert_not_replayed(again)
@@ -524,7 +567,7 @@ def test_an_answer_the_record_cannot_hold_is_never_executed_twice(start_proxy):
         k = new_key()
         first = p.post(key=k)
         assert first.status == 201
-        time.sleep(1.5)  # past the lease of a claim that would have been left behind
+        hold(1.5, "past the 1 s lease of a claim that would have been left behind")
         for _ in range(2):
             retry = p.post(key=k)
             assert retry.status == 502 and retry.replayed, retry

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPLICAS_SHORT, TEST_WORKERS, RedisServer, readyz, unready_reason, \
-    wait_ready, wait_until
+from harness import REPLICAS_SHORT, TEST_WORKERS, RedisServer, _resp_encode, hold, readyz, \
+    unready_reason, wait_ready, wait_until
 from proxy_helpers import assert_problem
 from test_config_reload import reload_and_wait, rewrite, run_check
 from redis_gate import RedisGate
@@ -58,6 +58,50 @@ def wait_calls(redis):
     return int(m.group(1)) if m else 0
 
 
+def role_calls(redis):
+    """ROLE commands redis ran (INFO commandstats) since its last CONFIG RESETSTAT."""
+    m = re.search(r"^cmdstat_role:calls=(\d+)", redis.cmd("INFO", "commandstats"), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def clients(redis):
+    """CLIENT LIST as one {field: value} per connection, the asking one left out."""
+    out = []
+    for line in redis.cmd("CLIENT", "LIST").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("cmd") != "client|list":
+            out.append(fields)
+    return out
+
+
+def proxy_clients(primary):
+    """The proxy's connections to primary (not its replicas' links: flag S)."""
+    return [c for c in clients(primary) if "S" not in c.get("flags", "")]
+
+
+def blocked_in_wait(primary):
+    """The connections of primary blocked in a WAIT (flag b)."""
+    return [c for c in clients(primary) if c.get("cmd") == "wait" and "b" in c["flags"]]
+
+
+# the claim, `SET key value NX GET PX retention` (exchange_claim.c), with the default retention
+RETENTION_MS = 24 * 3600 * 1000
+
+
+def claims_reached_redis(primary, n):
+    """All n claims the proxy sent reached primary: those it ran (their records are there)
+    and the rest, queued behind the WAIT that blocks their connection, in its query buffer.
+    A claim of a fresh key has record.h's fixed head, so every claim is as long as the first
+    (a queued ROLE, one per connection at most, is shorter than a claim)."""
+    keys = record_keys(primary)
+    if not keys:
+        return False
+    one = len(_resp_encode(["SET", keys[0], primary.cmd("GET", keys[0]), "NX", "GET", "PX",
+                            str(RETENTION_MS)]))
+    queued = sum(int(c["qbuf"]) for c in blocked_in_wait(primary))
+    return queued >= (n - len(keys)) * one
+
+
 def in_sync(primary, replica):
     """Both ends see the link up (the primary: online, so WAIT counts it) and the replica
     has applied everything the primary wrote."""
@@ -82,7 +126,7 @@ def replica_pair(tmp_path, primary_args=()):
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
     try:
-        wait_until(lambda: in_sync(primary, replica), timeout=10, interval=0.05,
+        wait_until(lambda: in_sync(primary, replica), interval=0.05,
                    what="the replica linked to the primary")
         yield primary, replica
     finally:
@@ -146,7 +190,7 @@ def linked_pair(tmp_path):
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(link.port)]).start()
     try:
-        wait_until(lambda: in_sync(primary, replica), timeout=10, interval=0.05,
+        wait_until(lambda: in_sync(primary, replica), interval=0.05,
                    what="the replica linked to the primary")
         yield primary, replica, link
     finally:
@@ -184,12 +228,12 @@ def test_frozen_replica_gets_503_claim_released_nothing_forwarded(start_proxy, u
         assert 0.15 <= r.elapsed < 1.5, "replica_timeout is 200ms: %r" % r
         assert upstream.executions(key) == 0 and upstream.total() == 0
         # the claim is released (owner-checked delete) on the primary
-        wait_until(lambda: record_keys(primary) == [], timeout=15, what="the claim released")
+        wait_until(lambda: record_keys(primary) == [], what="the claim released")
         assert shortfalls(p, "claim") == 1
         assert "the claim reached 0 of 1 replicas" in p.stderr_text()
     finally:
         replica.resume()
-    wait_until(lambda: in_sync(primary, replica), timeout=10, what="the replica caught up")
+    wait_until(lambda: in_sync(primary, replica), what="the replica caught up")
     first = p.post(key=key)
     assert first.status == 201, first
     again = p.post(key=key)
@@ -203,7 +247,7 @@ def start_two_replicas_wanted(start_proxy, primary, **kw):
     what the store lacks, whatever the routes do about it."""
     p = start_proxy(redis={"url": primary.url, "min_replicas": 2, "replica_timeout": "100ms",
                            "timeout": "2s"}, **kw)
-    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=15, what="/readyz 503")
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, what="/readyz 503")
     return p
 
 
@@ -215,7 +259,7 @@ def test_two_replicas_wanted_one_present_every_claim_refused(start_proxy, upstre
     for _ in range(3):
         assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
-    wait_until(lambda: record_keys(primary) == [], timeout=15, what="the claims released")
+    wait_until(lambda: record_keys(primary) == [], what="the claims released")
     body = p.admin("GET", "/metrics").body
     promtool_check(body)
     types, samples = parse_exposition(body.decode())
@@ -260,7 +304,7 @@ def test_wait_that_times_out_fails_closed_and_the_claim_is_released(start_proxy,
         assert r.elapsed < 1.0, r
         assert upstream.total() == 0
         assert gate.delivered.wait(5), "the held WAIT never reached Redis"
-        wait_until(lambda: record_keys(primary) == [], timeout=15, what="the claim released")
+        wait_until(lambda: record_keys(primary) == [], what="the claim released")
         assert "WAIT for 1 replicas failed (timeout)" in p.stderr_text()
         assert shortfalls(p, "claim") == 1
         wait_ready(p)
@@ -314,7 +358,7 @@ def test_healthy_replica_forwarded_once_and_replayed(start_proxy, upstream, pair
     again = p.post(key=key)
     assert again.replayed and again.body == first.body, again
     assert upstream.executions(key) == 1
-    wait_until(lambda: record_keys(replica) == record_keys(primary) != [], timeout=15,
+    wait_until(lambda: record_keys(replica) == record_keys(primary) != [],
                what="the record on the replica")
     assert shortfalls(p, "claim") == 0 and shortfalls(p, "record") == 0
     assert metric(p, "idempotency_proxy_replica_wait_duration_seconds_count") == 1
@@ -333,12 +377,14 @@ def test_claim_is_on_the_replica_before_the_upstream_sees_the_request(start_prox
     with ThreadPoolExecutor(1) as ex:
         try:
             fut = ex.submit(p.post, key=key, headers=[("X-Demo-Delay-Ms", "1500")], timeout=10)
-            wait_until(lambda: record_keys(primary) != [], timeout=15, what="the claim")
-            time.sleep(0.4)
+            wait_until(lambda: record_keys(primary) != [], what="the claim")
+            wait_until(lambda: blocked_in_wait(primary), what="the claim's WAIT blocked")
+            hold(0.4, "a span in which the request must not reach the upstream: the claim's "
+                      "WAIT is blocked on the frozen replica")
             assert upstream.executions(key) == 0, "forwarded before a replica had the claim"
         finally:
             replica.resume()
-        wait_until(lambda: upstream.executions(key) == 1, timeout=15, interval=0.005,
+        wait_until(lambda: upstream.executions(key) == 1, interval=0.005,
                    what="the upstream got the request")
         held = record_keys(replica)
         assert len(held) == 1, held
@@ -359,15 +405,14 @@ def test_record_shortfall_is_counted_and_does_not_delay_the_answer(start_proxy, 
     with ThreadPoolExecutor(1) as ex:
         try:
             fut = ex.submit(p.post, key=key, headers=[("X-Demo-Delay-Ms", "500")], timeout=10)
-            wait_until(lambda: upstream.executions(key) == 1, timeout=15, what="forwarded")
+            wait_until(lambda: upstream.executions(key) == 1, what="forwarded")
             replica.pause()  # the claim was confirmed; the record will not be
             first = fut.result()
             assert first.status == 201, first
             # waiting for the record's WAIT would take 0.5 + 3 s
             assert first.elapsed < 2.5, "the record's WAIT (3s) must not delay: %r" % first
             assert shortfalls(p, "record") == 0
-            wait_until(lambda: shortfalls(p, "record") == 1, timeout=15,
-                       what="the record's shortfall counted")
+            wait_until(lambda: shortfalls(p, "record") == 1, what="the record's shortfall counted")
         finally:
             replica.resume()
     assert shortfalls(p, "claim") == 0
@@ -398,12 +443,13 @@ def test_claims_share_one_wait(start_proxy, upstream, pair):
             futures = [ex.submit(p.post, key=k, headers=[("X-Demo-Delay-Ms", "2000")],
                                  timeout=20) for k in keys]
             wait_until(lambda: metric(p, "idempotency_proxy_in_flight_requests") == n,
-                       timeout=15, what="every request received (its claim sent)")
-            time.sleep(0.3)
+                       what="every request received (its claim sent)")
+            wait_until(lambda: claims_reached_redis(primary, n),
+                       what="every claim in Redis, run or queued behind a blocked WAIT")
             assert upstream.total() == 0
         finally:
             replica.resume()
-        wait_until(lambda: upstream.total() == n, timeout=15, what="every claim forwarded")
+        wait_until(lambda: upstream.total() == n, what="every claim forwarded")
         claim_waits = wait_calls(primary)  # the records are not written yet (2 s)
         answers = [f.result() for f in futures]
     assert [a.status for a in answers] == [201] * n, answers
@@ -440,7 +486,7 @@ def test_acl_user_without_wait_fails_closed(start_proxy, upstream, pair):
     key = new_key()
     assert_problem(p.post(key=key), 503, "store-unavailable")
     assert upstream.total() == 0
-    wait_until(lambda: record_keys(primary) == [], timeout=15, what="the claim released")
+    wait_until(lambda: record_keys(primary) == [], what="the claim released")
     assert "NOPERM" in p.stderr_text()
     assert shortfalls(p, "claim") == 1
 
@@ -483,14 +529,18 @@ def test_readyz_follows_the_replicas_min_replicas_needs(start_proxy, upstream, p
     try:
         assert_problem(p.post(key=new_key()), 503, "store-unavailable")
         assert unready_reason(p) == REPLICAS_SHORT
-        time.sleep(2.5)  # idle health checks meanwhile see the frozen replica listed, lagging
+        # two idle health checks (ROLE) on each of the proxy's connections, counted from now,
+        # see the frozen replica listed, lagging
+        roles, conns = role_calls(primary), len(proxy_clients(primary))
+        wait_until(lambda: role_calls(primary) >= roles + 2 * conns,
+                   what="two idle ROLEs on each connection")
         assert unready_reason(p) == REPLICAS_SHORT
     finally:
         replica.resume()
-    wait_until(lambda: readyz(p) == 200, timeout=30, what="ready once the replica caught up")
+    wait_until(lambda: readyz(p) == 200, what="ready once the replica caught up")
     assert p.post(key=new_key()).status == 201
     replica.kill()
-    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=10,
+    wait_until(lambda: unready_reason(p) == REPLICAS_SHORT,
                what="/readyz 503 with the replica gone, no traffic")
     assert upstream.total() == 1
 
@@ -504,10 +554,10 @@ def test_a_frozen_replica_turns_readyz_503_without_traffic(start_proxy, upstream
         p = start_replicated(start_proxy, primary)
         replica.pause()
         t = time.monotonic()
-        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT, timeout=10,
+        wait_until(lambda: unready_reason(p) == REPLICAS_SHORT,
                    what="/readyz 503 for a frozen replica, no traffic")
         assert time.monotonic() - t < 8
         replica.resume()
-        wait_until(lambda: readyz(p) == 200, timeout=30, what="ready once it caught up")
+        wait_until(lambda: readyz(p) == 200, what="ready once it caught up")
         assert p.post(key=new_key()).status == 201
         assert upstream.total() == 1

@@ -8,11 +8,11 @@ proxy binary; each test asserts what the client and the upstream observe.
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import Connection, build_request, port_accepts, wait_until
+from harness import (WAIT_S, Connection, build_request, hold, metric_sum, port_accepts,
+                     wait_metric, wait_until)
 from proxy_helpers import new_key, assert_problem, assert_replay_of, in_background
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -33,7 +33,8 @@ def test_client_disconnect_mid_flight_is_recorded_and_replayed(proxy, upstream):
     s.sendall(build_request("POST", "/v1/payments", hs, body))
     wait_until(lambda: upstream.total() == 1)
     s.close()
-    time.sleep(1.2)  # the upstream exchange finishes and is recorded
+    # the upstream exchange finishes and is recorded: the proxy has nothing in flight
+    wait_metric(proxy, "idempotency_proxy_in_flight_requests", lambda v: v == 0)
     retry = proxy.post(key=key, body=body, headers=[("X-Demo-Delay-Ms", "800")])
     assert retry.status == 201
     assert retry.header("Idempotent-Replayed") == "true"
@@ -41,13 +42,38 @@ def test_client_disconnect_mid_flight_is_recorded_and_replayed(proxy, upstream):
     assert upstream.total() == 1
 
 
-def _send_and_abandon(port, key, headers=(), body=b"{}", after=0.2):
+def _send(port, key, headers=(), body=b"{}"):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(build_request("POST", "/v1/payments", [("Idempotency-Key", key)] + list(headers),
                             body))
-    time.sleep(after)
+    return s
+
+
+def _abandon(s):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     s.close()  # RST
+
+
+def _send_and_abandon(port, key, headers=(), body=b"{}", first_byte=False):
+    """A request whose client resets the connection: at once, or (first_byte) once the first
+    byte of the answer has arrived, the rest unread."""
+    s = _send(port, key, headers, body)
+    if first_byte:
+        s.settimeout(WAIT_S)
+        assert s.recv(1), "the connection closed before the answer"
+    _abandon(s)
+
+
+def waiting(p):
+    return metric_sum(p, "idempotency_proxy_waiting_requests")
+
+
+def listening_sockets(port):
+    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A): 0 once every
+    worker has begun its drain (it stops accepting first)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
 
 
 def test_waiting_clients_that_disconnect(proxy, upstream):
@@ -55,9 +81,15 @@ def test_waiting_clients_that_disconnect(proxy, upstream):
     hs = [("X-Demo-Delay-Ms", "1000")]
     f = in_background(proxy.post, key=key, body=b"{}", headers=hs)
     wait_until(lambda: upstream.total() == 1)
-    with ThreadPoolExecutor(5) as ex:
-        list(ex.map(lambda i: _send_and_abandon(proxy.port, key, hs, after=0.1 * i),
-                    range(5)))
+    # two go away at once, while their claim may still be on its way to Redis
+    for _ in range(2):
+        _send_and_abandon(proxy.port, key, hs)
+    socks = [_send(proxy.port, key, hs) for _ in range(3)]
+    # three wait on the first one's claim (or, on a machine slow enough for its answer to come
+    # first, it is over already and they got the replay), then go away
+    wait_until(lambda: waiting(proxy) == 3 or f.done(), what="3 waiting duplicates")
+    for s in socks:
+        _abandon(s)
     first = f.result()
     assert first.status == 201
     assert_replay_of(proxy.post(key=key, body=b"{}", headers=hs), first)
@@ -72,11 +104,12 @@ def test_clients_that_disconnect_before_the_answer_is_read(start_proxy, upstream
     first = p.post(key=key, headers=size)
     assert first.status == 201
     for _ in range(3):  # a big replay nobody reads
-        _send_and_abandon(p.port, key, size, after=0.05)
-    _send_and_abandon(p.port, new_key(), body=b"x" * 5000, after=0.0)   # a 413
-    _send_and_abandon(p.port, new_key(), after=0.0)                     # mid-claim
-    _send_and_abandon(p.port, key, body=b"other", after=0.0)            # a mismatch
-    time.sleep(0.3)
+        _send_and_abandon(p.port, key, size, first_byte=True)
+    _send_and_abandon(p.port, new_key(), body=b"x" * 5000)   # a 413
+    _send_and_abandon(p.port, new_key())                     # mid-claim
+    _send_and_abandon(p.port, key, body=b"other")            # a mismatch
+    # what the abandoned requests set going has ended
+    wait_metric(p, "idempotency_proxy_in_flight_requests", lambda v: v == 0)
     assert p.alive()
     assert_replay_of(p.post(key=key, headers=size), first)
     assert upstream.total() <= 2
@@ -109,7 +142,9 @@ def test_sigterm_drain_waits_until_an_answer_is_written_out(start_proxy, upstrea
                                                         ("X-Demo-Delay-Ms", "300")], b"{}"))
         wait_until(lambda: upstream.total() == 1)
         p.signal(signal.SIGTERM)
-        time.sleep(1.5)  # the answer is queued; nothing reads it yet
+        # the exchange ends with its answer queued, nothing reading it yet
+        wait_metric(p, "idempotency_proxy_in_flight_requests", lambda v: v == 0)
+        hold(0.3, "a drain that ended with the last exchange would close the connection now")
         got = b""
         while True:
             chunk = s.recv(1 << 16)
@@ -131,7 +166,7 @@ def test_sigterm_refuses_new_requests_on_kept_alive_connections(start_proxy, ups
     with Connection(p.port) as c:
         assert c.request("GET", "/v1/payments").status == 200
         p.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_until(lambda: listening_sockets(p.port) == 0, what="every worker draining")
         late = c.request("POST", "/v1/payments", [("Idempotency-Key", new_key()),
                                                   ("Content-Type", "application/json")],
                          b'{"amount": 1}')
@@ -159,7 +194,8 @@ def test_sigterm_answers_a_waiting_duplicate(start_proxy, upstream):
     f1 = in_background(p.post, key=key, headers=hs)
     wait_until(lambda: upstream.total() == 1)
     f2 = in_background(p.post, key=key, headers=hs)
-    time.sleep(0.2)
+    # the duplicate waits on the claim (or, on a machine slow enough, got the replay already)
+    wait_until(lambda: waiting(p) == 1 or f2.done(), what="the duplicate waiting")
     p.signal(signal.SIGTERM)
     first, second = f1.result(), f2.result()
     assert first.status == 201

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import HTTPError, free_port, wait_until
+from harness import WAIT_S, HTTPError, free_port, hold, log_line, wait_ready, wait_until
 from proxy_helpers import assert_problem, new_key
 from redis_gate import RedisGate
 
@@ -40,7 +40,7 @@ def assert_stays_unready(p, seconds=1.5):
     while time.monotonic() < deadline:
         seen.add(p.admin("GET", "/readyz").status)
         assert redis_up(p) == 0
-        time.sleep(0.05)
+        hold(0.05, "a span in which the proxy must stay unready: looked at every 50 ms")
     assert seen == {503}, seen
 
 
@@ -57,15 +57,12 @@ def test_wrong_redis_password_is_not_ready(start_proxy, upstream, redis_factory)
     wrong = "wrong-" + uuid.uuid4().hex
     r2 = redis_factory(password=secret)
     p = start_proxy(redis={"url": r2.url, "password": wrong})
-    time.sleep(0.3)
+    line = log_line(p, "AUTH failed")  # it tried: from here on it must not become ready
     assert_stays_unready(p)
     r = p.post(key=new_key())
     assert_problem(r, 503, "store-unavailable")
     assert upstream.total() == 0
     assert record_keys(r2) == []
-    err = wait_until(lambda: (lambda t: t if "AUTH failed" in t else None)(p.stderr_text()),
-                     what="an AUTH failed log line")
-    line = [l for l in err.splitlines() if "AUTH failed" in l][0]
     assert "127.0.0.1:%d" % r2.port in line, line
     assert wrong not in p.stdout_text() + p.stderr_text()
 
@@ -74,13 +71,10 @@ def test_missing_redis_password_on_a_requirepass_server_is_not_ready(start_proxy
                                                                       redis_factory):
     r2 = redis_factory(password="right-" + uuid.uuid4().hex)
     p = start_proxy(redis={"url": r2.url})
-    time.sleep(0.3)
+    line = log_line(p, "AUTH failed")  # it tried: from here on it must not become ready
     assert_stays_unready(p)
     assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
-    err = wait_until(lambda: (lambda t: t if "AUTH failed" in t else None)(p.stderr_text()),
-                     what="an AUTH failed log line")
-    line = [l for l in err.splitlines() if "AUTH failed" in l][0]
     assert "127.0.0.1:%d" % r2.port in line, line
 
 
@@ -88,13 +82,11 @@ def test_redis_database_the_server_does_not_have_is_not_ready(start_proxy, upstr
     """SELECT 99 fails on a 16-database server: a client command pipelined behind it would
     run in db 0. Not ready, and nothing is written anywhere."""
     p = start_proxy(redis={"url": redis.url_db(99)})
-    time.sleep(0.3)
+    line = log_line(p, "SELECT failed")  # it tried: from here on it must not become ready
     assert_stays_unready(p, seconds=1.0)
     assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
     assert record_keys(redis) == [], "a record landed in db 0"
-    line = wait_until(lambda: [l for l in p.stderr_text().splitlines() if "SELECT failed" in l],
-                      what="a SELECT failed log line")[0]
     assert "127.0.0.1:%d" % redis.port in line, line
 
 
@@ -102,7 +94,7 @@ def test_correct_redis_password_is_ready_and_serves(start_proxy, upstream, redis
     secret = "pw-" + uuid.uuid4().hex
     r2 = redis_factory(password=secret)
     p = start_proxy(redis={"url": r2.url_db(2), "password": secret})
-    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    wait_ready(p)
     assert redis_up(p) == 1
     key = new_key()
     first = p.post(key=key)
@@ -128,14 +120,14 @@ def test_keyed_request_during_the_connection_setup_waits_for_it(start_proxy, ups
     setup succeeded (its commands wait in the queue), not refused."""
     redis.stop()
     p = start_proxy(redis={"timeout": "2s"})
-    time.sleep(0.3)
+    log_line(p, "connect failed")  # it tried while Redis was down: now in its reconnect backoff
     redis.start()
     key = new_key()
     ok = wait_until(lambda: (lambda r: r if r.status == 201 else None)(p.post(key=key)),
-                    timeout=10, interval=0.1, what="served after Redis started")
+                    interval=0.1, what="served after Redis started")
     assert p.post(key=key).replayed
     assert upstream.executions(key) == 1
-    wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+    wait_ready(p)
     assert ok.status == 201
 
 
@@ -161,13 +153,22 @@ def expired_claims(start_proxy, upstream, redis, n, delay_ms):
     for f in futures:
         with pytest.raises((HTTPError, OSError)):
             f.result()
-    time.sleep(1.5)  # the leases run out
+    hold(1.5, "the leases (1 s) of the killed proxy's claims run out")
     return out
 
 
 # --------------------------------------------------------------------------
 # a purge is one compare-and-set
 # --------------------------------------------------------------------------
+
+def paused_client(redis):
+    """CLIENT LIST's fields of the client whose command a CLIENT PAUSE holds (flag b), or None."""
+    for line in redis.cmd("CLIENT", "LIST").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "b" in fields.get("flags", ""):
+            return fields
+    return None
+
 
 @pytest.mark.slow
 def test_purge_racing_a_takeover_does_not_delete_the_live_claim(start_proxy, upstream, redis):
@@ -177,18 +178,27 @@ def test_purge_racing_a_takeover_does_not_delete_the_live_claim(start_proxy, ups
     retry waits for the taken-over request instead of executing again."""
     slow = [("X-Demo-Delay-Ms", "1500")]
     (k1, _), (k2, rk2) = expired_claims(start_proxy, upstream, redis, 2, 3000)
-    b = start_proxy(lease="5s", on_ambiguous="release", workers=1, name="b",
-                    redis={"timeout": "3s"})
-    wait_until(lambda: b.admin("GET", "/readyz").status == 200, what="ready")
+    # redis.timeout 10 s (lease at least 1.5 x that): longer than the pause, which the test
+    # ends once both commands wait in Redis
+    b = start_proxy(lease="15s", on_ambiguous="release", workers=1, name="b",
+                    redis={"timeout": "10s"})
+    wait_ready(b)
     # a first takeover loads the takeover script into Redis, as on any running system
     assert b.post(key=k1).status == 201
     assert upstream.executions(k1) == 2
     rid = str(rk2).split("{", 1)[1].rstrip("}")
+    purge_get = len(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(rk2), rk2.encode()))
 
-    assert redis.cmd("CLIENT", "PAUSE", "1000", "WRITE") == "OK"
-    retry = in_background(b.post, key=k2, headers=slow)
-    time.sleep(0.3)  # its SET NX GET waits in Redis on b's only connection
-    purge = in_background(b.admin, "DELETE", "/records/" + rid)
+    assert redis.cmd("CLIENT", "PAUSE", "8000", "WRITE") == "OK"  # 8 s: only if the test hangs
+    try:
+        retry = in_background(b.post, key=k2, headers=slow)
+        wait_until(lambda: paused_client(redis), what="the retry's SET NX GET held by the pause")
+        purge = in_background(b.admin, "DELETE", "/records/" + rid)
+        # b's only connection: the purge's GET waits in Redis's input buffer behind it
+        wait_until(lambda: int((paused_client(redis) or {}).get("qbuf", 0)) >= purge_get,
+                   what="the purge's GET queued behind the held SET NX GET")
+    finally:
+        redis.cmd("CLIENT", "UNPAUSE")
     d = purge.result(timeout=10)
     wait_until(lambda: upstream.executions(k2) == 2, what="the takeover at the upstream")
     second = b.post(key=k2, headers=slow)  # while the taken-over request runs
@@ -223,14 +233,14 @@ def test_takeover_that_times_out_but_lands_is_released(start_proxy, upstream, re
     try:
         b = start_proxy(lease="10s", on_ambiguous="release", in_flight="reject", workers=1,
                         name="b", redis={"url": gate.url, "timeout": "200ms"})
-        wait_until(lambda: b.admin("GET", "/readyz").status == 200, what="ready")
+        wait_ready(b)
         assert b.post(key=k1).status == 201  # loads the takeover script into Redis
         expired = redis.cmd("GET", rk2)
         gate.hold_next(("EVALSHA", "EVAL"), ms=600)
         assert_problem(b.post(key=k2), 503, "store-unavailable")
-        assert gate.delivered.wait(5), "the held takeover never reached Redis"
+        assert gate.delivered.wait(WAIT_S), "the held takeover never reached Redis"
         # it landed: the record is no longer the expired claim (or already released)
-        wait_until(lambda: redis.cmd("GET", rk2) != expired, timeout=10, what="landed")
+        wait_until(lambda: redis.cmd("GET", rk2) != expired, what="landed")
         assert upstream.executions(k2) == 1
         # well before the 10 s lease ends: a claim left to its lease would refuse it till then
         r = wait_until(lambda: (lambda r: r if r.status != 409 else None)(b.post(key=k2)),
@@ -252,12 +262,12 @@ def test_a_claim_that_lands_after_the_janitors_first_look_is_released(start_prox
     gate = RedisGate(redis.port).start()
     try:
         p = start_proxy(lease="3s", workers=1, redis={"url": gate.url, "timeout": "300ms"})
-        wait_until(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+        wait_ready(p)
         key = new_key()
         gate.hold_next(("SET",), ms=2500)
         assert_problem(p.post(key=key), 503, "store-unavailable")
-        assert gate.held == 1 and gate.delivered.wait(5), "the claim was not held back"
-        wait_until(lambda: record_keys(redis) == [], 8, interval=0.1,
+        assert gate.held == 1 and gate.delivered.wait(WAIT_S), "the claim was not held back"
+        wait_until(lambda: record_keys(redis) == [], interval=0.1,
                    what="the claim that landed late released")
         assert "released a claim that reached Redis after its request was refused" in \
             p.stderr_text()  # it did land: released, not merely absent

@@ -19,11 +19,11 @@ import uuid
 
 import pytest
 
-from harness import wait_until
+from harness import hold_until, log_line, wait_until
 from proxy_helpers import assert_problem, new_key
 from redis_gate import RedisGate
 from test_inbox import (  # noqa: F401 (receiver_factory is a fixture)
-    deliver, inbox, inbox_ok, metric, new_secret, queued_route, receiver_factory,
+    deliver, inbox, inbox_empty, inbox_ok, metric, new_secret, queued_route, receiver_factory,
     start_inbox_proxy, stripe_body,
 )
 from test_store_faults import in_background
@@ -56,15 +56,17 @@ def lease_deadline_ms(redis):
 
 def refused_at_the_upstream(p, redis, upstream, key, headers, refusal_s):
     """POST key (headers steer the upstream); while it is at the upstream Redis refuses
-    writes for refusal_s. Returns (the first answer, which comes meanwhile; monotonic
-    time the request was sent)."""
+    writes for refusal_s, and at least until the proxy's write after it met the refusal.
+    Returns (the first answer, which comes meanwhile; monotonic time the request was sent)."""
     t0 = time.monotonic()
     first = in_background(p.post, key=key, headers=headers)
-    wait_until(lambda: upstream.executions(key) == 1, 5, what="the payment at the upstream")
+    wait_until(lambda: upstream.executions(key) == 1, what="the payment at the upstream")
     refuse_writes(redis)
     refused = time.monotonic()
     r1 = first.result(timeout=10)
-    time.sleep(max(0.0, refused + refusal_s - time.monotonic()))
+    log_line(p, "the record write failed (refused for now)")
+    hold_until(refused + refusal_s, "Redis refuses writes for refusal_s: the write is sent "
+               "again every 200 ms meanwhile")
     take_writes(redis)
     return r1, t0
 
@@ -88,7 +90,8 @@ def test_a_record_write_refused_for_a_moment_is_recorded(start_proxy, upstream, 
     key = new_key()
     r1, t0 = refused_at_the_upstream(p, redis, upstream, key, [("X-Demo-Delay-Ms", "2000")], 2.0)
     assert r1.status == 201 and not r1.replayed, r1
-    time.sleep(max(0.0, t0 + 5.5 - time.monotonic()))  # the claim's lease would be over
+    hold_until(t0 + 5.5, "the claim's 5 s lease would be over: a retry then would execute "
+               "again if nothing was recorded")
     r2 = p.post(key=key)
     assert r2.status == 201 and r2.replayed, r2
     assert r2.body == r1.body
@@ -110,13 +113,13 @@ def test_a_renewal_refused_longer_than_the_lease_keeps_the_claim(start_proxy, up
     p = start_proxy(lease="6s", on_ambiguous="release")
     key = new_key()
     first = in_background(p.post, key=key, headers=[("X-Demo-Delay-Ms", "11000")])
-    wait_until(lambda: upstream.executions(key) == 1, 5, what="the payment at the upstream")
+    wait_until(lambda: upstream.executions(key) == 1, what="the payment at the upstream")
     claimed = lease_deadline_ms(redis)
-    wait_until(lambda: (lease_deadline_ms(redis) or 0) > claimed, 5, interval=0.02,
+    wait_until(lambda: (lease_deadline_ms(redis) or 0) > claimed, interval=0.02,
                what="the first renewal")
     renewed = time.monotonic()
     refuse_writes(redis)
-    time.sleep(max(0.0, renewed + 6.5 - time.monotonic()))
+    hold_until(renewed + 6.5, "writes refused past the 6 s lease: it runs out in Redis")
     assert lease_deadline_ms(redis) < time.time() * 1000, "the lease did not run out in Redis"
     take_writes(redis)
     back = time.monotonic()
@@ -146,7 +149,9 @@ def test_a_release_refused_for_a_moment_is_released(start_proxy, upstream, redis
     r1, _ = refused_at_the_upstream(p, redis, upstream, key, [("X-Demo-Delay-Ms", "1000"),
                                                              ("X-Demo-Status", "503")], 1.5)
     assert r1.status == 503 and not r1.replayed, r1
-    wait_until(lambda: record_keys(redis) == [], 2.5, what="the claim released")
+    # released once Redis takes writes again: the bound (2.5 s, up to when the 5 s lease would
+    # end) is what tells a release sent again from a claim left to its lease
+    wait_until(lambda: record_keys(redis) == [], timeout=2.5, what="the claim released")
     r2 = p.post(key=key)
     assert r2.status == 201 and not r2.replayed, r2
     assert upstream.executions(key) == 2  # the 503 that did nothing, and the retry
@@ -188,7 +193,7 @@ def gated_inbox(start_proxy, receiver_factory, redis, writes_back):
         p = start_proxy(routes=[queued_route(secret)], upstream_url=receiver.url,
                         upstream={"timeout": "60s"}, env={"STRIPE_SECRET": secret},
                         redis={"url": gate.url}, workers=1)
-        wait_until(lambda: inbox_ok(p) and p.admin("GET", "/readyz").status == 200, 5,
+        wait_until(lambda: inbox_ok(p) and p.admin("GET", "/readyz").status == 200,
                    what="ready, the group made")
         yield p, receiver, secret, gate
     finally:
@@ -215,14 +220,15 @@ def test_queued_ack_record_refused_for_a_moment_is_recorded(gated_inbox, redis):
     # the record's key is `idem:{<record id>}`; the inbox's scripts name `idem:inbox:{`
     evt, r = refused_delivery(gated_inbox, redis, ("EVALSHA", "EVAL"), containing=b"idem:{")
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: any(redis.cmd("GET", k)[3] == "D" for k in record_keys(redis)), 5,
+    wait_until(lambda: any(redis.cmd("GET", k)[3] == "D" for k in record_keys(redis)),
                what="the 202 recorded")
     assert "the record write failed (refused for now)" in p.stderr_text()
     dup = deliver(p, secret, stripe_body(evt))
     assert dup.status == 202 and dup.replayed, dup
-    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                what="delivered")
-    time.sleep(0.5)
+    # settled: nothing left in the stream, pending or scheduled that could reach the receiver
+    wait_until(lambda: inbox_empty(p), what="the inbox empty")
     assert [a["event"] for a in receiver.attempts()] == [evt]
 
 
@@ -233,10 +239,12 @@ def test_queued_append_refused_is_503_and_its_release_is_not_lost(gated_inbox, r
     p, receiver, secret, _ = gated_inbox
     evt, r = refused_delivery(gated_inbox, redis, ("XADD",))
     assert r.status == 503 and b"could not be queued" in r.body, r
-    wait_until(lambda: record_keys(redis) == [], 3, what="the claim released")
+    # released once Redis takes writes (the wait's bound is well inside the 60 s lease, which
+    # would end the claim otherwise)
+    wait_until(lambda: record_keys(redis) == [], what="the claim released")
     r = deliver(p, secret, stripe_body(evt))
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt], 10,
+    wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt],
                what="delivered once")
 
 
@@ -248,17 +256,19 @@ def test_queued_settlement_refused_for_a_moment_is_sent_again_not_redelivered(
     receiver = receiver_factory(delay=1.0)
     secret = new_secret()
     p = start_inbox_proxy(start_proxy, receiver, secret)
-    wait_until(lambda: inbox_ok(p), 5, what="the group")
+    wait_until(lambda: inbox_ok(p), what="the group")
     evt = "evt_" + uuid.uuid4().hex
     assert deliver(p, secret, stripe_body(evt)).status == 202
-    wait_until(lambda: receiver.attempts(), 5, interval=0.02, what="in delivery")
+    wait_until(lambda: receiver.attempts(), interval=0.02, what="in delivery")
     refuse_writes(redis)
-    time.sleep(2.0)  # the receiver answers 2xx after 1 s: the acknowledgement is refused
+    # the receiver answers 2xx after 1 s: the acknowledgement is refused
+    log_line(p, "failed to settle it")
     take_writes(redis)
-    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1, 10,
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                interval=0.1, what="acknowledged once Redis takes writes")
     stats = inbox(p)
     assert stats["pending"] == 0 and stats["depth"] == 0, stats
     assert "failed to settle it" in p.stderr_text()
-    time.sleep(1.0)
+    # acknowledged and deleted: nothing is left that could be delivered again
+    assert stats["scheduled"] == 0, stats
     assert [a["event"] for a in receiver.attempts()] == [evt]

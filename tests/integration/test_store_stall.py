@@ -17,18 +17,10 @@ import time
 
 import pytest
 
+from harness import WAIT_S, hold_until, log_line, pace, wait_for, wait_ready
 from proxy_helpers import assert_problem, new_key
 from redis_gate import RedisGate
 from test_store_faults import in_background
-
-
-def wait_for(pred, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.01)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def stalled_call(p, redis, upstream, key, delay_ms, stall_s, during=None):
@@ -46,7 +38,7 @@ def stalled_call(p, redis, upstream, key, delay_ms, stall_s, during=None):
         assert_problem(p.post(key=new_key("drop")), 503, "store-unavailable")
         if during is not None:
             during(t0, first)
-        time.sleep(max(0.0, stalled + stall_s - time.monotonic()))
+        hold_until(stalled + stall_s, "Redis stays stopped for the stall being tested")
     finally:
         redis.resume()
     return first, t0, time.monotonic()
@@ -74,7 +66,7 @@ def test_stall_shorter_than_the_lease_records_the_answer(start_proxy, upstream, 
     first, t0, resumed = stalled_call(p, redis, upstream, key, 1000, 1.4, during=during)
     r1 = answered["r"]
     assert r1.status == 201 and not r1.replayed, r1
-    time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))  # the claim's lease would be over
+    hold_until(t0 + 3.5, "the claim's lease (3 s) would be over: only the record answers now")
     r2 = p.post(key=key)
     assert r2.status == 201 and r2.replayed, r2
     assert r2.header("Idempotent-Replayed") == "true"
@@ -93,10 +85,10 @@ def test_concurrent_retries_during_a_stall_never_execute(start_proxy, upstream, 
     def during(t0, first):
         for _ in range(3):
             retries.append(in_background(p.post, key=key))
-            time.sleep(0.15)
+            pace(0.15)
 
     first, t0, resumed = stalled_call(p, redis, upstream, key, 1000, 1.4, during=during)
-    wait_for(lambda: p.admin("GET", "/readyz").status == 200, what="ready again")
+    wait_ready(p)
     retries += [in_background(p.post, key=key) for _ in range(3)]  # Redis back
     r1 = first.result(timeout=10)
     assert r1.status == 201 and not r1.replayed, r1
@@ -110,7 +102,7 @@ def test_concurrent_retries_during_a_stall_never_execute(start_proxy, upstream, 
             assert_problem(r, 409, "request-in-progress")
         else:
             assert r.status == 201 and r.replayed and r.body == r1.body, r
-    time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))
+    hold_until(t0 + 3.5, "the claim's lease (3 s) would be over: only the record answers now")
     r = p.post(key=key)
     assert r.replayed and r.body == r1.body, (r, seen)
     assert upstream.executions(key) == 1, seen
@@ -130,14 +122,15 @@ def test_stall_longer_than_the_lease_leaves_the_claim_to_expire(start_proxy, ups
     def during(t0, first):
         answered["r"] = first.result(timeout=3)  # answered during the stall, bounded
         answered["after"] = time.monotonic() - t0
+        # the retries end with the lease, not with Redis back: given up while it is stopped
+        log_line(p, "the answer could not be recorded; the claim stays until its lease ends")
 
     stalled_call(p, redis, upstream, key, 400, 2.2, during=during)
     r1 = answered["r"]
     assert r1.status == 201 and not r1.replayed, r1
     assert answered["after"] < 1.0, answered["after"]  # the upstream took 0.4 s
-    time.sleep(0.5)  # the retries end with the lease, not with Redis back
     assert "record write failed" in p.stderr_text()
-    wait_for(lambda: p.admin("GET", "/readyz").status == 200, what="ready again")
+    wait_ready(p)
     r2 = p.post(key=key)
     if on_ambiguous == "hold":
         assert_problem(r2, 502, "outcome-unknown")
@@ -159,7 +152,8 @@ def test_drain_during_a_retried_write_ends_in_time(start_proxy, upstream, redis)
     redis.pause()
     try:
         assert_problem(p.post(key=new_key("drop")), 503, "store-unavailable")
-        time.sleep(0.3)  # the upstream answered; the write is being retried
+        # the upstream answered; the write is being retried
+        log_line(p, "the record write failed", "sending it again")
         t = time.monotonic()
         p.signal(signal.SIGTERM)
         r1 = first.result(timeout=10)
@@ -178,13 +172,13 @@ def test_a_record_write_that_timed_out_but_landed_counts_as_done(start_proxy, up
     gate = RedisGate(redis.port).start()
     try:
         p = start_proxy(lease="10s", workers=1, redis={"url": gate.url, "timeout": "200ms"})
-        wait_for(lambda: p.admin("GET", "/readyz").status == 200, what="ready")
+        wait_ready(p)
         assert p.post(key=new_key()).status == 201  # loads the scripts into Redis
         key = new_key()
         gate.hold_next(("EVALSHA", "EVAL"), ms=300)
         r1 = p.post(key=key)
         assert r1.status == 201 and not r1.replayed, r1
-        assert gate.held == 1 and gate.delivered.wait(5), "the write was not held back"
+        assert gate.held == 1 and gate.delivered.wait(WAIT_S), "the write was not held back"
         wait_for(lambda: "went through on a later attempt" in p.stderr_text(),
                  what="the write sent again")
         log = p.stderr_text()

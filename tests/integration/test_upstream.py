@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import Connection, HTTPError, http_request, build_config, to_yaml
+from harness import Connection, HTTPError, http_request, build_config, to_yaml, wait_until
 
 
 def test_upstream_post_is_an_execution(upstream):
@@ -65,11 +65,12 @@ def test_upstream_status_chunked_binary_cookie_size(upstream):
 def test_upstream_delay_counts_on_arrival(upstream):
     with ThreadPoolExecutor(1) as ex:
         f = ex.submit(http_request, upstream.port, "POST", "/v1/p",
-                      [("X-Demo-Delay-Ms", "500")], b"")
-        time.sleep(0.2)
-        assert upstream.total() == 1
+                      [("X-Demo-Delay-Ms", "2000")], b"")
+        wait_until(lambda: upstream.total() == 1, what="the delayed request counted")
+        # counted while its answer is still to come (2 s: far more than a poll takes)
+        assert not f.done(), f.result()
         r = f.result()
-    assert r.status == 201 and r.elapsed >= 0.45
+    assert r.status == 201 and r.elapsed >= 1.95
 
 
 def test_upstream_faults(upstream):
@@ -104,9 +105,11 @@ def test_upstream_exits_cleanly_on_sigterm(upstream_factory):
     # a hanging request must not block shutdown
     s = socket.create_connection(("127.0.0.1", up.port))
     s.sendall(b"POST /v1/p HTTP/1.1\r\nHost: x\r\nX-Demo-Fault: hang\r\nContent-Length: 0\r\n\r\n")
-    time.sleep(0.2)
+    wait_until(lambda: up.total() == 1, what="the hanging request counted")
     t = time.monotonic()
     assert up.stop() == 0
+    # the handler sees STOP within its 0.2 s recv timeout; a hang that blocked the exit would
+    # take the 10 s stop() waits before it kills
     assert time.monotonic() - t < 3
     s.close()
 

@@ -7,12 +7,11 @@ proxy binary; each test asserts what the client and the upstream observe.
 """
 
 import socket
-import time
 import uuid
 
 import pytest
 
-from harness import free_port
+from harness import free_port, pace, wait_until
 from proxy_helpers import (
     new_key, assert_problem, assert_not_replayed, assert_replay_of, executions_of_body,
 )
@@ -79,7 +78,7 @@ def test_never_two_sends_on_a_dead_reused_upstream_connection(start_proxy, upstr
     answers = []
     for k, b in zip(keys, bodies):
         answers.append(p.post(key=k, body=b))
-        time.sleep(0.05)
+        pace(0.05)
     for b, r in zip(bodies, answers):
         assert executions_of_body(up, b) == 1, \
             "protected request sent upstream %d times: %r" % (executions_of_body(up, b), r)
@@ -103,6 +102,17 @@ def test_unix_socket_upstream(start_proxy, upstream_factory, tmp_path):
     assert up.total() == 1
 
 
+def accept_queue_full(port, backlog):
+    """The listener on 127.0.0.1:port has more connections waiting for accept() than its
+    backlog, so the kernel drops the next SYN (/proc/net/tcp: a listener's rx_queue is that
+    count)."""
+    with open("/proc/net/tcp") as f:
+        for row in (line.split() for line in f.readlines()[1:]):
+            if row[3] == "0A" and row[1] == "0100007F:%04X" % port:
+                return int(row[4].split(":")[1], 16) > backlog
+    return False
+
+
 def test_upstream_connect_timeout_is_502_and_released(start_proxy):
     # a listener that never accepts, its backlog full: SYNs go unanswered
     blackhole = socket.socket()
@@ -116,7 +126,7 @@ def test_upstream_connect_timeout_is_502_and_released(start_proxy):
             c.setblocking(False)
             c.connect_ex(("127.0.0.1", port))
             fillers.append(c)
-        time.sleep(0.2)
+        wait_until(lambda: accept_queue_full(port, 0), what="the blackhole's accept queue full")
         p = start_proxy(upstream_url="http://127.0.0.1:%d" % port,
                         upstream={"connect_timeout": "500ms", "timeout": "10s"})
         key = new_key()

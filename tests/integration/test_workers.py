@@ -8,7 +8,6 @@ proxy binary; each test asserts what the client and the upstream observe.
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -77,15 +76,18 @@ def test_two_proxies_starting_at_once_on_one_port_cannot_both_run(tmp_path, upst
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                  for _ in range(2)]
         try:
-            wait_until(lambda: any(t.poll() is not None for t in twins), timeout=10,
+            wait_until(lambda: any(t.poll() is not None for t in twins),
                        what="one of the two proxies to give up (attempt %d)" % attempt)
-            time.sleep(0.2)
+            # the other one runs: it listens on all its 4 sockets (unless it exits too)
+            wait_until(lambda: listening_sockets(port) == 4
+                       or all(t.poll() is not None for t in twins),
+                       what="the survivor's 4 sockets (attempt %d)" % attempt)
             running = [t for t in twins if t.poll() is None]
             refused = [t for t in twins if t.poll() is not None]
             assert len(running) == 1 and len(refused) == 1, [t.poll() for t in twins]
             assert refused[0].returncode == 1
             assert b"in use" in refused[0].stderr.read()
-            wait_until(lambda: listening_sockets(port) == 4, what="the survivor's 4 sockets")
+            assert listening_sockets(port) == 4
         finally:
             for t in twins:
                 if t.poll() is None:
@@ -127,7 +129,7 @@ def test_sighup_reload_reaches_every_worker(start_proxy, upstream, redis):
     def every_worker_requires_the_key():
         return {r.status for r in concurrently(40, lambda i: p.post(key=None))} == {400}
 
-    wait_until(every_worker_requires_the_key, timeout=5, what="require_key in every worker")
+    wait_until(every_worker_requires_the_key, what="require_key in every worker")
     for r in concurrently(40, lambda i: p.post(key=None)):
         assert_problem(r, 400, "missing-key")
 
@@ -156,7 +158,8 @@ def test_sigterm_idle_workers_refuse_late_requests_until_the_drain_ends(start_pr
         for c in conns:
             assert c.request("GET", "/v1/payments").status == 200
         p.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        # every worker has begun its drain: it stops accepting first
+        wait_until(lambda: listening_sockets(p.port) == 0, what="every worker draining")
         for c in conns:
             late = c.request("POST", "/v1/payments", [("Idempotency-Key", new_key())], b"{}")
             assert_problem(late, 503, "shutting-down")
