@@ -44,12 +44,12 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=0}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:report_signal_unsafe=0:suppressions=$root/tests/tsan.supp}
 
-# pytest over tests/integration with the binary of build $1, junit as $2; the rest are pytest's.
+# pytest with the binary of build $1, junit as $2; the rest are pytest's (the tests to run first).
 integration() {
   local dir=$1 name=$2
   shift 2
   IDEM_PROXY_BIN="$root/$dir/proxy/idempotency-proxy" \
-    /usr/bin/python3 -m pytest -q tests/integration "$@" --durations=15 \
+    /usr/bin/python3 -m pytest -q "$@" --durations=15 \
     --junitxml="$results/integration-$name.xml" -o junit_suite_name="integration-$name"
 }
 
@@ -72,14 +72,15 @@ for v in "${variants[@]}"; do
   echo "=== $v: integration tests"
   case $v in
     plain)
-      integration "$dir" plain -n "$jobs" -m "not topology"
+      integration "$dir" plain tests/integration -n "$jobs" -m "not topology"
       if ((!quick)); then
         echo "=== plain: the topology scenarios"
-        integration "$dir" plain-topology -n "$topology_jobs" -m topology
+        integration "$dir" plain-topology tests/integration -n "$topology_jobs" -m topology
       fi
       ;;
-    asan) integration "$dir" asan -n "$jobs" -m "not topology or sanitize" ;;
-    tsan) integration "$dir" tsan -n "$jobs" -m "threads and not topology" ;;
+    asan) integration "$dir" asan tests/integration -n "$jobs" -m "not topology or sanitize" ;;
+    tsan) IDEM_TEST_WORKERS=2 integration "$dir" tsan tests/integration -n "$jobs" \
+            -m "threads and not topology" ;;
   esac
 done
 
