@@ -267,10 +267,10 @@ def test_a_claim_that_lands_after_the_janitors_first_look_is_released(start_prox
         gate.hold_next(("SET",), ms=2500)
         assert_problem(p.post(key=key), 503, "store-unavailable")
         assert gate.held == 1 and gate.delivered.wait(WAIT_S), "the claim was not held back"
-        wait_until(lambda: record_keys(redis) == [], interval=0.1,
-                   what="the claim that landed late released")
-        assert "released a claim that reached Redis after its request was refused" in \
-            p.stderr_text()  # it did land: released, not merely absent
+        # it did land (the gate handed it on, Redis runs it a moment later), then was released:
+        # waiting for "no record" alone could pass before it landed
+        log_line(p, "released a claim that reached Redis after its request was refused")
+        assert record_keys(redis) == []
         r = p.post(key=key)
         assert r.status == 201 and not r.replayed, r
         assert upstream.executions(key) == 1
