@@ -63,11 +63,14 @@ class Receiver:
         return "http://127.0.0.1:%d" % self.port
 
     def attempts(self):
+        """Every attempt logged so far; a line the receiver is still writing (no newline yet)
+        is left for the next look."""
         try:
             with open(self.log) as f:
-                return [json.loads(l) for l in f if l.strip()]
+                text = f.read()
         except FileNotFoundError:
             return []
+        return [json.loads(l) for l in text.split("\n")[:-1] if l.strip()]
 
     def control(self, **state):
         import urllib.request
