@@ -157,8 +157,12 @@ def test_upstream_exchanges_run_concurrently(start_proxy):
     n = 16
     up = BarrierUpstream(n)
     try:
-        p = start_proxy(upstream_url=up.url)
-        rs = concurrently(n, lambda i: p.post(key=new_key()))
+        # The barrier gives up after WAIT_S; the proxy's upstream timeout and the client's
+        # read outlast it, so a slow machine (TSan beside five other test workers) shows
+        # either all 201 or the barrier's 503s, never a client timeout first.
+        p = start_proxy(upstream_url=up.url,
+                        upstream={"timeout": "%ds" % (WAIT_S + 20)})
+        rs = concurrently(n, lambda i: p.post(key=new_key(), timeout=WAIT_S + 30))
         assert all(r.status == 201 for r in rs), \
             "the %d exchanges were not all in flight at once: %r" % (n, rs)
     finally:
