@@ -470,6 +470,11 @@ def cluster_free_port():
     return harness._ports_handed_out.claim(harness._kernel_port, bus)
 
 
+def _text(v):
+    """A RESP bulk string as str (the client answers bytes or str)."""
+    return v.decode() if isinstance(v, bytes) else v
+
+
 class ClusterGroup:
     """A Redis Cluster on loopback: n_primaries primaries, each with replicas_per replicas,
     every node a RedisServer started with --cluster-enabled yes in its own dir of workdir,
@@ -604,20 +609,38 @@ class ClusterGroup:
 
     def wait_stable(self, timeout=60):
         """cluster_state ok everywhere, every primary's replicas attached, and each live
-        node's CLUSTER SLOTS the same."""
+        node's CLUSTER SLOTS the same (ranges, primaries' addresses and ports). On a timeout the error says which of these was still
+        missing at the last look (a loaded run once waited past 60 s, and said only that)."""
+        last = ["not looked yet"]
+
         def stable():
-            if not self.state_ok():
-                return False
             try:
-                views = [sorted((int(r[0]), int(r[1]), int(r[2][1]), len(r) - 3)
-                                for r in n.cmd("CLUSTER", "SLOTS", timeout=2))
-                         for n in self.alive()]
-            except (OSError, RedisError):
+                states = {n.port: self._info(n).get("cluster_state") for n in self.alive()}
+                views = {n.port: sorted((int(r[0]), int(r[1]), _text(r[2][0]), int(r[2][1]),
+                                         len(r) - 3)
+                                        for r in n.cmd("CLUSTER", "SLOTS", timeout=2))
+                         for n in self.alive()}
+            except (OSError, RedisError) as e:
+                last[0] = "a node did not answer: %r" % (e,)
                 return False
-            return all(v == views[0] for v in views) and \
-                sum(e - s + 1 for s, e, _, _ in views[0]) == 16384 and \
-                all(n == self.replicas_per for _, _, _, n in views[0])
-        wait_until(stable, timeout=timeout, interval=0.1, what="the cluster to be stable")
+            if any(st != "ok" for st in states.values()):
+                last[0] = "cluster_state by node: %r" % states
+                return False
+            first = next(iter(views.values()))
+            if any(v != first for v in views.values()):
+                last[0] = "the nodes' CLUSTER SLOTS differ: %r" % views
+                return False
+            if sum(e - s + 1 for s, e, _, _, _ in first) != 16384:
+                last[0] = "slots not all served: %r" % first
+                return False
+            if any(n != self.replicas_per for _, _, _, _, n in first):
+                last[0] = "replicas per range (want %d): %r" % (self.replicas_per, first)
+                return False
+            return True
+        try:
+            wait_until(stable, timeout=timeout, interval=0.1, what="the cluster to be stable")
+        except AssertionError as e:
+            raise AssertionError("%s; at the last look: %s" % (e, last[0])) from None
 
     def keys_per_node(self):
         """DBSIZE of each live primary, by port."""

@@ -268,6 +268,15 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS for pid %d" % pid)
 
 
+def under_tsan(pid):
+    """Whether pid runs ThreadSanitizer's runtime (its memory is not the proxy's own)."""
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            return "libtsan" in f.read()
+    except OSError:  # it died: reported below, and its RSS with it
+        return False
+
+
 def sample_rss(pid, samples, t0, stop):
     while not stop.wait(1.0):
         try:
@@ -436,7 +445,8 @@ def test_soak_duplicates_redis_restarts_resets_and_disconnects(start_proxy, upst
         % ", ".join("%.1f %s %.2f" % r for r in restarts),
         "proxy RSS: %s after warm-up, %s before the sweep, %s at the end: growth %s (bound %s)"
         % (mib(rss_warm or 0), mib(rss_before_sweep or 0), mib(rss_end),
-           mib(rss_end - (rss_warm or rss_end)), mib(RSS_GROWTH_BOUND)),
+           mib(rss_end - (rss_warm or rss_end)),
+           mib(RSS_GROWTH_BOUND) + (", not checked under TSan" if under_tsan(pid) else "")),
         "RSS samples (t s: MiB): "
         + " ".join("%.0f:%.1f" % (t, v / 1048576.0) for t, v in rss[::5]),
         "request log: " + log_path,
@@ -487,9 +497,14 @@ def test_soak_duplicates_redis_restarts_resets_and_disconnects(start_proxy, upst
         if len(first) > 1:
             problems.append("%s: %d 201 answers without Idempotent-Replayed" % (key, len(first)))
 
+    # Under TSan the process's RSS is mostly TSan's own (shadow memory, traces, sync objects),
+    # which grows in steps: one step of about 30 MiB per run, at a time that varies (measured:
+    # 31 -> 62 MiB between 1 s and 6 s in one run, before the warm-up ended; 33 -> 63 MiB
+    # between 21 s and 26 s in another, after it), flat before and after. No bound of the proxy's own describes it; the plain and ASan runs of this test
+    # assert the bound, and TSan's run is here for the races across two workers.
     if rss_warm is None:
         problems.append("no RSS sample after the warm-up")
-    elif rss_end - rss_warm >= RSS_GROWTH_BOUND:
+    elif rss_end - rss_warm >= RSS_GROWTH_BOUND and not under_tsan(pid):
         problems.append("proxy RSS grew %s (%s -> %s), bound %s"
                         % (mib(rss_end - rss_warm), mib(rss_warm), mib(rss_end),
                            mib(RSS_GROWTH_BOUND)))
