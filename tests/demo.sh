@@ -9,7 +9,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 keep=false
-[[ ${1:-} == --keep ]] && keep=true
+case $# in
+  0) ;;
+  1) [[ $1 == --keep ]] && keep=true ;;
+esac
+if (($# > 1)) || { (($# == 1)) && ! $keep; }; then
+  echo "usage: tests/demo.sh [--keep]" >&2
+  exit 2
+fi
 
 "$root/tests/install-deps.sh"
 [[ -d build ]] || meson setup build >/dev/null
@@ -87,5 +94,5 @@ else
   exit 1
 fi
 if $keep; then
-  echo "still running (pids ${pids[*]}); logs in $run"
+  echo "still running (pids ${pids[*]}); logs in $run; stop them with: kill ${pids[*]}"
 fi

@@ -13,7 +13,8 @@ did wrong; never by loosening what it asserts, and never by re-running it.
 
 --build picks build-test-BUILD/proxy/idempotency-proxy (tests/run.sh's build folders; `tests/run.sh
 quick` makes the plain one), --bin any binary. tsan runs every proxy with two workers, as
-tests/run.sh does. Everything after the options (or after --) goes to pytest.
+tests/run.sh does. Everything after the options (or after --) goes to pytest; files and folders
+may be named from the current directory.
 """
 
 import argparse
@@ -44,7 +45,18 @@ def parse_args():
         a.pytest_args = a.pytest_args[1:]
     if not a.pytest_args:
         ap.error("name the tests: files, -k or -m, as for pytest")
+    a.pytest_args = [from_here(x) for x in a.pytest_args]
     return a
+
+
+def from_here(arg):
+    """arg, a file or folder named from the current directory (with or without ::test), as
+    the path pytest needs from the repository's root, where the runs start; anything else
+    (an option, a -k or -m expression) as it is."""
+    path, sep, rest = arg.partition("::")
+    if arg.startswith("-") or not os.path.exists(path):
+        return arg
+    return os.path.relpath(os.path.abspath(path), ROOT) + sep + rest
 
 
 def environment(a):
@@ -121,17 +133,24 @@ def main():
             stress.wait(10)
         shutil.rmtree(work, ignore_errors=True)
     flaky = {n: o for n, o in seen.items() if not all(p for p, _, _ in o)}
-    print("\n%d tests, %d runs, %.0f s in all, beside stress-ng --cpu %d; build %s"
-          % (len(seen), a.runs, time.monotonic() - started, a.stress, a.build))
-    width = max((len(n) for n in flaky), default=10)
-    for name in sorted(flaky, key=lambda n: sum(p for p, _, _ in flaky[n])):
-        o = flaky[name]
+    print("\n%d tests, %d runs, %.0f s in all, %s; %s"
+          % (len(seen), a.runs, time.monotonic() - started,
+             "beside stress-ng --cpu %d" % a.stress if a.stress > 0 else "without stress-ng",
+             "binary %s" % env["IDEM_PROXY_BIN"] if a.bin else "build %s" % a.build))
+    # every test, the least reliable first, then the slowest
+    width = max((len(n) for n in seen), default=10)
+    for name in sorted(seen, key=lambda n: (sum(p for p, _, _ in seen[n]) / len(seen[n]),
+                                            -max(s for _, s, _ in seen[n]), n)):
+        o = seen[name]
         passed = sum(1 for p, _, _ in o if p)
         print("%-*s  %d/%d passed (%.0f%%), slowest %.1f s"
               % (width, name, passed, len(o), 100.0 * passed / len(o), max(s for _, s, _ in o)))
         for text in sorted({t.splitlines()[0][:300] for p, _, t in o if not p and t}):
             print("    " + text)
     steady = len(seen) - len(flaky)
+    if not seen:
+        print("no test ran: see pytest's output above (paths are read from the current "
+              "directory or the repository's root)")
     print("%d tests passed every run; %d failed at least once" % (steady, len(flaky)))
     return 1 if flaky or not seen else 0
 

@@ -1,4 +1,4 @@
-"""The command line (`-t`, `--version`, `--help`), startup failures reported in one line, and
+"""The command line (`-t`, `-V`, `-h`), startup failures reported in one line, and
 the shipped configs.
 
 Real processes over real sockets: redis-server, tests/upstream/payments_api.py and the
