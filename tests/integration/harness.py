@@ -40,9 +40,9 @@ def proxy_binary():
 class _PortRegistry:
     """The ports this test run has handed out, shared by every pytest-xdist worker of the run.
 
-    The kernel may give the same ephemeral port to two binds in a row once the first socket is
-    closed, and two xdist workers are two processes: a port is recorded in a file named by the
-    run (PYTEST_XDIST_TESTRUNUID, under an flock) so that no other worker hands it out again.
+    A port handed out stays free until its server binds it, and two xdist workers are two
+    processes: a port is recorded in a file named by the run (PYTEST_XDIST_TESTRUNUID, under an
+    flock) so that no other worker hands it out again.
     Without xdist the set stays in this process.
     """
 
@@ -85,19 +85,54 @@ class _PortRegistry:
 _ports_handed_out = _PortRegistry()
 
 
-def _kernel_port():
+# Ports are handed out below the kernel's ephemeral range (ip_local_port_range), from
+# _PORT_FLOOR up: a port in that range, free when it is handed out, can become the local port
+# of any outgoing connection (the suite makes thousands a second) before the server it is for
+# binds it, and that server then fails with EADDRINUSE (a cluster node did, once in a loaded
+# run). Outgoing connections never take a port below the range.
+_PORT_FLOOR = 10000
+_port_choice = __import__("random").SystemRandom()
+
+
+def _ephemeral_low():
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_port(span=0):
+    """A port on 127.0.0.1 that nobody has bound now, such that port + span also lies below the
+    ephemeral range (span 10000: a cluster node's bus port); the kernel's own choice, in the
+    ephemeral range, only where the range leaves no room below it."""
+    top = _ephemeral_low() - 1 - span
+    if top - _PORT_FLOOR >= 1000:
+        for _ in range(100):
+            port = _port_choice.randint(_PORT_FLOOR, top)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that nobody listened on a moment ago.
+    """A TCP port on 127.0.0.1 that nobody listened on a moment ago, below the kernel's
+    ephemeral range (so no outgoing connection takes it before its server binds it).
 
-    The kernel may give the same ephemeral port to two binds in a row once
-    the first socket is closed, so a port is never handed out twice in one
-    test run, across xdist workers too: two calls for a proxy's listen and
-    admin_listen must differ.
+    A port is never handed out twice in one test run, across xdist workers too: two calls
+    for a proxy's listen and admin_listen must differ.
     """
     return _ports_handed_out.claim(_kernel_port)
 

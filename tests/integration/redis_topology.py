@@ -467,7 +467,7 @@ def cluster_free_port():
             return None
         return (port + 10000,)
 
-    return harness._ports_handed_out.claim(harness._kernel_port, bus)
+    return harness._ports_handed_out.claim(lambda: harness._kernel_port(span=10000), bus)
 
 
 def _text(v):
