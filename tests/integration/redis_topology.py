@@ -640,7 +640,23 @@ class ClusterGroup:
         try:
             wait_until(stable, timeout=timeout, interval=0.1, what="the cluster to be stable")
         except AssertionError as e:
-            raise AssertionError("%s; at the last look: %s" % (e, last[0])) from None
+            raise AssertionError("%s; at the last look: %s%s"
+                                 % (e, last[0], self._unstable_nodes())) from None
+
+    def _unstable_nodes(self):
+        """What each live node that does not say cluster_state:ok sees: its CLUSTER NODES and
+        the end of its log (the evidence when wait_stable runs out)."""
+        out = []
+        for n in self.alive():
+            try:
+                if self._info(n).get("cluster_state") == "ok":
+                    continue
+                nodes = _text(n.cmd("CLUSTER", "NODES", timeout=2))
+            except (OSError, RedisError) as e:
+                nodes = "(no answer: %r)" % (e,)
+            out.append("\n--- node %d, CLUSTER NODES:\n%s\n--- its log:\n%s"
+                       % (n.port, nodes, n._log_tail()[-1500:]))
+        return "".join(out)
 
     def keys_per_node(self):
         """DBSIZE of each live primary, by port."""
