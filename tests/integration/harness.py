@@ -13,6 +13,7 @@ from test modules and from a Python prompt while debugging:
 
 import json
 import os
+import random
 import re
 import select
 import signal
@@ -91,7 +92,7 @@ _ports_handed_out = _PortRegistry()
 # binds it, and that server then fails with EADDRINUSE (a cluster node did, once in a loaded
 # run). Outgoing connections never take a port below the range.
 _PORT_FLOOR = 10000
-_port_choice = __import__("random").SystemRandom()
+_port_choice = random.SystemRandom()
 
 
 def _ephemeral_low():
@@ -104,6 +105,7 @@ def _ephemeral_low():
 
 
 def _bindable(port):
+    """Whether 127.0.0.1:port can be bound now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -112,7 +114,7 @@ def _bindable(port):
     return True
 
 
-def _kernel_port(span=0):
+def _unbound_port(span=0):
     """A port on 127.0.0.1 that nobody has bound now, such that port + span also lies below the
     ephemeral range (span 10000: a cluster node's bus port); the kernel's own choice, in the
     ephemeral range, only where the range leaves no room below it."""
@@ -134,7 +136,7 @@ def free_port():
     A port is never handed out twice in one test run, across xdist workers too: two calls
     for a proxy's listen and admin_listen must differ.
     """
-    return _ports_handed_out.claim(_kernel_port)
+    return _ports_handed_out.claim(_unbound_port)
 
 
 def port_accepts(port, host="127.0.0.1", timeout=0.2):

@@ -458,16 +458,10 @@ def cluster_free_port():
     handed out with it (harness._ports_handed_out), so no later free_port() gives it to
     another node, whose bind would then fail once this node listens on its bus."""
     def bus(port):
-        if port + 10000 > 65535:
-            return None
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            return None
-        return (port + 10000,)
+        ok = port + 10000 <= 65535 and harness._bindable(port + 10000)
+        return (port + 10000,) if ok else None
 
-    return harness._ports_handed_out.claim(lambda: harness._kernel_port(span=10000), bus)
+    return harness._ports_handed_out.claim(lambda: harness._unbound_port(span=10000), bus)
 
 
 def _text(v):
@@ -563,17 +557,8 @@ class ClusterGroup:
         return next(n for n in self.nodes if n.port == port)
 
     def _info(self, node):
-        text = node.cmd("CLUSTER", "INFO", timeout=2)
-        if isinstance(text, bytes):
-            text = text.decode()
+        text = _text(node.cmd("CLUSTER", "INFO", timeout=2))
         return dict(l.split(":", 1) for l in text.split("\r\n") if ":" in l)
-
-    def state_ok(self):
-        """Every live node says cluster_state:ok and agrees on one configuration epoch map."""
-        try:
-            return all(self._info(n).get("cluster_state") == "ok" for n in self.alive())
-        except (OSError, RedisError):
-            return False
 
     def primaries(self):
         """The live nodes whose ROLE is master and that own slots."""
@@ -604,8 +589,7 @@ class ClusterGroup:
         return out
 
     def node_id(self, node):
-        nid = node.cmd("CLUSTER", "MYID", timeout=2)
-        return nid.decode() if isinstance(nid, bytes) else nid
+        return _text(node.cmd("CLUSTER", "MYID", timeout=2))
 
     def wait_stable(self, timeout=60):
         """cluster_state ok everywhere, every primary's replicas attached, and each live

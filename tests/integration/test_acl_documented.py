@@ -14,7 +14,6 @@ each feature the proxy runs as the documented user on real servers, and the test
 The Sentinel and Cluster cases start topologies and carry the `topology` marker.
 """
 
-import json
 import re
 import urllib.parse
 import uuid
@@ -23,6 +22,7 @@ import pytest
 
 from harness import documented_acl_rules, documented_acl_users, hold, log_line, readyz, \
     wait_ready, wait_until
+from proxy_helpers import json_lines
 from redis_topology import ClusterGroup, SentinelGroup, acl_setuser
 from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
 from test_cluster import cluster_redis, redirections, redis_cli
@@ -98,7 +98,7 @@ def assert_every_command_ran(servers, rules, also_ran=()):
 
 def access_lines(p):
     """The proxy's access-log lines so far (stdout, flushed every 100 ms), parsed."""
-    return [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
+    return json_lines(p.stdout_text())
 
 
 def record_id(p, key_outcome):

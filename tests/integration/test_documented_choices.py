@@ -15,7 +15,6 @@ receiver of test_inbox.py.
 
 import hashlib
 import hmac
-import json
 import time
 import uuid
 import urllib.parse
@@ -23,6 +22,7 @@ import urllib.parse
 import pytest
 
 from harness import wait_until
+from proxy_helpers import json_lines
 from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
 
 
@@ -30,10 +30,7 @@ def access_lines(p, n=None):
     """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
     JSON: every one once the proxy has exited, else once there are at least n (waits)."""
     def parsed():
-        try:
-            lines = [json.loads(line) for line in p.stdout_text().splitlines() if line.strip()]
-        except ValueError:  # a line being written
-            return None
+        lines = json_lines(p.stdout_text())  # a line being written is not one yet
         return lines if n is None or len(lines) >= n else None
     if n is None:
         assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"

@@ -25,6 +25,7 @@ import pytest
 from harness import (
     Connection, _Reader, build_request, hold, read_response, wait_metric, wait_until,
 )
+from proxy_helpers import json_lines
 
 
 def new_key():
@@ -300,13 +301,12 @@ def test_keep_alive_connection_alternates_replays_and_forwards(proxy, upstream):
 def access_lines(p, n):
     """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON, once
     there are n of them; n=0: after a span in which none may come."""
-    def lines():
-        return [line for line in p.stdout_text().splitlines() if line.strip()]
     if n:
-        wait_until(lambda: len(lines()) >= n, what="%d access-log lines" % n)
+        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,
+                   what="%d access-log lines" % n)
     else:
         hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
-    return [json.loads(line) for line in lines()]
+    return json_lines(p.stdout_text())
 
 
 def drive_outcomes(p):
