@@ -238,6 +238,14 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
                  rec.status);
         exchange_problem(x, PROBLEM_RESPONSE_NOT_REPLAYABLE, 502, detail, 0, true);
     } else if (d == DECIDE_OUTCOME_UNKNOWN) {
+        /*
+         * a claim whose lease ran out (a proxy that died mid-flight) was never
+         * written as outcome-unknown, so nothing counted it: each such answer
+         * counts (docs/operations.md#metrics)
+         */
+        if (rec.state != RECORD_UNKNOWN)
+            metrics_count_outcome_unknown(x->set->metrics,
+                                          x->route != NULL ? x->route->path : NULL);
         exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
                          rec.state == RECORD_UNKNOWN
                              ? "the original request was sent upstream but its outcome is "

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import HTTPError, hold, wait_until, wait_waiting, wall_clock_of
+from harness import HTTPError, hold, metric_sum, wait_until, wait_waiting, wall_clock_of
 from proxy_helpers import (
     new_key, assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
     in_background, concurrently, prefixed_keys,
@@ -234,6 +234,28 @@ def test_proxy_crash_mid_flight_is_outcome_unknown_after_the_lease(start_proxy, 
     assert_problem(r, 502, "outcome-unknown")
     assert r.header("Idempotent-Replayed") == "true"
     assert upstream.total() == 1
+
+
+@pytest.mark.slow
+def test_a_crashed_proxys_claim_answered_outcome_unknown_is_counted(start_proxy, upstream):
+    """kill -9 mid-request, a new proxy on the same Redis: the retry after the lease gets
+    502 outcome-unknown, and idempotency_proxy_outcome_unknown_total counts that answer
+    (docs/operations.md#metrics), though no record was written in that state."""
+    p1 = start_proxy(lease="1s")
+    key = new_key()
+    hs = [("X-Demo-Delay-Ms", "3000")]
+    f = in_background(p1.post, key=key, headers=hs)
+    wait_until(lambda: upstream.total() == 1)
+    p1.kill()
+    with pytest.raises((HTTPError, OSError)):
+        f.result()
+    p2 = start_proxy(lease="1s")
+    assert metric_sum(p2, "idempotency_proxy_outcome_unknown_total") == 0
+    hold(1.6, "the lease (1 s) of the killed proxy's claim runs out")
+    r = p2.post(key=key, headers=hs)
+    assert_problem(r, 502, "outcome-unknown")
+    assert upstream.total() == 1
+    assert metric_sum(p2, "idempotency_proxy_outcome_unknown_total") == 1
 
 
 @pytest.mark.slow
