@@ -12,9 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+
+#include "log.h"
 
 /* The HKDF info of the fingerprint key (keyring.h); never change it: fingerprints would. */
 static const char keyring_fingerprint_label[] = "idempotency-proxy fingerprint key v1";
@@ -47,6 +51,29 @@ struct keyring {
 };
 
 static _Atomic uint64_t keyring_serials;
+
+static pthread_once_t keyring_no_dumps_once = PTHREAD_ONCE_INIT;
+
+/*
+ * No core dump from now on: the contexts OpenSSL keys from the keyring (the
+ * HMAC state of each key's prk and fingerprint key, the value keys' AES
+ * schedules) are in its ordinary heap, which MADV_DONTDUMP does not cover.
+ * Neither call can be undone by the process itself without privilege
+ * (RLIMIT_CORE's hard limit goes to 0 too).
+ */
+static void keyring_no_dumps(void)
+{
+    const struct rlimit none = { 0, 0 };
+    int limit = setrlimit(RLIMIT_CORE, &none) == 0 ? 0 : errno;
+    int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : errno;
+
+    if (limit == 0 && dumpable == 0)
+        log_msg(LOG_INFO, "a keyring is loaded: core dumps are off for the life of the process "
+                "(RLIMIT_CORE 0, not dumpable)");
+    else
+        log_msg(LOG_WARN, "a keyring is loaded, but core dumps could not be turned off: %s",
+                strerror(limit != 0 ? limit : dumpable));
+}
 
 /* ---- the object ------------------------------------------------------------ */
 
@@ -81,6 +108,7 @@ struct keyring *keyring_create(char *err, size_t errlen)
         free(kr);
         return NULL;
     }
+    pthread_once(&keyring_no_dumps_once, keyring_no_dumps);
     kr->locked = mlock(kr->area, kr->area_len) == 0;
     kr->lock_error = kr->locked ? 0 : errno;
     kr->refs = 1;

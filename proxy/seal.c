@@ -161,6 +161,11 @@ static EVP_CIPHER_CTX *seal_context(int encrypt)
 
 void seal_thread_end(void)
 {
+    seal_thread_forget();
+}
+
+void seal_thread_forget(void)
+{
     for (int i = 0; i < 2; i++) {
         EVP_CIPHER_CTX_free(seal_ctx[i]);   /* wipes the last value key's schedule */
         seal_ctx[i] = NULL;

@@ -133,7 +133,16 @@ int seal_fingerprint(const struct keyring *kr, const char *key_id, size_t id_len
                      const char *method, const char *target, const void *body, size_t len,
                      char *hex);
 
-/* Free the calling thread's cipher and KDF contexts; call as a thread that sealed ends. */
+/*
+ * Free the calling thread's cipher, keyed HMAC and KDF contexts (OpenSSL
+ * wipes what they held): the next seal or open makes them again. Call when
+ * a thread that sealed ends, and when it takes a reloaded config, so that
+ * no context keyed from a key reloaded away outlives the reload
+ * (docs/data-protection.md#key-material).
+ */
+void seal_thread_forget(void);
+
+/* seal_thread_forget, as a thread that sealed ends. */
 void seal_thread_end(void);
 
 #endif

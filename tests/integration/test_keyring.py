@@ -179,6 +179,43 @@ def test_keys_that_cannot_be_locked_are_warned_about_and_the_proxy_serves(start_
     assert_still_protects(p, upstream)
 
 
+def core_limit(pid):
+    """(soft, hard) of /proc/PID/limits' "Max core file size", as written there."""
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max core file size"):
+                return tuple(line[len("Max core file size"):].split()[:2])
+    raise AssertionError("no core size in /proc/%d/limits" % pid)
+
+
+def core_wrapper():
+    """A command prefix that lets the proxy dump core (so that turning it off shows): its hard
+    limit as its soft one, unlimited for root; skips when no core dump is allowed at all."""
+    hard = core_limit(os.getpid())[1]
+    if os.geteuid() == 0:
+        hard = "unlimited"
+    if hard == "0":
+        pytest.skip("core dumps are off for this test run already (hard limit 0)")
+    return ["prlimit", "--core=%s:%s" % (hard, hard)]
+
+
+def test_core_dumps_are_off_while_a_keyring_is_loaded(start_proxy, upstream, tmp_path):
+    """OpenSSL's contexts keyed from the keys are in its ordinary heap: with a keyring the
+    process dumps no core (docs/data-protection.md#key-material); without one its limit is
+    as it was started with."""
+    wrapper = core_wrapper()
+    allowed = (wrapper[-1].split("=")[1].split(":")[0],) * 2
+    plain = start_proxy(wrapper=wrapper, name="plain")
+    assert core_limit(plain.pid()) == allowed
+    assert not lines_with(plain, "core dumps")
+    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(A))
+    p = start_proxy(encryption={"keyring": keyring}, wrapper=wrapper)
+    wait_until(lambda: lines_with(p, "listening on"), what="the startup line")
+    assert core_limit(p.pid()) == ("0", "0")
+    assert len(lines_with(p, "a keyring is loaded: core dumps are off")) == 1, p.stderr_text()
+    assert_still_protects(p, upstream)
+
+
 def test_sighup_rereads_the_keyring_refuses_a_bad_one_and_applies_a_good_one(start_proxy,
                                                                             upstream, tmp_path):
     path = tmp_path / "keyring.yaml"
