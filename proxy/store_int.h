@@ -224,6 +224,22 @@ struct evdns_base *store_dns_create(struct event_base *base);
 
 /* ---- Sentinel (store_sentinel.c; docs/redis.md) ---------- */
 
+/* A sentinel's answer to SENTINEL MASTER (store_sentinel_master_read). */
+struct sentinel_master {
+    char host[256];             /* the primary's ip, NUL-terminated */
+    uint16_t port;
+    uint64_t epoch;             /* its config-epoch: the failover that made it the primary */
+};
+
+/*
+ * Read the reply r to `SENTINEL MASTER master` into *out: true; or false
+ * with why (whylen bytes): an error reply, a master the sentinel does not
+ * monitor ("does not monitor a master named ..."), a reply without ip, port
+ * (1-65535) or config-epoch. Pure (store_sentinel_reply.c).
+ */
+bool store_sentinel_master_read(const redisReply *r, const char *master,
+                                struct sentinel_master *out, char *why, size_t whylen);
+
 struct store_sentinel;
 
 /*
@@ -249,10 +265,10 @@ struct store_sentinel *store_sentinel_create(struct event_base *base, const stru
 
 /*
  * data's locate hook: ask the sentinels in turn (the one that answered last
- * first), each within redis.timeout, `SENTINEL get-master-addr-by-name
- * MASTER`; the first address named goes to store_conn_located, and when
- * none names one, store_conn_locate_failed says what each answered. Never
- * answers from inside this call.
+ * first), each within redis.timeout, `SENTINEL MASTER MASTER`; the first
+ * address named with a config-epoch no older than the one followed goes to
+ * store_conn_located, and when none names one, store_conn_locate_failed
+ * says what each answered. Never answers from inside this call.
  */
 void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data);
 

@@ -8,12 +8,18 @@
  *              attempt: on every reconnect, and so whenever the connection
  *              drops (a "not the primary now" reply, a timeout, a closed
  *              connection, a failed ROLE check). The sentinels are asked in
- *              turn, `SENTINEL get-master-addr-by-name MASTER`, each on a
- *              connection of its own (name resolved with evdns, TLS, AUTH
- *              with the sentinels' credentials, PING) and each within
- *              redis.timeout; the first that names an address moves to the
- *              front of the list, and the data connection goes there, where
- *              ROLE must say master before anything is sent (store_conn.c).
+ *              turn, `SENTINEL MASTER MASTER` (its ip, port and
+ *              config-epoch), each on a connection of its own (name
+ *              resolved with evdns, TLS, AUTH with the sentinels'
+ *              credentials, PING) and each within redis.timeout; the first
+ *              that names an address with a config-epoch no older than the
+ *              one followed moves to the front of the list, and the data
+ *              connection goes there, where ROLE must say master before
+ *              anything is sent (store_conn.c).
+ *   epoch      the config-epoch of the primary followed only grows: a
+ *              sentinel that names another primary with an older epoch (a
+ *              minority sentinel that has not heard of the failover, in a
+ *              split) is not followed, in discovery or in the check.
  *   hint       one connection subscribed to +switch-master at one sentinel;
  *              a message for our master restarts the data connection (so
  *              discovery runs again) and moves that sentinel to the front.
@@ -67,14 +73,14 @@ struct store_sentinel {
     bool destroying;
     size_t order[CONFIG_MAX_SENTINELS]; /* indexes of cfg->redis_sentinels, who answered last first */
     char primary[300];              /* host:port the last discovery found; "" before the first */
+    uint64_t epoch;                 /* its config-epoch (0 before the first) */
 
     /* discovery */
     bool asking;                    /* a discovery runs; its answer goes to data */
     size_t pos;                     /* order[pos] is being asked */
     struct store_conn *ask;         /* the connection to it, or NULL */
     enum sentinel_answer answer;
-    char found_host[256];
-    uint16_t found_port;
+    struct sentinel_master found;
     char why[400];                  /* why the sentinel asked gave no address */
     char tried[1200];               /* each sentinel's why, for the summary */
     struct event ask_deadline;      /* redis.timeout for each sentinel */
@@ -159,42 +165,32 @@ static void sentinel_ask_failed(struct store_sentinel *sn, const char *why)
 }
 
 /*
- * The reply (st, r) to SENTINEL get-master-addr-by-name on c: [host, port]
- * into host (hostlen bytes) and *port, true; or false with why (whylen
- * bytes): no answer, an error, nil (a master the sentinel does not know).
+ * The reply (st, r) to SENTINEL MASTER on c into *m, true; or false with
+ * why (whylen bytes): no answer, an error, a master the sentinel does not
+ * know, or a primary other than ours named with a config-epoch older than
+ * the one followed (a sentinel that has not heard of the last failover).
  */
-static bool sentinel_read_addr(const struct store_sentinel *sn, const struct store_conn *c,
-                               enum store_status st, const redisReply *r, char *host,
-                               size_t hostlen, uint16_t *port, char *why, size_t whylen)
+static bool sentinel_read_master(const struct store_sentinel *sn, const struct store_conn *c,
+                                 enum store_status st, const redisReply *r,
+                                 struct sentinel_master *m, char *why, size_t whylen)
 {
-    char *end = NULL;
-    unsigned long n = 0;
+    char to[300];
 
     if (st != STORE_OK) {
         snprintf(why, whylen, "%s", st == STORE_TIMEOUT ? "no answer within redis.timeout"
                                                         : store_conn_last_error(c));
         return false;
     }
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "SENTINEL get-master-addr-by-name failed: %.200s", r->str);
+    if (!store_sentinel_master_read(r, sn->cfg->redis_sentinel_master, m, why, whylen))
+        return false;
+    snprintf(to, sizeof(to), strchr(m->host, ':') != NULL ? "[%s]:%u" : "%s:%u", m->host,
+             (unsigned)m->port);
+    if (m->epoch < sn->epoch && strcmp(to, sn->primary) != 0) {
+        snprintf(why, whylen, "names %.100s with config-epoch %llu, older than the primary "
+                 "followed (%.100s, config-epoch %llu): not followed", to,
+                 (unsigned long long)m->epoch, sn->primary, (unsigned long long)sn->epoch);
         return false;
     }
-    if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_ARRAY && r->elements == 0)) {
-        snprintf(why, whylen, "does not monitor a master named '%.200s'",
-                 sn->cfg->redis_sentinel_master);
-        return false;
-    }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
-        n = strtoul(r->element[1]->str, &end, 10);
-    if (end == NULL || end == r->element[1]->str || *end != '\0' || n < 1 || n > 65535 ||
-        r->element[0]->len == 0 || r->element[0]->len >= hostlen ||
-        strlen(r->element[0]->str) != r->element[0]->len) {
-        snprintf(why, whylen, "SENTINEL get-master-addr-by-name: unexpected reply");
-        return false;
-    }
-    memcpy(host, r->element[0]->str, r->element[0]->len + 1);
-    *port = (uint16_t)n;
     return true;
 }
 
@@ -203,13 +199,13 @@ static int sentinel_send_question(struct store_sentinel *sn, struct store_conn *
                                   store_conn_reply_cb *cb)
 {
     const char *master = sn->cfg->redis_sentinel_master;
-    const char *argv[] = { "SENTINEL", "get-master-addr-by-name", master };
-    const size_t argvlen[] = { 8, 23, strlen(master) };
+    const char *argv[] = { "SENTINEL", "MASTER", master };
+    const size_t argvlen[] = { 8, 6, strlen(master) };
 
     return store_conn_send(c, cb, sn, 3, argv, argvlen);
 }
 
-/* The reply to SENTINEL get-master-addr-by-name: [host, port], or nil for an unknown master. */
+/* The reply to SENTINEL MASTER: the primary's fields, or an error for an unknown master. */
 static void sentinel_on_ask_reply(enum store_status st, const redisReply *r, void *arg)
 {
     struct store_sentinel *sn = arg;
@@ -217,8 +213,7 @@ static void sentinel_on_ask_reply(enum store_status st, const redisReply *r, voi
 
     if (sn->destroying || sn->answer != ASK_PENDING)
         return;
-    if (!sentinel_read_addr(sn, sn->ask, st, r, sn->found_host, sizeof(sn->found_host),
-                            &sn->found_port, why, sizeof(why))) {
+    if (!sentinel_read_master(sn, sn->ask, st, r, &sn->found, why, sizeof(why))) {
         sentinel_ask_failed(sn, why);
         return;
     }
@@ -275,12 +270,14 @@ static void sentinel_found(struct store_sentinel *sn, const char *sentinel)
 {
     char to[300];
 
-    snprintf(to, sizeof(to), strchr(sn->found_host, ':') != NULL ? "[%s]:%u" : "%s:%u",
-             sn->found_host, (unsigned)sn->found_port);
+    snprintf(to, sizeof(to), strchr(sn->found.host, ':') != NULL ? "[%s]:%u" : "%s:%u",
+             sn->found.host, (unsigned)sn->found.port);
     sentinel_to_front(sn, sn->order[sn->pos]);
     if (sn->primary[0] != '\0' && strcmp(sn->primary, to) != 0) {
-        log_msg(LOG_WARN, "redis sentinel %s: the primary of %s is now %s (was %s): following "
-                "the failover", sentinel, sn->cfg->redis_sentinel_master, to, sn->primary);
+        log_msg(LOG_WARN, "redis sentinel %s: the primary of %s is now %s (was %s; "
+                "config-epoch %llu): following the failover", sentinel,
+                sn->cfg->redis_sentinel_master, to, sn->primary,
+                (unsigned long long)sn->found.epoch);
         if (sn->followed != NULL)
             sn->followed(sn->primary, to, sn->followed_arg);
     } else {
@@ -288,8 +285,10 @@ static void sentinel_found(struct store_sentinel *sn, const char *sentinel)
                 sn->cfg->redis_sentinel_master, to);
     }
     snprintf(sn->primary, sizeof(sn->primary), "%s", to);
+    if (sn->found.epoch > sn->epoch)
+        sn->epoch = sn->found.epoch;
     sn->asking = false;
-    store_conn_located(sn->data, sn->found_host, sn->found_port);
+    store_conn_located(sn->data, sn->found.host, sn->found.port);
 }
 
 /* The asked sentinel answered or failed: close its connection, then report or ask the next. */
@@ -596,25 +595,25 @@ static void sentinel_confirm(struct store_sentinel *sn, const char *host, uint16
 static void sentinel_on_check_reply(enum store_status st, const redisReply *r, void *arg)
 {
     struct store_sentinel *sn = arg;
-    char host[256], why[700], sentinel[300];
-    uint16_t port;
+    struct sentinel_master m;
+    char why[700], sentinel[300];
 
     if (sn->destroying || sn->check == NULL)
         return; /* lost as its connection closes (sentinel_close) */
     sn->check_in_flight = false;
-    if (!sentinel_read_addr(sn, sn->check, st, r, host, sizeof(host), &port, why,
-                            sizeof(why))) {
+    if (!sentinel_read_master(sn, sn->check, st, r, &m, why, sizeof(why))) {
         sentinel_check_failed(sn, why);
         return;
     }
     sn->check_failures = 0;
     /* a discovery runs, or the connection is on its way elsewhere: that answer decides */
-    if (sn->asking || !store_conn_ready(sn->data) || sentinel_data_on(sn, host, port))
+    if (sn->asking || !store_conn_ready(sn->data) || sentinel_data_on(sn, m.host, m.port))
         return;
     sentinel_name(sn, sn->check_index, sentinel, sizeof(sentinel));
     snprintf(sn->confirm_why, sizeof(sn->confirm_why), "sentinel %s names %s:%u as the "
-             "primary of %s", sentinel, host, (unsigned)port, sn->cfg->redis_sentinel_master);
-    sentinel_confirm(sn, host, port);
+             "primary of %s (config-epoch %llu)", sentinel, m.host, (unsigned)m.port,
+             sn->cfg->redis_sentinel_master, (unsigned long long)m.epoch);
+    sentinel_confirm(sn, m.host, m.port);
 }
 
 static void sentinel_on_check_ready(void *owner)

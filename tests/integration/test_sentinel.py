@@ -178,7 +178,7 @@ def test_sentinel_that_does_not_know_the_master_is_not_an_answer(sentinel_group,
 
 
 # The proxy's exact command list at a sentinel (README "Redis in production").
-SENTINEL_ACL = ("user watcher on >watch-pw -@all +ping +sentinel|get-master-addr-by-name "
+SENTINEL_ACL = ("user watcher on >watch-pw -@all +ping +sentinel|master "
                 "+subscribe resetchannels &+switch-master")
 
 
@@ -377,6 +377,69 @@ def test_a_proxy_that_missed_the_hint_follows_once_it_reaches_a_sentinel(sentine
     finally:
         for gate in gates:
             gate.stop()
+
+
+def commands_seen(sentinel, asked=[0]):
+    """Commands sentinel processed from others than this helper (each INFO counts one)."""
+    info = sentinel.cmd("INFO", "stats", timeout=2)
+    asked[0] += 1
+    n = int(re.search(r"^total_commands_processed:(\d+)", info, re.M).group(1))
+    return n - (asked[0] - 1)
+
+
+@pytest.mark.threads
+@pytest.mark.slow
+@pytest.mark.topology
+def test_a_sentinel_naming_an_older_epoch_does_not_move_the_proxy_back(sentinel_group,
+                                                                       start_proxy, upstream,
+                                                                       tmp_path):
+    """A minority sentinel, in a split, still names the old primary, which still answers
+    ROLE master: here a sentinel outside the group, at config-epoch 0, naming a live node
+    of its own. After a failover (config-epoch 1) the proxy's check asks it (the sentinel
+    before it stops answering): the proxy stays on the new primary, follows no failover,
+    and a key recorded there is replayed, not executed again (docs/redis.md#sentinel)."""
+    g = sentinel_group(n_replicas=1, n_sentinels=3)
+    old_node = RedisServer(str(tmp_path / "cut-off-primary")).start()
+    stale = Sentinel(str(tmp_path / "minority-sentinel"), MASTER, old_node.port, quorum=1,
+                     down_after_ms=60000)
+    try:
+        # listed second: the check asks it once the first sentinel stops answering
+        addresses = [g.sentinel_addresses[0], "127.0.0.1:%d" % stale.port] + \
+            g.sentinel_addresses[1:]
+        p = start_proxy(redis=sentinel_redis(addresses), workers=2)
+        wait_ready(p)
+        first = g.named()
+        wait_until(lambda: primaries(p) == {first: 2}, what="both workers on %s" % first)
+        assert g.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER) == "OK"
+        new = g.wait_named(first)
+        wait_until(lambda: primaries(p) == {new: 2}, what="both workers on %s" % new)
+        wait_ready(p)
+        followed = failovers_followed(p)
+        key = new_key()
+        assert p.post(key=key).status == 201
+        assert upstream.executions(key) == 1
+
+        stale.start()
+        fields = stale.cmd("SENTINEL", "MASTER", MASTER)
+        fields = dict(zip(fields[0::2], fields[1::2]))
+        assert fields["config-epoch"] == "0" and fields["port"] == str(old_node.port), fields
+        assert g.role(old_node) == "master"
+        g.sentinels[0].pause()
+        wait_until(lambda: commands_seen(stale) >= 4, interval=0.1,
+                   what="both workers' checks asking the minority sentinel")
+        hold(2.0, "a proxy that follows the minority sentinel moves within a second")
+        assert primaries(p) == {new: 2}
+        assert failovers_followed(p) == followed
+        replay = p.post(key=key)
+        assert replay.status == 201 and replay.header("Idempotent-Replayed") == "true", replay
+        assert upstream.executions(key) == 1
+        fresh = new_key()
+        assert p.post(key=fresh).status == 201
+        assert record_keys(g.node_at(new)) and not record_keys(old_node)
+    finally:
+        g.sentinels[0].resume()
+        stale.kill()
+        old_node.kill()
 
 
 # --------------------------------------------------------------------------
