@@ -223,6 +223,11 @@ unsigned exchange_set_busy(const struct exchange_set *set)
     return set->active + set->unflushed + set->janitor.pending;
 }
 
+void exchange_set_failed_over(struct exchange_set *set)
+{
+    janitor_failed_over(&set->janitor);
+}
+
 void exchange_set_deinit(struct exchange_set *set)
 {
     reply_conns_deinit(&set->conns);

@@ -73,6 +73,12 @@ void exchange_set_config(struct exchange_set *set, struct config *conf);
  */
 unsigned exchange_set_busy(const struct exchange_set *set);
 
+/*
+ * The worker's store followed a failover (redis.sentinel): the claims
+ * released unforwarded lately are released again (janitor_failed_over).
+ */
+void exchange_set_failed_over(struct exchange_set *set);
+
 /* Drop the configuration and forget pending releases: at exit, after the store is gone. */
 void exchange_set_deinit(struct exchange_set *set);
 

@@ -272,10 +272,13 @@ static void exchange_on_unreplicated_released(enum store_status st, bool applied
 {
     struct exchange *x = arg;
 
-    if (st != STORE_OK) /* nothing was forwarded: the janitor keeps trying */
+    if (st != STORE_OK) { /* nothing was forwarded: the janitor keeps trying */
         janitor_release(&x->set->janitor, x->record_key, x->owner, x->policy->retention_ms);
-    else if (applied)
+    } else if (applied) {
+        /* a replica may have the claim and not yet this release: again after a failover */
+        janitor_remember(&x->set->janitor, x->record_key, x->owner);
         exchange_record_changed(x->set, x->record_key);
+    }
     exchange_unref(x);
 }
 

@@ -6,6 +6,10 @@
  * is looked at again later; any other record ends the watch. A GET first,
  * rather than the release, costs one command per look at a claim that never
  * lands, the common case once Redis answers.
+ *
+ * Released claims are remembered for a while, and released again when the
+ * store follows a failover (janitor.h): the new primary may have been a
+ * replica that got the claim and not its release.
  */
 #include "janitor.h"
 
@@ -29,6 +33,16 @@ struct orphan_claim {
     bool answered;                          /* Redis has answered for it: not in pending */
     struct event timer;
     TAILQ_ENTRY(orphan_claim) link;
+    char record_key[];                      /* NUL-terminated */
+};
+
+struct released_claim {
+    struct janitor *j;
+    char owner[33];
+    double until_ms;                        /* monotonic: forgotten then */
+    bool sending;                           /* its release is on its way: kept until answered */
+    struct event timer;                     /* a failed release sent again */
+    TAILQ_ENTRY(released_claim) link;
     char record_key[];                      /* NUL-terminated */
 };
 
@@ -83,6 +97,7 @@ static void janitor_on_released(enum store_status st, bool applied, void *arg)
         log_msg(LOG_INFO, "released a claim that reached Redis after its request was "
                 "refused (record key %s)", o->record_key);
         o->j->released(o->record_key, o->j->arg);
+        janitor_remember(o->j, o->record_key, o->owner);
         janitor_free(o);
     } else {
         /* a store failure, or it changed since the GET (expired, taken over): look again */
@@ -138,6 +153,8 @@ void janitor_init(struct janitor *j, struct event_base *base, struct store *stor
     j->pending = 0;
     j->released = released;
     j->arg = arg;
+    TAILQ_INIT(&j->released_claims);
+    j->n_released = 0;
 }
 
 void janitor_release(struct janitor *j, const char *record_key, const char *owner,
@@ -171,8 +188,106 @@ void janitor_release(struct janitor *j, const char *record_key, const char *owne
     evtimer_add(&o->timer, &first);
 }
 
+/* ---- released claims, released again after a failover -------------------- */
+
+static void janitor_forget(struct released_claim *r)
+{
+    event_del(&r->timer);
+    TAILQ_REMOVE(&r->j->released_claims, r, link);
+    r->j->n_released--;
+    free(r);
+}
+
+/* Forget the claims remembered past JANITOR_REMEMBER_MS (not one whose release is on its way). */
+static void janitor_forget_old(struct janitor *j)
+{
+    double now = clock_mono_ms();
+    struct released_claim *r = TAILQ_FIRST(&j->released_claims), *next;
+
+    for (; r != NULL && r->until_ms < now; r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (!r->sending)
+            janitor_forget(r);
+    }
+}
+
+static void janitor_send_again(struct released_claim *r);
+
+static void janitor_on_released_again(enum store_status st, bool applied, void *arg)
+{
+    struct released_claim *r = arg;
+    struct timeval tv = clock_ms_to_timeval(JANITOR_RETRY_MS);
+
+    r->sending = false;
+    if (st == STORE_OK && applied) {
+        log_msg(LOG_WARN, "released again a claim that was never forwarded (record key %s): "
+                "the primary followed after a failover had it without its release",
+                r->record_key);
+        r->j->released(r->record_key, r->j->arg);
+    } else if (st != STORE_OK && clock_mono_ms() + JANITOR_RETRY_MS < r->until_ms) {
+        evtimer_add(&r->timer, &tv);
+    }
+}
+
+static void janitor_send_again(struct released_claim *r)
+{
+    r->sending = true;
+    store_release_owned(r->j->store, r->record_key, r->owner, janitor_on_released_again, r);
+}
+
+static void janitor_on_again_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    janitor_send_again(arg);
+}
+
+void janitor_remember(struct janitor *j, const char *record_key, const char *owner)
+{
+    size_t key_len = strlen(record_key);
+    struct released_claim *r = NULL, *old;
+
+    janitor_forget_old(j);
+    for (old = TAILQ_FIRST(&j->released_claims);
+         old != NULL && j->n_released >= JANITOR_MAX_REMEMBERED; old = TAILQ_NEXT(old, link)) {
+        if (!old->sending) {
+            janitor_forget(old);
+            break;
+        }
+    }
+    if (j->n_released < JANITOR_MAX_REMEMBERED)
+        r = calloc(1, sizeof(*r) + key_len + 1);
+    if (r == NULL) {
+        log_msg(LOG_WARN, "cannot remember a released claim (record key %s) to release it "
+                "again after a failover", record_key);
+        return;
+    }
+    r->j = j;
+    memcpy(r->record_key, record_key, key_len + 1);
+    memcpy(r->owner, owner, sizeof(r->owner) - 1);
+    r->until_ms = clock_mono_ms() + JANITOR_REMEMBER_MS;
+    evtimer_assign(&r->timer, j->base, janitor_on_again_timer, r);
+    TAILQ_INSERT_TAIL(&j->released_claims, r, link);
+    j->n_released++;
+}
+
+void janitor_failed_over(struct janitor *j)
+{
+    struct released_claim *r;
+
+    janitor_forget_old(j);
+    TAILQ_FOREACH(r, &j->released_claims, link) {
+        if (!r->sending) {
+            event_del(&r->timer);
+            janitor_send_again(r);
+        }
+    }
+}
+
 void janitor_deinit(struct janitor *j)
 {
     while (!TAILQ_EMPTY(&j->claims))
         janitor_free(TAILQ_FIRST(&j->claims));
+    while (!TAILQ_EMPTY(&j->released_claims))
+        janitor_forget(TAILQ_FIRST(&j->released_claims));
 }

@@ -232,6 +232,7 @@ static void worker_on_failover(const char *from, const char *to, void *arg)
 
     (void)from;
     metrics_count_failover(&w->pool->metrics, to);
+    exchange_set_failed_over(&w->xs);   /* released claims, released again */
 }
 
 /* The worker's store read a cluster's slot map or followed a redirection (redis.cluster). */

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -21,7 +22,7 @@ import pytest
 from harness import WAIT_S, HTTPError, RedisError, RedisServer, assert_stays_unready, free_port, \
     hold, log_line, log_lines, pace, proxy_binary, readyz, wait_ready, wait_until
 from proxy_helpers import assert_problem, new_key
-from redis_gate import RedisGate
+from redis_gate import RedisGate, _split_commands
 from redis_topology import Pki, Sentinel, SentinelGroup, SwitchListener
 
 MASTER = "payments"
@@ -440,6 +441,189 @@ def test_a_sentinel_naming_an_older_epoch_does_not_move_the_proxy_back(sentinel_
         g.sentinels[0].resume()
         stale.kill()
         old_node.kill()
+
+
+class ReplicationRelay:
+    """127.0.0.1:port relaying a replica's replication link to its primary at target_port.
+    hold() keeps what the primary sends from then on (its replication stream) in .buffer
+    instead of passing it on; pass_on(n) sends the first n bytes held to the replica and
+    cuts the link for good (nothing more either way; a reconnect is refused)."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.port = self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.holding = False
+        self.cut = False
+        self.buffer = b""
+        self.links = []  # (replica socket, primary socket)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                replica, _ = self.lsock.accept()
+            except OSError:
+                return
+            if self.cut:
+                replica.close()
+                continue
+            try:
+                primary = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
+            except OSError:
+                replica.close()
+                continue
+            primary.settimeout(None)
+            with self.lock:
+                self.links.append((replica, primary))
+            threading.Thread(target=self._pump, args=(replica, primary, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(primary, replica, True),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, from_primary):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            with self.lock:
+                if self.cut:
+                    continue
+                if from_primary and self.holding:
+                    self.buffer += data
+                    continue
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for sock in (src, dst):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def hold(self):
+        with self.lock:
+            self.holding = True
+
+    def held(self):
+        with self.lock:
+            return self.buffer
+
+    def pass_on(self, n):
+        with self.lock:
+            self.cut = True
+            for replica, primary in self.links:
+                try:
+                    replica.sendall(self.buffer[:n])
+                except OSError:
+                    pass  # an earlier link, closed
+                for sock in (replica, primary):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    def stop(self):
+        self.cut = True
+        self.lsock.close()
+
+
+def claim_only(stream):
+    """How many bytes of a held replication stream carry the first write of a record key
+    (with its MULTI ... EXEC around it), and not what follows it (the release); 0 while
+    the stream holds no such write yet, or only part of its transaction."""
+    commands, _ = _split_commands(stream)
+    end, in_multi = 0, False
+    for i, (name, raw) in enumerate(commands):
+        end += len(raw)
+        in_multi = (in_multi or name == b"MULTI") and name != b"EXEC"
+        if b"idem" in raw:
+            if not in_multi:
+                return end
+            for name2, raw2 in commands[i + 1:]:
+                end += len(raw2)
+                if name2 == b"EXEC":
+                    return end
+            return 0
+    return 0
+
+
+def writes_of_record_keys(stream):
+    commands, _ = _split_commands(stream)
+    return sum(1 for _, raw in commands if b"idem" in raw)
+
+
+@pytest.mark.threads
+@pytest.mark.slow
+@pytest.mark.topology
+def test_a_released_claim_brought_back_by_a_failover_is_released_again(sentinel_group,
+                                                                      start_proxy, upstream,
+                                                                      tmp_path):
+    """redis.min_replicas 1; the replica's replication link goes through a relay that holds
+    what the primary sends. A keyed POST: WAIT falls short, 503, the claim released on the
+    primary. The replica gets the claim and not its release, the primary is killed and the
+    sentinels promote the replica: the claim is back, never forwarded. The proxy follows the
+    failover and releases it again (owner-checked): the retry executes once, never 502
+    outcome-unknown (docs/redis.md#replicated-claims)."""
+    # failover-timeout 60 s: the sentinels leave the replica on the relay (after
+    # failover-timeout they point a replica at the primary's own address)
+    g = sentinel_group(n_replicas=1, n_sentinels=3, failover_timeout_ms=60000)
+    primary, replica = g.nodes
+    relay = ReplicationRelay(primary.port)
+    try:
+        replica.cmd("REPLICAOF", "127.0.0.1", str(relay.port))
+
+        def linked():
+            info = replica.cmd("INFO", "replication")
+            return "master_port:%d" % relay.port in info and "master_link_status:up" in info
+        wait_until(linked, what="the replica replicating through the relay")
+        g.wait_replicas(primary, 1)
+        redis = sentinel_redis(g.sentinel_addresses, min_replicas=1, replica_timeout="200ms",
+                               timeout="500ms")
+        p = start_proxy(redis=redis, workers=2, lease="20s", in_flight="reject")
+        wait_ready(p)
+        old = g.named()
+        relay.hold()
+        key = new_key()
+        r = p.post(key=key)
+        assert_problem(r, 503, "store-unavailable")
+        assert upstream.executions(key) == 0
+        wait_until(lambda: record_keys(primary) == [], what="the claim released on the primary")
+        wait_until(lambda: writes_of_record_keys(relay.held()) >= 2,
+                   what="the claim and its release in the held replication stream")
+        cut = claim_only(relay.held())
+        assert 0 < cut < len(relay.held())
+        relay.pass_on(cut)
+        primary.kill()
+        wait_until(lambda: record_keys(replica) != [], what="the replica holding the claim")
+        new = g.wait_named(old)
+        assert new == "127.0.0.1:%d" % replica.port
+        wait_until(lambda: primaries(p) == {new: 2}, what="both workers on %s" % new)
+        # a replica for the new primary, so that min_replicas 1 lets a claim through again
+        spare = RedisServer(str(tmp_path / "spare"), extra_args=[
+            "--replicaof", "127.0.0.1", str(replica.port)]).start()
+        g.nodes.append(spare)
+        g.wait_replicas(replica, 1)
+        deadline = time.monotonic() + 20
+        while True:
+            r = p.post(key=key)
+            assert not (r.status == 502 and r.is_problem()), r
+            if r.status not in (409, 503) or time.monotonic() > deadline:
+                break
+            pace(0.1)
+        assert r.status == 201, r
+        assert upstream.executions(key) == 1
+        log_line(p, "released again a claim that was never forwarded")
+    finally:
+        relay.stop()
 
 
 # --------------------------------------------------------------------------
