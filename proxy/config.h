@@ -151,6 +151,12 @@ struct config {
     struct keyring *keyring;        /* NULL: no keyring, what is stored stays plaintext;
                                        one reference (config_deinit drops it) */
     bool keyring_world_readable;    /* the file's mode has o+r (config_keyring_warnings) */
+    /*
+     * encryption.accept_plaintext_until: with a keyring, records and queued
+     * deliveries that are not sealed (written before the keyring) are read
+     * until then, and refused after (config_accepts_plaintext).
+     */
+    uint64_t accept_plaintext_until_ms; /* unix ms; 0: unset (never accepted) */
 };
 
 /*
@@ -224,10 +230,21 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
  * outsize > 0): a keyring any user may read (mode & 0004; a Kubernetes
  * Secret volume with defaultMode 0440 and an fsGroup is not), and keys
  * that could not be locked in memory (mlock failed: they may be written
- * to swap). Returns how many lines (0 without a keyring). Pure; for `-t`,
- * the startup log and the reload log.
+ * to swap); and encryption.accept_plaintext_until set without a keyring,
+ * already past (read on the wall clock), or further ahead than the
+ * routes' longest retention plus longest dead_retention
+ * ("encryption.accept_plaintext_until: warning: ..."). Returns how many
+ * lines. For `-t`, the startup log and the reload log.
  */
 size_t config_keyring_warnings(const struct config *cfg, char *out, size_t outsize);
+
+/*
+ * Whether cfg accepts a record or queued delivery that is not sealed at
+ * now_ms (unix ms): always without a keyring (plaintext is the format);
+ * with one, only before encryption.accept_plaintext_until
+ * (docs/data-protection.md, "Turning encryption on"). Pure.
+ */
+bool config_accepts_plaintext(const struct config *cfg, uint64_t now_ms);
 
 /*
  * One phrase for the startup and reload log line into out (caller-owned,

@@ -94,6 +94,7 @@ static const struct {
     { config_set_redis_url, config_changed_string },
     { config_set_bool, config_changed_bool },
     { config_set_duration, config_changed_u64 },
+    { config_set_rfc3339, config_changed_u64 },
     { config_set_size, config_changed_size },
     { config_set_enum, config_changed_int },
     { config_set_ack_status, config_changed_int },

@@ -308,6 +308,9 @@ config_setter config_set_min_replicas;
 /* delivery.max_attempts / delivery.concurrency, and delivery.ack_status (config_set.c). */
 config_setter config_set_delivery_count, config_set_ack_status;
 
+/* encryption.accept_plaintext_until: RFC 3339 in UTC, `YYYY-MM-DDTHH:MM:SSZ`, as unix ms (config_keyring.c). */
+config_setter config_set_rfc3339;
+
 /* delivery.sign.secret (a list of at most two) and delivery.rate (`N/s`, `N/min`) (config_set.c). */
 config_setter config_set_sign_secret, config_set_delivery_rate;
 config_list_begin config_begin_sign_secrets;

@@ -20,6 +20,7 @@
  * so that no stdio buffer or realloc leaves a copy behind.
  */
 #include "config_int.h"
+#include "clock.h"
 #include "keyring.h"
 
 #include <errno.h>
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -292,6 +294,81 @@ int config_finish_keyring(struct config_loader *ld)
     return rc;
 }
 
+/*
+ * encryption.accept_plaintext_until: only `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339
+ * section 5.6, UTC, no fraction, no offset), parsed with strptime and
+ * refused unless strftime writes the same text back (so 2026-02-30 or a
+ * 24th hour is an error, not a silently normalised date).
+ */
+int config_set_rfc3339(struct config_loader *ld, const struct config_key *key,
+                       yaml_node_t *node, char **text, void *obj)
+{
+    uint64_t *field = (uint64_t *)((char *)obj + key->offset);
+    struct tm tm = { 0 };
+    char again[32];
+    const char *end = strptime(*text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    time_t t;
+
+    if (end != NULL && *end == '\0') {
+        t = timegm(&tm);
+        if (t > 0 && gmtime_r(&t, &tm) != NULL &&
+            strftime(again, sizeof(again), "%Y-%m-%dT%H:%M:%SZ", &tm) > 0 &&
+            strcmp(again, *text) == 0) {
+            *field = (uint64_t)t * 1000;
+            return 0;
+        }
+    }
+    return config_error(ld, node, "bad %s '%s': expected an RFC 3339 time in UTC, "
+                        "YYYY-MM-DDTHH:MM:SSZ, e.g. 2026-12-31T00:00:00Z", key->name, *text);
+}
+
+bool config_accepts_plaintext(const struct config *cfg, uint64_t now_ms)
+{
+    return cfg->keyring == NULL || now_ms < cfg->accept_plaintext_until_ms;
+}
+
+/* The longest retention plus the longest dead_retention of cfg's routes, ms. */
+static uint64_t config_longest_kept_ms(const struct config *cfg)
+{
+    uint64_t retention = 0, dead = 0;
+
+    for (size_t i = 0; i < cfg->n_routes; i++) {
+        const struct route_policy *p = &cfg->routes[i].policy;
+        if (p->retention_ms > retention)
+            retention = p->retention_ms;
+        if (p->delivery.dead_retention_ms > dead)
+            dead = p->delivery.dead_retention_ms;
+    }
+    return retention + dead;
+}
+
+/* encryption.accept_plaintext_until's warnings into out (used bytes already); lines added. */
+static size_t config_plaintext_warnings(const struct config *cfg, char *out, size_t outsize,
+                                        size_t *used)
+{
+    uint64_t until = cfg->accept_plaintext_until_ms, now = clock_now_ms();
+    uint64_t kept = config_longest_kept_ms(cfg);
+    const char *why;
+
+    if (until == 0 || *used >= outsize)
+        return 0;
+    if (cfg->keyring == NULL)
+        why = "is set without encryption.keyring: it has no effect (without a keyring "
+              "plaintext is the format)";
+    else if (until <= now)
+        why = "is in the past: records and queued deliveries that are not sealed are refused "
+              "already; remove it";
+    else if (until - now > kept)
+        why = "lies further ahead than the longest retention plus dead_retention of the "
+              "routes: no record or delivery written before the keyring can live that long; "
+              "an earlier time refuses forged plaintext sooner";
+    else
+        return 0;
+    *used += (size_t)snprintf(out + *used, outsize - *used,
+                              "encryption.accept_plaintext_until: warning: it %s\n", why);
+    return 1;
+}
+
 size_t config_keyring_warnings(const struct config *cfg, char *out, size_t outsize)
 {
     size_t n = 0, used = 0;
@@ -299,8 +376,9 @@ size_t config_keyring_warnings(const struct config *cfg, char *out, size_t outsi
 
     if (outsize > 0)
         out[0] = '\0';
-    if (cfg->keyring == NULL)
-        return 0;
+    n += config_plaintext_warnings(cfg, out, outsize, &used);
+    if (cfg->keyring == NULL || used >= outsize)
+        return n;
     if (cfg->keyring_world_readable) {
         n++;
         used += (size_t)snprintf(out + used, outsize - used, "%s: warning: every user of this "

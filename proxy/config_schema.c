@@ -132,9 +132,13 @@ const struct config_key config_log_keys[] = {
     { .name = NULL },
 };
 
-/* encryption: the keyring (config_keyring.c reads it); none: what is stored stays plaintext. */
+/*
+ * encryption: the keyring (config_keyring.c reads it); none: what is stored stays plaintext.
+ * accept_plaintext_until: the migration window for what was stored before the keyring.
+ */
 const struct config_key config_encryption_keys[] = {
     { "keyring", .reload = LIVE, .set = config_set_string, .offset = CFG(keyring_file), .flags = CONFIG_NONEMPTY },
+    { "accept_plaintext_until", .reload = LIVE, .set = config_set_rfc3339, .offset = CFG(accept_plaintext_until_ms) },
     { .name = NULL },
 };
 

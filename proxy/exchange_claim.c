@@ -205,6 +205,14 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
         exchange_refuse_unreadable(x);
         return;
     }
+    if (record_plaintext(&rec) && !config_accepts_plaintext(x->conf, clock_now_ms())) {
+        /* written before the keyring, or forged or downgraded in Redis: refused like a bad tag */
+        log_msg(LOG_ERROR, "exchange %s: the stored record is not sealed (IR%d, a plaintext "
+                "answer) and encryption.accept_plaintext_until does not admit it now; nothing "
+                "forwarded, the record is kept", x->record_id, rec.version);
+        exchange_refuse_unreadable(x);
+        return;
+    }
     if (exchange_compared_fingerprint(x, &rec, fp) != SEAL_OK)
         return;
     r = record_open(&rec, x->conf->keyring, x->record_key, &plain, key_id);

@@ -166,8 +166,14 @@ void inbox_append(struct store *s, const struct config *cfg, const struct route 
     char *sealed = NULL;
     size_t sealed_len = 0;
     if (cfg->keyring != NULL) {
-        if (inbox_seal(cfg->keyring, route->path, event_id, headers, body, body != NULL ? len : 0,
-                       &sealed, &sealed_len) != 0) {
+        char *name = inbox_route_name(route);
+        struct inbox_seal_bind b = { name, route->path, event_id, method, target, record_id };
+        int sealed_rc = name == NULL ? -1
+                                     : inbox_seal(cfg->keyring, &b, headers, body,
+                                                  body != NULL ? len : 0, &sealed, &sealed_len);
+
+        free(name);
+        if (sealed_rc != 0) {
             log_msg(LOG_ERROR, "inbox %s: cannot seal the delivery of record %s; the provider "
                     "gets 503 and retries", route->path, record_id);
             free(names);

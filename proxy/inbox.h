@@ -109,11 +109,13 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
 
 /*
  * The keyring entries are opened with from now on (a reload's, kr borrowed:
- * ib takes a reference; NULL: none), so a rotation reaches the consumer,
+ * ib takes a reference; NULL: none), and its config's
+ * encryption.accept_plaintext_until (plaintext_until_ms, unix ms; 0:
+ * unset), so a rotation and the migration window reach the consumer,
  * which keeps the routes of its boot config. Its thread only. NULL ib is fine.
  */
 struct keyring;
-void inbox_set_keyring(struct inbox *ib, struct keyring *kr);
+void inbox_set_keyring(struct inbox *ib, struct keyring *kr, uint64_t plaintext_until_ms);
 
 /* A delivery was just appended: read now rather than at the next poll. NULL is fine. */
 void inbox_kick(struct inbox *ib);

@@ -367,7 +367,6 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         free(ib->routes);
         if (ib->tick != NULL)
             event_free(ib->tick);
-    event_free(ib->soon);
         if (ib->soon != NULL)
             event_free(ib->soon);
         free(ib);
@@ -378,6 +377,7 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
     ib->up = up;
     ib->cfg = config_ref(cfg);
     ib->keyring = cfg->keyring != NULL ? keyring_ref(cfg->keyring) : NULL;
+    ib->plaintext_until_ms = cfg->accept_plaintext_until_ms;
     ib->metrics = metrics;
     ib->report_gauges = report_gauges;
     gethostname(host, sizeof(host) - 1);
@@ -391,10 +391,11 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         r->ib = ib;
         r->route = &cfg->routes[i];
         r->policy = &cfg->routes[i].policy.delivery;
+        r->name = inbox_route_name(r->route);
         inbox_keys_init(&r->keys, cfg->key_prefix, r->route);
         inbox_rate_init(&r->rate, r->policy);
         r->wake = evtimer_new(base, inbox_on_wake, r);
-        if (r->wake == NULL) {
+        if (r->wake == NULL || r->name == NULL) {
             log_msg(LOG_ERROR, "inbox: out of memory");
             abort();
         }
@@ -443,6 +444,7 @@ void inbox_destroy(struct inbox *ib)
         while (!TAILQ_EMPTY(&r->deliveries))
             inbox_delivery_free(TAILQ_FIRST(&r->deliveries));
         event_free(r->wake);
+        free(r->name);
     }
     free(ib->routes);
     keyring_unref(ib->keyring);
@@ -450,10 +452,11 @@ void inbox_destroy(struct inbox *ib)
     free(ib);
 }
 
-void inbox_set_keyring(struct inbox *ib, struct keyring *kr)
+void inbox_set_keyring(struct inbox *ib, struct keyring *kr, uint64_t plaintext_until_ms)
 {
     if (ib == NULL)
         return;
     keyring_unref(ib->keyring);
     ib->keyring = kr != NULL ? keyring_ref(kr) : NULL;
+    ib->plaintext_until_ms = plaintext_until_ms;
 }

@@ -56,6 +56,7 @@ struct inbox_delivery {
     char *sealed;                             /* owned: header fields and body, sealed
                                                  (inbox_seal.h), sealed_len bytes; NULL: none */
     size_t sealed_len;
+    unsigned plain_fields;                    /* "h:" fields the entry carries in plaintext */
     uint64_t received_ms;                     /* unix ms, when the provider's delivery came */
     unsigned attempts;                        /* deliveries before this one */
     struct evkeyvalq headers;
@@ -72,6 +73,7 @@ struct inbox_delivery {
 struct inbox_route {
     struct inbox *ib;
     const struct route *route;
+    char *name;                               /* owned: inbox_route_name, what seals bind */
     const struct delivery_policy *policy;
     struct inbox_keys keys;
     struct inbox_store_rate rate;             /* delivery.rate as the gate script takes it */
@@ -94,6 +96,9 @@ struct inbox {
     struct config *cfg;                       /* one reference */
     struct keyring *keyring;                  /* the last config's (inbox_set_keyring); one
                                                  reference, NULL: none */
+    uint64_t plaintext_until_ms;              /* the last config's
+                                                 encryption.accept_plaintext_until, unix ms;
+                                                 0: unset */
     struct metrics *metrics;
     bool report_gauges;
     char consumer[300];

@@ -7,6 +7,8 @@
  */
 #include "inbox_deliver_int.h"
 
+#include "headers.h"
+
 /* ---- entries ------------------------------------------------------------ */
 
 void inbox_delivery_free(struct inbox_delivery *d)
@@ -96,7 +98,10 @@ static struct inbox_delivery *inbox_entry_parse(struct inbox_route *r, const str
             d->attempts = (unsigned)inbox_number(v);
         } else if (k->len > 2 && memcmp(k->str, "h:", 2) == 0) {
             char *name = inbox_strndup(k), *value = inbox_strndup(v);
-            evhttp_add_header(&d->headers, name + 2, value);
+            d->plain_fields++;
+            /* the filter of inbox_append: a field it would not queue is not delivered */
+            if (header_is_queued(name + 2))
+                evhttp_add_header(&d->headers, name + 2, value);
             free(name);
             free(value);
         }
@@ -206,6 +211,21 @@ static void inbox_hold(struct inbox_route *r, uint64_t hold_ms)
     inbox_store_hold(r->ib->store, &r->keys.k, hold_ms, &r->rate, inbox_on_held, r);
 }
 
+/* To the dead-letter stream with reason (copied), after attempts deliveries; logged, counted. */
+static void inbox_bury(struct inbox_delivery *d, unsigned attempts, const char *reason)
+{
+    struct inbox_route *r = d->r;
+
+    log_msg(LOG_WARN, "inbox %s: delivery %s dead-lettered: %s", r->route->path,
+            d->record[0] ? d->record : d->id, reason);
+    metrics_count(r->ib->metrics, METRICS_INBOX_DEAD);
+    d->settle = SETTLE_BURY;
+    d->settle_attempts = attempts;
+    d->settle_ms = clock_now_ms();
+    snprintf(d->reason, sizeof(d->reason), "%s", reason);
+    inbox_settle(d);
+}
+
 /*
  * Not acknowledged: retry later, or the dead-letter stream. why: what the
  * attempt got. retry_after_ms: the receiver's Retry-After (a 429 or 503),
@@ -224,14 +244,7 @@ static void inbox_failed(struct inbox_delivery *d, const char *why, int64_t retr
     if (attempts >= p->max_attempts || now >= deadline) {
         snprintf(reason, sizeof(reason), "%s after %u attempts; the last got %s",
                  attempts >= p->max_attempts ? "max_attempts" : "max_age", attempts, why);
-        log_msg(LOG_WARN, "inbox %s: delivery %s dead-lettered: %s", r->route->path,
-                d->record[0] ? d->record : d->id, reason);
-        metrics_count(ib->metrics, METRICS_INBOX_DEAD);
-        d->settle = SETTLE_BURY;
-        d->settle_attempts = attempts;
-        d->settle_ms = now;
-        snprintf(d->reason, sizeof(d->reason), "%s", reason);
-        inbox_settle(d);
+        inbox_bury(d, attempts, reason);
         return;
     }
     uint64_t wait = inbox_backoff_ms(ib, p, attempts);
@@ -303,17 +316,24 @@ static bool inbox_delivering(const struct inbox_route *r, const struct store_rep
 
 /*
  * Open a sealed entry's header fields and body (inbox_seal.h) with the
- * keyring of the last config. One that cannot be opened goes to the dead
- * letters with the reason, never delivered garbled; returns false then.
+ * keyring of the last config; accept_id1: a 0.4.0 (ID1) value opens too.
+ * One that fails authentication goes to the dead letters with the reason,
+ * never delivered garbled; one whose key is not in the keyring (a rotation
+ * step applied out of order across instances) or that could not be opened
+ * for want of memory is a failed attempt, retried after the backoff and
+ * dead-lettered only at max_attempts or max_age. Returns false then.
  */
-static bool inbox_delivery_open(struct inbox_delivery *d)
+static bool inbox_delivery_open(struct inbox_delivery *d, bool accept_id1)
 {
-    struct inbox *ib = d->r->ib;
+    struct inbox_route *rt = d->r;
+    struct inbox *ib = rt->ib;
+    struct inbox_seal_bind b = { rt->name, rt->route->path, d->event, d->method, d->target,
+                                 d->record };
     char key_id[KEYRING_ID_MAX + 1], why[120];
     int r;
 
-    r = inbox_seal_open(ib->keyring, d->r->route->path, d->event, d->sealed, d->sealed_len,
-                        &d->headers, &d->body, &d->body_len, key_id);
+    r = inbox_seal_open(ib->keyring, &b, accept_id1, d->sealed, d->sealed_len, &d->headers,
+                        &d->body, &d->body_len, key_id);
     if (r == SEAL_OK)
         return true;
     if (r == SEAL_KEY_UNAVAILABLE || r == SEAL_UNREADABLE)
@@ -324,11 +344,53 @@ static bool inbox_delivery_open(struct inbox_delivery *d)
              : r == SEAL_UNREADABLE ? "a delivery that fails authentication (changed in Redis)"
                                     : "a delivery that could not be opened (out of memory)",
              key_id);
-    log_msg(LOG_ERROR, "inbox %s: delivery %s cannot be decrypted: %s", d->r->route->path,
-            d->record[0] ? d->record : d->id, why);
-    d->attempts = d->r->policy->max_attempts;
+    log_msg(r == SEAL_UNREADABLE ? LOG_ERROR : LOG_WARN, "inbox %s: delivery %s cannot be "
+            "decrypted: %s", rt->route->path, d->record[0] ? d->record : d->id, why);
+    if (r == SEAL_UNREADABLE)
+        d->attempts = rt->policy->max_attempts;
     inbox_failed(d, why, -1);
     return false;
+}
+
+/*
+ * Refuse an entry this proxy did not write as it is (docs/webhooks.md,
+ * "Dead letters"): straight to the dead letters with reason, counted as
+ * unreadable, never signed or sent.
+ */
+static void inbox_refuse(struct inbox_delivery *d, const char *reason)
+{
+    metrics_count(d->r->ib->metrics, METRICS_DECRYPT_UNREADABLE);
+    log_msg(LOG_ERROR, "inbox %s: delivery %s refused: %s", d->r->route->path,
+            d->record[0] ? d->record : d->id, reason);
+    inbox_bury(d, d->attempts, reason);
+}
+
+/*
+ * Whether the entry may be delivered as the keyring of the last config
+ * reads it: with a keyring, only sealed (ID2; ID1 and plaintext only
+ * before encryption.accept_plaintext_until), and a sealed entry never with
+ * a plaintext body or "h:" field beside it (changed in Redis: the sealed
+ * value holds both). Refuses, or opens, the entry itself otherwise and
+ * returns false.
+ */
+static bool inbox_delivery_readable(struct inbox_delivery *d)
+{
+    struct inbox *ib = d->r->ib;
+    bool plaintext_ok = ib->keyring == NULL || clock_now_ms() < ib->plaintext_until_ms;
+
+    if (d->sealed != NULL && (d->body != NULL || d->plain_fields > 0)) {
+        inbox_refuse(d, "tampered: plaintext fields (body or h:) beside the sealed value; "
+                     "changed in Redis");
+        return false;
+    }
+    if (d->sealed != NULL)
+        return inbox_delivery_open(d, plaintext_ok);
+    if (!plaintext_ok) {
+        inbox_refuse(d, "not sealed: a plaintext entry under encryption.keyring (written in "
+                     "Redis, or queued before the keyring and past accept_plaintext_until)");
+        return false;
+    }
+    return true;
 }
 
 /*
@@ -381,7 +443,7 @@ void inbox_deliver(struct inbox_route *r, const struct store_reply *entry)
         inbox_failed(d, "a malformed entry", -1);
         return;
     }
-    if (d->sealed != NULL && !inbox_delivery_open(d))
+    if (!inbox_delivery_readable(d))
         return;
     evhttp_remove_header(&d->headers, "Idempotency-Key");
     evhttp_add_header(&d->headers, "Idempotency-Key", d->event);

@@ -16,14 +16,27 @@
 #include "headers.h"
 #include "seal.h"
 
-static const char inbox_seal_version[] = "ID1";
-
-static void inbox_seal_aad(struct kdf_bytes *aad, const char *route_path, const char *event_id)
+/*
+ * The associated data of format version ID2: {"delivery", route name as
+ * written, event id, method, target, record id, "ID2"}. ID1 (0.4.0) bound
+ * {"delivery", route path, event id, "ID1"} only; n: how many are used.
+ */
+static size_t inbox_seal_aad(struct kdf_bytes *aad, const struct inbox_seal_bind *b, bool id1)
 {
     aad[0] = (struct kdf_bytes){ "delivery", 8 };
-    aad[1] = (struct kdf_bytes){ route_path, strlen(route_path) };
-    aad[2] = (struct kdf_bytes){ event_id, strlen(event_id) };
-    aad[3] = (struct kdf_bytes){ inbox_seal_version, 3 };
+    if (id1) {
+        aad[1] = (struct kdf_bytes){ b->route_path, strlen(b->route_path) };
+        aad[2] = (struct kdf_bytes){ b->event, strlen(b->event) };
+        aad[3] = (struct kdf_bytes){ "ID1", 3 };
+        return 4;
+    }
+    aad[1] = (struct kdf_bytes){ b->route_name, strlen(b->route_name) };
+    aad[2] = (struct kdf_bytes){ b->event, strlen(b->event) };
+    aad[3] = (struct kdf_bytes){ b->method, strlen(b->method) };
+    aad[4] = (struct kdf_bytes){ b->target, strlen(b->target) };
+    aad[5] = (struct kdf_bytes){ b->record, strlen(b->record) };
+    aad[6] = (struct kdf_bytes){ "ID2", 3 };
+    return 7;
 }
 
 static void inbox_put_u32(unsigned char *p, size_t v)
@@ -37,14 +50,15 @@ static size_t inbox_get_u32(const unsigned char *p)
     return ((size_t)p[0] << 24) | ((size_t)p[1] << 16) | ((size_t)p[2] << 8) | p[3];
 }
 
-int inbox_seal(const struct keyring *kr, const char *route_path, const char *event_id,
+int inbox_seal(const struct keyring *kr, const struct inbox_seal_bind *b,
                const struct evkeyvalq *headers, const char *body, size_t len,
                char **out, size_t *out_len)
 {
     const struct evkeyval *h;
     size_t plain_len = 4 + len, n = 0, total;
     unsigned char *plain, *p;
-    struct kdf_bytes aad[4];
+    struct kdf_bytes aad[INBOX_SEAL_AAD_MAX];
+    size_t n_aad;
     int r;
 
     TAILQ_FOREACH(h, headers, next) {
@@ -80,8 +94,8 @@ int inbox_seal(const struct keyring *kr, const char *route_path, const char *eve
     }
     if (len > 0)
         memcpy(p, body, len);
-    inbox_seal_aad(aad, route_path, event_id);
-    r = seal_value(kr, aad, 4, plain, plain_len, (unsigned char *)*out, total, out_len);
+    n_aad = inbox_seal_aad(aad, b, false);
+    r = seal_value(kr, aad, n_aad, plain, plain_len, (unsigned char *)*out, total, out_len);
     OPENSSL_cleanse(plain, plain_len);
     free(plain);
     if (r != 0) {
@@ -138,13 +152,13 @@ out:
     return r;
 }
 
-int inbox_seal_open(const struct keyring *kr, const char *route_path, const char *event_id,
+int inbox_seal_open(const struct keyring *kr, const struct inbox_seal_bind *b, bool accept_id1,
                     const char *value, size_t len, struct evkeyvalq *headers, char **body,
                     size_t *body_len, char *key_id)
 {
-    struct kdf_bytes aad[4];
+    struct kdf_bytes aad[INBOX_SEAL_AAD_MAX];
     unsigned char *plain;
-    size_t plain_len;
+    size_t plain_len, n_aad;
     int r;
 
     key_id[0] = '\0';
@@ -155,8 +169,15 @@ int inbox_seal_open(const struct keyring *kr, const char *route_path, const char
     }
     if ((plain = malloc(len > 0 ? len : 1)) == NULL)
         return -1;
-    inbox_seal_aad(aad, route_path, event_id);
-    r = seal_open(kr, aad, 4, (const unsigned char *)value, len, plain, len, &plain_len, key_id);
+    n_aad = inbox_seal_aad(aad, b, false);
+    r = seal_open(kr, aad, n_aad, (const unsigned char *)value, len, plain, len, &plain_len,
+                  key_id);
+    if (r == SEAL_UNREADABLE && accept_id1) {
+        /* queued by 0.4.0, read only while encryption.accept_plaintext_until admits it */
+        n_aad = inbox_seal_aad(aad, b, true);
+        r = seal_open(kr, aad, n_aad, (const unsigned char *)value, len, plain, len,
+                      &plain_len, key_id);
+    }
     if (r == SEAL_OK && inbox_seal_parse(plain, plain_len, headers, body, body_len) != 0)
         r = SEAL_UNREADABLE;
     OPENSSL_cleanse(plain, len);

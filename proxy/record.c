@@ -329,6 +329,11 @@ int record_open(struct record *rec, const struct keyring *kr, const char *record
     return SEAL_OK;
 }
 
+bool record_plaintext(const struct record *rec)
+{
+    return rec->version == 1 || (rec->state != RECORD_CLAIMED && rec->sealed == NULL);
+}
+
 void record_plain_free(char *plain, size_t plain_len)
 {
     if (plain == NULL)

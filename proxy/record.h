@@ -164,6 +164,14 @@ void record_set_route(struct record *rec, const char *name);
 int record_open(struct record *rec, const struct keyring *kr, const char *record_key,
                 char **plain, char *key_id);
 
+/*
+ * Whether decoded rec is not sealed: an IR1 record (any state: written
+ * before keyrings), or an IR2 record that holds an answer (any state but
+ * claimed) stored as is. Under a keyring such a record was written before
+ * it, or forged or downgraded in Redis (docs/data-protection.md). Pure.
+ */
+bool record_plaintext(const struct record *rec);
+
 /* Wipe and free a plaintext record_open made (plain_len: rec->sealed_len). NULL is fine. */
 void record_plain_free(char *plain, size_t plain_len);
 

@@ -115,7 +115,7 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
     worker_set_body_limit(w->http, cfg->max_request_body);
     worker_set_admin_body_limit(w->admin_http, cfg->max_stored_response);
     exchange_set_config(&w->xs, cfg);
-    inbox_set_keyring(w->webhook_inbox, cfg->keyring);
+    inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
 }

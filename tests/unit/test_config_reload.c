@@ -210,6 +210,8 @@ static const struct {
       "admin:\n  token_file: " TOKEN_B "\n" },
     { "encryption.keyring", "encryption:\n  keyring: " KEYRING_A "\n",
       "encryption:\n  keyring: " KEYRING_B "\n" },
+    { "encryption.accept_plaintext_until", "encryption:\n  keyring: " KEYRING_A "\n",
+      "encryption:\n  keyring: " KEYRING_A "\n  accept_plaintext_until: 2026-12-31T00:00:00Z\n" },
     { "path", R_P, "routes:\n  - path: /v1/q*\n" },
     { "key_header", R_P, R_P "    key_header: X-Key\n" },
     { "methods", R_P, R_P "    methods: [POST]\n" },
