@@ -41,6 +41,7 @@
 
 #define HTTP_SERVER_ACCEPT_PAUSE_MS 100
 #define HTTP_SERVER_LINGER_MS 2000
+#define HTTP_SERVER_LINGER_BYTES (1024 * 1024) /* read and dropped at most, then closed */
 
 enum http_conn_state { CONN_HEAD, CONN_BODY, CONN_HANDLER, CONN_WRITING, CONN_LINGER };
 
@@ -73,6 +74,7 @@ struct http_conn {
     struct evbuffer *field, *value;     /* the field being read */
     bool in_value;
     size_t head_bytes;
+    size_t lingered;                    /* bytes dropped in LINGER */
     unsigned fields;
     bool head_done, message_done, too_large, head_error;
     bool close_after;                   /* the connection ends after this answer */
@@ -557,9 +559,12 @@ static void http_conn_on_read(struct bufferevent *bev, void *arg)
     struct http_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
-    if (c->state == CONN_LINGER)
+    if (c->state == CONN_LINGER) {
+        c->lingered += evbuffer_get_length(in);
         evbuffer_drain(in, evbuffer_get_length(in));
-    else
+        if (c->lingered > HTTP_SERVER_LINGER_BYTES)
+            http_conn_free(c);
+    } else
         http_conn_process(c);
 }
 
