@@ -318,7 +318,10 @@ static void http_conn_refuse(struct http_conn *c, int status)
 
 /* ---- the parser's callbacks ---- */
 
-/* The field just read, into the request's fields. */
+/*
+ * The field just read, into the request's fields. -1 past max_header_fields
+ * (head_error: 431) or for a field evhttp refuses (a parser error: 400).
+ */
 static int http_conn_end_field(struct http_conn *c)
 {
     size_t nlen = evbuffer_get_length(c->field), vlen = evbuffer_get_length(c->value);
@@ -327,8 +330,10 @@ static int http_conn_end_field(struct http_conn *c)
     if (!c->in_value)
         return 0;
     c->in_value = false;
-    if (++c->fields > c->server->limits.max_header_fields)
+    if (++c->fields > c->server->limits.max_header_fields) {
+        c->head_error = true;
         return -1;
+    }
     evbuffer_add(c->field, "", 1);
     evbuffer_add(c->value, "", 1);
     rc = evhttp_add_header(&c->req->in, (const char *)evbuffer_pullup(c->field, -1),
@@ -365,10 +370,8 @@ static int http_on_header_field(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
 
-    if (http_conn_end_field(c) != 0) {
-        c->head_error = true;
+    if (http_conn_end_field(c) != 0)
         return -1;
-    }
     return evbuffer_add(c->field, at, len);
 }
 
@@ -384,10 +387,8 @@ static int http_on_headers_complete(http_parser *p)
 {
     struct http_conn *c = p->data;
 
-    if (http_conn_end_field(c) != 0) {
-        c->head_error = true;
+    if (http_conn_end_field(c) != 0)
         return -1;
-    }
     c->head_done = true;
     http_parser_pause(p, 1);
     return 0;

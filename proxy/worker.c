@@ -649,7 +649,8 @@ static const char *worker_pool_unready(void *arg)
 
     if (atomic_load(&p->draining))
         return "draining";
-    for (unsigned i = 0; i < p->serving; i++) {
+    /* the admin worker's store too: ready means its record endpoints answer as well */
+    for (unsigned i = 0; i < p->n; i++) {
         const char *why = store_unready(p->workers[i].store);
         if (why == NULL)
             why = inbox_unready(p->workers[i].webhook_inbox);

@@ -43,6 +43,14 @@ def rss_bytes(p):
     raise AssertionError("no VmRSS for pid %d" % p.pid())
 
 
+def sanitized(p):
+    """Whether the binary runs under ASan or TSan, whose shadow memory and quarantine no
+    memory bound of the proxy's own can describe (as test_memory.py)."""
+    with open("/proc/%d/maps" % p.pid()) as f:
+        maps = f.read()
+    return "libasan" in maps or "libtsan" in maps
+
+
 def connect(port, timeout=10.0):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.settimeout(timeout)
@@ -158,7 +166,7 @@ def test_a_flood_of_unauthenticated_clients_keeps_memory_flat_and_payments_promp
     assert flood.sent > 50 * MIB, "the flood sent only %d bytes" % flood.sent
     assert flood.replaced > 0, "the proxy closed no flooding client (head bound, deadline, 401)"
     grown = peak[0] - idle
-    assert grown <= 16 * MIB, "RSS grew by %.1f MiB under the flood (idle %.1f MiB)" % (
+    assert grown <= 16 * MIB or sanitized(p), "RSS grew by %.1f MiB under the flood (idle %.1f MiB)" % (
         grown / MIB, idle / MIB)
     assert len(payments) >= 5, payments
     times = [t for _, t, _ in payments]
@@ -186,7 +194,7 @@ def test_a_head_larger_than_16_kib_gets_431_and_memory_stays_flat(start_proxy, t
                 pass
             got = answer_or_close(s, 10)
         assert got == b"" or got.startswith(b"HTTP/1.1 431 "), got[:200]
-    assert rss_bytes(p) - idle <= 16 * MIB
+    assert rss_bytes(p) - idle <= 16 * MIB or sanitized(p)
     # 65 short fields: too many
     many = [("X-F%d" % i, "v") for i in range(65)]
     assert http_request(p.admin_port, "GET", "/healthz", headers=many).status == 431
