@@ -29,7 +29,7 @@ prefix=/usr/local
 build_packages=(
   gcc libc6-dev meson ninja-build pkg-config
   libevent-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
-  libmimalloc-dev
+  libmimalloc-dev libhttp-parser-dev
 )
 # The Redis client library: hiredict 1.3.1 (a maintained fork of hiredis 1.2;
 # the shims install it as pkg-config hiredis/hiredis_ssl and <hiredis/*.h>),

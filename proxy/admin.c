@@ -12,6 +12,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "http_server.h"
 #include "config.h"
 #include "exchange.h"
 #include "inbox.h"
@@ -22,7 +23,21 @@
 #define ADMIN_LIST_PATH "/records"
 #define ADMIN_INBOX_PATH "/inbox"
 
-static void admin_metrics(const struct admin_env *env, struct evhttp_request *req)
+/* The request's path, "" when its target has none. */
+static const char *admin_path(struct http_req *req)
+{
+    const char *path = evhttp_uri_get_path(http_server_uri(req));
+
+    return path != NULL ? path : "";
+}
+
+static bool admin_is_probe(const char *path)
+{
+    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
+           strcmp(path, "/metrics") == 0;
+}
+
+static void admin_metrics(const struct admin_env *env, struct http_req *req)
 {
     struct evbuffer *body = evbuffer_new();
     struct metrics_gauges g;
@@ -34,9 +49,9 @@ static void admin_metrics(const struct admin_env *env, struct evhttp_request *re
 }
 
 /* GET /healthz, /readyz and /metrics: what the kubelet and Prometheus ask, without a token. */
-static bool admin_probe(const struct admin_env *env, struct evhttp_request *req, const char *path)
+static bool admin_probe(const struct admin_env *env, struct http_req *req, const char *path)
 {
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    enum evhttp_cmd_type cmd = http_server_command(req);
     bool read = cmd != EVHTTP_REQ_POST && cmd != EVHTTP_REQ_DELETE && cmd != EVHTTP_REQ_PUT;
 
     if (strcmp(path, "/healthz") == 0 && read) {
@@ -48,8 +63,7 @@ static bool admin_probe(const struct admin_env *env, struct evhttp_request *req,
         admin_reply_text(req, why != NULL ? 503 : 200, text);
     } else if (strcmp(path, "/metrics") == 0 && read) {
         admin_metrics(env, req);
-    } else if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
-               strcmp(path, "/metrics") == 0) {
+    } else if (admin_is_probe(path)) {
         admin_reply_text(req, 405, "method not allowed\n");
     } else {
         return false;
@@ -63,10 +77,10 @@ static bool admin_probe(const struct admin_env *env, struct evhttp_request *req,
  * and its audit line is written from that answer. The
  * route and the id are taken from the path as sent (decoded), for the line.
  */
-static void admin_inbox_audit(struct evhttp_request *req, const struct admin_actor *actor,
+static void admin_inbox_audit(struct http_req *req, const struct admin_actor *actor,
                               const char *rest)
 {
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    enum evhttp_cmd_type cmd = http_server_command(req);
     const char *dead = rest[0] == '/' ? strstr(rest + 1, "/dead/") : NULL;
     char *route = NULL, *id = NULL, *encoded;
     size_t id_len;
@@ -111,15 +125,50 @@ static void admin_inbox_audit(struct evhttp_request *req, const struct admin_act
     free(id);
 }
 
-void admin_handle(struct evhttp_request *req, void *arg)
+/* The most body bytes req may carry: a resolve's answer, or a few KiB. */
+static size_t admin_body_limit(const struct admin_env *env, struct http_req *req)
+{
+    const char *path = admin_path(req);
+
+    if (http_server_command(req) == EVHTTP_REQ_PUT &&
+        strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0)
+        return env->resolve_body_limit;
+    return ADMIN_MAX_BODY;
+}
+
+void admin_too_large(struct http_req *req, void *arg)
 {
     const struct admin_env *env = arg;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+    char detail[160];
+
+    snprintf(detail, sizeof(detail), "the admin listener takes a body of at most %zu bytes here",
+             admin_body_limit(env, req));
+    admin_reply_problem(req, PROBLEM_BODY_TOO_LARGE, detail);
+}
+
+void admin_head(struct http_req *req, void *arg)
+{
+    const struct admin_env *env = arg;
+    size_t limit = admin_body_limit(env, req);
+    long long announced = http_server_content_length(req);
     struct admin_actor actor;
 
-    if (path == NULL)
-        path = "";
+    /* the token first: without it, not even the size of the body is anyone's business */
+    if (!admin_is_probe(admin_path(req)) && !admin_auth_check(env, req, &actor))
+        return;
+    if (announced > 0 && (unsigned long long)announced > limit) {
+        admin_too_large(req, arg);
+        return;
+    }
+    http_server_accept_body(req, limit);
+}
+
+void admin_handle(struct http_req *req, void *arg)
+{
+    const struct admin_env *env = arg;
+    const char *path = admin_path(req);
+    struct admin_actor actor;
+
     if (admin_probe(env, req, path))
         return;
     if (!admin_auth_check(env, req, &actor))
@@ -134,9 +183,9 @@ void admin_handle(struct evhttp_request *req, void *arg)
                strncmp(path, ADMIN_INBOX_PATH "/", strlen(ADMIN_INBOX_PATH) + 1) == 0) {
         admin_inbox_audit(req, &actor, path + strlen(ADMIN_INBOX_PATH));
         inbox_admin(req, env->set->store, env->set->conf, path + strlen(ADMIN_INBOX_PATH));
-    } else if (evhttp_request_get_command(req) == EVHTTP_REQ_POST ||
-               evhttp_request_get_command(req) == EVHTTP_REQ_DELETE ||
-               evhttp_request_get_command(req) == EVHTTP_REQ_PUT) {
+    } else if (http_server_command(req) == EVHTTP_REQ_POST ||
+               http_server_command(req) == EVHTTP_REQ_DELETE ||
+               http_server_command(req) == EVHTTP_REQ_PUT) {
         admin_reply_text(req, 405, "method not allowed\n");
     } else {
         admin_reply_text(req, 404, "not found\n");

@@ -5,7 +5,9 @@
 #ifndef IDEM_ADMIN_H
 #define IDEM_ADMIN_H
 
-struct evhttp_request;
+#include <stddef.h>
+
+struct http_req;
 struct exchange_set;
 struct metrics;
 struct metrics_gauges;
@@ -20,11 +22,27 @@ struct admin_env {
     void (*gauges)(void *arg, struct metrics_gauges *g);   /* summed over the workers */
     const char *(*unready)(void *arg);      /* why not ready ("draining", ...), or NULL */
     void *arg;
+    size_t resolve_body_limit;              /* bytes: PUT /records/<id>'s body (the worker's) */
 };
 
+/* Bytes of a body every admin request but a resolve may carry. */
+#define ADMIN_MAX_BODY 4096
+
 /*
- * evhttp callback of the admin listener; arg is the struct admin_env, on the
- * thread of the worker that owns set. Open to every client:
+ * http_server head callback of the admin listener (arg: struct admin_env),
+ * before any body is read: a request behind the token without a valid one
+ * gets its 401 here; a body announced larger than ADMIN_MAX_BODY (for
+ * PUT /records/<id>: env->resolve_body_limit) gets 413 problem
+ * body-too-large here. Either way its body is never read.
+ */
+void admin_head(struct http_req *req, void *arg);
+
+/* http_server too_large callback: a chunked body that grew past its limit (413). */
+void admin_too_large(struct http_req *req, void *arg);
+
+/*
+ * http_server request callback of the admin listener (the body is read);
+ * arg is the struct admin_env, on the thread of the worker that owns set. Open to every client:
  *   GET /healthz          200 while the process runs
  *   GET /readyz           200 when every worker's Redis is connected and the
  *                         process is not draining, else 503
@@ -57,6 +75,6 @@ struct admin_env {
  * 503. A purge, a resolve, a redeliver and a dead-letter delete each write
  * one audit line (log_audit), whatever their outcome.
  */
-void admin_handle(struct evhttp_request *req, void *arg);
+void admin_handle(struct http_req *req, void *arg);
 
 #endif

@@ -4,13 +4,14 @@
  */
 #include "admin_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/http.h>
 
+#include "http_server.h"
 #include "log.h"
-#include "request.h"
 
 const char *admin_audit_result(int status)
 {
@@ -26,7 +27,7 @@ const char *admin_audit_result(int status)
 }
 
 /* The line, for req's client (NULL: client, taken before the request could go). */
-static void admin_audit_line(struct evhttp_request *req, const char *client,
+static void admin_audit_line(struct http_req *req, const char *client,
                              const struct admin_actor *actor, const char *action,
                              const char *record_id, const char *dead_letter_id, const char *route,
                              const char *result, int status, int recorded_status)
@@ -34,7 +35,7 @@ static void admin_audit_line(struct evhttp_request *req, const char *client,
     char addr[64];
 
     if (client == NULL) {
-        request_client_addr(req, addr, sizeof(addr));
+        snprintf(addr, sizeof(addr), "%s", http_server_peer(req));
         client = addr;
     }
     log_audit(&(struct audit_entry){
@@ -44,7 +45,7 @@ static void admin_audit_line(struct evhttp_request *req, const char *client,
     });
 }
 
-void admin_audit(struct evhttp_request *req, const struct admin_actor *actor, const char *action,
+void admin_audit(struct http_req *req, const struct admin_actor *actor, const char *action,
                  const char *record_id, const char *dead_letter_id, const char *route,
                  int status)
 {
@@ -52,7 +53,7 @@ void admin_audit(struct evhttp_request *req, const struct admin_actor *actor, co
                      admin_audit_result(status), status, 0);
 }
 
-void admin_audit_resolve(struct evhttp_request *req, const struct admin_actor *actor,
+void admin_audit_resolve(struct http_req *req, const struct admin_actor *actor,
                          const char *record_id, const char *route, int status,
                          int recorded_status)
 {
@@ -62,8 +63,6 @@ void admin_audit_resolve(struct evhttp_request *req, const struct admin_actor *a
 
 /* An action another module answers: what its line needs once the answer is out. */
 struct admin_audit_pending {
-    struct evhttp_request *req;
-    struct evhttp_connection *conn;     /* req's, whose close callback is ours meanwhile */
     struct admin_actor actor;
     const char *action;                 /* static */
     char *dead_letter_id, *route;       /* owned, or NULL */
@@ -77,53 +76,34 @@ static void admin_audit_pending_free(struct admin_audit_pending *p)
     free(p);
 }
 
-static void admin_audit_pending_write(struct admin_audit_pending *p, const char *result,
-                                      int status)
+/*
+ * The answer was written: its status is the action's outcome. Or the
+ * connection failed first: the action may have happened, and nobody saw
+ * its outcome.
+ */
+static void admin_audit_on_done(struct http_req *req, bool written, void *arg)
 {
-    admin_audit_line(p->req, p->client, &p->actor, p->action, NULL, p->dead_letter_id, p->route,
-                     result, status, 0);
+    struct admin_audit_pending *p = arg;
+    int status = http_server_status(req);
+
+    admin_audit_line(req, p->client, &p->actor, p->action, NULL, p->dead_letter_id, p->route,
+                     written ? admin_audit_result(status) : "unknown", written ? status : 0, 0);
     admin_audit_pending_free(p);
 }
 
-/* evhttp wrote the answer: its status is the action's outcome. */
-static void admin_audit_on_complete(struct evhttp_request *req, void *arg)
-{
-    struct admin_audit_pending *p = arg;
-    int status = evhttp_request_get_response_code(req);
-
-    evhttp_connection_set_closecb(p->conn, NULL, NULL);
-    admin_audit_pending_write(p, admin_audit_result(status), status);
-}
-
-/*
- * The connection failed before the answer was written (evhttp frees it and
- * the request without completing it, and has overwritten the status by
- * then): the action may have happened, and nobody saw its outcome.
- */
-static void admin_audit_on_close(struct evhttp_connection *conn, void *arg)
-{
-    struct admin_audit_pending *p = arg;
-
-    (void)conn;
-    evhttp_request_set_on_complete_cb(p->req, NULL, NULL);
-    admin_audit_pending_write(p, "unknown", 0);
-}
-
-void admin_audit_on_answer(struct evhttp_request *req, const struct admin_actor *actor,
+void admin_audit_on_answer(struct http_req *req, const struct admin_actor *actor,
                            const char *action, const char *dead_letter_id, const char *route)
 {
     struct admin_audit_pending *p = calloc(1, sizeof(*p));
 
     if (p != NULL) {
-        p->req = req;
-        p->conn = evhttp_request_get_connection(req);
         p->actor = *actor;
         p->action = action;
         p->dead_letter_id = dead_letter_id != NULL ? strdup(dead_letter_id) : NULL;
         p->route = route != NULL ? strdup(route) : NULL;
-        request_client_addr(req, p->client, sizeof(p->client));
+        snprintf(p->client, sizeof(p->client), "%s", http_server_peer(req));
     }
-    if (p == NULL || p->conn == NULL || (dead_letter_id != NULL && p->dead_letter_id == NULL) ||
+    if (p == NULL || (dead_letter_id != NULL && p->dead_letter_id == NULL) ||
         (route != NULL && p->route == NULL)) {
         /* no way to wait for the outcome: the attempt is on record all the same */
         admin_audit_line(req, NULL, actor, action, NULL, dead_letter_id, route, "unknown", 0, 0);
@@ -131,6 +111,5 @@ void admin_audit_on_answer(struct evhttp_request *req, const struct admin_actor 
             admin_audit_pending_free(p);
         return;
     }
-    evhttp_request_set_on_complete_cb(req, admin_audit_on_complete, p);
-    evhttp_connection_set_closecb(p->conn, admin_audit_on_close, p);
+    http_server_on_done(req, admin_audit_on_done, p);
 }

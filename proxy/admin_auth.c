@@ -13,18 +13,18 @@
 #include "config.h"
 #include "exchange.h"
 #include "headers.h"
+#include "http_server.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
-#include "request.h"
 
 /* RFC 6750 section 3: the realm names the protection space; the error says why a token failed. */
 #define ADMIN_AUTH_CHALLENGE "Bearer realm=\"idempotency-proxy admin\""
 
-static void admin_auth_refuse(const struct admin_env *env, struct evhttp_request *req,
+static void admin_auth_refuse(const struct admin_env *env, struct http_req *req,
                               enum bearer_verdict v)
 {
-    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    struct evkeyvalq *out = http_server_output_headers(req);
     struct evbuffer *body = evbuffer_new();
     const char *detail = v == BEARER_MISSING
                              ? "this admin endpoint needs Authorization: Bearer <token>, the "
@@ -34,7 +34,7 @@ static void admin_auth_refuse(const struct admin_env *env, struct evhttp_request
     size_t len = 0;
     char *text = problem_json(PROBLEM_ADMIN_UNAUTHORIZED, 401, detail, &len);
 
-    request_client_addr(req, client, sizeof(client));
+    snprintf(client, sizeof(client), "%s", http_server_peer(req));
     metrics_count(env->metrics, v == BEARER_MISSING ? METRICS_ADMIN_UNAUTHORIZED_MISSING
                                                     : METRICS_ADMIN_UNAUTHORIZED_INVALID);
     /* never the token: the client, and which of the two it was */
@@ -47,13 +47,13 @@ static void admin_auth_refuse(const struct admin_env *env, struct evhttp_request
     evhttp_add_header(out, "Cache-Control", "no-store");
     if (body != NULL && text != NULL)
         evbuffer_add(body, text, len);
-    evhttp_send_reply(req, 401, NULL, body);
+    http_server_reply(req, 401, NULL, body);
     free(text);
     if (body != NULL)
         evbuffer_free(body);
 }
 
-bool admin_auth_check(const struct admin_env *env, struct evhttp_request *req,
+bool admin_auth_check(const struct admin_env *env, struct http_req *req,
                       struct admin_actor *actor)
 {
     const struct config *cfg = env->set->conf;
@@ -65,7 +65,7 @@ bool admin_auth_check(const struct admin_env *env, struct evhttp_request *req,
         snprintf(actor->token, sizeof(actor->token), "-");
         return true;
     }
-    value = header_find_all(evhttp_request_get_input_headers(req), "Authorization", &lines);
+    value = header_find_all(http_server_input_headers(req), "Authorization", &lines);
     v = bearer_check(&cfg->admin_token, value, lines);
     if (v != BEARER_OK) {
         admin_auth_refuse(env, req, v);

@@ -28,7 +28,7 @@
 #include "problem.h"
 
 struct evbuffer;
-struct evhttp_request;
+struct http_req;
 struct record;
 
 /*
@@ -45,23 +45,23 @@ struct admin_actor {
 /* ---- admin_reply.c ---- */
 
 /* Answer req with status, content_type (static) and body (borrowed), no-store. */
-void admin_reply(struct evhttp_request *req, int status, const char *content_type,
+void admin_reply(struct http_req *req, int status, const char *content_type,
                  struct evbuffer *body);
 
 /* Answer req with status and text (borrowed) as text/plain. */
-void admin_reply_text(struct evhttp_request *req, int status, const char *text);
+void admin_reply_text(struct http_req *req, int status, const char *text);
 
 /* Answer req with doc (stolen; NULL answers an empty body) as one line of JSON. */
-void admin_reply_json(struct evhttp_request *req, int status, json_t *doc);
+void admin_reply_json(struct http_req *req, int status, json_t *doc);
 
 /* Answer req with {"error": error} (borrowed). */
-void admin_reply_error(struct evhttp_request *req, int status, const char *error);
+void admin_reply_error(struct http_req *req, int status, const char *error);
 
 /*
  * Answer req with problem details (RFC 9457) of cause p (problem.h) at its
  * status, with detail (borrowed; never a secret, a key or a body).
  */
-void admin_reply_problem(struct evhttp_request *req, enum problem p, const char *detail);
+void admin_reply_problem(struct http_req *req, enum problem p, const char *detail);
 
 /* ---- admin_auth.c ---- */
 
@@ -76,7 +76,7 @@ void admin_reply_problem(struct evhttp_request *req, enum problem p, const char 
  * from the running configuration (env->set->conf), so a SIGHUP that
  * rereads the file applies to the next request.
  */
-bool admin_auth_check(const struct admin_env *env, struct evhttp_request *req,
+bool admin_auth_check(const struct admin_env *env, struct http_req *req,
                       struct admin_actor *actor);
 
 /* ---- admin_audit.c ---- */
@@ -95,7 +95,7 @@ const char *admin_audit_result(int status);
  * and actor's token fingerprint. Call it before the answer is sent, once
  * the action's outcome is known. Borrows everything.
  */
-void admin_audit(struct evhttp_request *req, const struct admin_actor *actor, const char *action,
+void admin_audit(struct http_req *req, const struct admin_actor *actor, const char *action,
                  const char *record_id, const char *dead_letter_id, const char *route,
                  int status);
 
@@ -105,20 +105,20 @@ void admin_audit(struct evhttp_request *req, const struct admin_actor *actor, co
  * the answer recorded (0 when none was: the line says null). Borrows
  * everything.
  */
-void admin_audit_resolve(struct evhttp_request *req, const struct admin_actor *actor,
+void admin_audit_resolve(struct http_req *req, const struct admin_actor *actor,
                          const char *record_id, const char *route, int status,
                          int recorded_status);
 
 /*
  * For an action whose handler answers req itself (the inbox's redeliver and
  * dead-letter delete): write its audit line with the status that handler
- * answers, once evhttp has written the answer (evhttp_request_set_on_complete_cb);
+ * answers, once the answer is written (http_server_on_done);
  * if the connection fails first, the line says "unknown" with status 0 (the
  * action may have happened; its answer was never seen). Copies
  * route and dead_letter_id (either may be NULL). When out of memory the
  * line is written at once, with result "unknown".
  */
-void admin_audit_on_answer(struct evhttp_request *req, const struct admin_actor *actor,
+void admin_audit_on_answer(struct http_req *req, const struct admin_actor *actor,
                            const char *action, const char *dead_letter_id, const char *route);
 
 /* ---- admin_records.c ---- */
@@ -128,7 +128,7 @@ void admin_audit_on_answer(struct evhttp_request *req, const struct admin_actor 
  * here: 32 lowercase hex). A DELETE writes its audit line (action "purge")
  * whatever its outcome.
  */
-void admin_records(const struct admin_env *env, struct evhttp_request *req, const char *id,
+void admin_records(const struct admin_env *env, struct http_req *req, const char *id,
                    const struct admin_actor *actor);
 
 /*
@@ -147,17 +147,17 @@ const char *admin_record_route(const struct record *rec, char *out, size_t outsi
  * Writes its audit line (action "resolve") whatever the outcome. key is
  * the record's Redis key (copied).
  */
-void admin_resolve(const struct admin_env *env, struct evhttp_request *req, const char *id,
+void admin_resolve(const struct admin_env *env, struct http_req *req, const char *id,
                    const char *key, const struct admin_actor *actor);
 
 /* ---- admin_list.c ---- */
 
 /* GET /records?state=outcome-unknown|claimed[&limit=N][&cursor=C]; see admin.h. */
-void admin_list(const struct admin_env *env, struct evhttp_request *req);
+void admin_list(const struct admin_env *env, struct http_req *req);
 
 /* ---- admin_lookup.c ---- */
 
 /* GET /records/lookup?path=&key=[&method=][&header=Name: value]...; see admin.h. */
-void admin_lookup(const struct admin_env *env, struct evhttp_request *req);
+void admin_lookup(const struct admin_env *env, struct http_req *req);
 
 #endif

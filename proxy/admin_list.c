@@ -26,6 +26,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "http_server.h"
 #include "clock.h"
 #include "config.h"
 #include "exchange.h"
@@ -51,7 +52,7 @@ struct admin_list_peek {
 };
 
 struct admin_list_call {
-    struct evhttp_request *req;
+    struct http_req *req;
     const struct admin_env *env;
     enum record_state state;            /* RECORD_UNKNOWN or RECORD_CLAIMED */
     const char *state_name;             /* as asked: "outcome-unknown" or "claimed" */
@@ -279,16 +280,16 @@ static void admin_list_match(struct admin_list_call *c, const char *prefix)
     c->match[n] = '\0';
 }
 
-void admin_list(const struct admin_env *env, struct evhttp_request *req)
+void admin_list(const struct admin_env *env, struct http_req *req)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const struct evhttp_uri *uri = http_server_uri(req);
     const char *query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
     const char *state, *limit, *cursor;
     struct evkeyvalq params;
     struct admin_list_call *c = NULL;
     int n_state = 0, n_limit = 0, n_cursor = 0;
 
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+    if (http_server_command(req) != EVHTTP_REQ_GET) {
         admin_reply_error(req, 405, "GET");
         return;
     }

@@ -13,6 +13,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "http_server.h"
 #include "config.h"
 #include "exchange.h"
 #include "headers.h"
@@ -20,7 +21,7 @@
 #include "store.h"
 
 struct admin_lookup_call {
-    struct evhttp_request *req;
+    struct http_req *req;
     json_t *doc;
 };
 
@@ -61,7 +62,7 @@ static const char *admin_lookup_param(const struct evkeyvalq *params, const char
  * token, the admin listener's address), not to the one looked up. NULL on
  * success, else a static reason (400).
  */
-static const char *admin_lookup_scope(struct evhttp_request *req, const struct evkeyvalq *params,
+static const char *admin_lookup_scope(struct http_req *req, const struct evkeyvalq *params,
                                       struct evkeyvalq *scope)
 {
     const struct evkeyval *p, *given, *last_given = NULL;
@@ -74,7 +75,7 @@ static const char *admin_lookup_scope(struct evhttp_request *req, const struct e
             return why;
         last_given = TAILQ_LAST(scope, evkeyvalq);
     }
-    TAILQ_FOREACH(p, evhttp_request_get_input_headers(req), next) {
+    TAILQ_FOREACH(p, http_server_input_headers(req), next) {
         bool named = false;
 
         if (strcasecmp(p->key, "Authorization") == 0 || strcasecmp(p->key, "Host") == 0)
@@ -89,9 +90,9 @@ static const char *admin_lookup_scope(struct evhttp_request *req, const struct e
     return NULL;
 }
 
-void admin_lookup(const struct admin_env *env, struct evhttp_request *req)
+void admin_lookup(const struct admin_env *env, struct http_req *req)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const struct evhttp_uri *uri = http_server_uri(req);
     const char *query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
     const char *path, *key, *method, *why = NULL;
     struct evkeyvalq params, scope;
@@ -100,7 +101,7 @@ void admin_lookup(const struct admin_env *env, struct evhttp_request *req)
     char reason[512];
     bool twice = false;
 
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+    if (http_server_command(req) != EVHTTP_REQ_GET) {
         admin_reply_error(req, 405, "GET");
         return;
     }

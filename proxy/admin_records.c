@@ -12,6 +12,7 @@
 
 #include <event2/http.h>
 
+#include "http_server.h"
 #include "clock.h"
 #include "config.h"
 #include "exchange.h"
@@ -22,7 +23,7 @@
 
 /* One admin request waiting on Redis. */
 struct admin_records_call {
-    struct evhttp_request *req;
+    struct http_req *req;
     const struct admin_env *env;
     struct admin_actor actor;
     char record_id[RECORD_ID_HEX_LEN + 1];
@@ -170,10 +171,10 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
     }
 }
 
-void admin_records(const struct admin_env *env, struct evhttp_request *req, const char *id,
+void admin_records(const struct admin_env *env, struct http_req *req, const char *id,
                    const struct admin_actor *actor)
 {
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    enum evhttp_cmd_type cmd = http_server_command(req);
     bool purge = cmd == EVHTTP_REQ_DELETE;
     struct admin_records_call *c;
     char key[RECORD_KEY_MAX];

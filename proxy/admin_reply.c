@@ -12,17 +12,18 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "http_server.h"
 #include "record.h"
 
-void admin_reply(struct evhttp_request *req, int status, const char *content_type,
+void admin_reply(struct http_req *req, int status, const char *content_type,
                  struct evbuffer *body)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-    evhttp_send_reply(req, status, NULL, body);
+    evhttp_add_header(http_server_output_headers(req), "Content-Type", content_type);
+    evhttp_add_header(http_server_output_headers(req), "Cache-Control", "no-store");
+    http_server_reply(req, status, NULL, body);
 }
 
-void admin_reply_text(struct evhttp_request *req, int status, const char *text)
+void admin_reply_text(struct http_req *req, int status, const char *text)
 {
     struct evbuffer *body = evbuffer_new();
 
@@ -33,7 +34,7 @@ void admin_reply_text(struct evhttp_request *req, int status, const char *text)
         evbuffer_free(body);
 }
 
-void admin_reply_json(struct evhttp_request *req, int status, json_t *doc)
+void admin_reply_json(struct http_req *req, int status, json_t *doc)
 {
     struct evbuffer *body = evbuffer_new();
     char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -49,12 +50,12 @@ void admin_reply_json(struct evhttp_request *req, int status, json_t *doc)
         evbuffer_free(body);
 }
 
-void admin_reply_error(struct evhttp_request *req, int status, const char *error)
+void admin_reply_error(struct http_req *req, int status, const char *error)
 {
     admin_reply_json(req, status, json_pack("{s:s}", "error", error));
 }
 
-void admin_reply_problem(struct evhttp_request *req, enum problem p, const char *detail)
+void admin_reply_problem(struct http_req *req, enum problem p, const char *detail)
 {
     struct evbuffer *body = evbuffer_new();
     size_t len = 0;

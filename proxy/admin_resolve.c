@@ -25,6 +25,7 @@
 #include <event2/keyvalq_struct.h>
 #include <openssl/evp.h>
 
+#include "http_server.h"
 #include "clock.h"
 #include "config.h"
 #include "exchange.h"
@@ -38,7 +39,7 @@
 
 /* A resolve waiting on Redis, with the answer it records (all owned). */
 struct admin_resolve_call {
-    struct evhttp_request *req;
+    struct http_req *req;
     const struct admin_env *env;
     struct admin_actor actor;
     char record_id[RECORD_ID_HEX_LEN + 1];
@@ -366,7 +367,7 @@ static void admin_resolve_on_get(enum store_status st, const char *value, size_t
     free(encoded);
 }
 
-void admin_resolve(const struct admin_env *env, struct evhttp_request *req, const char *id,
+void admin_resolve(const struct admin_env *env, struct http_req *req, const char *id,
                    const char *key, const struct admin_actor *actor)
 {
     struct admin_resolve_call *c = calloc(1, sizeof(*c));
@@ -389,7 +390,7 @@ void admin_resolve(const struct admin_env *env, struct evhttp_request *req, cons
      * record's route (admin_record_route) names the one to check.
      */
     c->max_stored = env->set->conf->max_stored_response;
-    if (admin_resolve_parse(c, evhttp_request_get_input_buffer(req), why, sizeof(why)) != 0) {
+    if (admin_resolve_parse(c, http_server_body(req), why, sizeof(why)) != 0) {
         admin_audit_resolve(req, actor, id, NULL, 400, 0);
         admin_reply_problem(req, PROBLEM_INVALID_RESOLUTION, why);
         admin_resolve_free(c);

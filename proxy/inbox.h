@@ -26,7 +26,7 @@
 #include "inbox_store.h"
 
 struct event_base;
-struct evhttp_request;
+struct http_req;
 struct evkeyvalq;
 struct config;
 struct metrics;
@@ -151,7 +151,7 @@ void inbox_destroy(struct inbox *ib);
  * path after "/inbox" ("" or "/<route>/dead..."). Answers req itself,
  * through s, for the routes of cfg (which must outlive the answer).
  */
-void inbox_admin(struct evhttp_request *req, struct store *s, const struct config *cfg,
+void inbox_admin(struct http_req *req, struct store *s, const struct config *cfg,
                  const char *rest);
 
 #endif

@@ -27,6 +27,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "http_server.h"
 #include "clock.h"
 #include "config.h"
 
@@ -38,14 +39,14 @@
 
 /* One admin request waiting on Redis; for GET /inbox, one stats call per route. */
 struct inbox_admin_call {
-    struct evhttp_request *req;
+    struct http_req *req;
     struct inbox_keys keys;
     json_t *doc;
     size_t waiting;             /* GET /inbox: stats still to come */
     bool failed;
 };
 
-static void inbox_admin_reply(struct evhttp_request *req, int status, json_t *doc)
+static void inbox_admin_reply(struct http_req *req, int status, json_t *doc)
 {
     struct evbuffer *body = evbuffer_new();
     char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -54,16 +55,16 @@ static void inbox_admin_reply(struct evhttp_request *req, int status, json_t *do
         evbuffer_add(body, text, strlen(text));
         evbuffer_add(body, "\n", 1);
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-    evhttp_send_reply(req, status, NULL, body);
+    evhttp_add_header(http_server_output_headers(req), "Content-Type", "application/json");
+    evhttp_add_header(http_server_output_headers(req), "Cache-Control", "no-store");
+    http_server_reply(req, status, NULL, body);
     free(text);
     if (body != NULL)
         evbuffer_free(body);
     json_decref(doc);
 }
 
-static void inbox_admin_error(struct evhttp_request *req, int status, const char *error)
+static void inbox_admin_error(struct http_req *req, int status, const char *error)
 {
     inbox_admin_reply(req, status, json_pack("{s:s}", "error", error));
 }
@@ -112,7 +113,7 @@ static void inbox_admin_on_stats(enum store_status st, const struct store_reply 
     free(c);
 }
 
-static void inbox_admin_list(struct evhttp_request *req, struct store *s, const struct config *cfg)
+static void inbox_admin_list(struct http_req *req, struct store *s, const struct config *cfg)
 {
     struct inbox_admin_call *c = calloc(1, sizeof(*c));
     json_t *routes = json_array();
@@ -310,10 +311,10 @@ static bool inbox_admin_time(const char *text, uint64_t *ms)
  * POST /inbox/<route>/dead/redeliver[?reason=<substring>&before=<time>]:
  * the query parsed by libevent; 400 for anything else in it.
  */
-static void inbox_admin_bulk(struct evhttp_request *req, struct store *s,
+static void inbox_admin_bulk(struct http_req *req, struct store *s,
                              struct inbox_admin_call *c)
 {
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    const char *query = evhttp_uri_get_query(http_server_uri(req));
     struct evkeyvalq params;
     struct inbox_admin_bulk *b = calloc(1, sizeof(*b));
     const struct evkeyval *kv;
@@ -360,10 +361,10 @@ static bool inbox_admin_id_ok(const char *id)
            strspn(id + a + 1, "0123456789") <= 20 && id[a + 1 + strspn(id + a + 1, "0123456789")] == '\0';
 }
 
-void inbox_admin(struct evhttp_request *req, struct store *s, const struct config *cfg,
+void inbox_admin(struct http_req *req, struct store *s, const struct config *cfg,
                  const char *rest)
 {
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    enum evhttp_cmd_type cmd = http_server_command(req);
     const struct route *route = NULL;
     struct inbox_admin_call *c;
     char encoded[512], id[64] = "", action[32] = "";

@@ -163,14 +163,11 @@ static int listener_port_free(const struct sockaddr *sa, socklen_t len, const st
  * An evhttp on base listening on ep; with share_port, one of several sockets
  * on the port (SO_REUSEPORT), the kernel spreading connections among them.
  */
-struct evhttp *listener_open(struct event_base *base, const struct endpoint *ep,
-                                    bool share_port, bool check_port,
-                                    struct evhttp_bound_socket **bound,
-                                    struct listener_slot **slot, char *err, size_t errlen)
+struct evconnlistener *listener_bind(struct event_base *base, const struct endpoint *ep,
+                                     bool share_port, bool check_port, char *err, size_t errlen)
 {
     struct evutil_addrinfo hints, *ai = NULL;
     struct evconnlistener *lev;
-    struct evhttp *http;
     unsigned flags = LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
                      LEV_OPT_DISABLED;
     char port[8];
@@ -202,6 +199,19 @@ struct evhttp *listener_open(struct event_base *base, const struct endpoint *ep,
                  strerror(errno));
         return NULL;
     }
+    return lev;
+}
+
+struct evhttp *listener_open(struct event_base *base, const struct endpoint *ep,
+                                    bool share_port, bool check_port,
+                                    struct evhttp_bound_socket **bound,
+                                    struct listener_slot **slot, char *err, size_t errlen)
+{
+    struct evconnlistener *lev = listener_bind(base, ep, share_port, check_port, err, errlen);
+    struct evhttp *http;
+
+    if (lev == NULL)
+        return NULL;
     *slot = listener_slot_take(base, lev);
     http = *slot != NULL ? evhttp_new(base) : NULL;
     *bound = http != NULL ? evhttp_bind_listener(http, lev) : NULL;

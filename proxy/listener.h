@@ -12,6 +12,7 @@
 struct event_base;
 struct evhttp;
 struct evhttp_bound_socket;
+struct evconnlistener;
 struct endpoint;
 struct listener_slot;
 
@@ -25,6 +26,16 @@ struct listener_slot;
 struct evhttp *listener_open(struct event_base *base, const struct endpoint *ep, bool share_port,
                              bool check_port, struct evhttp_bound_socket **bound,
                              struct listener_slot **slot, char *err, size_t errlen);
+
+/*
+ * Bind a listening socket on ep (as listener_open does: SO_REUSEADDR,
+ * SO_REUSEPORT when share_port, close-on-exec, backlog 511), not yet
+ * accepting (LEV_OPT_DISABLED), without callbacks: its owner sets them and
+ * handles accept errors. Returns NULL with err (errlen bytes) when it
+ * cannot bind.
+ */
+struct evconnlistener *listener_bind(struct event_base *base, const struct endpoint *ep,
+                                     bool share_port, bool check_port, char *err, size_t errlen);
 
 /* Give back the slot of a listener being freed; NULL is fine. From the listener's thread. */
 void listener_release(struct listener_slot *slot);

@@ -293,7 +293,7 @@ int main(int argc, char **argv)
         config_keyring_describe(cfg, err, sizeof(err));
         log_msg(LOG_INFO, "%s", err);
         log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
-                cfg->listen.host, cfg->listen.port, m.pool.n, m.pool.n == 1 ? "" : "s",
+                cfg->listen.host, cfg->listen.port, m.pool.serving, m.pool.serving == 1 ? "" : "s",
                 cfg->upstream_url, cfg->n_routes, cfg->n_routes == 1 ? "" : "s");
         if (cfg->admin_listen.host != NULL && cfg->admin_token_file != NULL)
             log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint but /healthz, "

@@ -27,6 +27,7 @@
 
 #include "clock.h"
 #include "fingerprint.h"
+#include "http_server.h"
 #include "record_id.h"
 #include "listener.h"
 #include "log.h"
@@ -39,6 +40,13 @@
 #define WORKER_DRAIN_TICK_MS 50
 #define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
 
+/* The admin listener's bounds (docs/operations.md "Admin listener"). */
+#define WORKER_ADMIN_MAX_CONNECTIONS 64
+#define WORKER_ADMIN_MAX_HEAD (16 * 1024)     /* bytes */
+#define WORKER_ADMIN_MAX_FIELDS 64
+#define WORKER_ADMIN_HEAD_MS 10000
+#define WORKER_ADMIN_IO_MS 30000
+
 /*
  * libevent answers past its own body limit with a plain 413 before we see the
  * request; below it we answer max_request_body with problem details.
@@ -47,20 +55,19 @@ static void worker_set_body_limit(struct evhttp *http, size_t max_request_body)
 {
     size_t slack = max_request_body > 65536 ? max_request_body : 65536;
 
-    evhttp_set_max_body_size(http, (ev_ssize_t)(max_request_body + slack));
+    if (http != NULL)
+        evhttp_set_max_body_size(http, (ev_ssize_t)(max_request_body + slack));
 }
 
 /*
- * The admin listener reads a body only for PUT /records/<id>: an answer of
- * up to max_stored_response bytes in base64 (4/3 of it), its header fields
- * and the JSON around them. libevent answers a larger body with a plain 413
- * before the token is even checked.
+ * The admin listener reads a large body only for PUT /records/<id>: an
+ * answer of up to max_stored_response bytes in base64 (4/3 of it), its
+ * header fields and the JSON around them; checked after the token
+ * (admin_head).
  */
-static void worker_set_admin_body_limit(struct evhttp *admin, size_t max_stored_response)
+static void worker_set_admin_body_limit(struct worker *w, size_t max_stored_response)
 {
-    if (admin != NULL)
-        evhttp_set_max_body_size(admin, (ev_ssize_t)(max_stored_response / 3 * 4 +
-                                                     WORKER_ADMIN_BODY_SLACK));
+    w->admin.resolve_body_limit = max_stored_response / 3 * 4 + WORKER_ADMIN_BODY_SLACK;
 }
 
 /* ---- one worker ------------------------------------------------------------ */
@@ -113,7 +120,7 @@ static int worker_post(struct worker *w, const struct worker_message *m)
 static void worker_apply_config(struct worker *w, struct config *cfg)
 {
     worker_set_body_limit(w->http, cfg->max_request_body);
-    worker_set_admin_body_limit(w->admin_http, cfg->max_stored_response);
+    worker_set_admin_body_limit(w, cfg->max_stored_response);
     exchange_set_config(&w->xs, cfg);
     inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
@@ -285,14 +292,11 @@ static void worker_deinit(struct worker *w)
     w->webhook_inbox = NULL;
     listener_release(w->listener_slot);
     w->listener_slot = NULL;
-    listener_release(w->admin_slot);
-    w->admin_slot = NULL;
     if (w->http != NULL)
         evhttp_free(w->http);
     w->http = NULL;
-    if (w->admin_http != NULL)
-        evhttp_free(w->admin_http);
-    w->admin_http = NULL;
+    http_server_free(w->admin_server);
+    w->admin_server = NULL;
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     w->drain_timer = NULL;
@@ -320,16 +324,70 @@ static void worker_deinit(struct worker *w)
 static void worker_pool_gauges(void *arg, struct metrics_gauges *g);
 static const char *worker_pool_unready(void *arg);
 
+/* The admin worker's listener: the admin endpoints (admin.h) within the bounds above. */
+static int worker_admin_open(struct worker *w, struct worker_pool *p, struct config *cfg,
+                             char *err, size_t errlen)
+{
+    static const struct http_server_limits limits = {
+        .max_connections = WORKER_ADMIN_MAX_CONNECTIONS,
+        .max_head_bytes = WORKER_ADMIN_MAX_HEAD,
+        .max_header_fields = WORKER_ADMIN_MAX_FIELDS,
+        .head_timeout_ms = WORKER_ADMIN_HEAD_MS,
+        .read_timeout_ms = WORKER_ADMIN_IO_MS,
+        .write_timeout_ms = WORKER_ADMIN_IO_MS,
+        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
+                   EVHTTP_REQ_PUT,
+    };
+    struct evconnlistener *lev = listener_bind(w->base, &cfg->admin_listen, false, false, err,
+                                               errlen);
+
+    if (lev == NULL)
+        return -1;
+    w->admin = (struct admin_env){ &w->xs, &p->metrics, worker_pool_gauges,
+                                   worker_pool_unready, p, 0 };
+    worker_set_admin_body_limit(w, cfg->max_stored_response);
+    w->admin_server = http_server_new(w->base, lev, &limits, &(struct http_server_callbacks){
+        .head = admin_head, .request = admin_handle, .too_large = admin_too_large,
+        .arg = &w->admin,
+    });
+    if (w->admin_server == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The client listener of a serving worker (shared: SO_REUSEPORT with the others). */
+static int worker_client_open(struct worker *w, struct config *cfg, bool shared, char *err,
+                              size_t errlen)
+{
+    w->http = listener_open(w->base, &cfg->listen, shared, shared && w->index == 0, &w->listener,
+                            &w->listener_slot, err, errlen);
+    if (w->http == NULL)
+        return -1;
+    evhttp_set_gencb(w->http, exchange_handle, &w->xs);
+    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    worker_set_body_limit(w->http, cfg->max_request_body);
+    evhttp_set_max_headers_size(w->http, WORKER_MAX_HEADERS_SIZE);
+    evhttp_set_default_content_type(w->http, NULL);
+    evhttp_set_timeout(w->http, WORKER_CLIENT_IDLE_S);
+    /* read the rest of an oversized body before answering, so the client sees the 413 */
+    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    return 0;
+}
+
 static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
                        struct config *cfg, char *err, size_t errlen)
 {
-    struct evhttp_bound_socket *admin_bound = NULL;
-    bool shared = p->n > 1;
+    bool shared = config_workers(cfg) > 1;
 
     memset(w, 0, sizeof(*w));
     w->mailbox[0] = w->mailbox[1] = -1;
     w->pool = p;
     w->index = index;
+    w->admin_only = index >= config_workers(cfg);
     w->boot = config_ref(cfg);
 
     w->base = worker_event_base_new();
@@ -345,35 +403,9 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         goto failed;
     }
 
-    w->http = listener_open(w->base, &cfg->listen, shared, shared && index == 0, &w->listener,
-                            &w->listener_slot, err, errlen);
-    if (w->http == NULL)
+    if (w->admin_only ? worker_admin_open(w, p, cfg, err, errlen) != 0
+                      : worker_client_open(w, cfg, shared, err, errlen) != 0)
         goto failed;
-    evhttp_set_gencb(w->http, exchange_handle, &w->xs);
-    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    worker_set_body_limit(w->http, cfg->max_request_body);
-    evhttp_set_max_headers_size(w->http, WORKER_MAX_HEADERS_SIZE);
-    evhttp_set_default_content_type(w->http, NULL);
-    evhttp_set_timeout(w->http, WORKER_CLIENT_IDLE_S);
-    /* read the rest of an oversized body before answering, so the client sees the 413 */
-    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
-
-    if (index == 0 && cfg->admin_listen.host != NULL) {
-        w->admin_http = listener_open(w->base, &cfg->admin_listen, false, false, &admin_bound,
-                                      &w->admin_slot, err, errlen);
-        if (w->admin_http == NULL)
-            goto failed;
-        w->admin = (struct admin_env){ &w->xs, &p->metrics, worker_pool_gauges,
-                                       worker_pool_unready, p };
-        evhttp_set_gencb(w->admin_http, admin_handle, &w->admin);
-        evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
-                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
-                                                      EVHTTP_REQ_PUT);
-        evhttp_set_default_content_type(w->admin_http, NULL);
-        worker_set_admin_body_limit(w->admin_http, cfg->max_stored_response);
-    }
 
     w->store = store_create(w->base, cfg, err, errlen);
     if (w->store == NULL)
@@ -389,9 +421,10 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, &p->budget, cfg,
                       worker_wake_others, w);
     /* NULL without a queued route; routes' delivery.mode cannot change on reload */
-    w->webhook_inbox = inbox_create(w->base, w->store, w->upstream, cfg, &p->metrics, index,
-                                    index == 0);
-    if (w->webhook_inbox == NULL && inbox_wanted(cfg)) {
+    if (!w->admin_only)
+        w->webhook_inbox = inbox_create(w->base, w->store, w->upstream, cfg, &p->metrics, index,
+                                        index == 0);
+    if (!w->admin_only && w->webhook_inbox == NULL && inbox_wanted(cfg)) {
         /* accepted deliveries would wait for a consumer that never comes */
         snprintf(err, errlen, "out of memory");
         goto failed;
@@ -415,7 +448,8 @@ static void worker_declare_routes(struct worker_pool *p, const struct config *cf
 
 int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_t errlen)
 {
-    unsigned n = config_workers(cfg);
+    unsigned serving = config_workers(cfg);
+    unsigned n = serving + (cfg->admin_listen.host != NULL ? 1 : 0);
 
     memset(p, 0, sizeof(*p));
     p->port_lock = -1;
@@ -425,7 +459,7 @@ int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_
         return -1;
     }
     worker_declare_routes(p, cfg);
-    if (n > 1 && (p->port_lock = listener_lock_endpoint(&cfg->listen, err, errlen)) < 0) {
+    if (serving > 1 && (p->port_lock = listener_lock_endpoint(&cfg->listen, err, errlen)) < 0) {
         metrics_deinit(&p->metrics);
         return -1;
     }
@@ -437,6 +471,7 @@ int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_
         return -1;
     }
     p->n = n;
+    p->serving = serving;
     for (unsigned i = 0; i < n; i++) {
         if (worker_init(&p->workers[i], p, i, cfg, err, errlen) != 0) {
             p->n = i;
@@ -539,6 +574,7 @@ void worker_pool_drain(struct worker_pool *p, uint64_t slack_ms)
     struct worker_message m = { .kind = WORKER_MSG_DRAIN };
 
     m.deadline_ms = clock_now_ms() + p->workers[0].boot->upstream_timeout_ms + slack_ms;
+    atomic_store(&p->draining, true);
     for (unsigned i = 1; i <= p->started; i++) {
         if (worker_post(&p->workers[i], &m) != 0)
             log_msg(LOG_ERROR, "worker %u did not take the drain; exit waits for it", i);
@@ -590,7 +626,7 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
     g->redis_up = 1;
     g->redis_cluster_nodes = -1;
     g->redis_eviction_policy_ok = store_eviction_policy_ok();
-    for (unsigned i = 0; i < p->n; i++) {
+    for (unsigned i = 0; i < p->serving; i++) { /* the admin worker has no traffic */
         struct worker *w = &p->workers[i];
         char primary[sizeof(g->redis_primaries[0].address)];
         int n;
@@ -608,13 +644,14 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
     }
 }
 
-/* admin_env.unready: why the pool is not ready for traffic, or NULL. Worker 0's thread. */
+/* admin_env.unready: why the pool is not ready for traffic, or NULL. Any thread. */
 static const char *worker_pool_unready(void *arg)
 {
     struct worker_pool *p = arg;
 
-    if (p->workers[0].xs.draining)
+    if (atomic_load(&p->draining))
         return "draining";
+    /* the admin worker's store too: ready means its record endpoints answer as well */
     for (unsigned i = 0; i < p->n; i++) {
         const char *why = store_unready(p->workers[i].store);
         if (why == NULL)

@@ -1,12 +1,16 @@
 /*
  * worker.h - the worker threads: each one thread with one event_base, its
- * client listener, Redis store, upstream client and exchange set. Between
- * threads: a mailbox pipe per worker for reloads, the drain and wake-ups.
+ * client listener, Redis store, upstream client and exchange set; and with
+ * admin_listen, one more thread, the admin worker, whose loop serves only
+ * the admin listener (http_server.h) with its own store, off the data
+ * plane's loops. Between threads: a mailbox pipe per worker for reloads,
+ * the drain and wake-ups.
  */
 #ifndef IDEM_WORKER_H
 #define IDEM_WORKER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +25,7 @@
 struct event_base;
 struct evhttp;
 struct evhttp_bound_socket;
+struct http_server;
 struct store;
 struct upstream;
 struct listener_slot;
@@ -33,7 +38,8 @@ struct worker_pool;
 struct worker {
     struct event_base *base;                /* owned */
     struct worker_pool *pool;
-    unsigned index;                         /* 0: the main thread, admin listener, signals */
+    unsigned index;                         /* 0: the main thread, signals */
+    bool admin_only;                        /* the admin worker: no client listener, no inbox */
     struct config *boot;                    /* listeners, Redis, upstream: fixed until restart; one ref */
     struct store *store;
     struct upstream *upstream;
@@ -42,9 +48,8 @@ struct worker {
     struct evhttp *http;
     struct evhttp_bound_socket *listener;
     struct listener_slot *listener_slot;
-    struct evhttp *admin_http;              /* worker 0 only */
-    struct listener_slot *admin_slot;
-    struct admin_env admin;                 /* worker 0 only */
+    struct http_server *admin_server;       /* the admin worker only */
+    struct admin_env admin;                 /* the admin worker only */
     struct event *drain_timer;
     uint64_t drain_deadline_ms;             /* ms since the epoch */
     int mailbox[2];                         /* pipe: messages from other threads (not the
@@ -52,10 +57,15 @@ struct worker {
     struct event *mailbox_event;
 };
 
-/* The workers of the process; workers[0] runs on the main thread. */
+/*
+ * The workers of the process; workers[0] runs on the main thread;
+ * workers[serving], when n > serving, is the admin worker.
+ */
 struct worker_pool {
     struct worker *workers;                 /* n, owned */
     unsigned n;
+    unsigned serving;                       /* workers with a client listener (workers: N) */
+    atomic_bool draining;                   /* SIGTERM came: /readyz says so */
     pthread_t *threads;                     /* workers[1..n-1]'s; owned */
     unsigned started;                       /* threads running or to be joined */
     int port_lock;                          /* with several workers: the endpoint's lock, or -1 */
@@ -66,7 +76,8 @@ struct worker_pool {
 /*
  * Set up config_workers(cfg) workers, each with its own event_base, client
  * listener, store and upstream client (each takes its own references to
- * cfg); worker 0 also gets the admin listener. With more than one worker the
+ * cfg); with admin_listen, one more worker (the admin worker) gets the admin
+ * listener, its own store and nothing else. With more than one worker the
  * client listeners share the port through SO_REUSEPORT, after a check that
  * no other socket holds it and with a lock on the endpoint
  * (listener_lock_endpoint). Nothing runs yet. Returns 0, or -1 with one line

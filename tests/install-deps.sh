@@ -25,7 +25,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential meson ninja-build pkg-config
   libevent-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev libssl-dev libjansson-dev
-  libmimalloc-dev
+  libmimalloc-dev libhttp-parser-dev
   redis-server redis-tools python3 python3-pytest python3-yaml curl git openssl iproute2
 )
 backports=(libhiredict-dev libhiredict-shims-dev)

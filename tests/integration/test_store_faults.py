@@ -8,6 +8,7 @@ one command back.
 """
 
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -161,48 +162,35 @@ def expired_claims(start_proxy, upstream, redis, n, delay_ms):
 # a purge is one compare-and-set
 # --------------------------------------------------------------------------
 
-def paused_client(redis):
-    """CLIENT LIST's fields of the client whose command a CLIENT PAUSE holds (flag b), or None."""
-    for line in redis.cmd("CLIENT", "LIST").splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "b" in fields.get("flags", ""):
-            return fields
-    return None
-
-
 @pytest.mark.slow
 def test_purge_racing_a_takeover_does_not_delete_the_live_claim(start_proxy, upstream, redis):
-    """The retry's SET NX GET and the purge's GET are queued on one connection behind a
-    CLIENT PAUSE WRITE; when it ends the retry takes the expired claim over and the purge
-    deletes, in that order. The purge must see that the record changed (409), so a second
-    retry waits for the taken-over request instead of executing again."""
+    """The purge reads the expired claim, and its compare-and-set delete is held back (the
+    admin listener has its own Redis connection: redis_gate holds that one command) while a
+    retry takes the claim over; then it lands. The purge must see that the record changed
+    (409), so a second retry waits for the taken-over request instead of executing again."""
     slow = [("X-Demo-Delay-Ms", "1500")]
     (k1, _), (k2, rk2) = expired_claims(start_proxy, upstream, redis, 2, 3000)
-    # redis.timeout 10 s (lease at least 1.5 x that): longer than the pause, which the test
-    # ends once both commands wait in Redis
-    b = start_proxy(lease="15s", on_ambiguous="release", workers=1, name="b",
-                    redis={"timeout": "10s"})
-    wait_ready(b)
-    # a first takeover loads the takeover script into Redis, as on any running system
-    assert b.post(key=k1).status == 201
-    assert upstream.executions(k1) == 2
-    rid = str(rk2).split("{", 1)[1].rstrip("}")
-    purge_get = len(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(rk2), rk2.encode()))
-
-    assert redis.cmd("CLIENT", "PAUSE", "8000", "WRITE") == "OK"  # 8 s: only if the test hangs
+    gate = RedisGate(redis.port).start()
+    release = threading.Event()
     try:
-        retry = in_background(b.post, key=k2, headers=slow)
-        wait_until(lambda: paused_client(redis), what="the retry's SET NX GET held by the pause")
+        b = start_proxy(lease="15s", on_ambiguous="release", workers=1, name="b",
+                        redis={"url": gate.url, "timeout": "10s"})
+        wait_ready(b)
+        # a first takeover loads the takeover script into Redis, as on any running system
+        assert b.post(key=k1).status == 201
+        assert upstream.executions(k1) == 2
+        rid = str(rk2).split("{", 1)[1].rstrip("}")
+        gate.hold_next(("EVALSHA", "EVAL"), containing=rk2.encode(), until=release)
         purge = in_background(b.admin, "DELETE", "/records/" + rid)
-        # b's only connection: the purge's GET waits in Redis's input buffer behind it
-        wait_until(lambda: int((paused_client(redis) or {}).get("qbuf", 0)) >= purge_get,
-                   what="the purge's GET queued behind the held SET NX GET")
+        wait_until(lambda: gate.held == 1, what="the purge's compare-and-set held")
+        retry = in_background(b.post, key=k2, headers=slow)
+        wait_until(lambda: upstream.executions(k2) == 2, what="the takeover at the upstream")
     finally:
-        redis.cmd("CLIENT", "UNPAUSE")
-    d = purge.result(timeout=10)
-    wait_until(lambda: upstream.executions(k2) == 2, what="the takeover at the upstream")
+        release.set()
+    d = purge.result(timeout=WAIT_S)
     second = b.post(key=k2, headers=slow)  # while the taken-over request runs
-    first = retry.result(timeout=10)
+    first = retry.result(timeout=WAIT_S)
+    gate.stop()
     assert upstream.executions(k2) == 2, "the key executed again after the purge: %r" % d
     assert first.status == 201 and not first.replayed, first
     assert d.status == 409, d

@@ -1,0 +1,738 @@
+/*
+ * http_server.c - a small HTTP/1.1 server over bufferevents (http_server.h).
+ * libhttp-parser reads the messages (RFC 9112: request line, fields,
+ * Content-Length and chunked framing); this file keeps the bounds and the
+ * state of each connection:
+ *
+ *   HEAD     reading a head (deadline: head_timeout_ms)
+ *   BODY     reading a body the head callback accepted
+ *   HANDLER  the handler holds the request
+ *   WRITING  the answer is being written
+ *   LINGER   the answer is out and the connection ends: the write side is
+ *            shut, what the client still sends is read and dropped for a
+ *            moment, so that closing with unread bytes (a TCP reset) does
+ *            not destroy the answer before the client reads it
+ */
+#include "http_server.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/queue.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+
+#include <http_parser.h>
+
+#include "clock.h"
+#include "log.h"
+
+#define HTTP_SERVER_ACCEPT_PAUSE_MS 100
+#define HTTP_SERVER_LINGER_MS 2000
+#define HTTP_SERVER_LINGER_BYTES (1024 * 1024) /* read and dropped at most, then closed */
+
+enum http_conn_state { CONN_HEAD, CONN_BODY, CONN_HANDLER, CONN_WRITING, CONN_LINGER };
+
+struct http_conn;
+
+struct http_req {
+    struct http_conn *conn;             /* NULL once the client went away */
+    enum evhttp_cmd_type command;
+    char *target;                       /* owned */
+    struct evhttp_uri *uri;             /* owned */
+    struct evkeyvalq in, out;
+    struct evbuffer *body;
+    size_t body_limit;                  /* bytes the head callback accepted */
+    long long content_length;           /* -1 chunked */
+    int status;
+    bool answered;
+    void (*done)(struct http_req *req, bool written, void *arg);
+    void *done_arg;
+    char peer[64];
+};
+
+struct http_conn {
+    struct http_server *server;
+    LIST_ENTRY(http_conn) next;
+    struct bufferevent *bev;
+    struct event *deadline;             /* the head's, then the linger's */
+    enum http_conn_state state;
+    http_parser parser;
+    struct http_req *req;               /* the one being read or answered, or NULL */
+    struct evbuffer *field, *value;     /* the field being read */
+    bool in_value;
+    size_t head_bytes;
+    size_t lingered;                    /* bytes dropped in LINGER */
+    unsigned fields;
+    bool head_done, message_done, too_large, head_error;
+    bool close_after;                   /* the connection ends after this answer */
+    char peer[64];
+};
+
+struct http_server {
+    struct event_base *base;
+    struct evconnlistener *lev;
+    struct event *resume;               /* accept errors: re-enable after a pause */
+    struct http_server_limits limits;
+    struct http_server_callbacks cb;
+    http_parser_settings settings;
+    LIST_HEAD(, http_conn) conns;
+    unsigned n_conns;
+    bool paused;                        /* by an accept error */
+    bool accepting;                     /* the listener is enabled */
+};
+
+static void http_conn_process(struct http_conn *c);
+
+/* ---- requests ---- */
+
+static struct http_req *http_req_new(struct http_conn *c)
+{
+    struct http_req *req = calloc(1, sizeof(*req));
+
+    if (req == NULL || (req->body = evbuffer_new()) == NULL) {
+        free(req);
+        return NULL;
+    }
+    req->conn = c;
+    TAILQ_INIT(&req->in);
+    TAILQ_INIT(&req->out);
+    memcpy(req->peer, c->peer, sizeof(req->peer));
+    return req;
+}
+
+static void http_req_free(struct http_req *req)
+{
+    if (req == NULL)
+        return;
+    free(req->target);
+    if (req->uri != NULL)
+        evhttp_uri_free(req->uri);
+    evhttp_clear_headers(&req->in);
+    evhttp_clear_headers(&req->out);
+    evbuffer_free(req->body);
+    free(req);
+}
+
+/* Tell req's handler how its answer went, once. */
+static void http_req_done(struct http_req *req, bool written)
+{
+    void (*cb)(struct http_req *, bool, void *) = req->done;
+
+    req->done = NULL;
+    if (cb != NULL)
+        cb(req, written, req->done_arg);
+}
+
+/* ---- connections ---- */
+
+static void http_server_accept_more(struct http_server *s)
+{
+    bool want = !s->paused && (s->limits.max_connections == 0 ||
+                               s->n_conns < s->limits.max_connections);
+
+    if (s->lev == NULL)
+        return; /* being freed */
+
+    if (want && !s->accepting)
+        evconnlistener_enable(s->lev);
+    else if (!want && s->accepting)
+        evconnlistener_disable(s->lev);
+    s->accepting = want;
+}
+
+/*
+ * Free c now. A request its handler holds stays the handler's (answered
+ * later into nothing); one being read or written is told and freed.
+ */
+static void http_conn_free(struct http_conn *c)
+{
+    struct http_server *s = c->server;
+    struct http_req *req = c->req;
+
+    c->req = NULL;
+    if (req != NULL) {
+        req->conn = NULL;
+        req->peer[0] = '\0';
+        http_req_done(req, false);
+        if (c->state != CONN_HANDLER)
+            http_req_free(req);
+    }
+    LIST_REMOVE(c, next);
+    bufferevent_free(c->bev);
+    if (c->deadline != NULL)
+        event_free(c->deadline);
+    evbuffer_free(c->field);
+    evbuffer_free(c->value);
+    free(c);
+    s->n_conns--;
+    http_server_accept_more(s);
+}
+
+static void http_conn_arm(struct http_conn *c, unsigned ms)
+{
+    struct timeval tv = clock_ms_to_timeval(ms);
+
+    event_add(c->deadline, &tv);
+}
+
+/* Ready for the next head on c (a new connection, or the previous answer is out). */
+static void http_conn_next(struct http_conn *c)
+{
+    /* a fresh parser: a head answered at once left its message unfinished */
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->state = CONN_HEAD;
+    c->head_bytes = 0;
+    c->fields = 0;
+    c->in_value = false;
+    c->head_done = c->message_done = c->too_large = c->head_error = false;
+    evbuffer_drain(c->field, evbuffer_get_length(c->field));
+    evbuffer_drain(c->value, evbuffer_get_length(c->value));
+    http_conn_arm(c, c->server->limits.head_timeout_ms);
+}
+
+static const char *http_reason(int status)
+{
+    const char *r = http_status_str((enum http_status)status);
+
+    return r != NULL && strcmp(r, "<unknown>") != 0 ? r : "Unknown";
+}
+
+/* The Date field (RFC 9110 section 6.6.1) into out (>= 30 bytes). */
+static void http_date(char *out, size_t outsize)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+
+    gmtime_r(&now, &tm);
+    strftime(out, outsize, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+/* The status line, fields and body of req's answer into c's output. */
+static void http_conn_write(struct http_conn *c, struct http_req *req, const char *reason,
+                            struct evbuffer *body)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t len = body != NULL ? evbuffer_get_length(body) : 0;
+    struct evkeyval *h;
+    char date[64];
+
+    http_date(date, sizeof(date));
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", req->status,
+                        reason != NULL ? reason : http_reason(req->status));
+    TAILQ_FOREACH(h, &req->out, next) {
+        if (strcasecmp(h->key, "Content-Length") == 0 || strcasecmp(h->key, "Connection") == 0 ||
+            strcasecmp(h->key, "Transfer-Encoding") == 0 || strcasecmp(h->key, "Date") == 0)
+            continue; /* this file's own */
+        evbuffer_add_printf(out, "%s: %s\r\n", h->key, h->value);
+    }
+    evbuffer_add_printf(out, "Date: %s\r\nContent-Length: %zu\r\n%s\r\n", date, len,
+                        c->close_after ? "Connection: close\r\n" : "");
+    if (body != NULL && req->command != EVHTTP_REQ_HEAD)
+        evbuffer_add_buffer(out, body);
+}
+
+void http_server_reply(struct http_req *req, int status, const char *reason,
+                       struct evbuffer *body)
+{
+    struct http_conn *c = req->conn;
+
+    if (req->answered)
+        return;
+    req->answered = true;
+    req->status = status;
+    if (c == NULL) { /* the client went away; its handler was told */
+        http_req_free(req);
+        return;
+    }
+    if (c->state != CONN_HANDLER && c->state != CONN_WRITING) {
+        /* from the head: the body stays unread, so the connection ends after this */
+        if (req->content_length != 0)
+            c->close_after = true;
+    }
+    if (!http_should_keep_alive(&c->parser))
+        c->close_after = true;
+    event_del(c->deadline);
+    c->state = CONN_WRITING;
+    http_conn_write(c, req, reason, body);
+    /* bufferevent's write callback runs once the output is drained */
+    bufferevent_enable(c->bev, EV_WRITE);
+}
+
+/* c's answer is out: the next request, or the end. */
+static void http_conn_written(struct http_conn *c)
+{
+    struct http_req *req = c->req;
+    struct timeval tv;
+
+    c->req = NULL;
+    if (req != NULL) {
+        http_req_done(req, true);
+        http_req_free(req);
+    }
+    if (!c->close_after) {
+        http_conn_next(c);
+        http_conn_process(c);
+        return;
+    }
+    /* a body may be on its way: read and drop it for a moment, then close */
+    c->state = CONN_LINGER;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(
+                                                      bufferevent_get_input(c->bev)));
+    tv = clock_ms_to_timeval(HTTP_SERVER_LINGER_MS);
+    event_add(c->deadline, &tv);
+}
+
+/* Answer c's request (or one made for it) at once from the server: 4xx, 5xx. */
+static void http_conn_refuse(struct http_conn *c, int status)
+{
+    struct evbuffer *body = evbuffer_new();
+
+    if (c->req == NULL && (c->req = http_req_new(c)) == NULL) {
+        evbuffer_free(body);
+        http_conn_free(c);
+        return;
+    }
+    c->close_after = true;
+    if (body != NULL)
+        evbuffer_add_printf(body, "%d %s\n", status, http_reason(status));
+    evhttp_add_header(&c->req->out, "Content-Type", "text/plain; charset=utf-8");
+    http_server_reply(c->req, status, NULL, body);
+    if (body != NULL)
+        evbuffer_free(body);
+}
+
+/* ---- the parser's callbacks ---- */
+
+/*
+ * The field just read, into the request's fields. -1 past max_header_fields
+ * (head_error: 431) or for a field evhttp refuses (a parser error: 400).
+ */
+static int http_conn_end_field(struct http_conn *c)
+{
+    size_t nlen = evbuffer_get_length(c->field), vlen = evbuffer_get_length(c->value);
+    int rc;
+
+    if (!c->in_value)
+        return 0;
+    c->in_value = false;
+    if (++c->fields > c->server->limits.max_header_fields) {
+        c->head_error = true;
+        return -1;
+    }
+    evbuffer_add(c->field, "", 1);
+    evbuffer_add(c->value, "", 1);
+    rc = evhttp_add_header(&c->req->in, (const char *)evbuffer_pullup(c->field, -1),
+                           (const char *)evbuffer_pullup(c->value, -1));
+    evbuffer_drain(c->field, nlen + 1);
+    evbuffer_drain(c->value, vlen + 1);
+    return rc;
+}
+
+static int http_on_message_begin(http_parser *p)
+{
+    struct http_conn *c = p->data;
+
+    if (c->req == NULL)
+        c->req = http_req_new(c);
+    return c->req != NULL ? 0 : -1;
+}
+
+static int http_on_url(http_parser *p, const char *at, size_t len)
+{
+    struct http_conn *c = p->data;
+    size_t have = c->req->target != NULL ? strlen(c->req->target) : 0;
+    char *t = realloc(c->req->target, have + len + 1);
+
+    if (t == NULL)
+        return -1;
+    memcpy(t + have, at, len);
+    t[have + len] = '\0';
+    c->req->target = t;
+    return 0;
+}
+
+static int http_on_header_field(http_parser *p, const char *at, size_t len)
+{
+    struct http_conn *c = p->data;
+
+    if (http_conn_end_field(c) != 0)
+        return -1;
+    return evbuffer_add(c->field, at, len);
+}
+
+static int http_on_header_value(http_parser *p, const char *at, size_t len)
+{
+    struct http_conn *c = p->data;
+
+    c->in_value = true;
+    return evbuffer_add(c->value, at, len);
+}
+
+static int http_on_headers_complete(http_parser *p)
+{
+    struct http_conn *c = p->data;
+
+    if (http_conn_end_field(c) != 0)
+        return -1;
+    c->head_done = true;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static int http_on_body(http_parser *p, const char *at, size_t len)
+{
+    struct http_conn *c = p->data;
+
+    if (evbuffer_get_length(c->req->body) + len > c->req->body_limit) {
+        c->too_large = true;
+        http_parser_pause(p, 1);
+        return 0;
+    }
+    return evbuffer_add(c->req->body, at, len);
+}
+
+static int http_on_message_complete(http_parser *p)
+{
+    struct http_conn *c = p->data;
+
+    c->message_done = true;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+/* ---- the head ---- */
+
+static bool http_method(enum http_method m, enum evhttp_cmd_type *cmd)
+{
+    switch (m) {
+    case HTTP_GET: *cmd = EVHTTP_REQ_GET; return true;
+    case HTTP_POST: *cmd = EVHTTP_REQ_POST; return true;
+    case HTTP_HEAD: *cmd = EVHTTP_REQ_HEAD; return true;
+    case HTTP_PUT: *cmd = EVHTTP_REQ_PUT; return true;
+    case HTTP_DELETE: *cmd = EVHTTP_REQ_DELETE; return true;
+    case HTTP_OPTIONS: *cmd = EVHTTP_REQ_OPTIONS; return true;
+    case HTTP_TRACE: *cmd = EVHTTP_REQ_TRACE; return true;
+    case HTTP_CONNECT: *cmd = EVHTTP_REQ_CONNECT; return true;
+    case HTTP_PATCH: *cmd = EVHTTP_REQ_PATCH; return true;
+    default: return false;
+    }
+}
+
+/* Answer Expect: 100-continue (RFC 9110 section 10.1.1) once the body is wanted. */
+static void http_conn_continue(struct http_conn *c)
+{
+    const char *expect = evhttp_find_header(&c->req->in, "Expect");
+
+    if (expect != NULL && strcasecmp(expect, "100-continue") == 0 &&
+        (c->parser.http_major > 1 || (c->parser.http_major == 1 && c->parser.http_minor >= 1)))
+        evbuffer_add_printf(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+static void http_conn_too_large(struct http_conn *c)
+{
+    struct http_server *s = c->server;
+
+    c->close_after = true;
+    if (s->cb.too_large != NULL)
+        s->cb.too_large(c->req, s->cb.arg);
+    if (c->state != CONN_WRITING)
+        http_conn_refuse(c, 413);
+}
+
+/* The head is in: bounds, method, target, then the head callback. */
+static void http_conn_head(struct http_conn *c)
+{
+    struct http_server *s = c->server;
+    struct http_req *req = c->req;
+
+    event_del(c->deadline);
+    req->content_length = (c->parser.flags & F_CHUNKED) ? -1
+                          : c->parser.content_length == ULLONG_MAX ? 0
+                                                                   : (long long)c->parser.content_length;
+    if (!http_method((enum http_method)c->parser.method, &req->command) ||
+        (s->limits.methods & (unsigned)req->command) == 0) {
+        http_conn_refuse(c, 501);
+        return;
+    }
+    req->uri = req->target != NULL
+                   ? evhttp_uri_parse_with_flags(req->target, EVHTTP_URI_NONCONFORMANT)
+                   : NULL;
+    if (req->uri == NULL || req->target[0] != '/') {
+        http_conn_refuse(c, 400);
+        return;
+    }
+    c->state = CONN_BODY;
+    s->cb.head(req, s->cb.arg);
+    if (c->state != CONN_BODY)
+        return; /* answered */
+    if (req->content_length > 0 && (unsigned long long)req->content_length > req->body_limit) {
+        http_conn_too_large(c);
+        return;
+    }
+    if (req->content_length != 0)
+        http_conn_continue(c);
+    http_parser_pause(&c->parser, 0);
+}
+
+/* What the parser stopped for, or its error. Returns whether to go on parsing. */
+static bool http_conn_after_parse(struct http_conn *c)
+{
+    struct http_server *s = c->server;
+    enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+
+    if (c->head_error) {
+        http_conn_refuse(c, 431);
+        return false;
+    }
+    if (err != HPE_OK && err != HPE_PAUSED) {
+        http_conn_refuse(c, err == HPE_HEADER_OVERFLOW ? 431 : 400);
+        return false;
+    }
+    if (c->state == CONN_HEAD && c->head_bytes > s->limits.max_head_bytes) {
+        http_conn_refuse(c, 431);
+        return false;
+    }
+    if (c->head_done) {
+        c->head_done = false;
+        http_conn_head(c);
+        if (c->state != CONN_BODY)
+            return false;
+    }
+    if (c->too_large) {
+        http_conn_too_large(c);
+        return false;
+    }
+    if (c->message_done) {
+        c->message_done = false;
+        c->state = CONN_HANDLER;
+        s->cb.request(c->req, s->cb.arg);
+        return false;
+    }
+    return true;
+}
+
+/* Parse what c's input holds, as far as its state lets. */
+static void http_conn_process(struct http_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    while ((c->state == CONN_HEAD || c->state == CONN_BODY) && evbuffer_get_length(in) > 0) {
+        struct evbuffer_iovec v;
+        size_t len, n;
+
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            return;
+        len = v.iov_len;
+        if (c->state == CONN_HEAD) {
+            /* never parse more than one byte past the bound */
+            size_t room = c->server->limits.max_head_bytes + 1 - c->head_bytes;
+            if (len > room)
+                len = room;
+        }
+        n = http_parser_execute(&c->parser, &c->server->settings, v.iov_base, len);
+        if (c->state == CONN_HEAD)
+            c->head_bytes += n;
+        evbuffer_drain(in, n);
+        if (!http_conn_after_parse(c))
+            return;
+    }
+}
+
+/* ---- bufferevent callbacks ---- */
+
+static void http_conn_on_read(struct bufferevent *bev, void *arg)
+{
+    struct http_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    if (c->state == CONN_LINGER) {
+        c->lingered += evbuffer_get_length(in);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        if (c->lingered > HTTP_SERVER_LINGER_BYTES)
+            http_conn_free(c);
+    } else
+        http_conn_process(c);
+}
+
+static void http_conn_on_write(struct bufferevent *bev, void *arg)
+{
+    struct http_conn *c = arg;
+
+    (void)bev;
+    if (c->state == CONN_WRITING)
+        http_conn_written(c);
+}
+
+static void http_conn_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct http_conn *c = arg;
+
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) &&
+        (c->state == CONN_HANDLER || c->state == CONN_WRITING)) {
+        bufferevent_enable(bev, EV_READ); /* a client waiting for its answer is not idle */
+        return;
+    }
+    http_conn_free(c); /* EOF, error, or a read or write timeout */
+}
+
+/* The head's deadline, or the end of a linger. */
+static void http_conn_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_conn_free(arg);
+}
+
+static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd,
+                                  struct sockaddr *sa, int salen, void *arg)
+{
+    struct http_server *s = arg;
+    struct http_conn *c = calloc(1, sizeof(*c));
+    struct timeval rd = clock_ms_to_timeval(s->limits.read_timeout_ms);
+    struct timeval wr = clock_ms_to_timeval(s->limits.write_timeout_ms);
+
+    (void)lev;
+    if (c != NULL)
+        c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (c == NULL || c->bev == NULL || (c->field = evbuffer_new()) == NULL ||
+        (c->value = evbuffer_new()) == NULL ||
+        (c->deadline = evtimer_new(s->base, http_conn_on_deadline, c)) == NULL) {
+        if (c != NULL && c->bev != NULL)
+            bufferevent_free(c->bev);
+        else
+            evutil_closesocket(fd);
+        if (c != NULL) {
+            if (c->field != NULL)
+                evbuffer_free(c->field);
+            if (c->value != NULL)
+                evbuffer_free(c->value);
+        }
+        free(c);
+        return;
+    }
+    if (getnameinfo(sa, (socklen_t)salen, c->peer, sizeof(c->peer), NULL, 0, NI_NUMERICHOST) != 0)
+        c->peer[0] = '\0';
+    c->server = s;
+    LIST_INSERT_HEAD(&s->conns, c, next);
+    s->n_conns++;
+    http_server_accept_more(s);
+    bufferevent_setcb(c->bev, http_conn_on_read, http_conn_on_write, http_conn_on_event, c);
+    bufferevent_set_timeouts(c->bev, &rd, &wr);
+    /* a client that pipelines while its request is handled waits: bounded input */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, s->limits.max_head_bytes + 1);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    http_conn_next(c);
+}
+
+static void http_server_on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *s = arg;
+
+    (void)fd;
+    (void)what;
+    s->paused = false;
+    http_server_accept_more(s);
+}
+
+/* accept(2) failed (EMFILE, ENFILE, ENOBUFS): pause accepting instead of spinning. */
+static void http_server_on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    struct http_server *s = arg;
+    struct timeval pause = clock_ms_to_timeval(HTTP_SERVER_ACCEPT_PAUSE_MS);
+    int err = EVUTIL_SOCKET_ERROR();
+
+    (void)lev;
+    if (!s->paused)
+        log_msg(LOG_ERROR, "accept: %s; pausing new connections for %d ms",
+                evutil_socket_error_to_string(err), HTTP_SERVER_ACCEPT_PAUSE_MS);
+    s->paused = true;
+    http_server_accept_more(s);
+    evtimer_add(s->resume, &pause);
+}
+
+struct http_server *http_server_new(struct event_base *base, struct evconnlistener *lev,
+                                    const struct http_server_limits *limits,
+                                    const struct http_server_callbacks *cb)
+{
+    struct http_server *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || (s->resume = evtimer_new(base, http_server_on_resume, s)) == NULL) {
+        free(s);
+        evconnlistener_free(lev);
+        return NULL;
+    }
+    s->base = base;
+    s->lev = lev;
+    s->limits = *limits;
+    s->cb = *cb;
+    LIST_INIT(&s->conns);
+    http_parser_settings_init(&s->settings);
+    s->settings.on_message_begin = http_on_message_begin;
+    s->settings.on_url = http_on_url;
+    s->settings.on_header_field = http_on_header_field;
+    s->settings.on_header_value = http_on_header_value;
+    s->settings.on_headers_complete = http_on_headers_complete;
+    s->settings.on_body = http_on_body;
+    s->settings.on_message_complete = http_on_message_complete;
+    evconnlistener_set_cb(lev, http_server_on_accept, s);
+    evconnlistener_set_error_cb(lev, http_server_on_accept_error);
+    s->accepting = false;
+    http_server_accept_more(s);
+    return s;
+}
+
+void http_server_free(struct http_server *s)
+{
+    if (s == NULL)
+        return;
+    evconnlistener_free(s->lev);
+    s->lev = NULL;
+    s->paused = true; /* no re-enabling from here on */
+    s->accepting = false;
+    while (!LIST_EMPTY(&s->conns))
+        http_conn_free(LIST_FIRST(&s->conns));
+    event_free(s->resume);
+    free(s);
+}
+
+unsigned http_server_connections(const struct http_server *s)
+{
+    return s != NULL ? s->n_conns : 0;
+}
+
+enum evhttp_cmd_type http_server_command(const struct http_req *req) { return req->command; }
+const char *http_server_target(const struct http_req *req) { return req->target; }
+const struct evhttp_uri *http_server_uri(const struct http_req *req) { return req->uri; }
+struct evkeyvalq *http_server_input_headers(struct http_req *req) { return &req->in; }
+struct evkeyvalq *http_server_output_headers(struct http_req *req) { return &req->out; }
+struct evbuffer *http_server_body(struct http_req *req) { return req->body; }
+long long http_server_content_length(const struct http_req *req) { return req->content_length; }
+const char *http_server_peer(const struct http_req *req) { return req->peer; }
+int http_server_status(const struct http_req *req) { return req->status; }
+
+void http_server_accept_body(struct http_req *req, size_t max_bytes)
+{
+    req->body_limit = max_bytes;
+}
+
+void http_server_on_done(struct http_req *req,
+                         void (*cb)(struct http_req *req, bool written, void *arg), void *arg)
+{
+    req->done = cb;
+    req->done_arg = arg;
+}

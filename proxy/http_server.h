@@ -1,0 +1,145 @@
+/*
+ * http_server.h - a small HTTP/1.1 server (RFC 9112) over libevent
+ * bufferevents and an evconnlistener, parsing with libhttp-parser. It knows
+ * nothing of what it serves: its bounds are checked before a handler sees a
+ * request, and a handler sees each request's head before its body is read,
+ * so it can refuse the body (401, 413) without reading it.
+ *
+ * Bounds (struct http_server_limits): connections at once (at the cap the
+ * listener stops accepting, so further connections wait in the kernel's
+ * backlog and cost the process nothing), bytes and fields of a head (431),
+ * the time from a connection's accept, or the end of its previous answer,
+ * to the end of the next head (the connection is closed), the time between
+ * two reads of a body and to write an answer (closed), and a body's size
+ * (the head callback's choice; 413 by the too_large callback).
+ *
+ * One request per connection at a time: bytes a client pipelines wait in
+ * the connection's buffer (at most max_head_bytes) until the answer is out.
+ * Everything runs on the event_base's thread.
+ */
+#ifndef IDEM_HTTP_SERVER_H
+#define IDEM_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <event2/http.h>
+
+struct event_base;
+struct evbuffer;
+struct evconnlistener;
+struct evhttp_uri;
+struct evkeyvalq;
+struct http_server;
+struct http_req;
+
+struct http_server_limits {
+    unsigned max_connections;       /* open at once; 0: no cap */
+    size_t max_head_bytes;          /* request line and fields, bytes (431 past it) */
+    unsigned max_header_fields;     /* fields of a head (431 past it) */
+    unsigned head_timeout_ms;       /* accept or end of the previous answer -> end of the head */
+    unsigned read_timeout_ms;       /* longest wait for the next bytes of a body */
+    unsigned write_timeout_ms;      /* longest wait for the client to take an answer's bytes */
+    unsigned methods;               /* enum evhttp_cmd_type mask; others get 501 */
+};
+
+/*
+ * What a server calls, each with its arg, on its event_base's thread. A
+ * request is answered exactly once, with http_server_reply, by whichever
+ * callback (or a later event) answers it.
+ */
+struct http_server_callbacks {
+    /*
+     * The head is read (method allowed, target parsed): answer the request
+     * now (then its body is never read, and the connection closes after
+     * the answer when a body was announced), or let the body be read with
+     * http_server_accept_body, or neither (then only a request without a
+     * body goes on). The request belongs to the server until request().
+     */
+    void (*head)(struct http_req *req, void *arg);
+    /* The body is read (http_server_body): the request is the handler's until it answers. */
+    void (*request)(struct http_req *req, void *arg);
+    /*
+     * The body is larger than the head callback accepted (Content-Length
+     * known at the head, or a chunked body as it grows): answer it (413);
+     * the connection closes after that answer. NULL: a plain 413.
+     */
+    void (*too_large)(struct http_req *req, void *arg);
+    void *arg;
+};
+
+/*
+ * A server on base taking the connections of lev (taken over: freed with the
+ * server; its callbacks are the server's). limits and cb are copied.
+ * Returns NULL when out of memory (lev is freed then too).
+ */
+struct http_server *http_server_new(struct event_base *base, struct evconnlistener *lev,
+                                    const struct http_server_limits *limits,
+                                    const struct http_server_callbacks *cb);
+
+/*
+ * Close every connection and the listener and free s (NULL is fine). A
+ * request its handler still holds stays valid until answered (the answer
+ * then goes nowhere). On base's thread, with base no longer running.
+ */
+void http_server_free(struct http_server *s);
+
+/* Connections open now. */
+unsigned http_server_connections(const struct http_server *s);
+
+/* ---- a request ---- */
+
+/* Its method; only methods in limits.methods reach a callback. */
+enum evhttp_cmd_type http_server_command(const struct http_req *req);
+
+/* Its target as sent (path and query, RFC 9112 section 3.2), NUL-terminated. */
+const char *http_server_target(const struct http_req *req);
+
+/* The target parsed (evhttp_uri_parse_with_flags, EVHTTP_URI_NONCONFORMANT); never NULL. */
+const struct evhttp_uri *http_server_uri(const struct http_req *req);
+
+/* The request's fields as sent, in order (evhttp_find_header reads them). */
+struct evkeyvalq *http_server_input_headers(struct http_req *req);
+
+/* The fields of its answer: add them before http_server_reply. */
+struct evkeyvalq *http_server_output_headers(struct http_req *req);
+
+/* The body read (empty before request(), or without one). */
+struct evbuffer *http_server_body(struct http_req *req);
+
+/*
+ * Content-Length of the body announced, -1 when the body is chunked (its
+ * size unknown until read), 0 without a body.
+ */
+long long http_server_content_length(const struct http_req *req);
+
+/* From the head callback: read a body of up to max_bytes (more: too_large). */
+void http_server_accept_body(struct http_req *req, size_t max_bytes);
+
+/* The client's numeric address, "" once the client went away. Static per request. */
+const char *http_server_peer(const struct http_req *req);
+
+/* The status of the answer given, 0 before http_server_reply. */
+int http_server_status(const struct http_req *req);
+
+/*
+ * Called once for req: written true once its answer's last byte went to
+ * the socket, false when the connection failed or closed first (before the
+ * answer, or while it was written). Set before answering.
+ */
+void http_server_on_done(struct http_req *req, void (*cb)(struct http_req *req, bool written,
+                                                          void *arg), void *arg);
+
+/*
+ * Answer req: status (100..599), reason (static; NULL: the standard one),
+ * the output headers and body (its bytes are moved out; NULL: empty).
+ * Content-Length always (the body's length, also for HEAD, which gets no
+ * body), Date, and Connection: close when the connection ends after it (the
+ * client asked, HTTP/1.0 without keep-alive, or a body left unread). A
+ * request whose client went away is freed here. After this call req is
+ * the server's: do not touch it.
+ */
+void http_server_reply(struct http_req *req, int status, const char *reason,
+                       struct evbuffer *body);
+
+#endif
