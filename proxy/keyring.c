@@ -53,13 +53,15 @@ struct keyring {
 static _Atomic uint64_t keyring_serials;
 
 static pthread_once_t keyring_no_dumps_once = PTHREAD_ONCE_INIT;
+static int keyring_no_dumps_errno = -1;     /* -1: no keyring yet; 0: dumps off; else errno */
+static atomic_flag keyring_no_dumps_noted = ATOMIC_FLAG_INIT;
 
 /*
  * No core dump from now on: the contexts OpenSSL keys from the keyring (the
  * HMAC state of each key's prk and fingerprint key, the value keys' AES
  * schedules) are in its ordinary heap, which MADV_DONTDUMP does not cover.
  * Neither call can be undone by the process itself without privilege
- * (RLIMIT_CORE's hard limit goes to 0 too).
+ * (RLIMIT_CORE's hard limit goes to 0 too). keyring_note_core_dumps logs it.
  */
 static void keyring_no_dumps(void)
 {
@@ -67,12 +69,19 @@ static void keyring_no_dumps(void)
     int limit = setrlimit(RLIMIT_CORE, &none) == 0 ? 0 : errno;
     int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : errno;
 
-    if (limit == 0 && dumpable == 0)
+    keyring_no_dumps_errno = limit != 0 ? limit : dumpable;
+}
+
+void keyring_note_core_dumps(void)
+{
+    if (keyring_no_dumps_errno < 0 || atomic_flag_test_and_set(&keyring_no_dumps_noted))
+        return;
+    if (keyring_no_dumps_errno == 0)
         log_msg(LOG_INFO, "a keyring is loaded: core dumps are off for the life of the process "
                 "(RLIMIT_CORE 0, not dumpable)");
     else
         log_msg(LOG_WARN, "a keyring is loaded, but core dumps could not be turned off: %s",
-                strerror(limit != 0 ? limit : dumpable));
+                strerror(keyring_no_dumps_errno));
 }
 
 /* ---- the object ------------------------------------------------------------ */

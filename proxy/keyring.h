@@ -72,6 +72,14 @@ enum keyring_add_result keyring_add(struct keyring *kr, const char *id, size_t i
 /* Whether id (len bytes) is a valid key id: 1..KEYRING_ID_MAX of [A-Za-z0-9._-]. Pure. */
 bool keyring_id_valid(const char *id, size_t len);
 
+/*
+ * Log, once per process and only after a keyring was made, that core dumps
+ * are off (or the error that kept them on). Called by the running daemon
+ * after start and after each reload, never by `-t`. On the thread that
+ * loads configurations (the main thread).
+ */
+void keyring_note_core_dumps(void);
+
 /* Take a reference (atomically: any thread); returns kr. */
 struct keyring *keyring_ref(struct keyring *kr);
 

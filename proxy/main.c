@@ -21,6 +21,7 @@
 #include "record_id.h"
 #include "log.h"
 #include "lookup.h"
+#include "keyring.h"
 #include "seal.h"
 #include "upstream.h"
 #include "worker.h"
@@ -292,6 +293,7 @@ int main(int argc, char **argv)
         /* after the startup errors, which are one line each */
         config_keyring_describe(cfg, err, sizeof(err));
         log_msg(LOG_INFO, "%s", err);
+        keyring_note_core_dumps();
         log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
                 cfg->listen.host, cfg->listen.port, m.pool.serving, m.pool.serving == 1 ? "" : "s",
                 cfg->upstream_url, cfg->n_routes, cfg->n_routes == 1 ? "" : "s");

@@ -31,6 +31,7 @@
 #include "record_id.h"
 #include "listener.h"
 #include "log.h"
+#include "keyring.h"
 #include "seal.h"
 #include "store.h"
 #include "upstream.h"
@@ -545,6 +546,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     /* the keyring travels with its config: the next requests of every worker take both */
     config_keyring_describe(cfg, err, sizeof(err));
     log_msg(LOG_INFO, "reloaded %s: %zu routes; %s", file, cfg->n_routes, err);
+    keyring_note_core_dumps();
     if (route_unprotected(w0->xs.conf->routes, w0->xs.conf->n_routes, cfg->routes, cfg->n_routes,
                           file, err, sizeof(err)) > 0)
         log_lines(LOG_WARN, err);
