@@ -157,6 +157,7 @@ struct config {
      * until then, and refused after (config_accepts_plaintext).
      */
     uint64_t accept_plaintext_until_ms; /* unix ms; 0: unset (never accepted) */
+    char accept_plaintext_until_at[256]; /* "FILE:LINE" where it is set, for its warnings */
 };
 
 /*
@@ -233,7 +234,7 @@ size_t config_route_warnings(const struct config *cfg, const char *file, char *o
  * to swap); and encryption.accept_plaintext_until set without a keyring,
  * already past (read on the wall clock), or further ahead than the
  * routes' longest retention plus longest dead_retention
- * ("encryption.accept_plaintext_until: warning: ..."). Returns how many
+ * ("FILE:LINE: warning: encryption.accept_plaintext_until ..."). Returns how many
  * lines. For `-t`, the startup log and the reload log.
  */
 size_t config_keyring_warnings(const struct config *cfg, char *out, size_t outsize);

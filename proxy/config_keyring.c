@@ -315,6 +315,8 @@ int config_set_rfc3339(struct config_loader *ld, const struct config_key *key,
             strftime(again, sizeof(again), "%Y-%m-%dT%H:%M:%SZ", &tm) > 0 &&
             strcmp(again, *text) == 0) {
             *field = (uint64_t)t * 1000;
+            snprintf(ld->cfg->accept_plaintext_until_at, sizeof(ld->cfg->accept_plaintext_until_at),
+                     "%s:%zu", ld->cur->name, (size_t)node->start_mark.line + 1);
             return 0;
         }
     }
@@ -365,7 +367,8 @@ static size_t config_plaintext_warnings(const struct config *cfg, char *out, siz
     else
         return 0;
     *used += (size_t)snprintf(out + *used, outsize - *used,
-                              "encryption.accept_plaintext_until: warning: it %s\n", why);
+                              "%s: warning: encryption.accept_plaintext_until %s\n",
+                              cfg->accept_plaintext_until_at, why);
     return 1;
 }
 

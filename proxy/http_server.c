@@ -78,6 +78,7 @@ struct http_conn {
     unsigned fields;
     bool head_done, message_done, too_large, head_error;
     bool close_after;                   /* the connection ends after this answer */
+    double head_since_ms;               /* monotonic: since it waits for this head */
     char peer[64];
 };
 
@@ -138,10 +139,32 @@ static void http_req_done(struct http_req *req, bool written)
 
 /* ---- connections ---- */
 
+/*
+ * The connection that has waited longest for a head (idle on keep-alive, or
+ * sending one slowly), which a new connection at the cap replaces; NULL when
+ * every connection has a request being read, handled or answered.
+ */
+static struct http_conn *http_server_evictable(const struct http_server *s)
+{
+    struct http_conn *c, *oldest = NULL;
+
+    LIST_FOREACH(c, &s->conns, next)
+        if (c->state == CONN_HEAD && (oldest == NULL || c->head_since_ms < oldest->head_since_ms))
+            oldest = c;
+    return oldest;
+}
+
+/*
+ * Accept while under the cap, or while a connection waiting for a head can
+ * make room: idle or slow clients cannot hold every slot against a probe.
+ * At the cap with every connection busy, the listener waits (the kernel's
+ * backlog holds the next ones).
+ */
 static void http_server_accept_more(struct http_server *s)
 {
     bool want = !s->paused && (s->limits.max_connections == 0 ||
-                               s->n_conns < s->limits.max_connections);
+                               s->n_conns < s->limits.max_connections ||
+                               http_server_evictable(s) != NULL);
 
     if (s->lev == NULL)
         return; /* being freed */
@@ -201,7 +224,9 @@ static void http_conn_next(struct http_conn *c)
     c->head_done = c->message_done = c->too_large = c->head_error = false;
     evbuffer_drain(c->field, evbuffer_get_length(c->field));
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
+    c->head_since_ms = clock_mono_ms();
     http_conn_arm(c, c->server->limits.head_timeout_ms);
+    http_server_accept_more(c->server);
 }
 
 static const char *http_reason(int status)
@@ -607,6 +632,17 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
     struct timeval wr = clock_ms_to_timeval(s->limits.write_timeout_ms);
 
     (void)lev;
+    if (s->limits.max_connections != 0 && s->n_conns >= s->limits.max_connections) {
+        struct http_conn *oldest = http_server_evictable(s);
+
+        if (oldest == NULL) { /* raced with the last head being read: the next accept waits */
+            evutil_closesocket(fd);
+            free(c);
+            http_server_accept_more(s);
+            return;
+        }
+        http_conn_free(oldest);
+    }
     if (c != NULL)
         c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c == NULL || c->bev == NULL || (c->field = evbuffer_new()) == NULL ||

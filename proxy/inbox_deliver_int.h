@@ -66,7 +66,7 @@ struct inbox_delivery {
     unsigned settle_attempts;                 /* SETTLE_RETRY / SETTLE_BURY: attempts so far */
     uint64_t settle_ms;                       /* SETTLE_RETRY: the wait, ms; SETTLE_BURY: died,
                                                  unix ms */
-    char reason[160];                         /* SETTLE_BURY */
+    char reason[256];                         /* SETTLE_BURY */
     TAILQ_ENTRY(inbox_delivery) link;
 };
 

@@ -315,6 +315,19 @@ static bool inbox_delivering(const struct inbox_route *r, const struct store_rep
 }
 
 /*
+ * Refuse an entry this proxy did not write as it is (docs/webhooks.md,
+ * "Dead letters"): straight to the dead letters with reason, counted as
+ * unreadable, never signed or sent.
+ */
+static void inbox_refuse(struct inbox_delivery *d, const char *reason)
+{
+    metrics_count(d->r->ib->metrics, METRICS_DECRYPT_UNREADABLE);
+    log_msg(LOG_ERROR, "inbox %s: delivery %s refused: %s", d->r->route->path,
+            d->record[0] ? d->record : d->id, reason);
+    inbox_bury(d, d->attempts, reason);
+}
+
+/*
  * Open a sealed entry's header fields and body (inbox_seal.h) with the
  * keyring of the last config; accept_id1: a 0.4.0 (ID1) value opens too.
  * One that fails authentication goes to the dead letters with the reason,
@@ -329,40 +342,29 @@ static bool inbox_delivery_open(struct inbox_delivery *d, bool accept_id1)
     struct inbox *ib = rt->ib;
     struct inbox_seal_bind b = { rt->name, rt->route->path, d->event, d->method, d->target,
                                  d->record };
-    char key_id[KEYRING_ID_MAX + 1], why[120];
+    char key_id[KEYRING_ID_MAX + 1], why[200];
     int r;
 
     r = inbox_seal_open(ib->keyring, &b, accept_id1, d->sealed, d->sealed_len, &d->headers,
                         &d->body, &d->body_len, key_id);
     if (r == SEAL_OK)
         return true;
-    if (r == SEAL_KEY_UNAVAILABLE || r == SEAL_UNREADABLE)
-        metrics_count(ib->metrics, r == SEAL_KEY_UNAVAILABLE ? METRICS_DECRYPT_KEY_UNAVAILABLE
-                                                             : METRICS_DECRYPT_UNREADABLE);
+    if (r == SEAL_UNREADABLE) {
+        snprintf(why, sizeof(why), "fails authentication (key id \"%s\"): changed in Redis, or "
+                 "moved to another route, target, method or record", key_id);
+        inbox_refuse(d, why);
+        return false;
+    }
+    if (r == SEAL_KEY_UNAVAILABLE)
+        metrics_count(ib->metrics, METRICS_DECRYPT_KEY_UNAVAILABLE);
     snprintf(why, sizeof(why), "%s (key id \"%s\")",
              r == SEAL_KEY_UNAVAILABLE ? "a delivery whose key is not in the keyring"
-             : r == SEAL_UNREADABLE ? "a delivery that fails authentication (changed in Redis)"
-                                    : "a delivery that could not be opened (out of memory)",
+                                       : "a delivery that could not be opened (out of memory)",
              key_id);
-    log_msg(r == SEAL_UNREADABLE ? LOG_ERROR : LOG_WARN, "inbox %s: delivery %s cannot be "
-            "decrypted: %s", rt->route->path, d->record[0] ? d->record : d->id, why);
-    if (r == SEAL_UNREADABLE)
-        d->attempts = rt->policy->max_attempts;
+    log_msg(LOG_WARN, "inbox %s: delivery %s cannot be decrypted: %s", rt->route->path,
+            d->record[0] ? d->record : d->id, why);
     inbox_failed(d, why, -1);
     return false;
-}
-
-/*
- * Refuse an entry this proxy did not write as it is (docs/webhooks.md,
- * "Dead letters"): straight to the dead letters with reason, counted as
- * unreadable, never signed or sent.
- */
-static void inbox_refuse(struct inbox_delivery *d, const char *reason)
-{
-    metrics_count(d->r->ib->metrics, METRICS_DECRYPT_UNREADABLE);
-    log_msg(LOG_ERROR, "inbox %s: delivery %s refused: %s", d->r->route->path,
-            d->record[0] ? d->record : d->id, reason);
-    inbox_bury(d, d->attempts, reason);
 }
 
 /*

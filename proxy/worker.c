@@ -68,7 +68,7 @@ static void worker_set_body_limit(struct evhttp *http, size_t max_request_body)
  */
 static void worker_set_admin_body_limit(struct worker *w, size_t max_stored_response)
 {
-    w->admin.resolve_body_limit = max_stored_response / 3 * 4 + WORKER_ADMIN_BODY_SLACK;
+    w->admin.resolve_body_limit = (max_stored_response + 2) / 3 * 4 + WORKER_ADMIN_BODY_SLACK;
 }
 
 /* ---- one worker ------------------------------------------------------------ */

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from harness import hold, http_request, pace, read_response, wait_until
+from harness import HTTPError, hold, http_request, pace, read_response, wait_until
 from proxy_helpers import assert_problem, executions_of_body, in_background, new_key
 
 TOKEN = "0f" * 32  # 64 hex characters (admin.token_file wants 32 or more)
@@ -155,15 +155,33 @@ def test_a_flood_of_unauthenticated_clients_keeps_memory_flat_and_payments_promp
 
     deadline = time.monotonic() + 14  # beyond the 10 s head deadline: accepted clients cycle
     payer = in_background(payments_during, deadline)
+    probes = []
+
+    def probes_during(deadline):
+        while time.monotonic() < deadline:
+            start = time.monotonic()
+            try:
+                st = http_request(p.admin_port, "GET", "/healthz", timeout=10).status
+            except (OSError, HTTPError) as e:  # closed to make room for another
+                st = repr(e)
+            probes.append((st, time.monotonic() - start))
+            pace(0.2)
+
+    prober = in_background(probes_during, deadline)
     while time.monotonic() < deadline:
         flood.round()
         peak[0] = max(peak[0], rss_bytes(p))
         pace(0.005)
     payer.result(timeout=60)
+    prober.result(timeout=60)
+    # the probes (kubelet, Prometheus) get through: idle and slow clients make room for them
+    served = [t for st, t in probes if st == 200 and t < 2.0]
+    assert len(served) >= len(probes) / 2, probes
     peak[0] = max(peak[0], rss_bytes(p))
     flood.close()
 
-    assert flood.sent > 50 * MIB, "the flood sent only %d bytes" % flood.sent
+    # more than the bound: a proxy that kept what the flood sent would break it
+    assert flood.sent > 16 * MIB, "the flood sent only %d bytes" % flood.sent
     assert flood.replaced > 0, "the proxy closed no flooding client (head bound, deadline, 401)"
     grown = peak[0] - idle
     assert grown <= 16 * MIB or sanitized(p), "RSS grew by %.1f MiB under the flood (idle %.1f MiB)" % (
@@ -222,23 +240,23 @@ def test_a_head_not_finished_within_10_s_is_closed(start_proxy, tmp_path):
     assert 9 <= elapsed <= 30, elapsed
 
 
-def test_the_65th_connection_waits_until_one_of_64_closes(start_proxy, tmp_path):
+def test_at_the_cap_a_new_connection_replaces_the_one_idle_longest(start_proxy, tmp_path):
+    """64 connections at most: a 65th (a probe) is served at once, and the connection that
+    waited longest for a head is closed to make room; idle clients cannot hold every slot."""
     p = admin_proxy(start_proxy, tmp_path)
     held = [connect(p.admin_port) for _ in range(64)]
     try:
-        # each of the 64 is accepted: a finished request on it is answered (keep-alive)
+        # each of the 64 is accepted: a finished request on it is answered (keep-alive); the
+        # first one's head came first, so it has waited longest for its next head
         for s in held:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(s, "GET", timeout=10).status == 200
-        extra = connect(p.admin_port)
-        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        extra.settimeout(2.0)
-        with pytest.raises(socket.timeout):
-            extra.recv(4096)  # 2 s in which it must not be served
-        held.pop().close()
-        r = read_response(extra, "GET", timeout=10)
+        r = http_request(p.admin_port, "GET", "/readyz", timeout=10)
         assert r.status == 200
-        extra.close()
+        assert answer_or_close(held[0], 10) == b"", "the longest idle connection stays open"
+        # the others are still served
+        held[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(held[-1], "GET", timeout=10).status == 200
     finally:
         for s in held:
             s.close()

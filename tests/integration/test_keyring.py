@@ -206,7 +206,8 @@ def test_core_dumps_are_off_while_a_keyring_is_loaded(start_proxy, upstream, tmp
     wrapper = core_wrapper()
     allowed = (wrapper[-1].split("=")[1].split(":")[0],) * 2
     plain = start_proxy(wrapper=wrapper, name="plain")
-    assert core_limit(plain.pid()) == allowed
+    # the hard limit: a sanitizer's runtime (the ASan and TSan runs) lowers the soft one itself
+    assert core_limit(plain.pid())[1] == allowed[1]
     assert not lines_with(plain, "core dumps")
     keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(A))
     p = start_proxy(encryption={"keyring": keyring}, wrapper=wrapper)
