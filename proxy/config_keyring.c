@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -296,32 +295,23 @@ int config_finish_keyring(struct config_loader *ld)
 
 /*
  * encryption.accept_plaintext_until: only `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339
- * section 5.6, UTC, no fraction, no offset), parsed with strptime and
- * refused unless strftime writes the same text back (so 2026-02-30 or a
- * 24th hour is an error, not a silently normalised date).
+ * section 5.6, UTC, no fraction, no offset; clock_parse_utc), after 1970
+ * (0 means unset), so 2026-02-30 or a 24th hour is an error, not a
+ * silently normalised date.
  */
 int config_set_rfc3339(struct config_loader *ld, const struct config_key *key,
                        yaml_node_t *node, char **text, void *obj)
 {
     uint64_t *field = (uint64_t *)((char *)obj + key->offset);
-    struct tm tm = { 0 };
-    char again[32];
-    const char *end = strptime(*text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    time_t t;
+    uint64_t ms;
 
-    if (end != NULL && *end == '\0') {
-        t = timegm(&tm);
-        if (t > 0 && gmtime_r(&t, &tm) != NULL &&
-            strftime(again, sizeof(again), "%Y-%m-%dT%H:%M:%SZ", &tm) > 0 &&
-            strcmp(again, *text) == 0) {
-            *field = (uint64_t)t * 1000;
-            snprintf(ld->cfg->accept_plaintext_until_at, sizeof(ld->cfg->accept_plaintext_until_at),
-                     "%s:%zu", ld->cur->name, (size_t)node->start_mark.line + 1);
-            return 0;
-        }
-    }
-    return config_error(ld, node, "bad %s '%s': expected an RFC 3339 time in UTC, "
-                        "YYYY-MM-DDTHH:MM:SSZ, e.g. 2026-12-31T00:00:00Z", key->name, *text);
+    if (!clock_parse_utc(*text, &ms) || ms == 0)
+        return config_error(ld, node, "bad %s '%s': expected an RFC 3339 time in UTC, "
+                            "YYYY-MM-DDTHH:MM:SSZ, e.g. 2026-12-31T00:00:00Z", key->name, *text);
+    *field = ms;
+    snprintf(ld->cfg->accept_plaintext_until_at, sizeof(ld->cfg->accept_plaintext_until_at),
+             "%s:%zu", ld->cur->name, (size_t)node->start_mark.line + 1);
+    return 0;
 }
 
 bool config_accepts_plaintext(const struct config *cfg, uint64_t now_ms)

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <sys/queue.h>
 
@@ -283,28 +282,18 @@ static void inbox_admin_on_bulk(enum store_status st, const struct store_reply *
 
 /*
  * A bulk redelivery's `before`: unix ms (as a dead letter's `died`), or UTC
- * in RFC 3339's `YYYY-MM-DDTHH:MM:SSZ` form (strptime, timegm). False when
+ * in RFC 3339's `YYYY-MM-DDTHH:MM:SSZ` form (clock_parse_utc). False when
  * it is neither.
  */
 static bool inbox_admin_time(const char *text, uint64_t *ms)
 {
     size_t len = strlen(text);
-    struct tm tm;
-    const char *end;
 
     if (len > 0 && len <= 19 && strspn(text, "0123456789") == len) {
         *ms = strtoull(text, NULL, 10);
         return true;
     }
-    memset(&tm, 0, sizeof(tm));
-    end = strptime(text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    if (end == NULL || *end != '\0')
-        return false;
-    time_t t = timegm(&tm);
-    if (t < 0)
-        return false;
-    *ms = (uint64_t)t * 1000;
-    return true;
+    return clock_parse_utc(text, ms);
 }
 
 /*
