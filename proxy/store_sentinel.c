@@ -109,13 +109,18 @@ struct store_sentinel {
     struct event confirm_done;      /* from the loop: close the confirm's connection */
 };
 
+/* "host:port" into buf (len bytes), "[host]:port" for IPv6: primaries compared and logged. */
+static void sentinel_addr(char *buf, size_t len, const char *host, unsigned port)
+{
+    snprintf(buf, len, strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host, port);
+}
+
 /* "host:port" of sentinel i ([host]:port for IPv6), for log lines. */
 static void sentinel_name(const struct store_sentinel *sn, size_t i, char *buf, size_t len)
 {
     const struct endpoint *ep = &sn->cfg->redis_sentinels.at[i];
 
-    snprintf(buf, len, strchr(ep->host, ':') != NULL ? "[%s]:%u" : "%s:%u", ep->host,
-             (unsigned)ep->port);
+    sentinel_addr(buf, len, ep->host, ep->port);
 }
 
 /* Sentinel i is asked first from now on (it answered, or told us of a failover). */
@@ -183,8 +188,7 @@ static bool sentinel_read_master(const struct store_sentinel *sn, const struct s
     }
     if (!store_sentinel_master_read(r, sn->cfg->redis_sentinel_master, m, why, whylen))
         return false;
-    snprintf(to, sizeof(to), strchr(m->host, ':') != NULL ? "[%s]:%u" : "%s:%u", m->host,
-             (unsigned)m->port);
+    sentinel_addr(to, sizeof(to), m->host, m->port);
     if (m->epoch < sn->epoch && strcmp(to, sn->primary) != 0) {
         snprintf(why, whylen, "names %.100s with config-epoch %llu, older than the primary "
                  "followed (%.100s, config-epoch %llu): not followed", to,
@@ -270,8 +274,7 @@ static void sentinel_found(struct store_sentinel *sn, const char *sentinel)
 {
     char to[300];
 
-    snprintf(to, sizeof(to), strchr(sn->found.host, ':') != NULL ? "[%s]:%u" : "%s:%u",
-             sn->found.host, (unsigned)sn->found.port);
+    sentinel_addr(to, sizeof(to), sn->found.host, sn->found.port);
     sentinel_to_front(sn, sn->order[sn->pos]);
     if (sn->primary[0] != '\0' && strcmp(sn->primary, to) != 0) {
         log_msg(LOG_WARN, "redis sentinel %s: the primary of %s is now %s (was %s; "
@@ -373,7 +376,7 @@ static bool sentinel_data_on(struct store_sentinel *sn, const char *host, unsign
 
     if (!store_conn_ready_addr(sn->data, now, sizeof(now)))
         return false;
-    snprintf(to, sizeof(to), strchr(host, ':') != NULL ? "[%s]:%u" : "%s:%u", host, port);
+    sentinel_addr(to, sizeof(to), host, port);
     return strcmp(to, now) == 0;
 }
 
