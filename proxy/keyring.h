@@ -43,9 +43,9 @@ struct keyring;
  * A new empty keyring holding one reference, with its locked area (one
  * page: room for KEYRING_MAX_KEYS keys). A failed mlock is not an error
  * (keyring_locked). The first keyring of the process also turns core dumps
- * off for the rest of its life (RLIMIT_CORE 0 and PR_SET_DUMPABLE 0, logged
- * once): OpenSSL's contexts keyed from the keys live in its ordinary heap
- * (docs/data-protection.md#key-material). Returns NULL, with a line in err
+ * off for the rest of its life (RLIMIT_CORE 0 and PR_SET_DUMPABLE 0;
+ * keyring_note_core_dumps logs it): OpenSSL's contexts keyed from the keys
+ * live in its ordinary heap (docs/data-protection.md#key-material). Returns NULL, with a line in err
  * (errlen bytes), when the area cannot be mapped.
  */
 struct keyring *keyring_create(char *err, size_t errlen);

@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     log_flush();
     worker_pool_deinit(&m.pool);
     record_id_thread_end();
-    seal_thread_end();
+    seal_thread_forget();
     log_thread_end();
     upstream_global_cleanup();
     return rc;

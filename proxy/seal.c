@@ -159,11 +159,6 @@ static EVP_CIPHER_CTX *seal_context(int encrypt)
     return ctx;
 }
 
-void seal_thread_end(void)
-{
-    seal_thread_forget();
-}
-
 void seal_thread_forget(void)
 {
     for (int i = 0; i < 2; i++) {

@@ -142,7 +142,4 @@ int seal_fingerprint(const struct keyring *kr, const char *key_id, size_t id_len
  */
 void seal_thread_forget(void);
 
-/* seal_thread_forget, as a thread that sealed ends. */
-void seal_thread_end(void);
-
 #endif

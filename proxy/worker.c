@@ -489,7 +489,7 @@ static void *worker_thread_main(void *arg)
 
     event_base_dispatch(w->base);
     record_id_thread_end();
-    seal_thread_end();
+    seal_thread_forget();
     log_thread_end();
     return NULL;
 }

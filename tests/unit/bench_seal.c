@@ -155,7 +155,7 @@ int main(int argc, char **argv)
     bench("  EVP_KDF HKDF-Expand (a seal uses a keyed HMAC)", do_expand, kr);
     bench("  one RAND_bytes call (a seal draws a pool)", do_rand, NULL);
     keyring_unref(kr);
-    seal_thread_end();
+    seal_thread_forget();
     record_id_thread_end();
     return 0;
 }

@@ -165,6 +165,6 @@ int main(void)
     evhttp_clear_headers(&in);
     keyring_unref(kr);
     keyring_unref(other);
-    seal_thread_end();
+    seal_thread_forget();
     UNIT_DONE();
 }

@@ -306,7 +306,7 @@ static int mlock_refused_child(void)
                   id) != SEAL_OK || plain_len != 3 || memcmp(plain, "pan", 3) != 0)
         bits |= 1 << 3;
     config_deinit(&cfg);
-    seal_thread_end();
+    seal_thread_forget();
     return bits;
 }
 
@@ -431,6 +431,6 @@ int main(void)
     run_counter_cases();
     unlink(KEYRING);
     rmdir(dir);
-    seal_thread_end();
+    seal_thread_forget();
     UNIT_DONE();
 }

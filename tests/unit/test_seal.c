@@ -578,7 +578,7 @@ static void *seal_many(void *arg)
             fp(kr, NULL, "POST", "/t", BODY, hex) != SEAL_OK)
             bad++;
     }
-    seal_thread_end();
+    seal_thread_forget();
     return (void *)bad;
 }
 
@@ -614,6 +614,6 @@ int main(void)
     run_fingerprint_cases();
     run_counter_cases();
     run_thread_cases();
-    seal_thread_end();
+    seal_thread_forget();
     UNIT_DONE();
 }
