@@ -307,6 +307,9 @@ def test_bulk_redelivery_of_200_dead_letters_delivers_each_once(start_proxy, rec
         {"route": ROUTE, "redelivered": 0}
     r = p.admin("POST", "/inbox/%s/dead/redeliver?colour=red" % ENCODED)
     assert r.status == 400, r
+    # a time that does not exist is refused, not normalised to 2 March
+    r = p.admin("POST", "/inbox/%s/dead/redeliver?before=2026-02-30T00:00:00Z" % ENCODED)
+    assert r.status == 400, r
     started = time.time()
     assert admin_post(p, "/dead/redeliver?reason=max_attempts&before=%d"
                       % int(time.time() * 1000 + 1000)) == {"route": ROUTE, "redelivered": 200}
