@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Redis memory per idempotency record: sample finished records, run MEMORY USAGE and STRLEN,
-decode the record (proxy/record.h) to find the stored body, and report what a record costs
+decode the record (proxy/idem/record.h) to find the stored body, and report what a record costs
 beyond the body it stores. Needs only a TCP connection to Redis (no client library).
 
 usage: record_overhead.py PORT KEY_PREFIX [SAMPLES]
@@ -9,7 +9,7 @@ import socket
 import struct
 import sys
 
-HEAD = 124  # proxy/record.h RECORD_HEAD_LEN (IR1)
+HEAD = 124  # proxy/idem/record.h RECORD_HEAD_LEN (IR1)
 HEAD2 = 123  # RECORD_HEAD2_LEN (IR2), before key id and route name
 
 
@@ -49,7 +49,7 @@ class Redis:
 
 def decode(v):
     """(state, head bytes, stored header bytes, header names, body length) of one plaintext
-    record, IR1 or IR2 (proxy/record.h); None for a sealed one."""
+    record, IR1 or IR2 (proxy/idem/record.h); None for a sealed one."""
     state = chr(v[3])
     if v[:3] == b"IR1":
         head, answer = HEAD, 116

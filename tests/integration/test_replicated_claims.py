@@ -28,7 +28,7 @@ from redis_topology import acl_setuser
 from test_metrics_format import parse_exposition, promtool_check, promtool_path
 from test_redis_production import ACL_RULES
 
-RECORD_STATE_OFFSET = 3  # proxy/record.h
+RECORD_STATE_OFFSET = 3  # proxy/idem/record.h
 
 
 def new_key(tag="r"):

@@ -28,7 +28,7 @@ from test_inbox import (  # noqa: F401 (receiver_factory is a fixture)
 )
 from test_store_faults import in_background
 
-LEASE_DEADLINE = slice(68, 84)  # proxy/record.h: the lease deadline, ms since the epoch
+LEASE_DEADLINE = slice(68, 84)  # proxy/idem/record.h: the lease deadline, ms since the epoch
 
 
 def refuse_writes(redis):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Every configuration key that proxy/config_schema.c accepts is documented, with its reload class.
+"""Every configuration key that proxy/config/config_schema.c accepts is documented, with its reload class.
 
 Usage: check_config_keys.py SOURCE_DIR
 
-Reads the key tables of proxy/config_schema.c (the `const struct config_key
+Reads the key tables of proxy/config/config_schema.c (the `const struct config_key
 config_*_keys[]` arrays, one `{ "name", .reload = CLASS, ...` entry per key)
 and checks that
 - every key has a reload class (LIVE, RESTART, IDENTITY, or BY_KEYS for a
@@ -169,7 +169,7 @@ def main(argv):
         print("usage: check_config_keys.py SOURCE_DIR", file=sys.stderr)
         return 2
     src = pathlib.Path(argv[1])
-    schema_c = src / "proxy" / "config_schema.c"
+    schema_c = src / "proxy" / "config" / "config_schema.c"
     sample = src / "conf" / "idempotency-proxy.yaml"
     readme = src / "docs" / "configuration.md"
     reference = src / "docs" / "configuration.md"
@@ -183,7 +183,7 @@ def main(argv):
         print(f"FAIL no config_*_keys tables found in {schema_c}")
         return 1
     print(f"ok {len(keys)} keys in {len(tables)} tables of {schema_c}")
-    bad, paths = check_reload_classes(schema_c.read_text(), "proxy/config_schema.c")
+    bad, paths = check_reload_classes(schema_c.read_text(), "proxy/config/config_schema.c")
     failed += bad
 
     documents = [("conf/idempotency-proxy.yaml", sample, in_yaml),

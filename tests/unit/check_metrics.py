@@ -147,7 +147,7 @@ def grafana_variable_query(query):
 def exported_metrics(src):
     """{name: "histogram" | "other"} of the names in proxy/*.c's string literals."""
     metrics = {}
-    for path in sorted((src / "proxy").glob("*.c")):
+    for path in sorted((src / "proxy").rglob("*.c")):
         text = path.read_text(encoding="utf-8")
         code = []
         for m in C_TOKEN_RE.finditer(text):

@@ -26,7 +26,7 @@ def main(argv):
     failed = 0
     refs = 0
     cache = {}
-    for path in sorted(list((src / "proxy").glob("*.c")) + list((src / "proxy").glob("*.h"))):
+    for path in sorted(list((src / "proxy").rglob("*.c")) + list((src / "proxy").rglob("*.h"))):
         text = path.read_text(encoding="utf-8")
         for m in README_TITLE_RE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1

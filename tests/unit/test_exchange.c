@@ -1,5 +1,5 @@
 /*
- * The exchange's lifetime rules (proxy/exchange_state.h): the table of legal
+ * The exchange's lifetime rules (proxy/exchange/exchange_state.h): the table of legal
  * transitions, and the reference rule. Each bug case runs in a child that
  * breaks the rule on purpose; the child must abort (debug builds and tests)
  * and say what it broke on stderr.

@@ -1,5 +1,5 @@
 /*
- * The Lua scripts (proxy/store_script.c, the records'; proxy/inbox_store.c,
+ * The Lua scripts (proxy/store/store_script.c, the records'; proxy/inbox/inbox_store.c,
  * the inbox's, registered with store_script_register): every script is a
  * plain constant sent as it is, never passed through a format function, so
  * a Lua '%' pattern reaches Redis unchanged; its EVALSHA digest is the SHA1
