@@ -617,6 +617,24 @@ unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned
     return n;
 }
 
+_Static_assert(sizeof(((struct metrics_key_counts *)0)->id) == KEYRING_ID_MAX + 1 &&
+                   METRICS_KEY_IDS == KEYRING_COUNTED_IDS + 1,
+               "metrics.h shows every key id the keyring counts");
+
+/* The keyring's counters (process-wide) into g->keys, for metrics_render. */
+static void worker_key_counts(struct metrics_gauges *g)
+{
+    struct keyring_counts counts[KEYRING_COUNTED_IDS + 1];
+    size_t n = keyring_counters_read(counts, KEYRING_COUNTED_IDS + 1);
+
+    for (size_t i = 0; i < n; i++) {
+        memcpy(g->keys[i].id, counts[i].id, sizeof(g->keys[i].id));
+        g->keys[i].sealed = counts[i].n[KEYRING_SEALED];
+        g->keys[i].opened = counts[i].n[KEYRING_OPENED];
+    }
+    g->n_keys = n;
+}
+
 /* admin_env.gauges: the gauges of /metrics, summed over the workers (any thread). */
 static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
 {
@@ -628,6 +646,7 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
     g->redis_up = 1;
     g->redis_cluster_nodes = -1;
     g->redis_eviction_policy_ok = store_eviction_policy_ok();
+    worker_key_counts(g);
     for (unsigned i = 0; i < p->serving; i++) { /* the admin worker has no traffic */
         struct worker *w = &p->workers[i];
         char primary[sizeof(g->redis_primaries[0].address)];

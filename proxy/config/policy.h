@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "webhook.h" /* enum verify_scheme */
+
 /* HTTP methods a route may protect, as a bit set. */
 enum method_bit {
     METHOD_GET = 1u << 0,
@@ -29,7 +31,6 @@ enum on_store_error_mode { ON_STORE_ERROR_REJECT, ON_STORE_ERROR_PASS };
 
 /* Where a webhook route takes its idempotency key from: a header, or a JSON Pointer into the body. */
 enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
-enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
 
 #define CONFIG_MAX_SCOPE_HEADERS 8
 #define CONFIG_MAX_RELEASE_STATUSES 16

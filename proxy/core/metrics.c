@@ -3,7 +3,6 @@
  */
 #include "metrics.h"
 
-#include "keyring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,30 +181,31 @@ static void metrics_render_pair(struct evbuffer *out, const char *name, const ch
 
 static void metrics_render_inbox(struct metrics *m, struct evbuffer *out);
 
-/* Per key id, what was sealed and opened since the process started (keyring_counters_read). */
-static void metrics_render_keyring(struct evbuffer *out)
+/* Per key id, what was sealed and opened since the process started (g->keys). */
+static void metrics_render_keyring(struct evbuffer *out, const struct metrics_gauges *g)
 {
     static const struct {
         const char *name, *help;
-        enum keyring_counter c;
+        bool sealed;
     } kinds[] = {
         { "idempotency_proxy_encrypted_total",
           "Values sealed (records' answers, queued deliveries) by the key id that sealed them.",
-          KEYRING_SEALED },
+          true },
         { "idempotency_proxy_decrypted_total",
           "Stored values opened and authenticated, by the key id that had sealed them.",
-          KEYRING_OPENED },
+          false },
     };
-    struct keyring_counts counts[KEYRING_COUNTED_IDS + 1];
-    size_t n = keyring_counters_read(counts, KEYRING_COUNTED_IDS + 1);
 
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", kinds[k].name,
                             kinds[k].help, kinds[k].name);
-        for (size_t i = 0; i < n; i++)
-            if (counts[i].id[0] != '\0') /* key ids are [A-Za-z0-9._-]: no escaping */
-                evbuffer_add_printf(out, "%s{key_id=\"%s\"} %llu\n", kinds[k].name,
-                                    counts[i].id, (unsigned long long)counts[i].n[kinds[k].c]);
+        for (size_t i = 0; i < g->n_keys; i++) {
+            const struct metrics_key_counts *c = &g->keys[i];
+            unsigned long long n = kinds[k].sealed ? c->sealed : c->opened;
+
+            if (c->id[0] != '\0') /* key ids are [A-Za-z0-9._-]: no escaping */
+                evbuffer_add_printf(out, "%s{key_id=\"%s\"} %llu\n", kinds[k].name, c->id, n);
+        }
     }
 }
 
@@ -321,7 +321,7 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                         "reason", "key_unavailable",
                         m->counters[METRICS_DECRYPT_KEY_UNAVAILABLE], "unreadable",
                         m->counters[METRICS_DECRYPT_UNREADABLE]);
-    metrics_render_keyring(out);
+    metrics_render_keyring(out, g);
     metrics_render_scalar(out, "idempotency_proxy_config_reloads_total", "counter",
                           "Configuration reloads applied (SIGHUP).",
                           (double)m->counters[METRICS_RELOADS]);

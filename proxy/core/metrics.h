@@ -91,6 +91,16 @@ struct metrics_primary {
     unsigned workers;
 };
 
+/* Most key ids metrics_render shows (keyring.h: KEYRING_COUNTED_IDS, and "" for the rest). */
+#define METRICS_KEY_IDS 65
+
+/* One key id's counts since the process started, as the keyring keeps them (keyring.h). */
+struct metrics_key_counts {
+    char id[33];                    /* [A-Za-z0-9._-]{1,32}; "": no key id, or past the cap */
+    unsigned long long sealed;      /* values sealed under the key */
+    unsigned long long opened;      /* stored values opened and authenticated */
+};
+
 /* The gauges, summed over the workers by the caller of metrics_render. */
 struct metrics_gauges {
     unsigned in_flight;             /* exchanges not yet answered and freed */
@@ -105,6 +115,8 @@ struct metrics_gauges {
                                        fewest over the workers; -1 without a cluster */
     int redis_eviction_policy_ok;   /* 1 noeviction, 0 a policy that evicts, -1 unknown
                                        (store_eviction_policy_ok) */
+    struct metrics_key_counts keys[METRICS_KEY_IDS]; /* the keyring's, process-wide */
+    size_t n_keys;
 };
 
 /* An empty set. Returns 0, or -1 when the lock cannot be created. */

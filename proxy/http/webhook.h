@@ -15,7 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policy.h"
+/* How a webhook route checks signatures (a route's `verify:`, docs/webhooks.md). */
+enum verify_scheme { VERIFY_NONE, VERIFY_STANDARD_WEBHOOKS, VERIFY_GITHUB, VERIFY_STRIPE };
 
 /* Signatures older or newer than this are refused (Standard Webhooks, Stripe: 5 minutes). */
 #define WEBHOOK_TOLERANCE_S 300

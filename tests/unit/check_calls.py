@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Two rules about proxy/ that keep each file one room with one door.
+"""Three rules about proxy/ that keep each folder one floor and each file one room.
 
-1. No pair of proxy/ files whose functions call each other: from the object
-   files (`nm`: the T symbols each object defines, the U symbols it uses),
-   file A uses something B defines and B uses something A defines -> fail.
-2. No .c file in proxy/ is over MAX_LINES lines.
+From the object files (`nm`: the T symbols each object defines, the U symbols it uses;
+compile_commands.json names each object's source):
+1. No pair of folders (modules: docs/internals.md, "The map of proxy/"; a file at the top
+   of proxy/ is a module of its own) whose functions call each other, directly or around a
+   cycle: calls between modules run one way, like their includes (check_includes.py).
+2. No pair of proxy/ files whose functions call each other.
+3. No .c file in proxy/ is over MAX_LINES lines.
 
-Usage: check_calls.py SOURCE_ROOT BUILD_ROOT
+Usage: check_calls.py SOURCE_ROOT BUILD_ROOT | check_calls.py --self-test
 """
-import glob
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 MAX_LINES = 800
 
@@ -29,17 +33,52 @@ def symbols(obj):
     return defined, used
 
 
-def source_name(obj):
-    return os.path.basename(obj)[:-len(".o")]  # "store.c.o" -> "store.c"
+def module_of(rel):
+    """proxy/store/store_cmd.c -> store; proxy/worker.c -> worker."""
+    parts = rel.split(os.sep)
+    return parts[1] if len(parts) > 2 else os.path.splitext(parts[1])[0]
 
 
-def main():
-    src, build = sys.argv[1], sys.argv[2]
-    objects = sorted(glob.glob(os.path.join(build, "proxy", "*.p", "*.c.o")))
-    if not objects:
-        print("no object files under %s/proxy" % build)
-        return 1
-    table = {source_name(o): symbols(o) for o in objects}
+def objects_of(src, build):
+    """{source path relative to src: object path} of the proxy/ sources in the build."""
+    with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
+        entries = json.load(f)
+    out = {}
+    for e in entries:
+        source = os.path.relpath(os.path.join(e["directory"], e["file"]), src)
+        if source.startswith("proxy" + os.sep):
+            out[source] = os.path.join(e["directory"], e["output"])
+    return out
+
+
+def find_cycle(edges):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def call_failures(objects):
+    """The failures of rules 1 and 2 over {source: object}."""
+    table = {name: symbols(obj) for name, obj in objects.items()}
     owner = {}
     for name, (defined, _) in table.items():
         for sym in defined:
@@ -50,20 +89,82 @@ def main():
             target = owner.get(sym)
             if target and target != name:
                 calls.setdefault((name, target), set()).add(sym)
-    failures = []
+    failures, modules = [], {}
     for (a, b), syms in sorted(calls.items()):
         if a < b and (b, a) in calls:
             failures.append("%s and %s call each other: %s -> %s; %s -> %s" % (
                 a, b, a, ", ".join(sorted(syms)), b,
                 ", ".join(sorted(calls[(b, a)]))))
-    for path in sorted(glob.glob(os.path.join(src, "proxy", "*.c"))):
-        with open(path, encoding="utf-8") as f:
-            n = sum(1 for _ in f)
-        if n > MAX_LINES:
-            failures.append("%s has %d lines (limit %d)" % (
-                os.path.relpath(path, src), n, MAX_LINES))
+        ma, mb = module_of(a), module_of(b)
+        if ma != mb:
+            modules.setdefault(ma, {}).setdefault(mb, []).append(
+                "%s -> %s (%s)" % (a, b, ", ".join(sorted(syms))))
+    cycle = find_cycle({m: set(t) for m, t in modules.items()})
+    if cycle:
+        failures.append("calls between folders run both ways: " + " -> ".join(cycle))
+        for m, n in zip(cycle, cycle[1:]):
+            failures.append("  " + modules[m][n][0])
+    return failures
+
+
+def length_failures(src):
+    failures = []
+    for dirpath, _, names in os.walk(os.path.join(src, "proxy")):
+        for name in sorted(names):
+            if not name.endswith(".c"):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8") as f:
+                n = sum(1 for _ in f)
+            if n > MAX_LINES:
+                failures.append("%s has %d lines (limit %d)" % (
+                    os.path.relpath(path, src), n, MAX_LINES))
+    return failures
+
+
+def self_test():
+    """A back call between folders and a pair of files calling each other must fail."""
+    cases = {
+        "one way": ({"proxy/core/a.c": "int a(void) { return 1; }\n",
+                     "proxy/store/b.c": "int a(void); int b(void) { return a(); }\n"}, False),
+        "a call back up between folders": (
+            {"proxy/core/a.c": "int c(void); int a(void) { return c(); }\n",
+             "proxy/store/b.c": "int a(void); int b(void) { return a(); }\n",
+             "proxy/store/c.c": "int c(void) { return 3; }\n"}, True),
+        "two files calling each other": (
+            {"proxy/store/a.c": "int b(void); int a(void) { return b(); }\n",
+             "proxy/store/b.c": "int a(void); int b(void) { return a(); }\n"}, True),
+    }
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (what, (files, should_fail)) in enumerate(cases.items()):
+            objects = {}
+            for rel, text in files.items():
+                path = os.path.join(tmp, str(i), rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                subprocess.run(["cc", "-c", path, "-o", path + ".o"], check=True)
+                objects[rel] = path + ".o"
+            failures = call_failures(objects)
+            print("self-test: %s -> %s" % (what, failures or "passes"))
+            bad += 0 if bool(failures) == should_fail else 1
+    return 1 if bad else 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    src, build = sys.argv[1], sys.argv[2]
+    objects = {s: o for s, o in objects_of(src, build).items() if os.path.exists(o)}
+    if not objects:
+        print("no object files of proxy/ in %s/compile_commands.json" % build)
+        return 1
+    failures = call_failures(objects) + length_failures(src)
     for f in failures:
         print(f)
+    if not failures:
+        print("calls among %d files of proxy/ run one way" % len(objects))
     return 1 if failures else 0
 
 
