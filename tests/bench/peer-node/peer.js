@@ -8,7 +8,8 @@
 //     upstream, stores the answer (status, headers, body; SET PX) and answers; a retry of a
 //     finished key gets the stored answer with `Idempotent-Replayed: true`; a retry while the
 //     first is in progress polls every 10 ms for up to 5 s, then answers 409; a key reused with
-//     another request answers 422. An upstream failure releases the claim and answers 502.
+//     another request answers 409 too (as the proxy does). An upstream failure releases the
+//     claim and answers 502.
 //   anything else: forwarded as is.
 //
 // Usage: node peer.js LISTEN_PORT UPSTREAM_PORT REDIS_URL   (127.0.0.1 only)
@@ -95,7 +96,7 @@ async function idempotent(req, res, idemKey, body) {
     if (rec === null || rec.state !== 'done') {
       problem(res, 409, 'a request with this Idempotency-Key is in progress');
     } else if (rec.fp !== fp) {
-      problem(res, 422, 'this Idempotency-Key was used with another request');
+      problem(res, 409, 'this Idempotency-Key was used with another request');
     } else {
       answer(res, rec.status, { ...rec.headers, 'idempotent-replayed': 'true' },
         Buffer.from(rec.body, 'base64'));
