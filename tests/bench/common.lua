@@ -1,5 +1,5 @@
 -- Shared by the wrk scripts of tests/bench/run (loaded with dofile).
--- BENCH_BODY: request body size in bytes (0 or unset: the shared bench's ~75-byte JSON).
+-- BENCH_BODY: request body size in bytes (0 or unset: a ~75-byte JSON).
 -- The same formula is in warm.py, so a replay matches the request that was stored.
 local size = tonumber(os.getenv("BENCH_BODY") or "0") or 0
 
