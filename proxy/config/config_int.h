@@ -293,8 +293,9 @@ struct config_change {
  * descending into the sections under it: true with *ch set when there is
  * one. A key of that class without a comparison counts as changed: a
  * reload that cannot be classified is refused (the schema's RESTART(cmp)
- * and IDENTITY(cmp), and test_config_reload, keep such a key out of it). top is the top-level key the table sits
- * under (NULL for the top level itself). Pure (config_compare.c).
+ * and IDENTITY(cmp), and test_config_reload, keep such a key out of it).
+ * top is the top-level key the table sits under (NULL for the top level
+ * itself). Pure (config_compare.c).
  */
 bool config_walk(const struct config_section *sec, size_t t, enum config_reload cls, const void *a,
                  const void *b, const char *top, struct config_change *ch);
