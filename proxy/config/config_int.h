@@ -268,7 +268,9 @@ int config_finish_keyring(struct config_loader *ld);
  * The comparisons of one field type, of the field at key->offset (config_compare.c):
  * a string (NULL and "" differ), bool, uint64_t (durations, ms; times, unix ms),
  * size_t (bytes), int (enums, statuses), unsigned (counts), struct endpoint, and
- * struct endpoint_list (the same addresses in the same order).
+ * struct endpoint_list (the same addresses in the same order). A row names the one
+ * of the type its setter fills; the setters of a URL fill several fields, and their
+ * rows point .offset at the URL as written, from which the others are derived.
  */
 config_compare config_changed_string, config_changed_bool, config_changed_u64,
     config_changed_size, config_changed_int, config_changed_unsigned, config_changed_endpoint,
