@@ -1,10 +1,11 @@
 /*
- * config_compare.c - how a reload compares a key between two configs: the
- * generic comparison of each setter's field type, the comparisons of the
- * keys no generic one reads (a route's key source and scope_headers, the
- * routes themselves), and the walk of a table that finds the first key of
- * a class that changed. The schema (config_schema.c) names these functions
- * in its rows; config_reload.c walks it from the top. The routes are one
+ * config_compare.c - how a reload compares a key between two configs: one
+ * comparison per field type, the comparisons of the keys no field type
+ * reads (a route's key source and scope_headers, the routes themselves),
+ * and the walk of a table that finds the first key of a class that
+ * changed. Each row of the schema (config_schema.c) names its comparison
+ * in its reload class (`.reload = RESTART(config_changed_string)`);
+ * config_reload.c walks it from the top. The routes are one
  * key whose comparison pairs them: by path as matching sees it for identity
  * (route_reload_refusal), by path as written for the queued routes the
  * inbox consumers were made from. Pure: no I/O.
@@ -18,10 +19,10 @@
 /* The field key names in obj (a struct its table's offsets point into). */
 #define CONFIG_FIELD(type, obj, key) (*(const type *)((const char *)(obj) + (key)->offset))
 
-/* ---- generic comparisons, one per field type ------------------------------ */
+/* ---- one comparison per field type (config_int.h names them) -------------- */
 
-static bool config_changed_string(const struct config_key *key, enum config_reload cls,
-                                  const void *a, const void *b, const char **what)
+bool config_changed_string(const struct config_key *key, enum config_reload cls,
+                           const void *a, const void *b, const char **what)
 {
     (void)cls;
     (void)what;
@@ -30,8 +31,8 @@ static bool config_changed_string(const struct config_key *key, enum config_relo
 
 /* A comparison of a field of one plain type (compared with !=). */
 #define CONFIG_CHANGED_PLAIN(fn, type)                                                         \
-    static bool fn(const struct config_key *key, enum config_reload cls, const void *a,        \
-                   const void *b, const char **what)                                           \
+    bool fn(const struct config_key *key, enum config_reload cls, const void *a,               \
+            const void *b, const char **what)                                                  \
     {                                                                                          \
         (void)cls;                                                                             \
         (void)what;                                                                            \
@@ -51,8 +52,8 @@ static bool config_same_endpoint(const struct endpoint *a, const struct endpoint
 }
 
 /* listen, admin_listen (host NULL: disabled) */
-static bool config_changed_endpoint(const struct config_key *key, enum config_reload cls,
-                                    const void *a, const void *b, const char **what)
+bool config_changed_endpoint(const struct config_key *key, enum config_reload cls, const void *a,
+                             const void *b, const char **what)
 {
     (void)cls;
     (void)what;
@@ -61,8 +62,8 @@ static bool config_changed_endpoint(const struct config_key *key, enum config_re
 }
 
 /* the same addresses in the same order: the order is the order they are tried in */
-static bool config_changed_endpoints(const struct config_key *key, enum config_reload cls,
-                                     const void *a, const void *b, const char **what)
+bool config_changed_endpoints(const struct config_key *key, enum config_reload cls, const void *a,
+                              const void *b, const char **what)
 {
     const struct endpoint_list *ea = &CONFIG_FIELD(struct endpoint_list, a, key);
     const struct endpoint_list *eb = &CONFIG_FIELD(struct endpoint_list, b, key);
@@ -78,46 +79,7 @@ static bool config_changed_endpoints(const struct config_key *key, enum config_r
     return false;
 }
 
-/*
- * The field type each setter fills at key->offset. The setters of a URL
- * fill several fields; their rows point the offset at the URL as written,
- * from which the others are derived.
- */
-static const struct {
-    config_setter *set;
-    config_compare *compare;
-} config_generic[] = {
-    { config_set_string, config_changed_string },
-    { config_set_key_prefix, config_changed_string },
-    { config_set_sentinel_master, config_changed_string },
-    { config_set_upstream_url, config_changed_string },
-    { config_set_redis_url, config_changed_string },
-    { config_set_bool, config_changed_bool },
-    { config_set_duration, config_changed_u64 },
-    { config_set_rfc3339, config_changed_u64 },
-    { config_set_size, config_changed_size },
-    { config_set_enum, config_changed_int },
-    { config_set_ack_status, config_changed_int },
-    { config_set_workers, config_changed_unsigned },
-    { config_set_min_replicas, config_changed_unsigned },
-    { config_set_delivery_count, config_changed_unsigned },
-    { config_set_endpoint, config_changed_endpoint },
-    { config_set_sentinel_address, config_changed_endpoints },
-    { config_set_cluster_address, config_changed_endpoints },
-};
-
-config_compare *config_key_compare(const struct config_key *key)
-{
-    if (key->compare != NULL)
-        return key->compare;
-    for (size_t i = 0; key->set != NULL && i < CONFIG_ARRAY_SIZE(config_generic); i++) {
-        if (config_generic[i].set == key->set)
-            return config_generic[i].compare;
-    }
-    return NULL;
-}
-
-/* ---- the keys no generic comparison reads ---------------------------------- */
+/* ---- the keys no field type's comparison reads ------------------------------ */
 
 /* delivery.sign.secret (a, b: struct delivery_policy): the same secrets in the same order. */
 bool config_changed_sign_secrets(const struct config_key *key, enum config_reload cls,
@@ -206,7 +168,7 @@ bool config_walk(const struct config_section *sec, size_t t, enum config_reload 
 {
     for (const struct config_key *key = sec->tables[t]; key->name != NULL; key++) {
         const char *under = top != NULL ? top : key->name;
-        config_compare *compare = config_key_compare(key);
+        config_compare *compare = key->compare;
         const char *what = NULL;
 
         if (key->flags & sec->exclude)

@@ -88,7 +88,11 @@ struct config_key {
     const struct config_enum *names;       /* config_set_enum: the allowed values */
     config_list_begin *begin;              /* CONFIG_LIST, CONFIG_SCALAR_OR_LIST */
     enum config_reload reload;             /* what a SIGHUP does with a change (config.h) */
-    config_compare *compare;               /* NULL: the generic one of set's field type */
+    config_compare *compare;               /* how a reload compares the key: set for every
+                                              RESTART and IDENTITY key (the schema's
+                                              RESTART(cmp) and IDENTITY(cmp) set both);
+                                              NULL for a LIVE key, and for a BY_KEYS
+                                              section, whose keys are compared instead */
 };
 
 /* A mapping of the configuration and the keys it takes. */
@@ -261,14 +265,18 @@ int config_finish_redis(struct config_loader *ld);
 int config_finish_keyring(struct config_loader *ld);
 
 /*
- * The comparison a reload uses for key: key->compare, or the generic one
- * of its setter's field type (string, bool, duration, size, enum, count,
- * endpoint, endpoint list); NULL when it has neither (test_config_reload
- * fails on a RESTART or IDENTITY key without one). config_compare.c.
+ * The comparisons of one field type, of the field at key->offset (config_compare.c):
+ * a string (NULL and "" differ), bool, uint64_t (durations, ms; times, unix ms),
+ * size_t (bytes), int (enums, statuses), unsigned (counts), struct endpoint, and
+ * struct endpoint_list (the same addresses in the same order). A row names the one
+ * of the type its setter fills; the setters of a URL fill several fields, and their
+ * rows point .offset at the URL as written, from which the others are derived.
  */
-config_compare *config_key_compare(const struct config_key *key);
+config_compare config_changed_string, config_changed_bool, config_changed_u64,
+    config_changed_size, config_changed_int, config_changed_unsigned, config_changed_endpoint,
+    config_changed_endpoints;
 
-/* The comparisons of the keys whose field no generic comparison reads (config_compare.c). */
+/* The comparisons of the keys whose field no field type's comparison reads (config_compare.c). */
 config_compare config_changed_key_source, config_changed_scope_headers, config_changed_routes,
     config_changed_inherited, config_changed_sign_secrets, config_changed_delivery_rate;
 
@@ -286,9 +294,10 @@ struct config_change {
  * a and b (the objects that table's offsets point into, borrowed),
  * descending into the sections under it: true with *ch set when there is
  * one. A key of that class without a comparison counts as changed: a
- * reload that cannot be classified is refused (test_config_reload keeps
- * such a key out of the schema). top is the top-level key the table sits
- * under (NULL for the top level itself). Pure (config_compare.c).
+ * reload that cannot be classified is refused (the schema's RESTART(cmp)
+ * and IDENTITY(cmp), and test_config_reload, keep such a key out of it).
+ * top is the top-level key the table sits under (NULL for the top level
+ * itself). Pure (config_compare.c).
  */
 bool config_walk(const struct config_section *sec, size_t t, enum config_reload cls, const void *a,
                  const void *b, const char *top, struct config_change *ch);

@@ -1,9 +1,10 @@
 /*
  * config_schema.c - the schema: one key table per section of the YAML
  * configuration, each row saying everything about its key: its reload
- * class, its kind, its setter, the field it fills, its flags; and the
- * built-in defaults written as YAML. The passes (config.c) and the reload
- * check (config_reload.c) read nothing but these tables.
+ * class and how a reload compares it, its kind, its setter, the field it
+ * fills, its flags; and the built-in defaults written as YAML. The passes
+ * (config.c) and the reload check (config_reload.c) read nothing but these
+ * tables.
  *
  * The reload class (enum config_reload, config.h) says what a SIGHUP does
  * with a change of the key: LIVE applies it to the requests that start
@@ -11,10 +12,11 @@
  * threads, upstream client, store or inbox consumers at startup);
  * IDENTITY refuses it (retries of recorded keys would find no record and
  * execute again); BY_KEYS is a section or the routes, whose keys say. A
- * RESTART or IDENTITY key is compared by its .compare, or by the generic
- * comparison of its setter's field type (config_compare.c).
- * test_config_reload fails on a key without a class, and on a key without
- * a reload case of its own; tests/unit/check_config_keys.py reads the rows
+ * RESTART or IDENTITY key names the comparison of its field in its class,
+ * RESTART(config_changed_u64) (config_compare.c): a row without one does
+ * not compile. test_config_reload fails on a key without a class, on a
+ * RESTART or IDENTITY key without a comparison, and on a key without a
+ * reload case of its own; tests/unit/check_config_keys.py reads the rows
  * with a regex (and compares each class with docs/configuration.md), so
  * keep one `{ "name", .reload = ...` entry per line in the `const struct
  * config_key config_*_keys[]` arrays.
@@ -27,10 +29,15 @@
 #define POL(field) offsetof(struct route_policy, field)
 #define RTE(field) offsetof(struct route, field)
 
-/* The reload classes, short, for the rows below. */
+/*
+ * The reload classes, short, for the rows below. A key a reload compares
+ * names its comparison (config_compare.c) in its class: RESTART(cmp),
+ * IDENTITY(cmp). A row that leaves it out does not compile: RESTART and
+ * IDENTITY alone name nothing, and RESTART() sets `.compare = ()`.
+ */
 #define LIVE CONFIG_RELOAD_LIVE
-#define RESTART CONFIG_RELOAD_RESTART
-#define IDENTITY CONFIG_RELOAD_IDENTITY
+#define RESTART(cmp) CONFIG_RELOAD_RESTART, .compare = (cmp)
+#define IDENTITY(cmp) CONFIG_RELOAD_IDENTITY, .compare = (cmp)
 #define BY_KEYS CONFIG_RELOAD_BY_KEYS
 
 /* Values of the enum-valued policy keys; config_set_enum stores them as int. */
@@ -64,9 +71,9 @@ static const struct config_enum config_access_log_names[] = {
 /* Each table ends with { .name = NULL }. */
 
 const struct config_key config_upstream_keys[] = {
-    { "url", .reload = RESTART, .set = config_set_upstream_url, .offset = CFG(upstream_url) },
-    { "connect_timeout", .reload = RESTART, .set = config_set_duration, .offset = CFG(upstream_connect_timeout_ms), .flags = CONFIG_POSITIVE },
-    { "timeout", .reload = RESTART, .set = config_set_duration, .offset = CFG(upstream_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "url", .reload = RESTART(config_changed_string), .set = config_set_upstream_url, .offset = CFG(upstream_url) },
+    { "connect_timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(upstream_connect_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(upstream_timeout_ms), .flags = CONFIG_POSITIVE },
     { .name = NULL },
 };
 
@@ -75,43 +82,43 @@ static const struct config_section config_redis_sentinel_section;
 static const struct config_section config_redis_cluster_section;
 
 const struct config_key config_redis_keys[] = {
-    { "url", .reload = RESTART, .set = config_set_redis_url, .offset = CFG(redis_url) },
+    { "url", .reload = RESTART(config_changed_string), .set = config_set_redis_url, .offset = CFG(redis_url) },
     { "sentinel", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_sentinel_section },
     { "cluster", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_cluster_section },
-    { "username", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_username), .flags = CONFIG_UNSET_EMPTY },
-    { "password", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_password), .flags = CONFIG_UNSET_EMPTY },
+    { "username", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_username), .flags = CONFIG_UNSET_EMPTY },
+    { "password", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_password), .flags = CONFIG_UNSET_EMPTY },
     { "tls", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_tls_section },
-    { "key_prefix", .reload = IDENTITY, .set = config_set_key_prefix, .offset = CFG(key_prefix) },
-    { "min_replicas", .reload = RESTART, .set = config_set_min_replicas, .offset = CFG(redis_min_replicas) },
-    { "replica_timeout", .reload = RESTART, .set = config_set_duration, .offset = CFG(redis_replica_timeout_ms), .flags = CONFIG_POSITIVE },
-    { "timeout", .reload = RESTART, .set = config_set_duration, .offset = CFG(redis_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "key_prefix", .reload = IDENTITY(config_changed_string), .set = config_set_key_prefix, .offset = CFG(key_prefix) },
+    { "min_replicas", .reload = RESTART(config_changed_unsigned), .set = config_set_min_replicas, .offset = CFG(redis_min_replicas) },
+    { "replica_timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_replica_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_timeout_ms), .flags = CONFIG_POSITIVE },
     { .name = NULL },
 };
 
 /* redis.tls: used with a rediss:// URL only (config_finish_redis). */
 const struct config_key config_redis_tls_keys[] = {
-    { "ca_file", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_tls_ca_file), .flags = CONFIG_NONEMPTY },
-    { "cert_file", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_tls_cert_file), .flags = CONFIG_NONEMPTY },
-    { "key_file", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_tls_key_file), .flags = CONFIG_NONEMPTY },
-    { "server_name", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_tls_server_name), .flags = CONFIG_NONEMPTY },
-    { "verify", .reload = RESTART, .set = config_set_bool, .offset = CFG(redis_tls_verify) },
+    { "ca_file", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_tls_ca_file), .flags = CONFIG_NONEMPTY },
+    { "cert_file", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_tls_cert_file), .flags = CONFIG_NONEMPTY },
+    { "key_file", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_tls_key_file), .flags = CONFIG_NONEMPTY },
+    { "server_name", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_tls_server_name), .flags = CONFIG_NONEMPTY },
+    { "verify", .reload = RESTART(config_changed_bool), .set = config_set_bool, .offset = CFG(redis_tls_verify) },
     { .name = NULL },
 };
 
 /* redis.sentinel: instead of redis.url (config_finish); its credentials are the sentinels'. */
 const struct config_key config_redis_sentinel_keys[] = {
-    { "master", .reload = RESTART, .set = config_set_sentinel_master, .offset = CFG(redis_sentinel_master) },
-    { "addresses", .reload = RESTART, .kind = CONFIG_LIST, .set = config_set_sentinel_address, .offset = CFG(redis_sentinels), .begin = config_begin_sentinel_addresses },
-    { "username", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_sentinel_username), .flags = CONFIG_UNSET_EMPTY },
-    { "password", .reload = RESTART, .set = config_set_string, .offset = CFG(redis_sentinel_password), .flags = CONFIG_UNSET_EMPTY },
-    { "tls", .reload = RESTART, .set = config_set_bool, .offset = CFG(redis_tls) },
+    { "master", .reload = RESTART(config_changed_string), .set = config_set_sentinel_master, .offset = CFG(redis_sentinel_master) },
+    { "addresses", .reload = RESTART(config_changed_endpoints), .kind = CONFIG_LIST, .set = config_set_sentinel_address, .offset = CFG(redis_sentinels), .begin = config_begin_sentinel_addresses },
+    { "username", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_sentinel_username), .flags = CONFIG_UNSET_EMPTY },
+    { "password", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_sentinel_password), .flags = CONFIG_UNSET_EMPTY },
+    { "tls", .reload = RESTART(config_changed_bool), .set = config_set_bool, .offset = CFG(redis_tls) },
     { .name = NULL },
 };
 
 /* redis.cluster: instead of redis.url (config_finish); the data nodes' credentials. */
 const struct config_key config_redis_cluster_keys[] = {
-    { "addresses", .reload = RESTART, .kind = CONFIG_LIST, .set = config_set_cluster_address, .offset = CFG(redis_cluster), .begin = config_begin_cluster_addresses },
-    { "tls", .reload = RESTART, .set = config_set_bool, .offset = CFG(redis_tls) },
+    { "addresses", .reload = RESTART(config_changed_endpoints), .kind = CONFIG_LIST, .set = config_set_cluster_address, .offset = CFG(redis_cluster), .begin = config_begin_cluster_addresses },
+    { "tls", .reload = RESTART(config_changed_bool), .set = config_set_bool, .offset = CFG(redis_tls) },
     { .name = NULL },
 };
 
@@ -158,12 +165,12 @@ const struct config_key config_admin_keys[] = {
  * through the routes that inherit it.
  */
 const struct config_key config_policy_keys[] = {
-    { "key_header", .reload = IDENTITY, .set = config_set_key_header, .compare = config_changed_key_source },
+    { "key_header", .reload = IDENTITY(config_changed_key_source), .set = config_set_key_header },
     { "methods", .reload = LIVE, .kind = CONFIG_LIST, .set = config_set_method, .begin = config_begin_methods },
     { "require_key", .reload = LIVE, .set = config_set_bool, .offset = POL(require_key) },
     { "key_max_length", .reload = LIVE, .set = config_set_key_max_length },
     { "fingerprint", .reload = LIVE, .set = config_set_enum, .offset = POL(fingerprint), .names = config_fingerprint_names },
-    { "scope_headers", .reload = IDENTITY, .kind = CONFIG_LIST, .set = config_set_scope_header, .begin = config_begin_scope_headers, .compare = config_changed_scope_headers },
+    { "scope_headers", .reload = IDENTITY(config_changed_scope_headers), .kind = CONFIG_LIST, .set = config_set_scope_header, .begin = config_begin_scope_headers },
     { "lease", .reload = LIVE, .set = config_set_duration, .offset = POL(lease_ms), .flags = CONFIG_POSITIVE },
     { "retention", .reload = LIVE, .set = config_set_duration, .offset = POL(retention_ms), .flags = CONFIG_POSITIVE },
     { "in_flight", .reload = LIVE, .set = config_set_enum, .offset = POL(in_flight), .names = config_in_flight_names },
@@ -172,7 +179,7 @@ const struct config_key config_policy_keys[] = {
     { "release_statuses", .reload = LIVE, .kind = CONFIG_LIST, .set = config_set_release_status, .begin = config_begin_release_statuses },
     { "on_ambiguous", .reload = LIVE, .set = config_set_enum, .offset = POL(on_ambiguous), .names = config_ambiguous_names },
     { "on_store_error", .reload = LIVE, .set = config_set_enum, .offset = POL(on_store_error), .names = config_store_error_names },
-    { "key_from", .reload = IDENTITY, .set = config_set_key_from, .flags = CONFIG_ROUTE_ONLY, .compare = config_changed_key_source },
+    { "key_from", .reload = IDENTITY(config_changed_key_source), .set = config_set_key_from, .flags = CONFIG_ROUTE_ONLY },
     { "verify", .reload = LIVE, .set = config_set_enum, .offset = POL(verify), .flags = CONFIG_ROUTE_ONLY, .names = config_verify_names },
     { "secret", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_secret, .flags = CONFIG_ROUTE_ONLY, .begin = config_begin_secrets },
     { .name = NULL },
@@ -186,8 +193,8 @@ static const struct config_enum config_delivery_mode_names[] = {
 
 /* A webhook route's delivery.backoff: how long a queued delivery waits before each retry. */
 const struct config_key config_delivery_backoff_keys[] = {
-    { "initial", .reload = RESTART, .set = config_set_duration, .offset = DLV(backoff_initial_ms), .flags = CONFIG_POSITIVE },
-    { "max", .reload = RESTART, .set = config_set_duration, .offset = DLV(backoff_max_ms), .flags = CONFIG_POSITIVE },
+    { "initial", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = DLV(backoff_initial_ms), .flags = CONFIG_POSITIVE },
+    { "max", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = DLV(backoff_max_ms), .flags = CONFIG_POSITIVE },
     { .name = NULL },
 };
 
@@ -200,7 +207,7 @@ static const struct config_section config_delivery_backoff_section = {
  * receiver rotates it.
  */
 const struct config_key config_delivery_sign_keys[] = {
-    { "secret", .reload = RESTART, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_sign_secret, .begin = config_begin_sign_secrets, .compare = config_changed_sign_secrets },
+    { "secret", .reload = RESTART(config_changed_sign_secrets), .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_sign_secret, .begin = config_begin_sign_secrets },
     { .name = NULL },
 };
 
@@ -209,16 +216,16 @@ static const struct config_section config_delivery_sign_section = {
 
 /* A webhook route's delivery: direct, or queued in the inbox; obj is its struct delivery_policy. */
 const struct config_key config_delivery_keys[] = {
-    { "mode", .reload = RESTART, .set = config_set_enum, .offset = DLV(mode), .names = config_delivery_mode_names },
-    { "max_attempts", .reload = RESTART, .set = config_set_delivery_count, .offset = DLV(max_attempts) },
-    { "max_age", .reload = RESTART, .set = config_set_duration, .offset = DLV(max_age_ms), .flags = CONFIG_POSITIVE },
+    { "mode", .reload = RESTART(config_changed_int), .set = config_set_enum, .offset = DLV(mode), .names = config_delivery_mode_names },
+    { "max_attempts", .reload = RESTART(config_changed_unsigned), .set = config_set_delivery_count, .offset = DLV(max_attempts) },
+    { "max_age", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = DLV(max_age_ms), .flags = CONFIG_POSITIVE },
     { "backoff", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_delivery_backoff_section },
-    { "visibility_timeout", .reload = RESTART, .set = config_set_duration, .offset = DLV(visibility_timeout_ms), .flags = CONFIG_POSITIVE },
-    { "concurrency", .reload = RESTART, .set = config_set_delivery_count, .offset = DLV(concurrency) },
-    { "ack_status", .reload = RESTART, .set = config_set_ack_status, .offset = DLV(ack_status) },
-    { "dead_retention", .reload = RESTART, .set = config_set_duration, .offset = DLV(dead_retention_ms), .flags = CONFIG_POSITIVE },
+    { "visibility_timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = DLV(visibility_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "concurrency", .reload = RESTART(config_changed_unsigned), .set = config_set_delivery_count, .offset = DLV(concurrency) },
+    { "ack_status", .reload = RESTART(config_changed_int), .set = config_set_ack_status, .offset = DLV(ack_status) },
+    { "dead_retention", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = DLV(dead_retention_ms), .flags = CONFIG_POSITIVE },
     { "sign", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_delivery_sign_section },
-    { "rate", .reload = RESTART, .set = config_set_delivery_rate, .compare = config_changed_delivery_rate },
+    { "rate", .reload = RESTART(config_changed_delivery_rate), .set = config_set_delivery_rate },
     { .name = NULL },
 };
 
@@ -264,10 +271,10 @@ static const struct config_section config_route_section = {
     "a route", { config_route_keys, config_policy_keys }, 0 };
 
 const struct config_key config_root_keys[] = {
-    { "listen", .reload = RESTART, .set = config_set_endpoint, .offset = CFG(listen) },
-    { "admin_listen", .reload = RESTART, .set = config_set_endpoint, .offset = CFG(admin_listen), .flags = CONFIG_EMPTY_OFF },
+    { "listen", .reload = RESTART(config_changed_endpoint), .set = config_set_endpoint, .offset = CFG(listen) },
+    { "admin_listen", .reload = RESTART(config_changed_endpoint), .set = config_set_endpoint, .offset = CFG(admin_listen), .flags = CONFIG_EMPTY_OFF },
     { "admin", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_admin_section },
-    { "workers", .reload = RESTART, .set = config_set_workers, .offset = CFG(workers) },
+    { "workers", .reload = RESTART(config_changed_unsigned), .set = config_set_workers, .offset = CFG(workers) },
     { "upstream", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_upstream_section },
     { "redis", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_section },
     { "limits", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_limits_section },
