@@ -173,9 +173,9 @@ void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
  * replicas that acknowledged the write (compare it with min_replicas:
  * fewer is a shortfall), or STORE_LOST (called elsewhere, or that
  * connection dropped or was replaced before the wait was answered: the
- * write may or may not be replicated), STORE_TIMEOUT, STORE_ERROR (e.g.
- * NOPERM: an ACL user without +wait) or STORE_UNAVAILABLE, with 0. Never
- * synchronously.
+ * write may or may not be replicated), STORE_TIMEOUT, STORE_ERROR (the
+ * backend refused the wait: with Redis, an ACL user without +wait) or
+ * STORE_UNAVAILABLE, with 0. Never synchronously.
  */
 void store_wait_replicas(struct store *s, bool now, store_int_cb *cb, void *arg);
 
