@@ -34,6 +34,7 @@
 #include "keyring.h"
 #include "seal.h"
 #include "store.h"
+#include "store_redis.h"
 #include "upstream.h"
 
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "headers.h"
 #include "log.h"
+#include "store.h"
 
 void inbox_keys_init(struct inbox_keys *keys, const char *key_prefix, const struct route *route)
 {

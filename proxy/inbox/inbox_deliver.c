@@ -29,6 +29,8 @@
  */
 #include "inbox_deliver_int.h"
 
+#include "store.h"
+
 static void inbox_schedule(struct inbox_route *r);
 
 /* ---- reading, takeover, renewal, retries -------------------------------- */

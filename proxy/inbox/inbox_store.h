@@ -7,7 +7,7 @@
  * itself (inbox_store.c). Each call names keys of one route only, all with
  * the route's hash tag `{...}`, so that one call stays in one cluster
  * slot. Every call reports through its callback exactly once, never from
- * inside the call (store.h), with the reply as plain values.
+ * inside the call (store_redis.h), with the reply as plain values.
  */
 #ifndef IDEM_INBOX_STORE_H
 #define IDEM_INBOX_STORE_H
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store_redis.h"
 
 /* The keys of one route's inbox, all in one slot. */
 struct inbox_store_keys {

@@ -37,7 +37,7 @@
  * times; a reply that never came is never resent. WAIT then goes out once
  * per connection that carried the writes, one at a time.
  */
-#include "store_core.h"
+#include "store_int.h"
 
 #include <stdint.h>
 #include <stdio.h>

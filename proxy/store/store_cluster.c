@@ -1,5 +1,5 @@
 /*
- * store_cluster.c - the Redis Cluster slot map (store_int.h; docs/redis.md#redis-cluster): which primary owns each of the 16384 slots, one data
+ * store_cluster.c - the Redis Cluster slot map (store_conn_int.h; docs/redis.md#redis-cluster): which primary owns each of the 16384 slots, one data
  * connection per primary, and what MOVED and ASK change.
  *
  * The map is read with CLUSTER SHARDS (CLUSTER SLOTS where that is unknown,
@@ -22,8 +22,7 @@
  * closed from the loop, never from inside a reply callback (its pending
  * replies are lost).
  */
-#include "store_int.h"
-#include "store_reply.h"
+#include "store_conn_int.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * dispatch, what each reply means (store_reply.c), NOSCRIPT resends and
  * cluster redirects (store.c's header says how they behave).
  */
-#include "store_core.h"
+#include "store_int.h"
 
 #include <stdint.h>
 #include <stdio.h>

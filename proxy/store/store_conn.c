@@ -1,5 +1,5 @@
 /*
- * store_conn.c - one connection to one Redis node (store_int.h): resolve the
+ * store_conn.c - one connection to one Redis node (store_conn_int.h): resolve the
  * name, connect, TLS, set up, check the role, reconnect with backoff.
  *
  * Each attempt: (1) a host name is resolved with evdns on the worker's loop
@@ -30,7 +30,7 @@
  * watchdog here watches the oldest unanswered command and, once it is older
  * than redis.timeout, runs the library's timeout (redisAsyncHandleTimeout).
  */
-#include "store_conn_core.h"
+#include "store_conn_int.h"
 
 static void conn_attempt(struct store_conn *c);
 static void conn_restart_now(struct store_conn *c);

@@ -4,7 +4,7 @@
  * other files and threads read of it. store_conn.c's header says how a
  * connection behaves.
  */
-#include "store_conn_core.h"
+#include "store_conn_int.h"
 
 void conn_enter(struct store_conn *c, enum store_conn_state to)
 {

@@ -3,7 +3,7 @@
  * CONFIG GET maxmemory-policy (or INFO memory), ROLE, PING; and the
  * process's count of the eviction policies its data connections read.
  */
-#include "store_conn_core.h"
+#include "store_conn_int.h"
 
 /*
  * The setup commands of a new connection, in the order they are sent;
@@ -109,30 +109,6 @@ static void conn_check_policy_info(struct store_conn *c, const redisReply *r)
     for (end = line; end < r->str + r->len && *end != '\r' && *end != '\n'; end++)
         ;
     conn_policy_read(c, line, (size_t)(end - line));
-}
-
-bool store_role_is_primary(const redisReply *r, char *what, size_t len)
-{
-    const char *role;
-
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(what, len, "ROLE failed: %.200s (the proxy checks that the node is the "
-                 "primary: allow +role for its user)", r->str);
-        return false;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_STRING) {
-        snprintf(what, len, "ROLE failed: unexpected reply type %d", r->type);
-        return false;
-    }
-    role = r->element[0]->str;
-    if (strcmp(role, "master") == 0)
-        return true;
-    if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0)
-        snprintf(what, len, "the node is a replica (ROLE %.20s), not the primary", role);
-    else
-        snprintf(what, len, "the node's ROLE is %.40s, not master (the primary)", role);
-    return false;
 }
 
 /* The credentials of AUTH: a sentinel's own, or the data nodes'. */

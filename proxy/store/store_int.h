@@ -1,366 +1,35 @@
 /*
- * store_int.h - what the files of the store module share and nothing outside
- * it includes: one connection to one Redis node (store_conn.c), which
- * store.c (commands, scripts, the queue, reply classes) drives, the
- * Sentinel discovery (store_sentinel.c) that tells a connection where the
- * primary is, and the Redis Cluster slot map (store_cluster.c) that says
- * which primary's connection a key's commands go to.
+ * store_int.h - the store's command layer, private to the store module
+ * (only proxy/store/ includes it): the store object that store.h and
+ * store_redis.h name, its commands and WAIT waiters, the records' scripts.
+ * It stands on the connections (store_conn_int.h) and the small types
+ * (store_types.h).
  *
- * A node connection is one unit: it resolves the name (evdns, off the loop),
- * connects (hiredis async on the worker's event_base, connect and command
- * timeouts from the library), runs TLS (an SSL of our own SSL_CTX handed to
- * hiredis), sets the connection up (AUTH [user] password, SELECT, CONFIG GET
- * maxmemory-policy, ROLE, PING) and reconnects with backoff, resolving the
- * name again each time. It is ready only once ROLE said "master" and PING
- * answered. Its owner learns of ready and down through hooks, and sends
- * commands only while it is ready. With a locate hook (redis.sentinel) the
- * owner is asked where the node is before every attempt. A connection to a
- * sentinel (STORE_NODE_SENTINEL) sets up with the sentinel's credentials and
- * PING only, and makes one attempt: its owner decides what comes next.
+ * Calls run one way: store.c (the store's life: create, destroy, node
+ * events, the health tick), store_verbs.c (the public commands) and
+ * store_list.c (the listing of held records) call store_wait.c (WAIT
+ * batching, replica lag) and store_cmd.c (command objects, the setup
+ * queue, dispatch, replies, redirects); store_wait.c calls store_cmd.c;
+ * store_cmd.c calls none of them.
  */
 #ifndef IDEM_STORE_INT_H
 #define IDEM_STORE_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/time.h>
 
+#include <event2/event_struct.h>
+#include <event2/util.h>
 #include <hiredis/hiredis.h>
-#include <openssl/ssl.h>
+#include <openssl/sha.h>
 
 #include "store.h"
-
-struct event_base;
-struct evdns_base;
-struct config;
-struct store_conn;
-
-/* What a connection talks to, and so how it is set up. */
-enum store_node_kind {
-    STORE_NODE_DATA,        /* a Redis data node: redis.username/password, SELECT, ROLE master;
-                               reconnects with backoff */
-    STORE_NODE_SENTINEL,    /* a sentinel: redis.sentinel.username/password, PING; one attempt */
-    STORE_NODE_PROBE,       /* a cluster node asked for the slot map (any role):
-                               redis.username/password, PING; one attempt */
-};
-
-/*
- * Where a node is. store_conn_create copies host (a cluster forgets a node
- * while a command may still be on its connection); unix_path is borrowed and
- * must outlive the connection. host and unix_path both NULL: not known yet,
- * the locate hook says (before every attempt).
- */
-struct store_node {
-    const char *host;       /* a name or an address literal (IPv6 without brackets); NULL for
-                               a unix socket */
-    uint16_t port;
-    const char *unix_path;  /* NULL for TCP */
-    enum store_node_kind kind;
-};
-
-/*
- * What a connection tells its owner, on the loop: ready (setup and role
- * check succeeded: commands may be sent) and down (it was connecting or
- * ready and is gone; a reconnect is already scheduled).
- */
-struct store_conn_hooks {
-    void (*ready)(void *owner);
-    void (*down)(void *owner);
-    void *owner;
-    /*
-     * Optional (NULL: the node is where store_node says): where the node is
-     * now, asked at the start of every attempt; the owner answers later, on
-     * the loop, with store_conn_located or store_conn_locate_failed.
-     */
-    void (*locate)(void *owner, struct store_conn *c);
-};
-
-/*
- * The reply to one command: st is STORE_OK with r (valid during the call
- * only), or STORE_TIMEOUT (no reply within redis.timeout: it may have been
- * applied) or STORE_LOST (the connection dropped after sending: it may have
- * been applied) with r NULL.
- */
-typedef void store_conn_reply_cb(enum store_status st, const redisReply *r, void *privdata);
-
-/*
- * A connection to node for base, set up from cfg (credentials, db, TLS
- * options, redis.timeout), not started. dns (borrowed) resolves host names;
- * NULL is fine for a unix socket or an address literal. tls (borrowed, from
- * store_tls_context) makes it TLS; NULL is plain. All must outlive the
- * connection. NULL on allocation failure.
- */
-struct store_conn *store_conn_create(struct event_base *base, const struct config *cfg,
-                                     const struct store_node *node, struct evdns_base *dns,
-                                     SSL_CTX *tls, const struct store_conn_hooks *hooks);
-
-/* Start the first attempt (from the loop's first turn, never synchronously). */
-void store_conn_start(struct store_conn *c);
-
-/*
- * Start the first attempt now, for a connection without a locate hook that
- * a command is about to wait for: when it returns the connection is setting
- * up (store_conn_setting_up), or it failed already (logged, retried after
- * backoff; down may have run from inside this call).
- */
-void store_conn_start_now(struct store_conn *c);
-
-/*
- * Close and free c; pending replies get STORE_LOST first. Not from inside a
- * reply callback. Returns true when a name resolution was cancelled: its
- * callback (which frees libevent's request) then waits for the loop to turn
- * once more before the evdns_base may be freed (store_destroy does that).
- */
-bool store_conn_destroy(struct store_conn *c);
-
-/*
- * c is being given up (its owner closes it from the loop soon, with
- * store_conn_destroy): from now on it is not ready, nothing more is sent on
- * it, it never reconnects and its owner hears nothing more from it. Replies
- * already on their way still reach their callbacks, or STORE_LOST at
- * store_conn_destroy; since c is not ready, no reply on it can name it as
- * the connection a write came on (store_wait_replicas would keep it past
- * its free). May be called from a reply callback, also c's own.
- */
-void store_conn_retire(struct store_conn *c);
-
-/* Setup and role check succeeded and the connection holds (any thread may ask). */
-bool store_conn_ready(const struct store_conn *c);
-
-/* A connection exists and is being set up: a command may wait for ready or down. */
-bool store_conn_setting_up(const struct store_conn *c);
-
-/*
- * Send argv (argc strings of argvlen bytes, copied before the call returns)
- * on a ready connection; cb gets its reply exactly once, never from inside
- * this call. Bounded: a command unanswered for redis.timeout times out
- * (STORE_TIMEOUT) and drops the connection. Returns 0, or -1 when it was
- * not sent (not ready, or hiredis refused it) and cb will not run.
- */
-int store_conn_send(struct store_conn *c, store_conn_reply_cb *cb, void *privdata, int argc,
-                    const char **argv, const size_t *argvlen);
-
-/*
- * Drop the connection now, saying why in the log, and reconnect with
- * backoff (the name is resolved and ROLE checked again). Pending replies
- * get STORE_LOST; down runs first. May be called from a reply callback.
- */
-void store_conn_drop(struct store_conn *c, const char *why);
-
-/*
- * ROLE's reply r says master. A replica would refuse the claims (READONLY)
- * or, once promoted by hand, hold a stale copy: the store talks to the
- * primary only. False with the reason (replica, sentinel, an error such as
- * NOPERM) in what (len bytes).
- */
-bool store_role_is_primary(const redisReply *r, char *what, size_t len);
-
-/*
- * The answer to the locate hook: the node is at host (a name or an address
- * literal, copied) and port; the attempt goes on (resolve, connect, setup).
- */
-void store_conn_located(struct store_conn *c, const char *host, uint16_t port);
-
-/* The answer to the locate hook: nowhere known now (why, for the log); retried after backoff. */
-void store_conn_locate_failed(struct store_conn *c, const char *why);
-
-/*
- * Start over now (a hint that the node moved, e.g. Sentinel's +switch-master):
- * a connection is dropped (saying why), a pending reconnect runs at once,
- * and a locate or resolution under way is answered but not used: the
- * attempt starts again. May be called from a reply callback.
- */
-void store_conn_restart(struct store_conn *c, const char *why);
-
-/*
- * What a message on a subscribed channel calls: the channel and the payload
- * (len bytes); payload NULL once, when Redis confirms the subscription.
- */
-typedef void store_conn_message_cb(const char *channel, const char *payload, size_t len,
-                                   void *arg);
-
-/*
- * SUBSCRIBE channel on a ready connection (after which only PING may be
- * sent on it); cb (with arg) gets the confirmation and each message, on the
- * loop, while the connection holds; a refusal drops the connection (down).
- * One subscription per connection. Returns 0, or -1 when it was not sent.
- */
-int store_conn_subscribe(struct store_conn *c, const char *channel, store_conn_message_cb *cb,
-                         void *arg);
-
-/* Why the last attempt failed or the connection was lost ("" if it never was); borrowed. */
-const char *store_conn_last_error(const struct store_conn *c);
-
-/*
- * The node's "host:port" into addr (len bytes) while the connection is
- * ready (a confirmed primary for a data node); false otherwise. Any thread.
- */
-bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len);
-
-/* ms since the connection last carried a reply (monotonic); for the idle health check. */
-double store_conn_idle_ms(const struct store_conn *c);
-
-/*
- * "host:port" or the socket path (with "sentinel " before it for a
- * sentinel), for log lines (borrowed; the loop's thread only: a located
- * connection changes it).
- */
-const char *store_conn_addr(const struct store_conn *c);
-
-/*
- * The client SSL_CTX for cfg's redis.tls: TLS >= 1.2, the CA file (else the
- * system's default CAs), the client certificate and key when set, peer
- * verification unless redis.tls.verify is false (warned once per process).
- * Returns the context (caller frees with SSL_CTX_free), or NULL with
- * "redis.tls.KEY FILE: reason" in err (errlen bytes).
- */
-SSL_CTX *store_tls_context(const struct config *cfg, char *err, size_t errlen);
-
-/*
- * A resolver for base from /etc/resolv.conf (and /etc/hosts), idle when no
- * name is being resolved. NULL when libevent cannot make one (logged).
- */
-struct evdns_base *store_dns_create(struct event_base *base);
-
-/* ---- Sentinel (store_sentinel.c; docs/redis.md) ---------- */
-
-/* A sentinel's answer to SENTINEL MASTER (store_sentinel_master_read). */
-struct sentinel_master {
-    char host[256];             /* the primary's ip, NUL-terminated */
-    uint16_t port;
-    uint64_t epoch;             /* its config-epoch: the failover that made it the primary */
-};
-
-/*
- * Read the reply r to `SENTINEL MASTER master` into *out: true; or false
- * with why (whylen bytes): an error reply, a master the sentinel does not
- * monitor ("does not monitor a master named ..."), a reply without ip, port
- * (1-65535) or config-epoch. Pure (store_sentinel_reply.c).
- */
-bool store_sentinel_master_read(const redisReply *r, const char *master,
-                                struct sentinel_master *out, char *why, size_t whylen);
-
-struct store_sentinel;
-
-/*
- * Called on the loop when a discovery names a primary other than the one
- * named before (a failover followed): from and to are "host:port" (borrowed
- * for the call).
- */
-typedef void store_sentinel_followed_cb(const char *from, const char *to, void *arg);
-
-/*
- * The discovery of redis.sentinel for the data connection data (borrowed,
- * must outlive it), on base: answers data's locate hook (see
- * store_sentinel_locate), and keeps one connection subscribed to
- * +switch-master at one sentinel, restarting data when our master moves.
- * dns and tls (borrowed, may be NULL) as for store_conn_create. followed
- * (may be NULL) hears of primaries that changed. NULL on allocation
- * failure.
- */
-struct store_sentinel *store_sentinel_create(struct event_base *base, const struct config *cfg,
-                                             struct evdns_base *dns, SSL_CTX *tls,
-                                             struct store_conn *data,
-                                             store_sentinel_followed_cb *followed, void *arg);
-
-/*
- * data's locate hook: ask the sentinels in turn (the one that answered last
- * first), each within redis.timeout, `SENTINEL MASTER MASTER`; the first
- * address named with a config-epoch no older than the one followed goes to
- * store_conn_located, and when none names one, store_conn_locate_failed
- * says what each answered. Never answers from inside this call.
- */
-void store_sentinel_locate(struct store_sentinel *sn, struct store_conn *data);
-
-/*
- * Close the sentinel connections and free sn (before data). Not from a
- * callback. Returns true when a name resolution was cancelled (see
- * store_conn_destroy). NULL is fine.
- */
-bool store_sentinel_destroy(struct store_sentinel *sn);
-
-/* ---- Redis Cluster (store_cluster.c; docs/redis.md#redis-cluster) -------------- */
-
-struct store_cluster;
-
-/*
- * What the slot map tells the store, on the loop. ready and down are a
- * primary's connection's (store_conn_hooks, with the connection named):
- * ready, commands may go; down, those queued for it fail and its replies
- * are lost. down also runs, before it is closed, for a connection the map
- * no longer needs (its node is not a primary any more). event counts map
- * refreshes and redirections (metrics).
- */
-struct store_cluster_hooks {
-    void (*ready)(void *owner, struct store_conn *c);
-    void (*down)(void *owner, struct store_conn *c);
-    void (*event)(void *owner, enum store_event ev);
-    void *owner;
-};
-
-/*
- * The slot map of redis.cluster for base: loaded at once (from the loop's
- * first turn) through any reachable seed of cfg->redis_cluster, then kept up
- * to date (every second, sooner after a redirection or a lost primary) with
- * CLUSTER SHARDS, or CLUSTER SLOTS on servers older than 7.0. One data
- * connection (store_conn, ROLE master) per primary in the map, opened when
- * the map names it or a redirection does. dns and tls (borrowed, may be
- * NULL) as for store_conn_create. NULL on allocation failure.
- */
-struct store_cluster *store_cluster_create(struct event_base *base, const struct config *cfg,
-                                           struct evdns_base *dns, SSL_CTX *tls,
-                                           const struct store_cluster_hooks *hooks);
-
-/*
- * Close every connection (pending replies get STORE_LOST; down is not
- * called) and free cl. Not from a callback. Returns true when a name
- * resolution was cancelled (see store_conn_destroy). NULL is fine.
- */
-bool store_cluster_destroy(struct store_cluster *cl);
-
-/*
- * The connection to the primary that owns key's slot (key: len bytes, its
- * hash tag decides), or NULL while the map does not cover that slot. It may
- * not be ready yet (store_conn_ready / store_conn_setting_up say).
- */
-struct store_conn *store_cluster_route(struct store_cluster *cl, const char *key, size_t len);
-
-/*
- * Whether the error reply err (len bytes) is a redirection (MOVED or ASK,
- * store_reply_redirect), and where to: *ask, and *to, the named node's
- * connection (opened now when there was none; NULL when it cannot be made).
- * MOVED also points the slot at that node and refreshes the map soon; ASK
- * changes nothing (the slot is migrating). False for any other reply.
- */
-bool store_cluster_redirect(struct store_cluster *cl, const char *err, size_t len, bool *ask,
-                            struct store_conn **to);
-
-/*
- * Every slot is owned by a primary whose connection is ready (readiness).
- * Any thread may ask while cl exists.
- */
-bool store_cluster_covered(const struct store_cluster *cl);
-
-/*
- * With redis.min_replicas: some primary that owns slots has fewer replicas
- * online (CLUSTER SHARDS' health; a replica in its first sync is not) than
- * that, so its claims would be refused. Any thread may ask while cl exists.
- */
-bool store_cluster_replicas_short(const struct store_cluster *cl);
-
-/* Primaries in the map whose connection is ready. Any thread may ask while cl exists. */
-unsigned store_cluster_primaries_ready(const struct store_cluster *cl);
-
-/*
- * The index-th primary of the map, the primaries ordered by the lowest slot
- * each owns (an order every worker and every proxy instance reading the
- * same map agrees on, so a listing's cursor names the same node on the next
- * page), and in *count how many primaries own slots. NULL when index is not
- * below *count; the connection may not be ready (store_conn_ready says).
- * For SCAN, which walks one node's keys and carries no key to route by.
- */
-struct store_conn *store_cluster_primary(struct store_cluster *cl, unsigned index,
-                                         unsigned *count);
+#include "store_conn_int.h"
+#include "store_redis.h"
+#include "store_reply.h"
+#include "store_types.h"
 
 /* ---- the records' scripts (store_script.c) ------------------------------- */
 
@@ -391,5 +60,169 @@ void store_script_digest(const char *text, char out[STORE_SCRIPT_SHA_LEN + 1]);
  */
 void store_any(struct store *s, const char *script, int key_arg, int argc, const char **argv,
                const size_t *argvlen, store_reply_cb *cb, void *arg);
+
+#define STORE_HEALTH_MS 1000
+
+/*
+ * How long a store_wait_replicas call that nobody waits on (a record's) may
+ * wait for another call's WAIT to share before it sends its own: under
+ * traffic the next claim's WAIT covers it, so a request costs one WAIT.
+ */
+#define STORE_WAIT_LAZY_MS 10
+
+/* A replica that lags an idle primary by more than this (ms) is stalled (not ready). */
+#define STORE_REPLICA_LAG_MS 3000
+
+/* The idle ROLEs' offsets kept to judge that lag: at about one a second, 8 s of them. */
+#define STORE_OFFSET_SAMPLES 8
+
+/*
+ * Finished commands are kept for the next ones (store_cmd_new), each with
+ * its block for a saved argv, so a steady stream of commands allocates
+ * nothing here: at most STORE_SPARE_MAX of them, and a block above
+ * STORE_SPARE_SAVE_MAX bytes (a large record's) is freed, not kept, so the
+ * spares hold at most 128 * 4 KiB per worker.
+ */
+#define STORE_SPARE_MAX 128
+#define STORE_SPARE_SAVE_MAX 4096
+
+/* Redirections (MOVED, ASK) one command may follow before it fails (redis.cluster). */
+#define STORE_MAX_REDIRECTS 5
+
+
+struct store_cmd;
+TAILQ_HEAD(store_cmd_queue, store_cmd);
+
+/*
+ * One store_wait_replicas call: the write it covers came on conn, which was
+ * ready then; a waiter is failed when conn goes down, so conn is alive.
+ */
+struct store_waiter {
+    store_int_cb *cb;
+    void *arg;
+    struct store_conn *conn;    /* NULL: not called from a write's successful reply */
+    TAILQ_ENTRY(store_waiter) link;
+};
+TAILQ_HEAD(store_waiter_list, store_waiter);
+
+struct store {
+    struct event_base *base;
+    const struct config *cfg;
+    struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names;
+                                       NULL with redis.cluster */
+    struct store_cluster *cluster;  /* redis.cluster's slot map and connections; or NULL */
+    store_event_observer *event_observer;
+    void *event_arg;
+    struct store_sentinel *sentinel; /* redis.sentinel's discovery; NULL with redis.url */
+    store_failover_observer *failover_observer;
+    void *failover_arg;
+    struct evdns_base *dns;         /* resolves host names; NULL for an address (redis.url) */
+    SSL_CTX *tls;                   /* rediss://; NULL otherwise */
+    struct store_cmd_queue queued;  /* waiting for the connection's setup, in order */
+    struct store_cmd_queue failed;  /* not sent: reported STORE_UNAVAILABLE from the loop */
+    struct store_cmd_queue spare;   /* finished commands kept for reuse (STORE_SPARE_MAX) */
+    unsigned n_spare;
+    struct event failed_ev;
+    bool destroying;
+    struct event health_ev;         /* every STORE_HEALTH_MS: ROLE on an idle connection */
+    bool health_in_flight;
+    char script_sha[SCRIPT_COUNT][SHA_DIGEST_LENGTH * 2 + 1];
+    store_observer *observer;
+    void *observer_arg;
+    struct store_conn *reply_conn;  /* while a reply is reported OK: the connection it came on */
+    struct store_waiter_list wait_next; /* for the next WAIT */
+    struct store_waiter_list wait_sent; /* the WAIT in flight answers them */
+    bool wait_in_flight;
+    bool wait_now;                  /* wait_next holds a call that wants its WAIT this turn */
+    struct event wait_ev;           /* active: send the next WAIT at the end of this turn */
+    struct event wait_lazy_ev;      /* STORE_WAIT_LAZY_MS after a call that can wait */
+    _Atomic bool replicas_short;    /* the last WAIT or idle ROLE saw < redis.min_replicas */
+    double replicas_short_ms;       /* when it last turned short (monotonic); 0: at the start */
+    double wait_counted_ms;         /* when a WAIT last answered a count (monotonic); 0: never */
+    struct store_offset_sample offsets[STORE_OFFSET_SAMPLES]; /* the idle ROLEs' offsets of
+                                       this connection, oldest first */
+    size_t n_offsets;
+};
+
+/*
+ * What a command's reply is read as: REPLY_HEALTH (ROLE) gives its callback
+ * the whole reply (cb.raw), REPLY_WAIT the count (cb.integer).
+ */
+enum store_reply_kind { REPLY_VALUE, REPLY_CAS, REPLY_INT, REPLY_HEALTH, REPLY_WAIT, REPLY_ANY };
+
+/* A ROLE's reply as it came (NULL unless st is STORE_OK); borrowed for the call. */
+typedef void store_raw_cb(enum store_status st, const redisReply *r, void *arg);
+
+struct store_cmd {
+    struct store *s;
+    enum store_reply_kind kind;
+    union {
+        store_value_cb *value;
+        store_cas_cb *cas;
+        store_int_cb *integer;
+        store_reply_cb *any;
+        store_raw_cb *raw;
+    } cb;
+    void *arg;
+    struct store_conn *conn;    /* where it is sent or queued; NULL: no connection */
+    bool asking;                /* ASK: send ASKING before it */
+    int redirects;              /* MOVED and ASK followed so far */
+    bool reported;              /* the caller's callback has run */
+    TAILQ_ENTRY(store_cmd) link; /* in s->queued, s->failed or s->spare */
+    const char *script;         /* the text of the script an EVALSHA runs, or NULL */
+    int key_arg;                /* redis.cluster: argv index of the key; 0: the usual one */
+    bool resent;                /* a script's body went out after NOSCRIPT */
+    struct timeval submitted;
+    int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
+                                   queued command */
+    char **argv;                /* into `saved` */
+    size_t *argvlen;            /* into `saved` */
+    void *saved;                /* argv, argvlen and the argument bytes; kept by a spare */
+    size_t saved_cap;           /* bytes of `saved` */
+};
+
+/* ---- store_cmd.c: command objects, the setup queue, dispatch, replies ---- */
+
+/* A command for s (a spare reused, or a new one; out of memory aborts); cb is the caller's to set. */
+struct store_cmd *store_cmd_new(struct store *s, enum store_reply_kind kind, void *arg);
+
+/* Done with cmd: kept as a spare for the next command, or freed. */
+void store_cmd_free(struct store_cmd *cmd);
+
+/* Send cmd on cmd->conn now (argv borrowed); 0 sent, -1 not (the caller fails it). */
+int store_send(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Report st (and r, NULL unless STORE_OK) to cmd's caller, once; cmd stays the caller's to free. */
+void store_cmd_report(struct store_cmd *cmd, enum store_status st, const redisReply *r);
+
+/* Not sent: report STORE_UNAVAILABLE from the loop (never inside the caller's store_* call). */
+void store_fail_later(struct store_cmd *cmd);
+
+/* s->failed_ev: report the commands that were not sent. */
+void store_on_failed(evutil_socket_t fd, short what, void *arg);
+
+/* Send cmd (argv copied when it must wait), queue it for its connection's setup, or fail it. */
+void store_submit(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Keep a copy of argv (argc strings of argvlen bytes, borrowed) in cmd; out of memory aborts. */
+void store_cmd_save(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
+
+/* Send a queued (or redirected) cmd with its saved argv on the connection it now has. */
+void store_dispatch(struct store_cmd *cmd);
+
+/* ---- store_wait.c: WAIT batching and replica lag ---- */
+
+/* Record whether the replicas fall short of redis.min_replicas now. */
+void store_replicas_short(struct store *s, bool is_short);
+
+/* A ROLE's reply (REPLY_HEALTH's cb.raw): the role checked, the replicas counted. arg: s. */
+void store_on_health_reply(enum store_status st, const redisReply *r, void *arg);
+
+/* Report every waiter of list (st, replicas) and free them. */
+void store_waiters_report(struct store_waiter_list *list, enum store_status st,
+                          long long replicas);
+
+/* s->wait_ev, s->wait_lazy_ev: send the next WAIT. arg: s. */
+void store_on_wait_turn(evutil_socket_t fd, short what, void *arg);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * store_reply.c - the error codes of Redis replies and what they mean to the
- * store (store_reply.h).
+ * store, a cluster redirection, a replica's lag and what ROLE says
+ * (store_reply.h). Pure: no I/O, no state.
  */
 #include "store_reply.h"
 
@@ -148,4 +149,29 @@ enum store_replica_lag store_replica_lag(const struct store_offset_sample *sampl
             lag = STORE_REPLICA_LAGGING;
     }
     return lag;
+}
+
+/* ROLE: ["master", offset, replicas] on a primary; "slave" (or "replica"), "sentinel" otherwise. */
+bool store_role_is_primary(const redisReply *r, char *what, size_t len)
+{
+    const char *role;
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(what, len, "ROLE failed: %.200s (the proxy checks that the node is the "
+                 "primary: allow +role for its user)", r->str);
+        return false;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING) {
+        snprintf(what, len, "ROLE failed: unexpected reply type %d", r->type);
+        return false;
+    }
+    role = r->element[0]->str;
+    if (strcmp(role, "master") == 0)
+        return true;
+    if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0)
+        snprintf(what, len, "the node is a replica (ROLE %.20s), not the primary", role);
+    else
+        snprintf(what, len, "the node's ROLE is %.40s, not master (the primary)", role);
+    return false;
 }

@@ -1,6 +1,9 @@
 /*
- * store_reply.h - what an error reply from Redis means to the store. Pure
- * (no hiredis, no I/O), so the table is unit-tested (tests/unit/test_store.c).
+ * store_reply.h - what a reply from Redis means to the store: the class of
+ * an error reply, a cluster redirection, a replica's lag, and the ROLE and
+ * SENTINEL MASTER answers read (store_reply.c, store_sentinel_reply.c).
+ * Pure (no I/O, no state; the last two read a hiredis reply), so they are
+ * unit-tested (tests/unit/test_store.c).
  *
  * A payments proxy must fail closed: a reply that says "this node cannot
  * take the write now" proves the command did not run (STORE_REFUSED): a
@@ -17,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <hiredis/hiredis.h>
 
 enum store_reply_class {
     STORE_REPLY_FAILED,      /* any other error (ERR, WRONGTYPE, NOPERM, ...): this command
@@ -106,5 +111,31 @@ enum store_replica_lag {
 enum store_replica_lag store_replica_lag(const struct store_offset_sample *samples, size_t n,
                                          long long ack, double now_ms, double bound_ms,
                                          double since_ms);
+
+/* ---- replies read whole (hiredis replies) ---- */
+
+/*
+ * ROLE's reply r says master. A replica would refuse the claims (READONLY)
+ * or, once promoted by hand, hold a stale copy: the store talks to the
+ * primary only. False with the reason (replica, sentinel, an error such as
+ * NOPERM, an unexpected reply) in what (len bytes).
+ */
+bool store_role_is_primary(const redisReply *r, char *what, size_t len);
+
+/* A sentinel's answer to SENTINEL MASTER (store_sentinel_master_read). */
+struct sentinel_master {
+    char host[256];             /* the primary's ip, NUL-terminated */
+    uint16_t port;
+    uint64_t epoch;             /* its config-epoch: the failover that made it the primary */
+};
+
+/*
+ * Read the reply r to `SENTINEL MASTER master` into *out: true; or false
+ * with why (whylen bytes): an error reply, a master the sentinel does not
+ * monitor ("does not monitor a master named ..."), a reply without ip, port
+ * (1-65535) or config-epoch. Pure (store_sentinel_reply.c).
+ */
+bool store_sentinel_master_read(const redisReply *r, const char *master,
+                                struct sentinel_master *out, char *why, size_t whylen);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * store_sentinel.c - where the primary is, asked of Redis Sentinel
- * (redis.sentinel; store_int.h; docs/redis.md), as the
+ * (redis.sentinel; store_conn_int.h; docs/redis.md), as the
  * Sentinel client guidelines say
  * (https://redis.io/docs/latest/develop/reference/sentinel-clients/):
  *
@@ -41,7 +41,7 @@
  * Everything runs on the worker's loop and never blocks it. Connections are
  * closed from events of our own, never from inside their callbacks.
  */
-#include "store_int.h"
+#include "store_conn_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

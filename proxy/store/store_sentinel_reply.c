@@ -1,6 +1,6 @@
 /*
  * store_sentinel_reply.c - what a sentinel's answer to `SENTINEL MASTER
- * NAME` says (store_int.h; docs/redis.md#sentinel): the address and
+ * NAME` says (store_reply.h; docs/redis.md#sentinel): the address and
  * config-epoch of the primary it names. Pure: no I/O, no state.
  *
  * The reply is the master's fields as name/value pairs: a flat array under
@@ -10,7 +10,7 @@
  * the one number that orders two sentinels' answers
  * (https://redis.io/docs/latest/operate/oss_and_stack/management/sentinel/#configuration-propagation).
  */
-#include "store_int.h"
+#include "store_reply.h"
 
 #include <stdio.h>
 #include <stdlib.h>

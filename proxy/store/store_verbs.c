@@ -1,9 +1,10 @@
 /*
- * store_verbs.c - the store's public commands (store.h): claim, get, the
- * compare-and-set writes, scan, peek, PTTL, and any command or registered
- * script of another module (store_command, store_script_run).
+ * store_verbs.c - the store's public commands: the record operations of
+ * store.h (claim, get, the compare-and-set writes, PTTL) and any command or
+ * registered script of another module (store_redis.h: store_command,
+ * store_script_run).
  */
-#include "store_core.h"
+#include "store_int.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -107,49 +108,6 @@ void store_replace_unchanged(struct store *s, const char *key, const char *expec
     size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len };
 
     store_eval(s, SCRIPT_RESOLVE, cb, arg, 6, argv, argvlen);
-}
-
-unsigned store_scan_nodes(struct store *s)
-{
-    unsigned n = 1;
-
-    if (s->cluster != NULL)
-        (void)store_cluster_primary(s->cluster, 0, &n);
-    return n;
-}
-
-void store_scan(struct store *s, unsigned node, const char *cursor, const char *match,
-                unsigned count, store_reply_cb *cb, void *arg)
-{
-    char n[16];
-    const char *argv[] = { "SCAN", cursor, "MATCH", match, "COUNT", n };
-    size_t argvlen[6];
-    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
-    unsigned nodes = 1;
-
-    snprintf(n, sizeof(n), "%u", count);
-    for (int i = 0; i < 6; i++)
-        argvlen[i] = strlen(argv[i]);
-    cmd->cb.any = cb;
-    if (s->cluster == NULL && node == 0) {
-        store_submit(cmd, 6, argv, argvlen);
-        return;
-    }
-    /* a node's own keys: no key to route by, and no redirection to follow */
-    cmd->conn = s->cluster != NULL && !s->destroying
-                    ? store_cluster_primary(s->cluster, node, &nodes) : NULL;
-    store_cmd_save(cmd, 6, argv, argvlen);
-    store_dispatch(cmd);
-}
-
-void store_record_peek(struct store *s, const char *key, char state, store_reply_cb *cb,
-                       void *arg)
-{
-    const char want[2] = { state, '\0' };
-    const char *argv[] = { "EVALSHA", s->script_sha[SCRIPT_PEEK], "1", key, want };
-    const size_t argvlen[] = { 7, strlen(s->script_sha[SCRIPT_PEEK]), 1, strlen(key), 1 };
-
-    store_any(s, store_script_text(SCRIPT_PEEK), 0, 5, argv, argvlen, cb, arg);
 }
 
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)

@@ -3,7 +3,7 @@
  * loop turn share one WAIT, one in flight at a time (store.c's header), and
  * the replica lag an idle ROLE shows.
  */
-#include "store_core.h"
+#include "store_int.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -7,11 +7,15 @@
  * cluster's key slots (CRC16-XMODEM of the hash tag, pinned by the
  * specification's check value and by `redis-cli CLUSTER KEYSLOT` of Redis
  * 7.0) and the MOVED / ASK redirections. Then how far behind a replica is,
- * from samples of the primary's offset.
+ * from samples of the primary's offset. Then what a ROLE reply says
+ * (store_role_is_primary): master, replica (slave), sentinel, an error, a
+ * malformed reply.
  */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <hiredis/hiredis.h>
 
 #include "store_reply.h"
 #include "unit.h"
@@ -156,8 +160,62 @@ static void check_replica_lag(void)
     }
 }
 
+/* A bulk string reply of s (hiredis' layout, as the parser reads it). */
+#define ROLE_STR(s) { .type = REDIS_REPLY_STRING, .str = (char *)(s), .len = sizeof(s) - 1 }
+/* An error reply of s. */
+#define ROLE_ERROR(s) { .type = REDIS_REPLY_ERROR, .str = (char *)(s), .len = sizeof(s) - 1 }
+
+static void check_role(void)
+{
+    redisReply master = ROLE_STR("master"), slave = ROLE_STR("slave");
+    redisReply replica = ROLE_STR("replica"), sentinel = ROLE_STR("sentinel");
+    redisReply offset = { .type = REDIS_REPLY_INTEGER, .integer = 3129659 };
+    redisReply replicas = { .type = REDIS_REPLY_ARRAY, .elements = 0 };
+    redisReply *m_elem[] = { &master, &offset, &replicas };
+    redisReply *s_elem[] = { &slave };
+    redisReply *r_elem[] = { &replica };
+    redisReply *n_elem[] = { &sentinel };
+    redisReply *i_elem[] = { &offset };
+    static const struct {
+        const char *name;
+        bool primary;
+        const char *why;        /* a part of the reason, when not the primary */
+    } want[] = {
+        { "master with its offset and replicas", true, NULL },
+        { "slave", false, "is a replica (ROLE slave)" },
+        { "replica", false, "is a replica (ROLE replica)" },
+        { "sentinel", false, "ROLE is sentinel, not master" },
+        { "an error (NOPERM)", false, "ROLE failed: NOPERM" },
+        { "an empty array", false, "unexpected reply type" },
+        { "an array of an integer", false, "unexpected reply type" },
+        { "a status, not an array", false, "unexpected reply type" },
+    };
+    redisReply replies[] = {
+        { .type = REDIS_REPLY_ARRAY, .elements = 3, .element = m_elem },
+        { .type = REDIS_REPLY_ARRAY, .elements = 1, .element = s_elem },
+        { .type = REDIS_REPLY_ARRAY, .elements = 1, .element = r_elem },
+        { .type = REDIS_REPLY_ARRAY, .elements = 1, .element = n_elem },
+        ROLE_ERROR("NOPERM this user has no permissions to run the 'role' command"),
+        { .type = REDIS_REPLY_ARRAY, .elements = 0 },
+        { .type = REDIS_REPLY_ARRAY, .elements = 1, .element = i_elem },
+        { .type = REDIS_REPLY_STATUS, .str = (char *)"master", .len = sizeof("master") - 1 },
+    };
+
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char what[400] = "";
+        bool got = store_role_is_primary(&replies[i], what, sizeof(what));
+
+        UNIT_CHECK(want[i].name, got == want[i].primary, "primary %d, want %d (%s)", got,
+                   want[i].primary, what);
+        if (want[i].why != NULL)
+            UNIT_CHECK(want[i].name, strstr(what, want[i].why) != NULL, "reason \"%s\", want "
+                       "\"%s\" in it", what, want[i].why);
+    }
+}
+
 int main(void)
 {
+    check_role();
     check_cluster();
     check_replica_lag();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
