@@ -10,7 +10,7 @@ the running proxy (docs/operations.md, docs/configuration.md, docs/webhooks.md):
 - `delivery.concurrency` counts per route and per worker thread.
 
 Real processes only: redis-server, the proxy binary, the demo upstream and the inbox
-receiver of test_inbox.py.
+receiver of inbox_helpers.py.
 """
 
 import hashlib
@@ -22,24 +22,12 @@ import urllib.parse
 import pytest
 
 from harness import wait_until
-from proxy_helpers import json_lines
-from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
-
-
-def access_lines(p, n=None):
-    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
-    JSON: every one once the proxy has exited, else once there are at least n (waits)."""
-    def parsed():
-        lines = json_lines(p.stdout_text())  # a line being written is not one yet
-        return lines if n is None or len(lines) >= n else None
-    if n is None:
-        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
-        return parsed()
-    return wait_until(parsed, what="%d access-log lines" % n)
+from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+from proxy_helpers import access_lines, metric
 
 
 def signed_delivery(p, path, secret, body):
-    """A Stripe-signed POST of body to path (deliver() of test_inbox.py, for another route)."""
+    """A Stripe-signed POST of body to path (inbox_helpers.deliver(), for another route)."""
     t = int(time.time())
     mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
     return p.request("POST", path, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),

@@ -18,18 +18,11 @@ import socket
 import struct
 import threading
 import time
-import uuid
 
 import pytest
 
-from harness import (
-    Connection, _Reader, build_request, hold, read_response, wait_metric, wait_until,
-)
-from proxy_helpers import json_lines
-
-
-def new_key():
-    return "fast-" + uuid.uuid4().hex
+from harness import Connection, _Reader, build_request, hold, read_response, wait_until
+from proxy_helpers import access_lines, new_key, wait_metric
 
 
 class CountingUpstream:
@@ -297,16 +290,6 @@ def test_keep_alive_connection_alternates_replays_and_forwards(proxy, upstream):
 # --------------------------------------------------------------------------
 # log.access
 # --------------------------------------------------------------------------
-
-def access_lines(p, n):
-    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON, once
-    there are n of them; n=0: after a span in which none may come."""
-    if n:
-        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,
-                   what="%d access-log lines" % n)
-    else:
-        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
-    return json_lines(p.stdout_text())
 
 
 def drive_outcomes(p):

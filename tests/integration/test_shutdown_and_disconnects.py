@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from harness import (WAIT_S, Connection, build_request, hold, metric_sum, port_accepts,
-                     wait_metric, wait_until)
-from proxy_helpers import new_key, assert_problem, assert_replay_of, in_background
+from harness import WAIT_S, Connection, build_request, hold, port_accepts, wait_until
+from proxy_helpers import (
+    assert_problem, assert_replay_of, in_background, metric_sum, new_key, wait_metric,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
