@@ -1,6 +1,6 @@
-"""Redis in production (README "Redis in production"): TLS, mutual TLS, ACL users and
-credentials, a replica or a demoted primary, a resolver that never answers, and a
-stalled Redis under steady traffic.
+"""The proxy's connection to Redis in production (README "Redis in production"): TLS,
+mutual TLS, ACL users and credentials, a replica or a demoted primary, a resolver that never
+answers, and a stalled Redis under steady traffic.
 
 Real processes only: redis-server (or $IDEM_REDIS_SERVER, e.g. valkey-server) with
 certificates `openssl` makes here, the demo upstream, the proxy binary; the resolver
