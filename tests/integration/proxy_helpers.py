@@ -3,8 +3,9 @@ RedisServer (harness.py starts the processes and speaks HTTP and RESP; this modu
 test files do with them). One home for each, so no test file copies one or imports another:
 
   keys         new_key
-  metrics      metrics_text, parse_exposition, metrics_samples, metric, metric_sum,
-               metric_values, wait_metric, wait_waiting, promtool_path, promtool_check
+  metrics      metrics_text, parse_exposition, metric_number, metrics_samples, metric,
+               metric_sum, metric_values, wait_metric, wait_waiting, promtool_path,
+               promtool_check
   record keys  record_keys
   traffic      Traffic (client threads sending keyed POSTs), Attempt
   waits        assert_stays_unready (the waits on a state are harness.py's wait_until,
@@ -12,9 +13,9 @@ test files do with them). One home for each, so no test file copies one or impor
   answers      assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
                assert_replayed, executions_of_body, access_lines, json_lines
   threads      in_background, concurrently
-  the binary   run_bin, require_binary, check_config, run_check, rewrite, reload_and_wait,
-               assert_still_protects
-  records      keyring_text, write_keyring, new_keyring_secret, raw, records, head
+  the binary   run_bin, listening_sockets, require_binary, check_config, run_check, rewrite,
+               reload_and_wait, assert_still_protects
+  records      keyring_text, write_keyring, new_keyring_secret, raw, records, head, pay
   admin        new_token, token_file, fingerprint, bearer, stdout_json, audit_lines,
                access_record_id, redis_contents
 
@@ -461,6 +462,37 @@ def assert_replayed(r, first):
     assert r.header("Idempotent-Replayed") == "true", r
 
 
+def executions_of_body(upstream, body):
+    h = hashlib.sha256(body).hexdigest()
+    return sum(1 for e in upstream.history() if e["body_sha256"] == h)
+
+
+def access_lines(p, n=None):
+    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
+    JSON: n=None: every one, once the proxy has exited; n >= 1: once there are at least n
+    (waits); n=0: after a span in which none may come."""
+    if n is None:
+        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
+    elif n:
+        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,  # a line being written
+                   what="%d access-log lines" % n)                  # is not one yet
+    else:
+        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
+    return json_lines(p.stdout_text())
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
 # --------------------------------------------------------------------------
 # threads
 # --------------------------------------------------------------------------
@@ -488,25 +520,6 @@ def concurrently(n, fn):
 # the binary
 # --------------------------------------------------------------------------
 
-def executions_of_body(upstream, body):
-    h = hashlib.sha256(body).hexdigest()
-    return sum(1 for e in upstream.history() if e["body_sha256"] == h)
-
-
-def access_lines(p, n=None):
-    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
-    JSON: n=None: every one, once the proxy has exited; n >= 1: once there are at least n
-    (waits); n=0: after a span in which none may come."""
-    if n is None:
-        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
-    elif n:
-        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,  # a line being written
-                   what="%d access-log lines" % n)                  # is not one yet
-    else:
-        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
-    return json_lines(p.stdout_text())
-
-
 def run_bin(args, timeout=20, cwd=None):
     env = dict(os.environ)
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
@@ -516,21 +529,17 @@ def run_bin(args, timeout=20, cwd=None):
     return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
 
+def listening_sockets(port):
+    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A): one per worker
+    while it accepts; 0 once every worker has begun its drain (it stops accepting first)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
+
+
 def require_binary():
     if not os.path.exists(proxy_binary()):
         pytest.fail("proxy binary not found at %s" % proxy_binary())
-
-
-def json_lines(text):
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def check_config(tmp_path, cfg):

@@ -396,20 +396,16 @@ class SentinelGroup:
         for s in self.sentinels:
             s.start()
         # every sentinel knows the others and the replicas before a failover is asked for
-        self.wait_until(lambda: all(
+        wait_until(lambda: all(
             self._num(s, "num-other-sentinels") == len(self.sentinels) - 1 and
             self._num(s, "num-slaves") == len(self.nodes) - 1 for s in self.sentinels),
-            20, "the sentinels to know each other and the replicas")
+            timeout=20, interval=0.05, what="the sentinels to know each other and the replicas")
         return self
 
     def stop(self):
         for p in self.sentinels + self.nodes:
             p.resume()
             p.kill()
-
-    @staticmethod
-    def wait_until(pred, timeout, what):
-        return wait_until(pred, timeout=timeout, interval=0.05, what=what)
 
     def _num(self, sentinel, field):
         try:
@@ -453,7 +449,8 @@ class SentinelGroup:
                 return False
             return sum(1 for line in info.splitlines()
                        if line.startswith("slave") and "state=online" in line) >= n
-        self.wait_until(online, timeout, "%d replicas online at %d" % (n, primary.port))
+        wait_until(online, timeout=timeout, interval=0.05,
+                   what="%d replicas online at %d" % (n, primary.port))
 
     def wait_named(self, not_address, timeout=30):
         """Until every running sentinel names one primary other than not_address whose
@@ -462,7 +459,8 @@ class SentinelGroup:
             a = self.named()
             return a if a and a != not_address and self.role(self.node_at(a)) == "master" \
                 else None
-        return self.wait_until(moved, timeout, "the sentinels to name a new primary")
+        return wait_until(moved, timeout=timeout, interval=0.05,
+                          what="the sentinels to name a new primary")
 
 
 class SwitchListener:

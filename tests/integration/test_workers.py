@@ -15,19 +15,13 @@ from harness import (
     Connection, build_config, free_port, port_accepts, proxy_binary, to_yaml, wait_until,
 )
 from proxy_helpers import (
-    assert_problem, concurrently, in_background, metric_sum, new_key, require_binary, run_bin,
+    assert_problem, concurrently, in_background, listening_sockets, metric_sum, new_key,
+    require_binary, run_bin,
 )
 
 # Every test here runs a proxy with several worker threads: tests/run.sh runs them
 # under ThreadSanitizer too (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-
-def listening_sockets(port):
-    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A)."""
-    with open("/proc/net/tcp") as f:
-        rows = [line.split() for line in f.readlines()[1:]]
-    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
 
 
 def test_workers_listen_on_one_port_each_in_a_thread_of_its_own(start_proxy, upstream):
