@@ -21,7 +21,7 @@ from harness import (
     wait_ready, wait_until,
 )
 from proxy_helpers import (
-    assert_problem, assert_replay_of, assert_stays_unready, new_key, record_keys,
+    assert_problem, assert_replay_of, assert_stays_unready, metric, new_key, record_keys,
 )
 from redis_topology import (
     ACL_COMMANDS, ACL_RULES, AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args,
@@ -224,10 +224,7 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
 
 
 def eviction_policy_ok(p):
-    m = re.search(r"^idempotency_proxy_redis_eviction_policy_ok (\S+)$",
-                  p.admin("GET", "/metrics").body.decode(), re.M)
-    assert m, "no idempotency_proxy_redis_eviction_policy_ok gauge"
-    return float(m.group(1))
+    return metric(p, "idempotency_proxy_redis_eviction_policy_ok", required=True)
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "noeviction"])
