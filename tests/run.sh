@@ -91,11 +91,11 @@ if ((!quick)) && [[ " ${variants[*]} " == *" plain "* && -x build-test-plain/pro
   # startup).
   echo "=== valkey: the store's tests against valkey-server"
   IDEM_REDIS_SERVER=valkey-server integration build-test-plain valkey -n "$jobs" \
-    tests/integration/test_redis_production.py \
+    tests/integration/test_redis_connection.py \
     tests/integration/test_store_faults.py tests/integration/test_store.py \
     tests/integration/test_operations.py tests/integration/test_fingerprint_mismatch.py \
     tests/integration/test_cli.py \
-    -k "test_redis_production or test_store_faults or redis or readyz or purge or records or claim_that_lands or sigterm_waits_to_release"
+    -k "test_redis_connection or test_store_faults or redis or readyz or purge or records or claim_that_lands or sigterm_waits_to_release"
   # Every inbox test case once more with the proxy connecting as docs/redis.md's "Webhook inbox
   # user" (the ACL line as written), so that line cannot miss a command the inbox runs.
   echo "=== acl: the inbox's tests as the documented inbox user"

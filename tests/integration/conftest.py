@@ -22,6 +22,7 @@ from harness import (  # noqa: E402
     Proxy, RedisServer, SteppedClock, Upstream, build_config, documented_acl_rules,
     faketime_library, free_port, proxy_binary, to_yaml,
 )
+from inbox_helpers import Receiver  # noqa: E402
 
 # IDEM_TEST_ACL_USER="Webhook inbox user" (a heading of docs/redis.md's ACL users): the proxy
 # reaches the `redis` fixture as exactly that documented user (tests/run.sh runs the inbox's
@@ -181,6 +182,22 @@ def start_proxy(request, tmp_path, redis, upstream):
 def proxy(start_proxy):
     """A proxy with the default routes (/v1/payments* optional key, /v1/strict* required)."""
     return start_proxy()
+
+
+@pytest.fixture
+def receiver_factory(tmp_path):
+    """make(delay=0.0, status=200): a started inbox Receiver (inbox_helpers.py), stopped at
+    teardown."""
+    made = []
+
+    def make(delay=0.0, status=200):
+        r = Receiver(str(tmp_path), delay, status).start()
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.stop()
 
 
 @pytest.fixture

@@ -1024,44 +1024,6 @@ def pace(seconds):
     time.sleep(seconds)
 
 
-def metrics_samples(p):
-    """[(name, {label: value}, float)] of p's /metrics (the admin listener)."""
-    text = p.admin("GET", "/metrics").body.decode("utf-8", "replace")
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        out.append((m.group(1), labels, float(m.group(3))))
-    return out
-
-
-def metric_sum(p, name, **labels):
-    """The sum of p's samples of metric `name` whose labels include `labels` (0 when none)."""
-    return sum(v for n, l, v in metrics_samples(p)
-               if n == name and all(l.get(k) == str(x) for k, x in labels.items()))
-
-
-def wait_metric(p, name, pred, what=None, **labels):
-    """Waits until pred(metric_sum(p, name, **labels)) holds; returns that value."""
-    value = [None]
-
-    def check():
-        value[0] = metric_sum(p, name, **labels)
-        return pred(value[0])
-    wait_until(check, what=what or "%s%r" % (name, labels))
-    return value[0]
-
-
-def wait_waiting(p, n):
-    """Waits until exactly n requests of p wait on another request's claim."""
-    return wait_metric(p, "idempotency_proxy_waiting_requests", lambda v: v == n,
-                       what="%d requests waiting" % n)
-
-
 def readyz(p):
     """The status of p's /readyz."""
     return p.admin("GET", "/readyz").status
@@ -1086,16 +1048,6 @@ def wait_ready(p, timeout=20):
         log = p.stderr_text() + p.stdout_text()
         raise AssertionError("%s; /readyz %d %r; log tail:\n%s"
                              % (e, r.status, r.body[:400], log[-3000:])) from None
-
-
-def assert_stays_unready(p, seconds=1.5):
-    """/readyz answers 503 every time it is asked for `seconds`."""
-    deadline = time.monotonic() + seconds
-    seen = set()
-    while time.monotonic() < deadline:
-        seen.add(readyz(p))
-        time.sleep(0.05)
-    assert seen == {503}, seen
 
 
 def log_lines(p, *words):

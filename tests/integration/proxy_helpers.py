@@ -1,29 +1,421 @@
-"""Helpers the proxy's behaviour tests share (test_replay.py, test_leases.py, test_store.py
-and the other feature files): fresh keys, assertions on problem answers and replays, threads
-that run requests together, the binary run on a command line. Plain functions over
-harness.py's Response and RedisServer; nothing here starts a process of its own but run_bin
-and check_config, which wait for the binary to exit.
+"""Helpers the proxy's behaviour tests share, over harness.py's Proxy, Response and
+RedisServer (harness.py starts the processes and speaks HTTP and RESP; this module is what the
+test files do with them). One home for each, so no test file copies one or imports another:
+
+  keys         new_key
+  metrics      metrics_text, parse_exposition, metric_number, metrics_samples, metric,
+               metric_sum, metric_values, wait_metric, wait_waiting, promtool_path,
+               promtool_check
+  record keys  record_keys
+  traffic      Traffic (client threads sending keyed POSTs), Attempt
+  waits        assert_stays_unready (the waits on a state are harness.py's wait_until,
+               wait_ready, log_line; time that must pass is harness.hold)
+  answers      assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
+               assert_replayed, executions_of_body, access_lines, json_lines
+  threads      in_background, concurrently
+  the binary   run_bin, listening_sockets, require_binary, check_config, run_check, rewrite,
+               reload_and_wait, assert_still_protects
+  records      keyring_text, write_keyring, new_keyring_secret, raw, records, head, pay
+  admin        new_token, token_file, fingerprint, bearer, stdout_json, audit_lines,
+               access_record_id, redis_contents
+
+Plain functions and classes; nothing here starts a process of its own but run_bin,
+check_config and run_check, which wait for the binary to exit, and Traffic's threads.
 """
 
+import base64
+import collections
 import hashlib
 import json
+import math
 import os
 import re
+import shutil
+import signal
 import subprocess
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import proxy_binary, to_yaml
+from harness import build_config, hold, pace, proxy_binary, readyz, to_yaml, wait_until
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
 
+# --------------------------------------------------------------------------
+# keys
+# --------------------------------------------------------------------------
+
 def new_key(tag="k"):
+    """A fresh idempotency key, "TAG-<32 hex digits>"."""
     return "%s-%s" % (tag, uuid.uuid4().hex)
 
+
+# --------------------------------------------------------------------------
+# metrics
+# --------------------------------------------------------------------------
+
+PROMTOOL_PACKAGE = "prometheus"  # Debian 12: /usr/bin/promtool is in package prometheus
+
+
+def metrics_text(p, timeout=None):
+    """p's /metrics (the admin listener) as text; timeout: the request's bound in seconds
+    (None: http_request's default)."""
+    kw = {} if timeout is None else {"timeout": timeout}
+    r = p.admin("GET", "/metrics", **kw)
+    assert r.status == 200, r
+    return r.body.decode()
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?\d+))?$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def _unescape(v):
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
+
+
+def metric_number(s):
+    """A sample value of the text format (+Inf, -Inf included) as a float."""
+    if s in ("+Inf", "Inf"):
+        return math.inf
+    if s == "-Inf":
+        return -math.inf
+    return float(s)
+
+
+def _labels(raw, n=0):
+    """{label: value} of a sample's label text (what is between its braces)."""
+    labels = {}
+    pos = 0
+    while pos < len(raw):
+        lm = _LABEL.match(raw, pos)
+        assert lm, "line %d: bad labels %r" % (n, raw)
+        assert lm.group(1) not in labels, "line %d: label %s twice" % (n, lm.group(1))
+        labels[lm.group(1)] = _unescape(lm.group(2))
+        pos = lm.end()
+    return labels
+
+
+def parse_exposition(text):
+    """Text format 0.0.4 -> (types {family: type}, samples [(name, {labels}, value)])."""
+    types, samples = {}, []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] == "TYPE":
+                assert parts[2] not in types, "line %d: second TYPE for %s" % (n, parts[2])
+                types[parts[2]] = parts[3].strip()
+            continue
+        m = _SAMPLE.match(line)
+        assert m, "line %d is not a sample: %r" % (n, line)
+        samples.append((m.group(1), _labels(m.group(2) or "", n), metric_number(m.group(3))))
+    return types, samples
+
+
+def metrics_samples(p, text=None, timeout=None):
+    """[(name, {label: value}, float)] of p's /metrics (or of text, /metrics as read before)."""
+    return parse_exposition(text if text is not None else metrics_text(p, timeout))[1]
+
+
+def _matching(samples, name, labels):
+    return [v for n, l, v in samples
+            if n == name and all(l.get(k) == str(x) for k, x in labels.items())]
+
+
+def metric(p, name, labels=None, text=None, absent=None, required=False, unique=False,
+           timeout=None, **label_kw):
+    """The value (a float) of p's first /metrics sample `name` whose labels include the ones
+    asked for; `absent` (None) when there is none.
+
+    The labels may come in `name` as /metrics writes them ('x_total{route="/a"}'), in
+    `labels` as a dict or that label text ('kind="moved"'), or as keywords (phase="claim").
+    required: no such sample fails the test; unique: more than one fails it. text: /metrics
+    as read before (no new request); timeout: the request's bound in seconds."""
+    want = {}
+    if "{" in name:
+        name, raw = name[:-1].split("{", 1)
+        want.update(_labels(raw))
+    if isinstance(labels, str):
+        want.update(_labels(labels))
+    elif labels:
+        want.update(labels)
+    want.update(label_kw)
+    values = _matching(metrics_samples(p, text, timeout), name, want)
+    assert not required or values, "no %s%s in /metrics" % (name, want or "")
+    assert not unique or len(values) <= 1, (name, want, values)
+    return values[0] if values else absent
+
+
+def metric_sum(p, name, **labels):
+    """The sum of p's samples of metric `name` whose labels include `labels` (0 when none)."""
+    return sum(_matching(metrics_samples(p), name, labels))
+
+
+def metric_values(p, name):
+    """{sample as /metrics writes it, labels included: value} of every sample whose name
+    starts with `name` (a histogram's _bucket, _sum and _count too)."""
+    return {line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+            for line in metrics_text(p).splitlines() if line.startswith(name)}
+
+
+def wait_metric(p, name, pred, what=None, **labels):
+    """Waits until pred(metric_sum(p, name, **labels)) holds; returns that value."""
+    value = [None]
+
+    def check():
+        value[0] = metric_sum(p, name, **labels)
+        return pred(value[0])
+    wait_until(check, what=what or "%s%r" % (name, labels))
+    return value[0]
+
+
+def wait_waiting(p, n):
+    """Waits until exactly n requests of p wait on another request's claim."""
+    return wait_metric(p, "idempotency_proxy_waiting_requests", lambda v: v == n,
+                       what="%d requests waiting" % n)
+
+
+def promtool_path():
+    path = shutil.which("promtool")
+    if path is None and os.path.exists("/usr/bin/promtool"):
+        path = "/usr/bin/promtool"
+    if path is None:
+        pytest.fail("promtool is not installed: it comes with the Debian package %r "
+                    "(apt-get install -y %s); tests/install-deps.sh should install it"
+                    % (PROMTOOL_PACKAGE, PROMTOOL_PACKAGE), pytrace=False)
+    return path
+
+
+def promtool_check(text_bytes):
+    """`promtool check metrics` on the exposition; fails the test on any finding."""
+    p = subprocess.run([promtool_path(), "check", "metrics"], input=text_bytes,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    out = (p.stdout + p.stderr).decode(errors="replace").strip()
+    # exit 1: unparsable, 3: lint problems; a lint finding counts as a failure too
+    assert p.returncode == 0 and not out, (
+        "promtool check metrics: exit %d\n%s\n--- exposition ---\n%s"
+        % (p.returncode, out, text_bytes.decode(errors="replace")))
+
+
+# --------------------------------------------------------------------------
+# record keys
+# --------------------------------------------------------------------------
+
+def record_keys(redis, prefix="idem", db=0, inbox=True):
+    """The keys of redis (database db) that start with prefix, sorted: the proxy's records and,
+    unless inbox=False, its inbox's streams and keys (":inbox:" in the key)."""
+    return [k for k in redis.keys("*", db=db)
+            if str(k).startswith(prefix) and (inbox or ":inbox:" not in str(k))]
+
+
+# --------------------------------------------------------------------------
+# traffic
+# --------------------------------------------------------------------------
+
+# One request a Traffic thread sent: kind "fresh" (a key's first), "replay" or "retry";
+# status -1 when no answer came (body: the error); seconds it took; sent: time.monotonic().
+Attempt = collections.namedtuple("Attempt", "key kind status body seconds replayed sent")
+
+
+class Traffic:
+    """Client threads that send keyed POSTs through the proxies (one after another) until
+    stopped; every request is kept in .answers as an Attempt. After a key's first answer a
+    thread, by `then`:
+
+      "replay"  sends the key once more when it was 201 (kind "replay"): a finished key's retry;
+      "twice"   sends it once more whatever came (kind "retry"); a pair that is not two 201s
+                with one body goes to .bad as (key, first, retry);
+      "retry"   sends it again, after retry_s, while the answer is in retry_on (-1: none came),
+                as a payments client does, and after finish() for up to its grace seconds; a
+                2xx acknowledges the key (.acked: key -> time), another status gives it up
+                (.gave_up: (key, status)).
+
+    Every key is new_key(tag) (tag may name the thread: "t{i}") and goes in .keys; a thread
+    pauses pause_s between keys. body: bytes, a function of the key, or None (Proxy.post's
+    default); timeout: each request's bound in seconds (None: http_request's default).
+    `with Traffic(...) as t:` starts and finishes it; or t.start() ... t.finish(grace)."""
+
+    def __init__(self, proxies, threads=4, then="replay", body=b'{"amount": 7}', timeout=10,
+                 tag="t{i}", retry_on=(503, 409, -1), retry_s=0.1, pause_s=0.0, join_s=30):
+        assert then in ("replay", "twice", "retry"), then
+        self.proxies = proxies if isinstance(proxies, (list, tuple)) else [proxies]
+        self.then, self.body, self.timeout, self.tag = then, body, timeout, tag
+        self.retry_on, self.retry_s, self.pause_s, self.join_s = retry_on, retry_s, pause_s, \
+            join_s
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.answers = []   # Attempt, every request
+        self.sending = {}   # thread -> when its request in flight was sent
+        self.keys, self.bad, self.acked, self.gave_up = [], [], {}, []
+        self.deadline = math.inf
+        self.errors = []
+        self.started = None
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(threads)]
+
+    def _one(self, i, p, key, kind):
+        t = time.monotonic()
+        with self.lock:
+            self.sending[i] = t
+        body = self.body(key) if callable(self.body) else self.body
+        kw = {} if self.timeout is None else {"timeout": self.timeout}
+        if body is not None:
+            kw["body"] = body
+        try:
+            r = p.post(key=key, **kw)
+            status, rbody, replayed = r.status, r.body, r.replayed
+        except Exception as e:  # an answer that never came: the test decides what it means
+            r, status, rbody, replayed = None, -1, repr(e).encode(), False
+        with self.lock:
+            self.answers.append(Attempt(key, kind, status, rbody, time.monotonic() - t,
+                                        replayed, t))
+            del self.sending[i]
+        return r, status
+
+    def _key(self, i, n):
+        p = self.proxies[n % len(self.proxies)]
+        key = new_key(self.tag.format(i=i))
+        with self.lock:
+            self.keys.append(key)
+        first, status = self._one(i, p, key, "fresh")
+        p = self.proxies[(n + 1) % len(self.proxies)]
+        if self.then == "replay" and status == 201:
+            self._one(i, p, key, "replay")
+        elif self.then == "twice":
+            retry, _ = self._one(i, p, key, "retry")
+            if first is None or retry is None or first.status != 201 or \
+                    retry.status != 201 or retry.body != first.body:
+                with self.lock:
+                    self.bad.append((key, first, retry))
+        elif self.then == "retry":
+            self._retry(i, p, key, status)
+
+    def _retry(self, i, p, key, status):
+        while True:
+            if 200 <= status < 300:
+                with self.lock:
+                    self.acked[key] = time.monotonic()
+                return
+            if status not in self.retry_on or (self.stop.is_set()
+                                               and time.monotonic() > self.deadline):
+                with self.lock:
+                    self.gave_up.append((key, status))
+                return
+            pace(self.retry_s)  # the client's back-off before it retries the key
+            _, status = self._one(i, p, key, "retry")
+
+    def _run(self, i):
+        n = 0
+        try:
+            while not self.stop.is_set():
+                self._key(i, n)
+                n += 1
+                if self.pause_s:
+                    pace(self.pause_s)
+        except BaseException as e:  # a fault of the helper itself: finish() raises it
+            self.errors.append(e)
+
+    def start(self):
+        self.started = time.monotonic()
+        for t in self.threads:
+            t.start()
+        return self
+
+    def finish(self, grace=15):
+        """Stop sending new keys ("retry": a key being retried may take grace seconds more);
+        waits up to join_s for each thread."""
+        self.deadline = time.monotonic() + grace
+        self.stop.set()
+        for t in self.threads:
+            t.join(self.join_s)
+        assert not self.errors, self.errors
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.finish()
+
+    def ok(self, since=0.0):
+        """How many requests sent at `since` or later were answered 201."""
+        with self.lock:
+            return sum(1 for a in self.answers if a.status == 201 and a.sent >= since)
+
+    def answered_since(self, t):
+        """The answers to requests sent at t or later."""
+        with self.lock:
+            return [a for a in self.answers if a.sent >= t]
+
+    def all_sent_after(self, t):
+        """Every request in flight now was sent at t or later: the ones before are answered."""
+        with self.lock:
+            return all(sent >= t for sent in self.sending.values())
+
+    def acked_since(self, t):
+        """How many keys were first acknowledged at t or later ("retry")."""
+        with self.lock:
+            return sum(1 for at in self.acked.values() if at >= t)
+
+    def successes_after(self, t):
+        """Time of the first 2xx answer to a request sent at t or later (None: none)."""
+        with self.lock:
+            times = [a.sent + a.seconds for a in self.answers
+                     if a.sent >= t and 200 <= a.status < 300]
+        return min(times) if times else None
+
+    def longest_gap(self, start, end):
+        """The longest time in [start, end] without a 2xx answer, seconds."""
+        with self.lock:
+            times = sorted(a.sent + a.seconds for a in self.answers if 200 <= a.status < 300)
+        points = [start] + [t for t in times if start < t < end] + [end]
+        return max(b - a for a, b in zip(points, points[1:]))
+
+    def check(self, upstream, allowed=(201,), replay_allowed=None, bound_s=5):
+        """Every answer came within bound_s with an allowed status (replay_allowed for a
+        replay, default the same); a replay is the stored answer; no key ran twice.
+        Returns the answers."""
+        firsts = {}
+        for key, kind, status, body, secs, replayed, _ in self.answers:
+            assert secs < bound_s, (key, kind, status, secs)
+            assert status in (replay_allowed or allowed if kind == "replay" else allowed), \
+                (key, kind, status, body[:200])
+            if kind == "fresh" and status == 201:
+                firsts[key] = body
+        for key, kind, status, body, secs, replayed, _ in self.answers:
+            if kind == "replay" and status == 201:
+                assert replayed and body == firsts[key], (key, body[:200])
+        keys = {a.key for a in self.answers}
+        twice = [k for k in keys if upstream.executions(k) > 1]
+        assert not twice, "keys executed twice: %r" % twice[:5]
+        return self.answers
+
+
+# --------------------------------------------------------------------------
+# waits
+# --------------------------------------------------------------------------
+
+def assert_stays_unready(p, seconds=1.5, redis_down=False):
+    """/readyz answers 503 every time it is asked (every 50 ms) for `seconds`; with
+    redis_down, idempotency_proxy_redis_up is 0 each time too (reconnects happen in here)."""
+    deadline = time.monotonic() + seconds
+    seen = set()
+    while time.monotonic() < deadline:
+        seen.add(readyz(p))
+        if redis_down:
+            assert metric(p, "idempotency_proxy_redis_up", required=True) == 0
+        hold(0.05, "a span in which the proxy must stay unready: looked at every 50 ms")
+    assert seen == {503}, seen
+
+
+# --------------------------------------------------------------------------
+# answers
+# --------------------------------------------------------------------------
 
 def assert_problem(r, status, cause):
     assert r.status == status, r
@@ -51,14 +443,59 @@ def assert_not_replayed(r):
         "first execution must not carry Idempotent-Replayed: %r" % r
 
 
-def assert_replay_of(replay, first):
+def assert_replay_of(replay, first, framing=True):
+    """replay is first's stored answer, marked once as a replay; with framing, in one fresh
+    Content-Length and no Transfer-Encoding."""
     assert replay.status == first.status, (replay, first)
     assert replay.body == first.body, (replay, first)
     assert replay.header_all("Idempotent-Replayed") == ["true"], replay
+    if not framing:
+        return
     cl = replay.header_all("Content-Length")
     assert cl == [str(len(replay.body))], "replay needs one fresh Content-Length: %r" % replay
     assert not replay.has_header("Transfer-Encoding"), replay
 
+
+def assert_replayed(r, first):
+    """r carries first's status and body and Idempotent-Replayed: true."""
+    assert r.status == first.status and r.body == first.body, (r, first)
+    assert r.header("Idempotent-Replayed") == "true", r
+
+
+def executions_of_body(upstream, body):
+    h = hashlib.sha256(body).hexdigest()
+    return sum(1 for e in upstream.history() if e["body_sha256"] == h)
+
+
+def access_lines(p, n=None):
+    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
+    JSON: n=None: every one, once the proxy has exited; n >= 1: once there are at least n
+    (waits); n=0: after a span in which none may come."""
+    if n is None:
+        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
+    elif n:
+        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,  # a line being written
+                   what="%d access-log lines" % n)                  # is not one yet
+    else:
+        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
+    return json_lines(p.stdout_text())
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+# --------------------------------------------------------------------------
+# threads
+# --------------------------------------------------------------------------
 
 def in_background(fn, *args, **kw):
     ex = ThreadPoolExecutor(1)
@@ -79,14 +516,9 @@ def concurrently(n, fn):
         return list(ex.map(run, range(n)))
 
 
-def prefixed_keys(redis, prefix="idem"):
-    return [k for k in redis.keys("*") if str(k).startswith(prefix)]
-
-
-def executions_of_body(upstream, body):
-    h = hashlib.sha256(body).hexdigest()
-    return sum(1 for e in upstream.history() if e["body_sha256"] == h)
-
+# --------------------------------------------------------------------------
+# the binary
+# --------------------------------------------------------------------------
 
 def run_bin(args, timeout=20, cwd=None):
     env = dict(os.environ)
@@ -97,21 +529,17 @@ def run_bin(args, timeout=20, cwd=None):
     return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
 
+def listening_sockets(port):
+    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A): one per worker
+    while it accepts; 0 once every worker has begun its drain (it stops accepting first)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
+
+
 def require_binary():
     if not os.path.exists(proxy_binary()):
         pytest.fail("proxy binary not found at %s" % proxy_binary())
-
-
-def json_lines(text):
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def check_config(tmp_path, cfg):
@@ -120,3 +548,159 @@ def check_config(tmp_path, cfg):
     path.write_text(to_yaml(cfg) + "\n")
     return subprocess.run([proxy_binary(), "-t", "-c", str(path)], capture_output=True,
                           text=True, timeout=30)
+
+
+def run_check(tmp_path, text, env=None, name="check.yaml", wrapper=()):
+    """`idempotency-proxy -t -c FILE` on text, under a command prefix wrapper; (returncode,
+    stdout + stderr, path)."""
+    path = tmp_path / name
+    path.write_text(text)
+    e = dict(os.environ)
+    e.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+    for var in ("UP_PORT", "REDIS_HOST"):
+        e.pop(var, None)
+    e.update(env or {})
+    p = subprocess.run(list(wrapper) + [proxy_binary(), "-t", "-c", str(path)],
+                       stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20, env=e)
+    return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace"), path
+
+
+def rewrite(p, up, redis_server, **kw):
+    """p's config file as build_config writes it for up and redis_server, with kw."""
+    cfg = build_config(p.port, p.admin_port, up.url, redis_server.url, **kw)
+    with open(p.config_path, "w") as f:
+        f.write(to_yaml(cfg) + "\n")
+
+
+def reload_and_wait(p, marker):
+    """SIGHUP, then wait for one more log line containing marker ('reloaded', 'reload refused')."""
+    before = p.stderr_text().count(marker)
+    p.signal(signal.SIGHUP)
+    wait_until(lambda: p.stderr_text().count(marker) > before, what=marker)
+
+
+def assert_still_protects(p, upstream, path="/v1/payments"):
+    """A keyed request is forwarded once and its retry replayed: the proxy serves as before."""
+    k = new_key()
+    first = p.post(path=path, key=k)
+    assert first.status == 201, first
+    assert_replayed(p.post(path=path, key=k), first)
+    assert upstream.executions(k) == 1
+
+
+# --------------------------------------------------------------------------
+# records (encryption.keyring)
+# --------------------------------------------------------------------------
+
+def new_keyring_secret():
+    """A keyring key's secret: base64 of 32 random bytes."""
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+def keyring_text(*keys):
+    """keys: [(id, secret)] as the YAML of a keyring."""
+    return "keys:\n" + "".join("  - id: %s\n    secret: \"%s\"\n" % k for k in keys)
+
+
+def write_keyring(path, *keys, text=None, mode=0o600):
+    """The keyring file at path: keyring_text(*keys), or text as it is; mode; its path (str)."""
+    with open(path, "w") as f:
+        f.write(keyring_text(*keys) if text is None else text)
+    os.chmod(path, mode)
+    return str(path)
+
+
+def raw(redis, key):
+    """The value of a string key, as bytes."""
+    v = redis.cmd("GET", key)
+    return v.encode() if isinstance(v, str) else v
+
+
+def records(redis):
+    """{redis key: value bytes} of every record (IR1 or IR2)."""
+    out = {}
+    for k in redis.keys("*"):
+        if redis.cmd("TYPE", k) == "string":
+            v = raw(redis, k)
+            if v[:2] == b"IR":
+                out[k] = v
+    return out
+
+
+def head(value):
+    """(version, state, fingerprint, answer flag, key id, route) of a record value."""
+    if value[:3] == b"IR1":
+        return 1, chr(value[3]), value[36:68].decode(), "P", "", ""
+    id_len, route_len = int(value[117:119]), int(value[119:123])
+    key_id = value[123:123 + id_len].decode()
+    route = value[123 + id_len:123 + id_len + route_len].decode()
+    return 2, chr(value[3]), value[36:68].decode(), chr(value[116]), key_id, route
+
+
+def pay(p, key, marker, body=None):
+    """A payment whose body, answer (X-Demo-Binary echoes the body) and a header carry marker."""
+    body = body if body is not None else b'{"amount": 100, "note": "%s"}' % marker.encode()
+    return p.post(key=key, body=body, headers=[("X-Demo-Binary", "1"),
+                                               ("X-Demo-Header", "X-Marker: %s-h" % marker)])
+
+
+# --------------------------------------------------------------------------
+# admin
+# --------------------------------------------------------------------------
+
+def new_token():
+    return "tok-" + uuid.uuid4().hex + uuid.uuid4().hex
+
+
+def token_file(tmp_path, token, name="admin-token"):
+    path = tmp_path / name
+    path.write_text(token + "\n")
+    return path
+
+
+def fingerprint(token):
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def bearer(token):
+    return [("Authorization", "Bearer " + token)]
+
+
+def stdout_json(p):
+    lines = []
+    for line in p.stdout_text().splitlines():
+        if line.strip():
+            lines.append(json.loads(line))
+    return lines
+
+
+def audit_lines(p):
+    return [l for l in stdout_json(p) if l.get("audit") is True]
+
+
+def access_record_id(p, path):
+    """The record id of the access-log line of path (waits for the 100 ms flush)."""
+    def find():
+        ids = [l["record_id"] for l in stdout_json(p) if "audit" not in l and l["path"] == path]
+        return ids[-1] if ids else None
+    return wait_until(find, what="an access-log line for %s" % path)
+
+
+def redis_contents(redis):
+    """Every key's value by its type: what an admin change would alter (consumer-group
+    bookkeeping, which the inbox's polls touch, is left out)."""
+    out = {}
+    for key in redis.keys():
+        kind = redis.cmd("TYPE", key)
+        if kind == "string":
+            out[key] = redis.cmd("GET", key)
+        elif kind == "stream":
+            out[key] = redis.cmd("XRANGE", key, "-", "+")
+        elif kind == "zset":
+            out[key] = redis.cmd("ZRANGE", key, 0, -1, "WITHSCORES")
+        elif kind == "hash":
+            out[key] = sorted(redis.cmd("HGETALL", key))
+        else:
+            out[key] = (kind, redis.cmd("DUMP", key))
+    return out

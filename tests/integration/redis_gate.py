@@ -25,7 +25,13 @@ bytes contain that string (e.g. one key).
     gate.cut(); gate.heal()    # a partition: every byte either way is dropped meanwhile
 
 The proxy's connections are the ones whose client sent ROLE (its connection setup);
-other clients of the node (a replica's replication link) are never held.
+other clients of the node (a replica's replication link) are never held by the above. For a
+replica that replicates through the gate (REPLICAOF 127.0.0.1 gate.port):
+
+    gate.hold_stream()         # what the primary sends the replica from now on stays here
+    gate.held_stream()         # ... those bytes (the replication stream)
+    gate.pass_on(n)            # the first n of them go to the replica, then the link is cut
+                               # for good: nothing more either way, a reconnect is refused
 
 Commands from hiredis are RESP arrays of bulk strings; only their boundaries and names
 are read here, the bytes are forwarded unchanged.
@@ -116,6 +122,9 @@ class RedisGate:
         self.forwarded = 0          # bytes of answers passed on to clients
         self.received = 0           # bytes clients sent
         self.is_cut = False
+        self.closed = False         # pass_on(): cut for good, new connections refused
+        self.stream_held = False    # hold_stream()
+        self.stream = b""           # what the node sent other clients meanwhile
         self._conns = []            # per connection: {"client", "proxy", "pending", ...}
 
     @property
@@ -198,6 +207,31 @@ class RedisGate:
     def heal(self):
         self.is_cut = False
 
+    def hold_stream(self):
+        """From now on what the node sends on a connection that is not the proxy's (a
+        replica's replication link) stays in the gate instead of going on."""
+        with self.lock:
+            self.stream_held = True
+
+    def held_stream(self):
+        """The bytes hold_stream() kept so far."""
+        with self.lock:
+            return self.stream
+
+    def pass_on(self, n):
+        """The first n bytes held go to every client that is not the proxy, then the gate is
+        cut for good: nothing more either way, every connection shut, a new one refused."""
+        with self.lock:
+            self.is_cut = self.closed = True
+            for conn in self._conns:
+                if not conn["proxy"]:
+                    self._send(conn, self.stream[:n])
+                for sock in (conn["client"], conn["server"]):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
     def _send(self, conn, data):
         try:
             conn["client"].sendall(data)
@@ -211,6 +245,9 @@ class RedisGate:
                 client, _ = self.lsock.accept()
             except OSError:
                 return
+            if self.closed:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
                 server.settimeout(None)
@@ -219,7 +256,7 @@ class RedisGate:
                 continue
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay
             # sent: the names of the commands not answered yet (the proxy's connections)
-            conn = {"client": client, "proxy": False, "pending": [], "holding": False,
+            conn = {"client": client, "server": server, "proxy": False, "pending": [], "holding": False,
                     "sent": collections.deque(), "rbuf": b""}
             with self.lock:
                 self._conns.append(conn)
@@ -282,7 +319,12 @@ class RedisGate:
                 if self.is_cut:
                     continue
                 if not conn["proxy"]:
-                    self._send(conn, data)
+                    with self.lock:
+                        held = self.stream_held
+                        if held:
+                            self.stream += data
+                    if not held:
+                        self._send(conn, data)
                     continue
                 conn["rbuf"] += data
                 while True:

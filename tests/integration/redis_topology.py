@@ -1,5 +1,6 @@
-"""redis_topology.py - the Redis set-ups of tests/integration/test_redis_production.py,
-as plain helpers (no pytest), all real:
+"""redis_topology.py - the Redis set-ups of the store's tests (test_redis_connection.py,
+test_sentinel.py, test_cluster.py, test_replicated_claims.py...), as plain helpers (no
+pytest), all real:
 
   Pki              a CA, server and client certificates made by `openssl` in a
                    temp dir (EC P-256 keys, SANs for 127.0.0.1 and localhost)
@@ -20,15 +21,21 @@ as plain helpers (no pytest), all real:
                    sentinels name, failover, waiting for a replica to rejoin
   SwitchListener   a thread subscribed to +switch-master at one sentinel: every move of
                    the primary the sentinels announce, with its time
+  ACL_COMMANDS, ACL_RULES  the proxy's minimal ACL (README "Redis in production")
+  replica_pair()   a primary and one replica, linked and in sync (a context manager)
   ClusterGroup     a Redis Cluster on loopback (redis-server --cluster-enabled yes, joined
                    by redis-cli --cluster create): primaries, replicas, slots, stability;
                    with relays=True each node is reached through a RedisGate that it
-                   announces as its address, so a test can hold one node's answers
+                   announces as its address, so a test can hold one node's answers;
+                   cluster_redis() its redis section, redis_cli() commands piped to a node,
+                   redirections() the proxies' MOVED or ASK count
 
 Needs root (CAP_SYS_ADMIN) for NetNs; iproute2 and openssl (tests/install-deps.sh).
 """
 
+import contextlib
 import ctypes
+import re
 import os
 import shutil
 import socket
@@ -40,6 +47,7 @@ import uuid
 
 from harness import RedisError, RedisServer, _Reader, _resp_encode, _resp_read, \
     free_port, redis_server_binary, wait_until
+from proxy_helpers import metric
 from redis_gate import RedisGate
 import harness
 
@@ -117,6 +125,46 @@ def tls_args(tls_port, server, ca, auth_clients=False):
 def acl_setuser(redis, user, *rules):
     """ACL SETUSER user rules... on redis (a harness RedisServer, default user)."""
     return redis.cmd("ACL", "SETUSER", user, *rules)
+
+
+# The proxy's exact command list (README "Redis in production"): the minimal ACL.
+ACL_COMMANDS = ["select", "role", "ping", "get", "set", "del", "pttl", "eval",
+                "evalsha", "wait"]
+ACL_RULES = ["on", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
+    ["+" + c for c in ACL_COMMANDS]
+
+
+def in_sync(primary, replica):
+    """Both ends see the link up (the primary: online, so WAIT counts it) and the replica
+    has applied everything the primary wrote."""
+    info = replica.cmd("INFO", "replication")
+    theirs = primary.cmd("INFO", "replication")
+    if "master_link_status:up" not in info or not re.search(r"^slave0:.*state=online", theirs,
+                                                             re.M):
+        return False
+    offset = int(re.search(r"^master_repl_offset:(\d+)", theirs, re.M).group(1))
+    mine = int(re.search(r"^slave_repl_offset:(\d+)", info, re.M).group(1))
+    return mine >= offset
+
+
+@contextlib.contextmanager
+def replica_pair(tmp_path, primary_args=()):
+    """A primary (with primary_args) and one replica (--replicaof), linked and in sync:
+    (primary, replica)."""
+    # no 5 s wait for more replicas before the first (diskless) full sync
+    primary = RedisServer(str(tmp_path / "primary"),
+                          extra_args=["--repl-diskless-sync-delay", "0"] +
+                          list(primary_args)).start()
+    replica = RedisServer(str(tmp_path / "replica"),
+                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        wait_until(lambda: in_sync(primary, replica), interval=0.05,
+                   what="the replica linked to the primary")
+        yield primary, replica
+    finally:
+        for srv in (replica, primary):
+            srv.resume()
+            srv.kill()
 
 
 def _libc():
@@ -348,20 +396,16 @@ class SentinelGroup:
         for s in self.sentinels:
             s.start()
         # every sentinel knows the others and the replicas before a failover is asked for
-        self.wait_until(lambda: all(
+        wait_until(lambda: all(
             self._num(s, "num-other-sentinels") == len(self.sentinels) - 1 and
             self._num(s, "num-slaves") == len(self.nodes) - 1 for s in self.sentinels),
-            20, "the sentinels to know each other and the replicas")
+            timeout=20, interval=0.05, what="the sentinels to know each other and the replicas")
         return self
 
     def stop(self):
         for p in self.sentinels + self.nodes:
             p.resume()
             p.kill()
-
-    @staticmethod
-    def wait_until(pred, timeout, what):
-        return wait_until(pred, timeout=timeout, interval=0.05, what=what)
 
     def _num(self, sentinel, field):
         try:
@@ -405,7 +449,8 @@ class SentinelGroup:
                 return False
             return sum(1 for line in info.splitlines()
                        if line.startswith("slave") and "state=online" in line) >= n
-        self.wait_until(online, timeout, "%d replicas online at %d" % (n, primary.port))
+        wait_until(online, timeout=timeout, interval=0.05,
+                   what="%d replicas online at %d" % (n, primary.port))
 
     def wait_named(self, not_address, timeout=30):
         """Until every running sentinel names one primary other than not_address whose
@@ -414,7 +459,8 @@ class SentinelGroup:
             a = self.named()
             return a if a and a != not_address and self.role(self.node_at(a)) == "master" \
                 else None
-        return self.wait_until(moved, timeout, "the sentinels to name a new primary")
+        return wait_until(moved, timeout=timeout, interval=0.05,
+                          what="the sentinels to name a new primary")
 
 
 class SwitchListener:
@@ -648,3 +694,24 @@ class ClusterGroup:
 
     def addresses(self):
         return ["127.0.0.1:%d" % self.announced(n) for n in self.nodes]
+
+
+def cluster_redis(cluster, **kw):
+    """The redis section for the cluster (redis.url left out); redis.timeout 2 s, so that a
+    loaded CI machine does not time out the commands of the traffic these tests run."""
+    return dict({"url": None, "cluster": {"addresses": cluster.addresses()[:2]},
+                 "timeout": "2s"}, **kw)
+
+
+def redis_cli(node, lines):
+    """Commands piped through one redis-cli connection to node; its output."""
+    out = subprocess.run(["redis-cli", "-p", str(node.port)], input="\n".join(lines) + "\n",
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=True, timeout=60).stdout
+    assert "ERR" not in out, out[-2000:]
+    return out
+
+
+def redirections(proxies, kind):
+    return sum(metric(p, "idempotency_proxy_redis_cluster_redirections_total",
+                      'kind="%s"' % kind) or 0 for p in proxies)

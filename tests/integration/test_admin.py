@@ -12,12 +12,11 @@ access", "The audit trail", "Finding a record from a key"):
   header:` and `json:/id`).
 
 Real processes only: redis-server, the proxy binary, the demo upstream and the inbox receiver
-of test_inbox.py. The admin listener binds 0.0.0.0 (not a loopback address) and is reached on
+of inbox_helpers.py. The admin listener binds 0.0.0.0 (not a loopback address) and is reached on
 127.0.0.1.
 """
 
 import datetime
-import hashlib
 import json
 import signal
 import subprocess
@@ -27,7 +26,11 @@ import uuid
 import pytest
 
 from harness import Proxy, build_config, free_port, hold, proxy_binary, to_yaml, wait_until
-from test_inbox import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+from inbox_helpers import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+from proxy_helpers import (
+    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, redis_contents,
+    token_file,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -35,69 +38,6 @@ pytestmark = pytest.mark.threads
 
 AUDIT_FIELDS = ["audit", "time", "action", "record_id", "dead_letter_id", "route", "client",
                 "token", "result", "status", "recorded_status"]
-
-
-def new_token():
-    return "tok-" + uuid.uuid4().hex + uuid.uuid4().hex
-
-
-def token_file(tmp_path, token, name="admin-token"):
-    path = tmp_path / name
-    path.write_text(token + "\n")
-    return path
-
-
-def fingerprint(token):
-    return hashlib.sha256(token.encode()).hexdigest()[:12]
-
-
-def bearer(token):
-    return [("Authorization", "Bearer " + token)]
-
-
-def stdout_json(p):
-    lines = []
-    for line in p.stdout_text().splitlines():
-        if line.strip():
-            lines.append(json.loads(line))
-    return lines
-
-
-def audit_lines(p):
-    return [l for l in stdout_json(p) if l.get("audit") is True]
-
-
-def access_record_id(p, path):
-    """The record id of the access-log line of path (waits for the 100 ms flush)."""
-    def find():
-        ids = [l["record_id"] for l in stdout_json(p) if "audit" not in l and l["path"] == path]
-        return ids[-1] if ids else None
-    return wait_until(find, what="an access-log line for %s" % path)
-
-
-def metric_values(p, name):
-    text = p.admin("GET", "/metrics").body.decode()
-    return {line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line.startswith(name)}
-
-
-def redis_contents(redis):
-    """Every key's value by its type: what an admin change would alter (consumer-group
-    bookkeeping, which the inbox's polls touch, is left out)."""
-    out = {}
-    for key in redis.keys():
-        kind = redis.cmd("TYPE", key)
-        if kind == "string":
-            out[key] = redis.cmd("GET", key)
-        elif kind == "stream":
-            out[key] = redis.cmd("XRANGE", key, "-", "+")
-        elif kind == "zset":
-            out[key] = redis.cmd("ZRANGE", key, 0, -1, "WITHSCORES")
-        elif kind == "hash":
-            out[key] = sorted(redis.cmd("HGETALL", key))
-        else:
-            out[key] = (kind, redis.cmd("DUMP", key))
-    return out
 
 
 def assert_unauthorized(r, invalid):

@@ -11,7 +11,6 @@ binary; each test asserts what a client, the upstream and /proc see.
 
 import errno
 import json
-import os
 import resource
 import socket
 import statistics
@@ -19,7 +18,7 @@ import time
 
 import pytest
 
-from harness import HTTPError, hold, http_request, pace, read_response, wait_until
+from harness import HTTPError, http_request, pace, read_response, wait_until
 from proxy_helpers import assert_problem, executions_of_body, in_background, new_key
 
 TOKEN = "0f" * 32  # 64 hex characters (admin.token_file wants 32 or more)

@@ -33,9 +33,11 @@ import uuid
 import pytest
 
 from harness import HTTPError, read_response, wait_ready, wait_until
+from proxy_helpers import (
+    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, redis_contents,
+    stdout_json, token_file,
+)
 from redis_topology import ClusterGroup, SentinelGroup
-from test_admin import access_record_id, audit_lines, bearer, fingerprint, metric_values, \
-    new_token, redis_contents, stdout_json, token_file
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).

@@ -15,18 +15,19 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPO, Proxy, RedisError, RedisServer, Upstream, build_config, free_port, \
-    log_line, log_lines, readyz, to_yaml, wait_ready, wait_until
-from redis_topology import ClusterGroup, NetNs, Pki, acl_setuser, cluster_free_port, tls_args
-
-
-def new_key(tag="c"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
+from harness import (
+    REPO, Proxy, RedisError, RedisServer, Upstream, build_config, free_port, log_line, log_lines,
+    readyz, to_yaml, wait_ready, wait_until,
+)
+from proxy_helpers import Traffic, metric, new_key
+from redis_topology import (
+    ClusterGroup, NetNs, Pki, acl_setuser, cluster_free_port, cluster_redis, redirections,
+    redis_cli, tls_args,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +45,6 @@ def fresh_cluster(cluster):
     for n in cluster.primaries():
         n.cmd("FLUSHALL")
     return cluster
-
-
-def cluster_redis(cluster, **kw):
-    """The redis section for the cluster (redis.url left out); redis.timeout 2 s, so that a
-    loaded CI machine does not time out the commands of the traffic these tests run."""
-    return dict({"url": None, "cluster": {"addresses": cluster.addresses()[:2]},
-                 "timeout": "2s"}, **kw)
-
-
-def metric(p, name, labels=None):
-    text = p.admin("GET", "/metrics").body.decode()
-    pat = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)$"
-    m = re.search("^" + pat, text, re.M)
-    return float(m.group(1)) if m else None
 
 
 def record_counts(cluster):
@@ -125,101 +112,6 @@ def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, up
 # --------------------------------------------------------------------------
 # 2. slots move while traffic runs: ASK, then MOVED
 # --------------------------------------------------------------------------
-
-def redis_cli(node, lines):
-    """Commands piped through one redis-cli connection to node; its output."""
-    out = subprocess.run(["redis-cli", "-p", str(node.port)], input="\n".join(lines) + "\n",
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         check=True, timeout=60).stdout
-    assert "ERR" not in out, out[-2000:]
-    return out
-
-
-class Traffic:
-    """Threads sending fresh keys and replaying them through the proxies until stopped:
-    every answer is kept with its key, body and time."""
-
-    def __init__(self, proxies, threads=4, timeout=10):
-        self.proxies = proxies
-        self.timeout = timeout
-        self.stop_ev = threading.Event()
-        self.lock = threading.Lock()
-        self.answers = []   # (key, kind, status, body, seconds, replayed, sent)
-        self.sending = {}   # thread -> when its request in flight was sent
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
-                        for i in range(threads)]
-
-    def _one(self, i, p, key, kind):
-        t = time.monotonic()
-        with self.lock:
-            self.sending[i] = t
-        try:
-            r = p.post(key=key, body=b'{"amount": 7}', timeout=self.timeout)
-            status, body, replayed = r.status, r.body, r.header("Idempotent-Replayed") == "true"
-        except Exception as e:  # an answer that never came is a failure of the test
-            status, body, replayed = "exception: %r" % e, b"", False
-        with self.lock:
-            self.answers.append((key, kind, status, body, time.monotonic() - t, replayed, t))
-            del self.sending[i]
-        return status, body
-
-    def _run(self, i):
-        n = 0
-        while not self.stop_ev.is_set():
-            key = new_key("t%d" % i)
-            status, body = self._one(i, self.proxies[n % len(self.proxies)], key, "fresh")
-            n += 1
-            if status == 201:
-                self._one(i, self.proxies[n % len(self.proxies)], key, "replay")
-
-    def ok(self, since=0.0):
-        """How many requests sent at `since` or later were answered 201."""
-        with self.lock:
-            return sum(1 for a in self.answers if a[2] == 201 and a[6] >= since)
-
-    def answered_since(self, t):
-        """The answers to requests sent at t or later."""
-        with self.lock:
-            return [a for a in self.answers if a[6] >= t]
-
-    def all_sent_after(self, t):
-        """Every request in flight now was sent at t or later: the ones before are answered."""
-        with self.lock:
-            return all(sent >= t for sent in self.sending.values())
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_ev.set()
-        for t in self.threads:
-            t.join(30)
-
-    def check(self, upstream, allowed=(201,), replay_allowed=None, bound_s=5):
-        """Every answer came within bound_s with an allowed status (replay_allowed for a
-        replay, default the same); a replay is the stored answer; no key ran twice.
-        Returns the answers."""
-        firsts = {}
-        for key, kind, status, body, secs, replayed, _ in self.answers:
-            assert secs < bound_s, (key, kind, status, secs)
-            assert status in (replay_allowed or allowed if kind == "replay" else allowed), \
-                (key, kind, status, body[:200])
-            if kind == "fresh" and status == 201:
-                firsts[key] = body
-        for key, kind, status, body, secs, replayed, _ in self.answers:
-            if kind == "replay" and status == 201:
-                assert replayed and body == firsts[key], (key, body[:200])
-        keys = {a[0] for a in self.answers}
-        twice = [k for k in keys if upstream.executions(k) > 1]
-        assert not twice, "keys executed twice: %r" % twice[:5]
-        return self.answers
-
-
-def redirections(proxies, kind):
-    return sum(metric(p, "idempotency_proxy_redis_cluster_redirections_total",
-                      'kind="%s"' % kind) or 0 for p in proxies)
 
 
 @pytest.mark.threads

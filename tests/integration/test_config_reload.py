@@ -9,35 +9,22 @@ and applies a live key to the next requests: one test per kind of key.
 import os
 import re
 import signal
-import subprocess
 
 import pytest
 
-from harness import (REPO, TEST_WORKERS, Connection, RedisServer, build_config, free_port,
-                     hold, proxy_binary, log_line, to_yaml, wait_ready, wait_until)
-from proxy_helpers import new_key
-from proxy_helpers import assert_problem, assert_replay_of, check_config, in_background
+from harness import (
+    REPO, TEST_WORKERS, Connection, RedisServer, build_config, free_port, hold, log_line, to_yaml,
+    wait_ready, wait_until,
+)
+from proxy_helpers import (
+    assert_problem, assert_replay_of, assert_replayed, assert_still_protects, check_config,
+    in_background, metric, new_key, reload_and_wait, rewrite, run_check,
+)
 from redis_topology import Pki, tls_args
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-
-def run_check(tmp_path, text, env=None, name="check.yaml", wrapper=()):
-    """`idempotency-proxy -t -c FILE` on text, under a command prefix wrapper; (returncode,
-    stdout + stderr, path)."""
-    path = tmp_path / name
-    path.write_text(text)
-    e = dict(os.environ)
-    e.setdefault("ASAN_OPTIONS", "detect_leaks=1")
-    for var in ("UP_PORT", "REDIS_HOST"):
-        e.pop(var, None)
-    e.update(env or {})
-    p = subprocess.run(list(wrapper) + [proxy_binary(), "-t", "-c", str(path)],
-                       stdin=subprocess.DEVNULL,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20, env=e)
-    return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace"), path
 
 
 def assert_refused(tmp_path, text, line, *words, env=None):
@@ -49,32 +36,6 @@ def assert_refused(tmp_path, text, line, *words, env=None):
     return out
 
 
-def assert_replayed(r, first):
-    assert r.status == first.status and r.body == first.body, (r, first)
-    assert r.header("Idempotent-Replayed") == "true", r
-
-
-def metric(p, name):
-    body = p.admin("GET", "/metrics").body.decode()
-    m = re.search(r"^%s (\d+)" % re.escape(name), body, re.M)
-    assert m, "no %s in /metrics" % name
-    return int(m.group(1))
-
-
-def rewrite(p, up, redis_server, **kw):
-    """p's config file as build_config writes it for up and redis_server, with kw."""
-    cfg = build_config(p.port, p.admin_port, up.url, redis_server.url, **kw)
-    with open(p.config_path, "w") as f:
-        f.write(to_yaml(cfg) + "\n")
-
-
-def reload_and_wait(p, marker):
-    """SIGHUP, then wait for one more log line containing marker ('reloaded', 'reload refused')."""
-    before = p.stderr_text().count(marker)
-    p.signal(signal.SIGHUP)
-    wait_until(lambda: p.stderr_text().count(marker) > before, what=marker)
-
-
 def last_refusal(p):
     return [l for l in p.stderr_text().splitlines() if "reload refused" in l][-1]
 
@@ -83,16 +44,8 @@ def assert_refused_as(p, failures, words):
     """The last reload was refused with words in its line, counted once more than failures."""
     line = last_refusal(p)
     assert words in line, line
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 1
-
-
-def assert_still_protects(p, upstream, path="/v1/payments"):
-    """A keyed request is forwarded once and its retry replayed: the proxy serves as before."""
-    k = new_key()
-    first = p.post(path=path, key=k)
-    assert first.status == 201, first
-    assert_replayed(p.post(path=path, key=k), first)
-    assert upstream.executions(k) == 1
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 1
 
 
 # --------------------------------------------------------------------------
@@ -250,7 +203,7 @@ ORDERS = {"path": "/v1/orders*", "require_key": True}
 def test_sighup_add_then_change_scope_then_remove_a_route(start_proxy, upstream, redis):
     base = [{"path": "/v1/payments*"}]
     p = start_proxy(routes=base)
-    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
 
     # 1. add a route: accepted
     rewrite(p, upstream, redis, routes=base + [ORDERS])
@@ -266,7 +219,8 @@ def test_sighup_add_then_change_scope_then_remove_a_route(start_proxy, upstream,
     reload_and_wait(p, "reload refused")
     last = [l for l in p.stderr_text().splitlines() if "reload refused" in l][-1]
     assert "scope_headers" in last, last
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 1
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 1
     retry = p.post(path="/v1/orders", key=k, headers=[("Authorization", "Bearer a")])
     assert_replayed(retry, first)
     assert upstream.executions(k) == 1
@@ -275,7 +229,8 @@ def test_sighup_add_then_change_scope_then_remove_a_route(start_proxy, upstream,
     rewrite(p, upstream, redis, routes=base)
     reload_and_wait(p, "reloaded")
     wait_until(lambda: p.post(path="/v1/orders").status != 400, what="the route is gone")
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 1
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 1
 
 
 def test_sighup_inserting_a_route_in_front_keeps_replaying_earlier_keys(start_proxy, upstream,
@@ -413,7 +368,7 @@ def test_sighup_refuses_a_restart_key_and_keeps_serving_as_before(start_proxy, u
     # the listener, the upstream client and the store keep what they were built from (a new
     # upstream or Redis that nothing listens on, or a wrong password, would fail requests)
     p = start_proxy()
-    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
     rewrite(p, upstream, redis, **change())
     reload_and_wait(p, "reload refused")
     assert_refused_as(p, failures, "%s changed, which needs a restart" % top)
@@ -444,7 +399,7 @@ def test_sighup_refuses_a_change_of_redis_tls_and_reconnects_as_at_boot(start_pr
     tls = {"url": "rediss://127.0.0.1:%d/0" % port, "tls": {"ca_file": ca[0]}}
     p = start_proxy(redis=tls)
     wait_ready(p)
-    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
     # ca_file and server_name, applied to the next connection, would fail it: a CA that did
     # not sign the server's certificate, a name it does not carry
     other = pki.ca("other")
@@ -468,7 +423,7 @@ def test_sighup_refuses_a_change_of_a_queued_routes_delivery(start_proxy, upstre
     hook = {"path": "/hooks/q", "key_from": "json:/id", "verify": "none",
             "delivery": {"mode": "queued", "concurrency": 4}}
     p = start_proxy(routes=[hook, {"path": "/v1/payments*"}])
-    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
     # the inbox consumers were made from the boot config's queued routes
     for change in ({"concurrency": 2}, {"mode": "direct"}):
         routes = [dict(hook, delivery=dict(hook["delivery"], **change)), {"path": "/v1/payments*"}]

@@ -22,61 +22,23 @@ import base64
 import glob
 import os
 import re
-import threading
 import time
 import uuid
 
 import pytest
 
 from harness import RedisServer, wait_until
-from test_config_reload import reload_and_wait
-from test_inbox import ENCODED, Receiver, deliver, inbox, new_secret as new_webhook_secret, \
-    queued_route, stripe_body
+from inbox_helpers import (
+    ENCODED, Receiver, deliver, inbox, new_secret as new_webhook_secret, queued_route, stripe_body,
+)
+from proxy_helpers import (
+    Traffic, head, metric, new_key, new_keyring_secret as new_secret, pay, raw, records,
+    reload_and_wait, run_check, write_keyring,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-
-def new_key():
-    return "k-" + uuid.uuid4().hex
-
-
-def new_secret():
-    return base64.b64encode(os.urandom(32)).decode()
-
-
-def write_keyring(path, *keys):
-    with open(path, "w") as f:
-        f.write("keys:\n" + "".join("  - id: %s\n    secret: \"%s\"\n" % k for k in keys))
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def raw(redis, key):
-    v = redis.cmd("GET", key)
-    return v.encode() if isinstance(v, str) else v
-
-
-def records(redis):
-    """{redis key: value bytes} of every record (IR1 or IR2)."""
-    out = {}
-    for k in redis.keys("*"):
-        if redis.cmd("TYPE", k) == "string":
-            v = raw(redis, k)
-            if v[:2] == b"IR":
-                out[k] = v
-    return out
-
-
-def head(value):
-    """(version, state, fingerprint, answer flag, key id, route) of a record value."""
-    if value[:3] == b"IR1":
-        return 1, chr(value[3]), value[36:68].decode(), "P", "", ""
-    id_len, route_len = int(value[117:119]), int(value[119:123])
-    key_id = value[123:123 + id_len].decode()
-    route = value[123 + id_len:123 + id_len + route_len].decode()
-    return 2, chr(value[3]), value[36:68].decode(), chr(value[116]), key_id, route
 
 
 def to_ir1(value):
@@ -85,19 +47,6 @@ def to_ir1(value):
     id_len, route_len = int(value[117:119]), int(value[119:123])
     answer = value[123 + id_len + route_len:]
     return b"IR1" + value[3:116] + answer
-
-
-def metric_line(p, name, labels):
-    text = p.admin("GET", "/metrics").body.decode()
-    m = re.search(r"^%s\{%s\} (\d+)" % (re.escape(name), re.escape(labels)), text, re.M)
-    return int(m.group(1)) if m else None
-
-
-def pay(p, key, marker, body=None):
-    """A payment whose body, answer (X-Demo-Binary echoes the body) and a header carry marker."""
-    body = body if body is not None else b'{"amount": 100, "note": "%s"}' % marker.encode()
-    return p.post(key=key, body=body, headers=[("X-Demo-Binary", "1"),
-                                               ("X-Demo-Header", "X-Marker: %s-h" % marker)])
 
 
 def pay_fresh(p, n, prefix="M"):
@@ -205,30 +154,6 @@ def test_markers_absent_from_rdb_and_aof_replays_and_deliveries_byte_for_byte(
 # (2) rotation in three reloads, under traffic
 # --------------------------------------------------------------------------
 
-class Traffic:
-    """New keys, each sent twice, from a thread while the keyring changes."""
-
-    def __init__(self, p):
-        self.p, self.keys, self.bad, self.stop = p, [], [], threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.stop.is_set():
-            k = new_key()
-            first = self.p.post(key=k, body=b'{"traffic": "%s"}' % k.encode())
-            retry = self.p.post(key=k, body=b'{"traffic": "%s"}' % k.encode())
-            self.keys.append(k)
-            if first.status != 201 or retry.status != 201 or retry.body != first.body:
-                self.bad.append((k, first, retry))
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(30)
-
 
 def test_rotation_in_three_reloads_under_traffic(start_proxy, redis, upstream, keyring_path):
     old, new = ("2026-09", new_secret()), ("2026-12", new_secret())
@@ -242,7 +167,8 @@ def test_rotation_in_three_reloads_under_traffic(start_proxy, redis, upstream, k
         for k in keys:
             assert_same_answer(pay(p, k, "M" + k), made[k])
 
-    with Traffic(p) as traffic:
+    with Traffic(p, threads=1, then="twice", timeout=None, tag="k",
+                 body=lambda k: b'{"traffic": "%s"}' % k.encode()) as traffic:
         # 1. the new key second: everything as before
         write_keyring(keyring_path, old, new)
         reload_and_wait(p, "reloaded")
@@ -277,10 +203,10 @@ def test_rotation_in_three_reloads_under_traffic(start_proxy, redis, upstream, k
     assert upstream.total() == before, "a record that cannot be read was forwarded"
     for k in list(made) + traffic.keys:
         assert upstream.executions(k) == 1, k
-    assert metric_line(p, "idempotency_proxy_decrypt_failures_total",
+    assert metric(p, "idempotency_proxy_decrypt_failures_total",
                        'reason="key_unavailable"') == 3
-    assert (metric_line(p, "idempotency_proxy_encrypted_total", 'key_id="2026-12"') or 0) >= 2
-    assert (metric_line(p, "idempotency_proxy_decrypted_total", 'key_id="2026-09"') or 0) >= 6
+    assert (metric(p, "idempotency_proxy_encrypted_total", 'key_id="2026-12"') or 0) >= 2
+    assert (metric(p, "idempotency_proxy_decrypted_total", 'key_id="2026-09"') or 0) >= 6
     stderr = p.stderr_text()
     assert re.search(r'exchange [0-9a-f]{32}: the record\'s key id "2026-09" is not in the '
                      r'keyring', stderr), stderr[-2000:]
@@ -309,7 +235,7 @@ def test_one_changed_byte_is_502_record_unreadable_and_nothing_forwarded(
         assert b"MARK" not in r.body
     assert upstream.total() == before and upstream.executions(k) == 1
     assert raw(redis, rkey) == changed, "the record is kept as it is"
-    assert metric_line(p, "idempotency_proxy_decrypt_failures_total", 'reason="unreadable"') == 2
+    assert metric(p, "idempotency_proxy_decrypt_failures_total", 'reason="unreadable"') == 2
     assert re.search(r'exchange [0-9a-f]{32}: the record \(key id "k1"\) fails authentication',
                      p.stderr_text())
 
@@ -467,7 +393,7 @@ def test_queued_delivery_whose_key_is_gone_is_dead_lettered_at_max_attempts(
         assert all(a["body"].encode() == body for a in receiver.attempts())
         attempts = len(receiver.attempts())
         assert attempts < 4
-        assert metric_line(w, "idempotency_proxy_decrypt_failures_total",
+        assert metric(w, "idempotency_proxy_decrypt_failures_total",
                            'reason="key_unavailable"') == 4 - attempts
     finally:
         receiver.stop()
@@ -495,7 +421,6 @@ def test_dead_letters_are_deleted_after_dead_retention(tmp_path, start_proxy, re
 
 
 def test_dead_retention_shorter_than_max_age_is_refused_naming_its_line(tmp_path):
-    from test_config_reload import run_check
     rc, out, _ = run_check(tmp_path, "routes:\n  - path: /webhooks/x\n    key_from: json:/id\n"
                            "    verify: none\n    delivery:\n      mode: queued\n"
                            "      max_age: 2h\n      dead_retention: 1h\n")

@@ -12,143 +12,27 @@ import datetime
 import hashlib
 import hmac
 import json
-import os
 import re
-import signal
 import subprocess
 import time
-import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import PYTHON, REPLICAS_SHORT, REPO, RedisServer, _terminate, build_config, \
-    assert_stays_unready, free_port, hold_until, log_line, port_accepts, proxy_binary, to_yaml, \
-    unready_reason, wait_ready, wait_until, wall_clock_of
+from harness import (
+    REPLICAS_SHORT, RedisServer, build_config, free_port, hold_until, log_line, proxy_binary,
+    to_yaml, unready_reason, wait_ready, wait_until, wall_clock_of,
+)
+from inbox_helpers import (
+    ENCODED, ROUTE, by_event, deliver, inbox, inbox_empty, inbox_ok, new_secret, queued_route,
+    start_inbox_proxy, stripe_body,
+)
+from proxy_helpers import assert_stays_unready, metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-RECEIVER_SCRIPT = os.path.join(REPO, "tests", "upstream", "inbox_receiver.py")
-ROUTE = "/webhooks/stripe"
-ENCODED = urllib.parse.quote(ROUTE, safe="")
-
-
-class Receiver:
-    """inbox_receiver.py on a fixed port: stop() and start() again keep the port and the log."""
-
-    def __init__(self, workdir, delay=0.0, status=200):
-        self.port = free_port()
-        self.log = os.path.join(workdir, "receiver-%d.jsonl" % self.port)
-        self.delay, self.status = delay, status
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen([PYTHON, RECEIVER_SCRIPT, "--port", str(self.port),
-                                      "--log", self.log, "--delay", str(self.delay),
-                                      "--status", str(self.status)],
-                                     stdin=subprocess.DEVNULL)
-        wait_until(lambda: port_accepts(self.port), what="receiver listening")
-        return self
-
-    def stop(self):
-        if self.proc is not None:
-            _terminate(self.proc, signal.SIGKILL, 5)
-            self.proc = None
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
-
-    def attempts(self):
-        """Every attempt logged so far; a line the receiver is still writing (no newline yet)
-        is left for the next look."""
-        try:
-            with open(self.log) as f:
-                text = f.read()
-        except FileNotFoundError:
-            return []
-        return [json.loads(l) for l in text.split("\n")[:-1] if l.strip()]
-
-    def control(self, **state):
-        import urllib.request
-        req = urllib.request.Request(self.url + "/_control", data=json.dumps(state).encode(),
-                                     method="POST")
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return json.loads(r.read())
-
-
-@pytest.fixture
-def receiver_factory(tmp_path):
-    made = []
-
-    def make(delay=0.0, status=200):
-        r = Receiver(str(tmp_path), delay, status).start()
-        made.append(r)
-        return r
-
-    yield make
-    for r in made:
-        r.stop()
-
-
-def queued_route(secret, **delivery):
-    d = {"mode": "queued", "max_attempts": 12, "max_age": "72h",
-         "backoff": {"initial": "1s", "max": "1h"}, "visibility_timeout": "30s",
-         "concurrency": 16, "ack_status": 202}
-    d.update(delivery)
-    return {"path": ROUTE, "key_from": "json:/id", "verify": "stripe", "secret": secret,
-            "delivery": d}
-
-
-def start_inbox_proxy(start_proxy, receiver, secret, timeout="60s", workers=None, **delivery):
-    extra = {"workers": workers} if workers else {}
-    return start_proxy(routes=[queued_route(secret, **delivery)], upstream_url=receiver.url,
-                       upstream={"timeout": timeout}, env={"STRIPE_SECRET": secret}, **extra)
-
-
-def new_secret():
-    return "whsec_" + uuid.uuid4().hex
-
-
-def stripe_body(evt, **extra):
-    doc = {"id": evt, "type": "payment_intent.succeeded", "pending_webhooks": 1}
-    doc.update(extra)
-    return json.dumps(doc).encode()
-
-
-def deliver(p, secret, body, timeout=10):
-    t = int(time.time())
-    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-    return p.request("POST", ROUTE, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                                     ("Content-Type", "application/json")], body,
-                     timeout=timeout)
-
-
-def inbox(p):
-    r = p.admin("GET", "/inbox")
-    assert r.status == 200, r
-    routes = r.json()["routes"]
-    assert [x["route"] for x in routes] == [ROUTE]
-    return routes[0]
-
-
-def metric(p, name):
-    text = p.admin("GET", "/metrics").body.decode()
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
-def by_event(attempts):
-    out = {}
-    for a in attempts:
-        out.setdefault(a["event"], []).append(a)
-    return out
-
 
 # ---- configuration -----------------------------------------------------------
 
@@ -354,19 +238,6 @@ def test_append_failure_is_503_and_nothing_recorded(start_proxy, receiver_factor
     r = deliver(p, secret, stripe_body(evt))
     assert r.status == 202 and not r.replayed, r
     wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt], what="delivered")
-
-
-def inbox_ok(p):
-    r = p.admin("GET", "/inbox")
-    return r.status == 200
-
-
-def inbox_empty(p, route=ROUTE):
-    """Nothing of route is in its stream, pending or scheduled: no delivery can follow."""
-    r = p.admin("GET", "/inbox")
-    assert r.status == 200, r
-    stats = [x for x in r.json()["routes"] if x["route"] == route][0]
-    return (stats["depth"], stats["pending"], stats["scheduled"]) == (0, 0, 0)
 
 
 # ---- 1: a slow receiver --------------------------------------------------------

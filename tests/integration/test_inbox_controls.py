@@ -2,7 +2,7 @@
 pause", "Bulk redelivery"): deliveries the receiver can verify, a rate the receiver can bear, and
 an operator's controls.
 
-Real processes only: redis-server, the proxy binary, the threaded receiver of test_inbox.py
+Real processes only: redis-server, the proxy binary, the threaded receiver of inbox_helpers.py
 (tests/upstream/inbox_receiver.py), and a node receiver (tests/receivers/verify_receiver.js)
 that verifies every delivery with the real `standardwebhooks` npm package at its default
 5-minute tolerance (installed by tests/install-deps.sh --tests, `npm ci` in tests/receivers).
@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -22,22 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPO, build_config, free_port, hold, port_accepts, proxy_binary, to_yaml, \
-    wait_until
-from test_inbox import ENCODED, ROUTE, Receiver, by_event, inbox, inbox_empty, metric, \
-    new_secret, queued_route, stripe_body
-from test_inbox import receiver_factory  # noqa: F401 (a fixture)
+from harness import build_config, free_port, hold, proxy_binary, to_yaml, wait_until
+from inbox_helpers import (
+    ENCODED, ROUTE, VerifyingReceiver, by_event, inbox, inbox_empty, new_secret, queued_route,
+    sign_secret, stripe_body,
+)
+from proxy_helpers import metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-RECEIVERS = os.path.join(REPO, "tests", "receivers")
-
-
-def sign_secret():
-    return "whsec_" + base64.b64encode(os.urandom(32)).decode()
-
 
 def stripe_deliver(p, secret, body, age_s=0):
     """A Stripe delivery that the provider signed age_s seconds ago."""
@@ -78,40 +71,6 @@ def deliver_all(p, secret, events, threads=16):
 
 
 # ---- the node receiver --------------------------------------------------------
-
-def node_modules():
-    """tests/receivers/node_modules, as tests/install-deps.sh --tests leaves it."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("needs node and npm on PATH (tests/install-deps.sh --tests)", pytrace=False)
-    modules = os.path.join(RECEIVERS, "node_modules")
-    if not os.path.isdir(os.path.join(modules, "standardwebhooks")):
-        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-                           cwd=RECEIVERS, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0, "npm ci in tests/receivers failed:\n%s%s" % (r.stdout, r.stderr)
-    return node, modules
-
-
-class VerifyingReceiver(Receiver):
-    """verify_receiver.js on a fixed port; its log outlives a restart. stop(), url and
-    attempts() are those of test_inbox's Receiver."""
-
-    def __init__(self, workdir, secret):
-        self.node, self.modules = node_modules()
-        self.port = free_port()
-        self.log = os.path.join(workdir, "verify-%d.jsonl" % self.port)
-        self.secret = secret
-        self.proc = None
-
-    def start(self, refuse_first=0):
-        env = dict(os.environ, NODE_PATH=self.modules, SIGN_SECRET=self.secret)
-        self.proc = subprocess.Popen([self.node, os.path.join(RECEIVERS, "verify_receiver.js"),
-                                      str(self.port), self.log, str(refuse_first)],
-                                     stdin=subprocess.DEVNULL, env=env)
-        wait_until(lambda: port_accepts(self.port), what="node receiver listening")
-        return self
-
 
 # ---- signed deliveries ---------------------------------------------------------
 

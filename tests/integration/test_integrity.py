@@ -24,12 +24,14 @@ import uuid
 import pytest
 
 from harness import build_config, free_port, proxy_binary, to_yaml, wait_until
-from proxy_helpers import assert_problem
-from test_config_reload import reload_and_wait
-from test_data_protection import head, metric_line, new_key, new_secret, pay, raw, records, \
-    write_keyring
-from test_inbox import Receiver, deliver, new_secret as new_provider_secret, stripe_body
-from test_inbox_controls import VerifyingReceiver, sign_secret
+from inbox_helpers import (
+    Receiver, VerifyingReceiver, deliver, new_secret as new_provider_secret, sign_secret,
+    stripe_body,
+)
+from proxy_helpers import (
+    assert_problem, head, metric, new_key, new_keyring_secret as new_secret, pay, raw, records,
+    reload_and_wait, write_keyring,
+)
 
 
 def rfc3339(t):
@@ -153,7 +155,7 @@ def test_forged_deliveries_are_dead_lettered_and_the_receiver_verifies_only_genu
         assert sorted(a["event"] for a in attempts) == sorted([genuine, held]), attempts
         assert all(a["verified"] and a["status"] == 204 for a in attempts), attempts
         assert all("x-forged" not in a["headers"] for a in attempts)
-        assert metric_line(p, "idempotency_proxy_decrypt_failures_total",
+        assert metric(p, "idempotency_proxy_decrypt_failures_total",
                            'reason="unreadable"') == len(forged) + 1
     finally:
         receiver.stop()
@@ -193,7 +195,7 @@ def test_a_downgraded_or_ir1_record_is_502_record_unreadable_never_replayed(
         assert_problem(r, 502, "record-unreadable")
         assert b"FORGED" not in r.body
         assert upstream.executions(k) == 1
-    assert metric_line(p, "idempotency_proxy_decrypt_failures_total",
+    assert metric(p, "idempotency_proxy_decrypt_failures_total",
                        'reason="unreadable"') == 2
 
 
@@ -330,7 +332,7 @@ def test_a_delivery_whose_key_is_missing_is_retried_and_delivered_once_the_key_i
         write_keyring(keyring, new)
         reload_and_wait(p, "reloaded")
         admin_ok(p, "POST", "/inbox/%s/resume" % enc("/webhooks/stripe"))
-        wait_until(lambda: (metric_line(p, "idempotency_proxy_decrypt_failures_total",
+        wait_until(lambda: (metric(p, "idempotency_proxy_decrypt_failures_total",
                                         'reason="key_unavailable"') or 0) >= 2,
                    30, interval=0.2, what="two attempts that found no key")
         assert dead(p, "/webhooks/stripe") == [], "not dead-lettered at once"

@@ -15,27 +15,14 @@ import subprocess
 import pytest
 
 from harness import proxy_binary, wait_until
-from test_config_reload import assert_still_protects, metric, reload_and_wait, rewrite, run_check
+from proxy_helpers import (
+    assert_still_protects, keyring_text, metric, new_keyring_secret as new_secret, reload_and_wait,
+    rewrite, run_check, write_keyring,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-
-def new_secret():
-    return base64.b64encode(os.urandom(32)).decode()
-
-
-def keyring_text(*keys):
-    """keys: [(id, secret)] as the YAML of a keyring."""
-    return "keys:\n" + "".join("  - id: %s\n    secret: \"%s\"\n" % k for k in keys)
-
-
-def write_keyring(path, text, mode=0o600):
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, mode)
-    return str(path)
 
 
 def check_with_keyring(tmp_path, keyring, wrapper=()):
@@ -89,7 +76,7 @@ BAD_KEYRINGS = [
 
 @pytest.mark.parametrize("name, text, line, words", BAD_KEYRINGS, ids=[b[0] for b in BAD_KEYRINGS])
 def test_t_refuses_a_bad_keyring_naming_its_line(tmp_path, name, text, line, words):
-    keyring = write_keyring(tmp_path / "keyring.yaml", text)
+    keyring = write_keyring(tmp_path / "keyring.yaml", text=text)
     rc, out = check_with_keyring(tmp_path, keyring)
     assert rc == 1 and "configuration OK" not in out, out
     assert "%s:%d: " % (keyring, line) in out, out
@@ -114,7 +101,7 @@ def test_t_refuses_an_unreadable_keyring_naming_the_config_line(tmp_path):
 
 
 def test_t_warns_about_a_world_readable_keyring_and_accepts_it(tmp_path):
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(B, A), 0o644)
+    keyring = write_keyring(tmp_path / "keyring.yaml", B, A, mode=0o644)
     rc, out = check_with_keyring(tmp_path, keyring)
     assert rc == 0 and "configuration OK" in out, out
     assert "%s: warning: every user of this machine may read the keyring" % keyring in out, out
@@ -125,7 +112,7 @@ def test_t_warns_about_a_world_readable_keyring_and_accepts_it(tmp_path):
 
 
 def test_t_warns_when_the_keys_cannot_be_locked_in_memory(tmp_path):
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(B))
+    keyring = write_keyring(tmp_path / "keyring.yaml", B)
     rc, out = check_with_keyring(tmp_path, keyring, wrapper=no_mlock_wrapper())
     assert rc == 0 and "configuration OK" in out, out
     assert "%s: warning: the keyring's keys are not locked in memory (mlock: " % keyring in out, out
@@ -158,7 +145,7 @@ def test_startup_says_once_that_there_is_no_keyring(start_proxy, upstream):
 
 def test_startup_names_the_key_ids_and_warns_about_a_world_readable_keyring(start_proxy, upstream,
                                                                            tmp_path):
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(B, A), 0o644)
+    keyring = write_keyring(tmp_path / "keyring.yaml", B, A, mode=0o644)
     p = start_proxy(encryption={"keyring": keyring})
     wait_until(lambda: lines_with(p, "listening on"), what="the startup line")
     assert len(lines_with(p, "keyring %s: 2 keys: 2026-12 (encrypts), 2026-09" % keyring)) == 1, \
@@ -171,7 +158,7 @@ def test_startup_names_the_key_ids_and_warns_about_a_world_readable_keyring(star
 
 def test_keys_that_cannot_be_locked_are_warned_about_and_the_proxy_serves(start_proxy, upstream,
                                                                         tmp_path):
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(B))
+    keyring = write_keyring(tmp_path / "keyring.yaml", B)
     p = start_proxy(encryption={"keyring": keyring}, wrapper=no_mlock_wrapper())
     wait_until(lambda: lines_with(p, "listening on"), what="the startup line")
     assert len(lines_with(p, "the keyring's keys are not locked in memory (mlock: ")) == 1, \
@@ -209,7 +196,7 @@ def test_core_dumps_are_off_while_a_keyring_is_loaded(start_proxy, upstream, tmp
     # the hard limit: a sanitizer's runtime (the ASan and TSan runs) lowers the soft one itself
     assert core_limit(plain.pid())[1] == allowed[1]
     assert not lines_with(plain, "core dumps")
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(A))
+    keyring = write_keyring(tmp_path / "keyring.yaml", A)
     p = start_proxy(encryption={"keyring": keyring}, wrapper=wrapper)
     wait_until(lambda: lines_with(p, "listening on"), what="the startup line")
     assert core_limit(p.pid()) == ("0", "0")
@@ -220,19 +207,20 @@ def test_core_dumps_are_off_while_a_keyring_is_loaded(start_proxy, upstream, tmp
 def test_sighup_rereads_the_keyring_refuses_a_bad_one_and_applies_a_good_one(start_proxy,
                                                                             upstream, tmp_path):
     path = tmp_path / "keyring.yaml"
-    keyring = write_keyring(path, keyring_text(A))
+    keyring = write_keyring(path, A)
     p = start_proxy(encryption={"keyring": keyring})
     wait_until(lambda: lines_with(p, "keyring %s: 1 key: 2026-09 (encrypts)" % keyring),
                what="the startup line")
-    failures = metric(p, "idempotency_proxy_config_reload_failures_total")
+    failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
 
     # the config is unchanged: a SIGHUP rereads the keyring all the same; a bad one is refused
-    write_keyring(path, keyring_text(A, ("2026-12", SHORT)))
+    write_keyring(path, A, ("2026-12", SHORT))
     reload_and_wait(p, "reload refused")
     refusal = lines_with(p, "reload refused")[-1]
     assert "reload refused, running configuration kept: %s:5: the secret of key '2026-12' is " \
            "not base64 of 32 bytes" % keyring in refusal, refusal
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 1
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 1
     assert_still_protects(p, upstream)
     assert not lines_with(p, "reloaded")
 
@@ -241,22 +229,24 @@ def test_sighup_rereads_the_keyring_refuses_a_bad_one_and_applies_a_good_one(sta
     reload_and_wait(p, "reload refused")
     refusal = lines_with(p, "reload refused")[-1]
     assert "encryption.keyring: cannot open %s" % keyring in refusal, refusal
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 2
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 2
 
     # rotation step 1: the new key second; step 2: moved first; step 4: the old one removed
     for keys, said in (((A, B), "2 keys: 2026-09 (encrypts), 2026-12"),
                        ((B, A), "2 keys: 2026-12 (encrypts), 2026-09"),
                        ((B,), "1 key: 2026-12 (encrypts)")):
-        write_keyring(path, keyring_text(*keys))
+        write_keyring(path, *keys)
         reload_and_wait(p, "reloaded")
         line = lines_with(p, "reloaded")[-1]
         assert line.endswith("; keyring %s: %s" % (keyring, said)), line
         assert_still_protects(p, upstream)
-    assert metric(p, "idempotency_proxy_config_reload_failures_total") == failures + 2
-    assert metric(p, "idempotency_proxy_config_reloads_total") == 3
+    assert metric(p, "idempotency_proxy_config_reload_failures_total",
+                  required=True) == failures + 2
+    assert metric(p, "idempotency_proxy_config_reloads_total", required=True) == 3
 
     # a keyring made world-readable is warned about at the reload that reads it
-    write_keyring(path, keyring_text(B), 0o644)
+    write_keyring(path, B, mode=0o644)
     reload_and_wait(p, "reloaded")
     wait_until(lambda: lines_with(p, "warning: every user of this machine may read the keyring"),
                what="the reload's warning")
@@ -264,7 +254,7 @@ def test_sighup_rereads_the_keyring_refuses_a_bad_one_and_applies_a_good_one(sta
 
 
 def test_sighup_turns_the_keyring_off_and_on(start_proxy, upstream, redis, tmp_path):
-    keyring = write_keyring(tmp_path / "keyring.yaml", keyring_text(B))
+    keyring = write_keyring(tmp_path / "keyring.yaml", B)
     p = start_proxy(encryption={"keyring": keyring})
     # encryption.keyring is a live key: dropping it, and adding it back, are applied
     rewrite(p, upstream, redis)

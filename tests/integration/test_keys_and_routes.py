@@ -12,7 +12,7 @@ import pytest
 
 from harness import http_request
 from proxy_helpers import (
-    new_key, assert_problem, assert_not_replayed, assert_replay_of, prefixed_keys,
+    assert_not_replayed, assert_problem, assert_replay_of, new_key, record_keys,
 )
 
 
@@ -46,7 +46,7 @@ def test_put_and_delete_with_key_are_not_protected(proxy, upstream, redis):
         assert r.status == 201
         assert_not_replayed(r)
     assert upstream.total() == 4
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_unmatched_route_with_key_passes_through(proxy, upstream, redis):
@@ -56,7 +56,7 @@ def test_unmatched_route_with_key_passes_through(proxy, upstream, redis):
         assert r.status == 201
         assert_not_replayed(r)
     assert upstream.total() == 2
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_custom_key_header_and_methods(start_proxy, upstream):
@@ -155,7 +155,7 @@ def test_invalid_key_is_400(proxy, upstream, redis, case):
                       b'{"amount": 1}')
     assert_problem(r, 400, "invalid-key")
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_require_key_without_key_is_400_missing_key(proxy, upstream):

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from harness import HTTPError, hold, metric_sum, wait_until, wait_waiting, wall_clock_of
+from harness import HTTPError, hold, wait_until, wall_clock_of
 from proxy_helpers import (
-    new_key, assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
-    in_background, concurrently, prefixed_keys,
+    assert_not_replayed, assert_problem, assert_replay_of, assert_retry_after, concurrently,
+    in_background, metric_sum, new_key, record_keys, wait_waiting,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -109,12 +109,12 @@ def test_record_ttl_is_retention_and_outlives_the_lease(start_proxy, upstream, r
     key = new_key()
     f = in_background(p.post, key=key, headers=[("X-Demo-Delay-Ms", "800")])
     wait_until(lambda: upstream.total() == 1)
-    keys = prefixed_keys(redis)
+    keys = record_keys(redis)
     assert keys
     assert max(redis.cmd("PTTL", k) for k in keys) > 1000, \
         "the claim must outlive its lease so an expired lease stays visible"
     assert f.result().status == 201
-    ttls = [redis.cmd("PTTL", k) for k in prefixed_keys(redis)]
+    ttls = [redis.cmd("PTTL", k) for k in record_keys(redis)]
     assert ttls and all(3600 * 1000 - 15000 < t <= 3600 * 1000 for t in ttls), ttls
 
 

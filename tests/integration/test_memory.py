@@ -8,17 +8,18 @@ memory figures are the proxy's own VmRSS / VmHWM from /proc.
 """
 import concurrent.futures
 import os
-import re
 import signal
 import socket
 import threading
 import time
-import uuid
 
 import pytest
 
-from harness import (HTTPError, _Reader, build_config, build_request, hold_until, http_request,
-                     read_response, to_yaml, wait_until)
+from harness import (
+    HTTPError, _Reader, build_config, build_request, hold_until, http_request, read_response,
+    to_yaml, wait_until,
+)
+from proxy_helpers import metric, new_key
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -46,10 +47,6 @@ RECORD_OVERHEAD = 4 * KIB         # a record's head and stored header fields, be
 WORKERS = int(os.environ.get("IDEM_TEST_WORKERS") or 1)  # as harness.build_config writes it
 
 
-def new_key(tag="mem"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
 def proc_status(pid):
     """VmRSS and VmHWM of pid, in bytes."""
     out = {}
@@ -67,16 +64,6 @@ def sanitized(pid):
     with open("/proc/%d/maps" % pid) as f:
         maps = f.read()
     return "libasan" in maps or "libtsan" in maps
-
-
-def metrics(p):
-    return p.admin("GET", "/metrics", timeout=30).body.decode()
-
-
-def metric(p, name, text=None):
-    m = re.search(r"^%s (\S+)$" % re.escape(name), text or metrics(p), re.M)
-    assert m, "no %s in /metrics" % name
-    return float(m.group(1))
 
 
 class BodyReader(_Reader):
@@ -190,7 +177,8 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
         while not stop.is_set():
             try:
                 peak_counted[0] = max(peak_counted[0],
-                                      metric(p, "idempotency_proxy_buffered_bytes"))
+                                      metric(p, "idempotency_proxy_buffered_bytes",
+                                             required=True, timeout=30))
             except Exception:  # no such gauge (an older binary): no figure
                 pass
             stop.wait(0.02)  # the sampling period
@@ -262,13 +250,15 @@ def test_200_clients_with_1mib_bodies_and_answers_stay_under_the_bound_and_execu
             break
     refusals = None
     if not problems:
-        refusals = metric(p, "idempotency_proxy_overloaded_total")
+        refusals = metric(p, "idempotency_proxy_overloaded_total", required=True, timeout=30)
         if refusals < len(refused):
             problems.append("overloaded_total %d < %d refusals seen" % (refusals, len(refused)))
-        if metric(p, "idempotency_proxy_max_buffered_bytes") != DEFAULT_MAX_BUFFERED:
+        if metric(p, "idempotency_proxy_max_buffered_bytes",
+                  required=True, timeout=30) != DEFAULT_MAX_BUFFERED:
             problems.append("max_buffered is not the documented default")
         # what was counted is given back: no body or answer is held any more
-        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes",
+                                  required=True, timeout=30) == 0,
                    interval=0.1, what="buffered bytes back to 0")
     print("\nmemory: idle %.0f MiB, VmHWM %.0f MiB (bound %.0f MiB)%s; counted peak %.1f MiB "
           "(bound %.1f MiB); %d of %d first refused with 503 overloaded, %s refusals in all; "
@@ -299,7 +289,8 @@ def hold_one_in_flight(p, key, delay_ms=3000):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    wait_until(lambda: metric(p, "idempotency_proxy_upstream_in_flight") == 1,
+    wait_until(lambda: metric(p, "idempotency_proxy_upstream_in_flight",
+                              required=True, timeout=30) == 1,
                what="the first request at the upstream")
     return t, out
 
@@ -321,11 +312,12 @@ def test_past_the_budget_a_new_request_gets_503_overloaded_before_anything_is_cl
     r = http_request(p.port, "POST", "/v2/unrouted", body=b"x", timeout=30)
     assert overloaded(r), r
     assert upstream.requests() == 1
-    assert metric(p, "idempotency_proxy_overloaded_total") == 2
+    assert metric(p, "idempotency_proxy_overloaded_total", required=True, timeout=30) == 2
     t.join(30)
     assert out["r"].status == 201, out
     # the refused key was never claimed: once there is room it executes, once
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes",
+                              required=True, timeout=30) == 0,
                what="the first request's bytes given back")
     r = post(p.port, "/v1/payments", key, b'{"amount": 2}', timeout=30)
     assert r.status == 201 and not r.replayed, r
@@ -356,7 +348,8 @@ def test_an_answer_larger_than_the_budget_reaches_its_client_whole(start_proxy, 
         r = post(p.port, path, key, b"{}", [("X-Demo-Size", str(3 * MIB))], timeout=60)
         assert r.status == 201 and len(r.body) == 3 * MIB, (path, r.status, len(r.body))
         assert order_of(r.body).startswith("ord_"), r.body[:40]
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes",
+                              required=True, timeout=30) == 0,
                what="buffered bytes back to 0")
 
 
@@ -371,7 +364,8 @@ def test_a_slow_reader_is_counted_until_it_has_read_its_answer(start_proxy, upst
         s.sendall(build_request("POST", "/v2/unrouted", [("X-Demo-Size", str(big))], b"{}",
                                 port=p.port))
         # the answer came from the upstream and waits in the proxy for the client
-        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") > 16 * MIB,
+        wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes",
+                                  required=True, timeout=30) > 16 * MIB,
                    what="the unread answer counted")
         assert upstream.total() == 1
         # meanwhile nothing new is taken on: refused before it is forwarded
@@ -384,7 +378,8 @@ def test_a_slow_reader_is_counted_until_it_has_read_its_answer(start_proxy, upst
         assert r.status == 201 and len(r.body) == big, (r.status, len(r.body))
     finally:
         s.close()
-    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes",
+                              required=True, timeout=30) == 0,
                what="buffered bytes back to 0 once it was read")
     r = post(p.port, "/v1/payments", key, b"{}", timeout=30)
     assert r.status == 201, r
@@ -393,7 +388,7 @@ def test_a_slow_reader_is_counted_until_it_has_read_its_answer(start_proxy, upst
 
 def test_a_reload_applies_a_new_max_buffered_to_new_requests(start_proxy, upstream, redis):
     p = start_proxy(limits=ONE_AT_A_TIME)
-    assert metric(p, "idempotency_proxy_max_buffered_bytes") == 2 * KIB
+    assert metric(p, "idempotency_proxy_max_buffered_bytes", required=True, timeout=30) == 2 * KIB
     cfg = build_config(p.port, p.admin_port, upstream.url, redis.url,
                        limits=dict(ONE_AT_A_TIME, max_buffered="1MiB"))
     with open(p.config_path, "w") as f:
@@ -401,7 +396,7 @@ def test_a_reload_applies_a_new_max_buffered_to_new_requests(start_proxy, upstre
     before = p.stderr_text().count("reloaded")
     p.signal(signal.SIGHUP)
     wait_until(lambda: p.stderr_text().count("reloaded") > before, what="reloaded")
-    assert metric(p, "idempotency_proxy_max_buffered_bytes") == MIB
+    assert metric(p, "idempotency_proxy_max_buffered_bytes", required=True, timeout=30) == MIB
     # two requests at once now fit
     t, out = hold_one_in_flight(p, new_key("held"))
     key = new_key("second")

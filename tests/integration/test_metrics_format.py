@@ -8,22 +8,17 @@ and /readyz follows Redis going away and coming back.
 """
 
 import math
-import os
-import re
-import shutil
-import subprocess
-import time
 import uuid
 
 import pytest
 
 from harness import wait_until
+from proxy_helpers import metric_number, parse_exposition, promtool_check, promtool_path
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
 
-PROMTOOL_PACKAGE = "prometheus"  # Debian 12: /usr/bin/promtool is in package prometheus
 ROUTE = "/v1/payments"           # the route pattern /v1/payments* as the metrics label it
 
 # the README's "Metrics" table: name -> type
@@ -47,71 +42,6 @@ DOCUMENTED = {
 # helpers
 # --------------------------------------------------------------------------
 
-def promtool_path():
-    path = shutil.which("promtool")
-    if path is None and os.path.exists("/usr/bin/promtool"):
-        path = "/usr/bin/promtool"
-    if path is None:
-        pytest.fail("promtool is not installed: it comes with the Debian package %r "
-                    "(apt-get install -y %s); tests/install-deps.sh should install it"
-                    % (PROMTOOL_PACKAGE, PROMTOOL_PACKAGE), pytrace=False)
-    return path
-
-
-def promtool_check(text_bytes):
-    """`promtool check metrics` on the exposition; fails the test on any finding."""
-    p = subprocess.run([promtool_path(), "check", "metrics"], input=text_bytes,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    out = (p.stdout + p.stderr).decode(errors="replace").strip()
-    # exit 1: unparsable, 3: lint problems; a lint finding counts as a failure too
-    assert p.returncode == 0 and not out, (
-        "promtool check metrics: exit %d\n%s\n--- exposition ---\n%s"
-        % (p.returncode, out, text_bytes.decode(errors="replace")))
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?\d+))?$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
-
-def _unescape(v):
-    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
-
-
-def _value(s):
-    if s in ("+Inf", "Inf"):
-        return math.inf
-    if s == "-Inf":
-        return -math.inf
-    return float(s)
-
-
-def parse_exposition(text):
-    """Text format 0.0.4 -> (types {family: type}, samples [(name, {labels}, value)])."""
-    types, samples = {}, []
-    for n, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] == "TYPE":
-                assert parts[2] not in types, "line %d: second TYPE for %s" % (n, parts[2])
-                types[parts[2]] = parts[3].strip()
-            continue
-        m = _SAMPLE.match(line)
-        assert m, "line %d is not a sample: %r" % (n, line)
-        labels = {}
-        raw = m.group(2) or ""
-        pos = 0
-        while pos < len(raw):
-            lm = _LABEL.match(raw, pos)
-            assert lm, "line %d: bad labels %r" % (n, raw)
-            assert lm.group(1) not in labels, "line %d: label %s twice" % (n, lm.group(1))
-            labels[lm.group(1)] = _unescape(lm.group(2))
-            pos = lm.end()
-        samples.append((m.group(1), labels, _value(m.group(3))))
-    return types, samples
-
-
 def values(samples, name, **labels):
     return [v for n, l, v in samples if n == name and all(l.get(k) == x for k, x in labels.items())]
 
@@ -125,7 +55,7 @@ def one_value(samples, name, **labels):
 def check_histogram(samples, family):
     buckets = [(l["le"], v) for n, l, v in samples if n == family + "_bucket"]
     assert buckets, "histogram %s has no buckets" % family
-    les = [_value(le) for le, _ in buckets]
+    les = [metric_number(le) for le, _ in buckets]
     assert les == sorted(les) and les[-1] == math.inf, "%s: bucket bounds %r" % (family, les)
     counts = [v for _, v in buckets]
     assert counts == sorted(counts), "%s: buckets not cumulative %r" % (family, buckets)
@@ -143,8 +73,6 @@ def scrape(proxy):
     ctype = r.header("Content-Type") or ""
     assert ctype.startswith("text/plain") and "version=0.0.4" in ctype, r
     return r.body
-
-
 
 
 # --------------------------------------------------------------------------

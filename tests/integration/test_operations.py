@@ -13,8 +13,8 @@ import pytest
 
 from harness import wait_ready, wait_until
 from proxy_helpers import (
-    new_key, assert_problem, assert_not_replayed, assert_replay_of, in_background, prefixed_keys,
-    json_lines,
+    assert_not_replayed, assert_problem, assert_replay_of, in_background, json_lines, new_key,
+    record_keys,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -160,7 +160,7 @@ def test_admin_purge_refuses_a_claim_still_in_flight(proxy, upstream, redis):
     key = new_key()
     slow = in_background(proxy.post, key=key, headers=[("X-Demo-Delay-Ms", "1500")])
     wait_until(lambda: upstream.total() == 1)
-    (record_key,) = prefixed_keys(redis)
+    (record_key,) = record_keys(redis)
     rid = str(record_key).split("{", 1)[1].rstrip("}")
     refused = proxy.admin("DELETE", "/records/" + rid)
     assert refused.status == 409, refused

@@ -18,8 +18,8 @@ import pytest
 
 from harness import WAIT_S, build_request, hold, pace, read_response, wait_until
 from proxy_helpers import (
-    PROBLEM_PREFIX, new_key, assert_problem, assert_not_replayed, assert_replay_of,
-    in_background, concurrently, prefixed_keys,
+    PROBLEM_PREFIX, assert_not_replayed, assert_problem, assert_replay_of, concurrently,
+    in_background, new_key, record_keys,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -193,7 +193,7 @@ def test_body_over_max_request_body_is_413_and_nothing_claimed(start_proxy, upst
     r = p.post(key=key, body=b"x" * 1025)
     assert_problem(r, 413, "body-too-large")
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
     # the key was not claimed: the same key with a small body executes normally
     ok = p.post(key=key, body=b'{"amount": 1}')
     assert ok.status == 201
@@ -212,7 +212,7 @@ def test_chunked_request_body_over_limit_is_413(start_proxy, upstream, redis):
                   [("Idempotency-Key", new_key()), ("Transfer-Encoding", "chunked")], body)
     assert_problem(r, 413, "body-too-large")
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_chunked_request_body_is_fingerprinted_by_its_content(proxy, upstream):
@@ -287,7 +287,7 @@ def test_far_oversized_body_is_413_and_nothing_claimed(start_proxy, upstream, re
     else:
         assert r.status == 413, r
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_slow_client_body(proxy, upstream):
@@ -382,7 +382,7 @@ def test_replay_does_not_touch_the_record(proxy, upstream, redis):
     key = new_key()
     first = proxy.post(key=key)
     assert first.status == 201
-    keys = prefixed_keys(redis)
+    keys = record_keys(redis)
     assert keys, "no record in Redis"
     before = {k: (redis.cmd("PTTL", k), redis.cmd("TYPE", k)) for k in keys}
     for k, (pttl, _) in before.items():
@@ -403,7 +403,7 @@ def test_record_expires_after_retention(start_proxy, upstream, redis):
     key = new_key()
     assert p.post(key=key).status == 201
     assert p.post(key=key).replayed
-    wait_until(lambda: prefixed_keys(redis) == [], what="the record's retention (2 s) to run out")
+    wait_until(lambda: record_keys(redis) == [], what="the record's retention (2 s) to run out")
     again = p.post(key=key)
     assert again.status == 201
     assert_not_replayed(again)

@@ -9,46 +9,28 @@ Real processes only: a redis-server primary and a replica started with --replica
 on loopback ports (a frozen replica is SIGSTOPped), the demo upstream, the proxy.
 """
 
-import contextlib
 import re
-import socket
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import REPLICAS_SHORT, TEST_WORKERS, RedisServer, _resp_encode, hold, readyz, \
-    unready_reason, wait_ready, wait_until
-from proxy_helpers import assert_problem
-from test_config_reload import reload_and_wait, rewrite, run_check
+from harness import (
+    REPLICAS_SHORT, TEST_WORKERS, RedisServer, _resp_encode, hold, readyz, unready_reason,
+    wait_ready, wait_until,
+)
+from proxy_helpers import (
+    assert_problem, metric, new_key, parse_exposition, promtool_check, promtool_path, record_keys,
+    reload_and_wait, rewrite, run_check,
+)
 from redis_gate import RedisGate
-from redis_topology import acl_setuser
-from test_metrics_format import parse_exposition, promtool_check, promtool_path
-from test_redis_production import ACL_RULES
+from redis_topology import ACL_RULES, acl_setuser, in_sync, replica_pair
 
 RECORD_STATE_OFFSET = 3  # proxy/idem/record.h
 
 
-def new_key(tag="r"):
-    return "%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def record_keys(redis):
-    return [k for k in redis.keys("*") if str(k).startswith("idem")]
-
-
-def metric(p, name, **labels):
-    """One sample of the proxy's /metrics (0 when absent)."""
-    _, samples = parse_exposition(p.admin("GET", "/metrics").body.decode())
-    vs = [v for n, l, v in samples if n == name and all(l.get(k) == x for k, x in labels.items())]
-    assert len(vs) <= 1, (name, labels, vs)
-    return vs[0] if vs else 0
-
-
 def shortfalls(p, phase):
-    return metric(p, "idempotency_proxy_wait_shortfalls_total", phase=phase)
+    return metric(p, "idempotency_proxy_wait_shortfalls_total", phase=phase, absent=0, unique=True)
 
 
 def wait_calls(redis):
@@ -102,91 +84,19 @@ def claims_reached_redis(primary, n):
     return queued >= (n - len(keys)) * one
 
 
-def in_sync(primary, replica):
-    """Both ends see the link up (the primary: online, so WAIT counts it) and the replica
-    has applied everything the primary wrote."""
-    info = replica.cmd("INFO", "replication")
-    theirs = primary.cmd("INFO", "replication")
-    if "master_link_status:up" not in info or not re.search(r"^slave0:.*state=online", theirs,
-                                                             re.M):
-        return False
-    offset = int(re.search(r"^master_repl_offset:(\d+)", theirs, re.M).group(1))
-    mine = int(re.search(r"^slave_repl_offset:(\d+)", info, re.M).group(1))
-    return mine >= offset
-
-
-@contextlib.contextmanager
-def replica_pair(tmp_path, primary_args=()):
-    """A primary (with primary_args) and one replica (--replicaof), linked and in sync:
-    (primary, replica)."""
-    # no 5 s wait for more replicas before the first (diskless) full sync
-    primary = RedisServer(str(tmp_path / "primary"),
-                          extra_args=["--repl-diskless-sync-delay", "0"] +
-                          list(primary_args)).start()
-    replica = RedisServer(str(tmp_path / "replica"),
-                          extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
-    try:
-        wait_until(lambda: in_sync(primary, replica), interval=0.05,
-                   what="the replica linked to the primary")
-        yield primary, replica
-    finally:
-        for srv in (replica, primary):
-            srv.resume()
-            srv.kill()
-
-
 @pytest.fixture
 def pair(tmp_path):
     with replica_pair(tmp_path) as pr:
         yield pr
 
 
-class Link:
-    """The replication link as a TCP forwarder 127.0.0.1:port -> the primary. cut():
-    from then on every byte either way is read and dropped, as a partition loses it (a
-    frozen replica would still find the stream in its socket buffer)."""
-
-    def __init__(self, target_port):
-        self.target_port = target_port
-        self.lsock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.lsock.getsockname()[1]
-        self.is_cut = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def cut(self):
-        self.is_cut = True
-
-    def _accept(self):
-        while True:
-            try:
-                a, _ = self.lsock.accept()
-                b = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                return
-            for src, dst in ((a, b), (b, a)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    def _pump(self, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if not self.is_cut:
-                    dst.sendall(data)
-        except OSError:
-            pass
-
-    def close(self):
-        self.lsock.close()
-
-
 @pytest.fixture
 def linked_pair(tmp_path):
-    """A primary and a replica that replicates through a Link: (primary, replica, link)."""
+    """A primary and a replica that replicates through a RedisGate (link.cut(): a
+    partition): (primary, replica, link)."""
     primary = RedisServer(str(tmp_path / "primary"),
                           extra_args=["--repl-diskless-sync-delay", "0"]).start()
-    link = Link(primary.port)
+    link = RedisGate(primary.port).start()
     replica = RedisServer(str(tmp_path / "replica"),
                           extra_args=["--replicaof", "127.0.0.1", str(link.port)]).start()
     try:
@@ -194,7 +104,7 @@ def linked_pair(tmp_path):
                    what="the replica linked to the primary")
         yield primary, replica, link
     finally:
-        link.close()
+        link.stop()
         for srv in (replica, primary):
             srv.kill()
 
@@ -266,8 +176,10 @@ def test_two_replicas_wanted_one_present_every_claim_refused(start_proxy, upstre
     assert types["idempotency_proxy_wait_shortfalls_total"] == "counter"
     assert types["idempotency_proxy_replica_wait_duration_seconds"] == "histogram"
     assert shortfalls(p, "claim") == 3 and shortfalls(p, "record") == 0
-    assert metric(p, "idempotency_proxy_replica_wait_duration_seconds_count") == 3
-    assert metric(p, "idempotency_proxy_requests_total", outcome="store-error") == 3
+    assert metric(p, "idempotency_proxy_replica_wait_duration_seconds_count",
+                  absent=0, unique=True) == 3
+    assert metric(p, "idempotency_proxy_requests_total",
+                  outcome="store-error", absent=0, unique=True) == 3
     assert re.search(r"the claim reached [01] of 2 replicas", p.stderr_text())
 
 
@@ -283,7 +195,7 @@ def test_on_store_error_pass_forwards_once_with_the_claim_kept(start_proxy, upst
     assert again.replayed and again.body == first.body, again
     assert upstream.executions(key) == 1
     assert shortfalls(p, "claim") == 1
-    assert metric(p, "idempotency_proxy_store_error_passes_total") == 1
+    assert metric(p, "idempotency_proxy_store_error_passes_total", absent=0, unique=True) == 1
 
 
 def test_wait_that_times_out_fails_closed_and_the_claim_is_released(start_proxy, upstream,
@@ -361,7 +273,8 @@ def test_healthy_replica_forwarded_once_and_replayed(start_proxy, upstream, pair
     wait_until(lambda: record_keys(replica) == record_keys(primary) != [],
                what="the record on the replica")
     assert shortfalls(p, "claim") == 0 and shortfalls(p, "record") == 0
-    assert metric(p, "idempotency_proxy_replica_wait_duration_seconds_count") == 1
+    assert metric(p, "idempotency_proxy_replica_wait_duration_seconds_count",
+                  absent=0, unique=True) == 1
 
 
 def test_claim_is_on_the_replica_before_the_upstream_sees_the_request(start_proxy, upstream,
@@ -442,7 +355,8 @@ def test_claims_share_one_wait(start_proxy, upstream, pair):
         try:
             futures = [ex.submit(p.post, key=k, headers=[("X-Demo-Delay-Ms", "2000")],
                                  timeout=20) for k in keys]
-            wait_until(lambda: metric(p, "idempotency_proxy_in_flight_requests") == n,
+            wait_until(lambda: metric(p, "idempotency_proxy_in_flight_requests",
+                                      absent=0, unique=True) == n,
                        what="every request received (its claim sent)")
             wait_until(lambda: claims_reached_redis(primary, n),
                        what="every claim in Redis, run or queued behind a blocked WAIT")

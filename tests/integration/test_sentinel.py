@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -19,33 +18,27 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import WAIT_S, HTTPError, RedisError, RedisServer, assert_stays_unready, free_port, \
-    hold, log_line, log_lines, pace, proxy_binary, readyz, wait_ready, wait_until
-from proxy_helpers import assert_problem, new_key
+from harness import (
+    WAIT_S, HTTPError, RedisError, RedisServer, free_port, hold, log_line, log_lines, pace,
+    proxy_binary, readyz, wait_ready, wait_until,
+)
+from proxy_helpers import (
+    Traffic, assert_problem, assert_stays_unready, metric, metrics_samples, new_key, record_keys,
+)
 from redis_gate import RedisGate, _split_commands
 from redis_topology import Pki, Sentinel, SentinelGroup, SwitchListener
 
 MASTER = "payments"
 
 
-def metrics_text(p):
-    return p.admin("GET", "/metrics").body.decode()
-
-
 def primaries(p):
     """{address: workers} of idempotency_proxy_redis_primary."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r'^idempotency_proxy_redis_primary\{address="([^"]*)"\} (\d+)$', metrics_text(p), re.M)}
+    return {l["address"]: int(v) for n, l, v in metrics_samples(p)
+            if n == "idempotency_proxy_redis_primary"}
 
 
 def failovers_followed(p):
-    m = re.search(r"^idempotency_proxy_redis_failovers_followed_total (\S+)$", metrics_text(p),
-                  re.M)
-    return float(m.group(1))
-
-
-def record_keys(node):
-    return [k for k in node.keys("*") if str(k).startswith("idem")]
+    return metric(p, "idempotency_proxy_redis_failovers_followed_total", required=True)
 
 
 def sentinel_redis(addresses, **kw):
@@ -443,99 +436,6 @@ def test_a_sentinel_naming_an_older_epoch_does_not_move_the_proxy_back(sentinel_
         old_node.kill()
 
 
-class ReplicationRelay:
-    """127.0.0.1:port relaying a replica's replication link to its primary at target_port.
-    hold() keeps what the primary sends from then on (its replication stream) in .buffer
-    instead of passing it on; pass_on(n) sends the first n bytes held to the replica and
-    cuts the link for good (nothing more either way; a reconnect is refused)."""
-
-    def __init__(self, target_port):
-        self.target_port = target_port
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(4)
-        self.port = self.lsock.getsockname()[1]
-        self.lock = threading.Lock()
-        self.holding = False
-        self.cut = False
-        self.buffer = b""
-        self.links = []  # (replica socket, primary socket)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                replica, _ = self.lsock.accept()
-            except OSError:
-                return
-            if self.cut:
-                replica.close()
-                continue
-            try:
-                primary = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
-            except OSError:
-                replica.close()
-                continue
-            primary.settimeout(None)
-            with self.lock:
-                self.links.append((replica, primary))
-            threading.Thread(target=self._pump, args=(replica, primary, False),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(primary, replica, True),
-                             daemon=True).start()
-
-    def _pump(self, src, dst, from_primary):
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            with self.lock:
-                if self.cut:
-                    continue
-                if from_primary and self.holding:
-                    self.buffer += data
-                    continue
-            try:
-                dst.sendall(data)
-            except OSError:
-                break
-        for sock in (src, dst):
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-    def hold(self):
-        with self.lock:
-            self.holding = True
-
-    def held(self):
-        with self.lock:
-            return self.buffer
-
-    def pass_on(self, n):
-        with self.lock:
-            self.cut = True
-            for replica, primary in self.links:
-                try:
-                    replica.sendall(self.buffer[:n])
-                except OSError:
-                    pass  # an earlier link, closed
-                for sock in (replica, primary):
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-
-    def stop(self):
-        self.cut = True
-        self.lsock.close()
-
-
 def claim_only(stream):
     """How many bytes of a held replication stream carry the first write of a record key
     (with its MULTI ... EXEC around it), and not what follows it (the release); 0 while
@@ -577,7 +477,7 @@ def test_a_released_claim_brought_back_by_a_failover_is_released_again(sentinel_
     # failover-timeout they point a replica at the primary's own address)
     g = sentinel_group(n_replicas=1, n_sentinels=3, failover_timeout_ms=60000)
     primary, replica = g.nodes
-    relay = ReplicationRelay(primary.port)
+    relay = RedisGate(primary.port).start()
     try:
         replica.cmd("REPLICAOF", "127.0.0.1", str(relay.port))
 
@@ -591,16 +491,16 @@ def test_a_released_claim_brought_back_by_a_failover_is_released_again(sentinel_
         p = start_proxy(redis=redis, workers=2, lease="20s", in_flight="reject")
         wait_ready(p)
         old = g.named()
-        relay.hold()
+        relay.hold_stream()
         key = new_key()
         r = p.post(key=key)
         assert_problem(r, 503, "store-unavailable")
         assert upstream.executions(key) == 0
         wait_until(lambda: record_keys(primary) == [], what="the claim released on the primary")
-        wait_until(lambda: writes_of_record_keys(relay.held()) >= 2,
+        wait_until(lambda: writes_of_record_keys(relay.held_stream()) >= 2,
                    what="the claim and its release in the held replication stream")
-        cut = claim_only(relay.held())
-        assert 0 < cut < len(relay.held())
+        cut = claim_only(relay.held_stream())
+        assert 0 < cut < len(relay.held_stream())
         relay.pass_on(cut)
         primary.kill()
         wait_until(lambda: record_keys(replica) != [], what="the replica holding the claim")
@@ -636,87 +536,6 @@ def proxy_min_replicas_supported(tmp_path):
     path.write_text("redis:\n  min_replicas: 1\n")
     return subprocess.run([proxy_binary(), "-t", "-c", str(path)], capture_output=True,
                           timeout=10).returncode == 0
-
-
-class Traffic:
-    """Client threads that each send keyed POSTs one after another, retrying a key (after
-    RETRY_S) until an answer that is not a 503 or a 409, as a payments client would."""
-
-    RETRY_S = 0.1
-    PAUSE_S = 0.05
-
-    def __init__(self, p, threads=6):
-        self.p = p
-        self.threads = threads
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.answers = []     # (key, sent, elapsed, status, replayed), every attempt
-        self.acked = {}       # key -> the first 2xx answer's time
-        self.gave_up = []
-        self._pool = None
-
-    def _one(self, key):
-        sent = time.monotonic()
-        try:
-            r = self.p.post(key=key, timeout=20)
-            status, replayed = r.status, r.replayed
-        except (OSError, HTTPError):
-            status, replayed = -1, False
-        with self.lock:
-            self.answers.append((key, sent, time.monotonic() - sent, status, replayed))
-        return status
-
-    def _client(self):
-        while not self.stop.is_set():
-            key = new_key("fo")
-            while True:
-                status = self._one(key)
-                if 200 <= status < 300:
-                    with self.lock:
-                        self.acked[key] = time.monotonic()
-                    break
-                if status not in (503, 409, -1):
-                    with self.lock:
-                        self.gave_up.append((key, status))
-                    break
-                if self.stop.is_set() and time.monotonic() > self.deadline:
-                    with self.lock:
-                        self.gave_up.append((key, status))
-                    break
-                pace(self.RETRY_S)  # the client's back-off before it retries the key
-            pace(self.PAUSE_S)
-
-    def start(self):
-        self.started = time.monotonic()
-        self._pool = ThreadPoolExecutor(self.threads)
-        self.futures = [self._pool.submit(self._client) for _ in range(self.threads)]
-        return self
-
-    def finish(self, grace=15):
-        """Stop sending new keys; a key being retried may take grace seconds more."""
-        self.deadline = time.monotonic() + grace
-        self.stop.set()
-        for f in self.futures:
-            f.result(timeout=grace + 25)
-        self._pool.shutdown()
-
-    def acked_since(self, t):
-        """How many keys were first acknowledged at t or later."""
-        with self.lock:
-            return sum(1 for at in self.acked.values() if at >= t)
-
-    def successes_after(self, t):
-        """Time of the first 2xx answer to a request sent at t or later (None: none)."""
-        with self.lock:
-            times = [s + e for _, s, e, st, _ in self.answers if s >= t and 200 <= st < 300]
-        return min(times) if times else None
-
-    def longest_gap(self, start, end):
-        """The longest time in [start, end] without a 2xx answer, seconds."""
-        with self.lock:
-            times = sorted(s + e for _, s, e, st, _ in self.answers if 200 <= st < 300)
-        points = [start] + [t for t in times if start < t < end] + [end]
-        return max(b - a for a, b in zip(points, points[1:]))
 
 
 class Watch:
@@ -813,7 +632,8 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     wait_ready(p)
     switches = SwitchListener(g.sentinels[0])
     watch = Watch(p, workers)
-    traffic = Traffic(p).start()
+    traffic = Traffic(p, threads=6, then="retry", body=None, timeout=20, tag="fo",
+                      pause_s=0.05, join_s=40).start()
     report = {"mode": mode}
     try:
         wait_until(lambda: len(traffic.acked) >= 20, what="keyed traffic under way")
@@ -874,16 +694,16 @@ def test_failovers_followed_under_keyed_traffic(mode, redis_min_replicas, proxy_
     report["acked"] = len(traffic.acked)
     report["gave_up"] = traffic.gave_up[:10]
     report["statuses"] = {}
-    for _, _, _, st, _ in answers:
-        report["statuses"][st] = report["statuses"].get(st, 0) + 1
-    report["slowest_s"] = max(e for _, _, e, _, _ in answers)
+    for a in answers:
+        report["statuses"][a.status] = report["statuses"].get(a.status, 0) + 1
+    report["slowest_s"] = max(a.seconds for a in answers)
     report["traffic_s"] = time.monotonic() - traffic.started
     # the two failovers asked for, and any a loaded machine made Sentinel start on its own
     report["switches"] = [m for _, m in switches.switches]
     assert 2 <= failovers_followed(p) <= len(switches.switches), report
     # every answer is bounded
     bound = redis_timeout_s + wait_timeout_s + 2.0
-    slow = [a for a in answers if a[2] > bound]
+    slow = [a for a in answers if a.seconds > bound]
     assert not slow, (slow[:5], report)
     assert -1 not in report["statuses"], report
     # A claim whose WAIT fell short is released on a primary that may be demoted before the

@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from harness import (WAIT_S, Connection, build_request, hold, metric_sum, port_accepts,
-                     wait_metric, wait_until)
-from proxy_helpers import new_key, assert_problem, assert_replay_of, in_background
+from harness import WAIT_S, Connection, build_request, hold, port_accepts, wait_until
+from proxy_helpers import (
+    assert_problem, assert_replay_of, in_background, listening_sockets, metric_sum, new_key,
+    wait_metric,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -66,14 +68,6 @@ def _send_and_abandon(port, key, headers=(), body=b"{}", first_byte=False):
 
 def waiting(p):
     return metric_sum(p, "idempotency_proxy_waiting_requests")
-
-
-def listening_sockets(port):
-    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A): 0 once every
-    worker has begun its drain (it stops accepting first)."""
-    with open("/proc/net/tcp") as f:
-        rows = [line.split() for line in f.readlines()[1:]]
-    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
 
 
 def test_waiting_clients_that_disconnect(proxy, upstream):

@@ -39,7 +39,8 @@ import uuid
 
 import pytest
 
-from harness import RedisServer, build_request, hold, http_request, pace, wait_metric, wait_until
+from harness import RedisServer, build_request, hold, http_request, pace, wait_until
+from proxy_helpers import wait_metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).

@@ -14,12 +14,12 @@ import uuid
 
 import pytest
 
-from harness import assert_stays_unready, hold, log_line, wait_ready, wait_until, wait_waiting
-from redis_gate import RedisGate
+from harness import hold, log_line, wait_ready, wait_until
 from proxy_helpers import (
-    new_key, assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
-    in_background, prefixed_keys,
+    assert_not_replayed, assert_problem, assert_replay_of, assert_retry_after,
+    assert_stays_unready, in_background, new_key, record_keys, wait_waiting,
 )
+from redis_gate import RedisGate
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -304,7 +304,7 @@ def test_redis_keys_have_a_hash_tag_and_never_the_raw_key(proxy, upstream, redis
     token = "Bearer sk_live_" + uuid.uuid4().hex
     assert proxy.post(key=key, headers=[("Authorization", token)]).status == 201
     keys = redis.keys("*")
-    ours = prefixed_keys(redis)
+    ours = record_keys(redis)
     assert ours, "no record key with the prefix: %r" % keys
     for k in ours:
         assert re.search(r"\{[^{}]+\}", k), "no {hash tag} in %r" % k
@@ -317,7 +317,7 @@ def test_redis_syntax_in_keys_is_harmless(proxy, upstream, redis):
     first = proxy.post(key=key)
     assert first.status == 201
     assert_replay_of(proxy.post(key=key), first)
-    assert prefixed_keys(redis)
+    assert record_keys(redis)
     assert upstream.total() == 1
 
 
@@ -325,7 +325,7 @@ def test_key_prefix_from_environment(start_proxy, upstream, redis):
     p = start_proxy(redis={"key_prefix": "${IDEM_TEST_PREFIX}"},
                     env={"IDEM_TEST_PREFIX": "acmepay"})
     assert p.post(key=new_key()).status == 201
-    ours = prefixed_keys(redis, "acmepay")
+    ours = record_keys(redis, "acmepay")
     assert ours and all(k.startswith("acmepay") for k in redis.keys("*")), redis.keys("*")
 
 
@@ -342,7 +342,7 @@ def test_redis_password_from_environment(start_proxy, upstream, redis_factory):
     first = p.post(key=key)
     assert first.status == 201, first
     assert_replay_of(p.post(key=key), first)
-    assert prefixed_keys(r2)
+    assert record_keys(r2)
     assert secret not in p.stdout_text() + p.stderr_text()
 
 
@@ -357,7 +357,7 @@ def test_redis_wrong_password_is_store_unavailable(start_proxy, upstream, redis_
 def test_redis_database_number_in_url(start_proxy, upstream, redis):
     p = start_proxy(redis={"url": redis.url_db(3)})
     assert p.post(key=new_key()).status == 201
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
     assert [k for k in redis.keys("*", db=3) if k.startswith("idem")]
 
 
@@ -369,4 +369,4 @@ def test_redis_over_a_unix_socket(start_proxy, upstream, redis_factory, tmp_path
     first = p.post(key=key)
     assert first.status == 201, first
     assert_replay_of(p.post(key=key), first)
-    assert prefixed_keys(r2)
+    assert record_keys(r2)

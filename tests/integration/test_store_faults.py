@@ -7,46 +7,16 @@ proxy binary, and (for the late takeover) redis_gate.py, a TCP forwarder that ho
 one command back.
 """
 
-import re
 import threading
-import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from harness import WAIT_S, HTTPError, free_port, hold, log_line, wait_ready, wait_until
-from proxy_helpers import assert_problem, new_key
+from proxy_helpers import (
+    assert_problem, assert_stays_unready, in_background, metric, new_key, record_keys,
+)
 from redis_gate import RedisGate
-
-
-def in_background(fn, *args, **kw):
-    ex = ThreadPoolExecutor(1)
-    f = ex.submit(fn, *args, **kw)
-    ex.shutdown(wait=False)
-    return f
-
-
-def redis_up(p):
-    m = re.search(r"^idempotency_proxy_redis_up (\S+)$",
-                  p.admin("GET", "/metrics").body.decode(), re.M)
-    assert m, "no idempotency_proxy_redis_up gauge"
-    return float(m.group(1))
-
-
-def assert_stays_unready(p, seconds=1.5):
-    """/readyz answers 503 and redis_up is 0 throughout (reconnects happen in here)."""
-    deadline = time.monotonic() + seconds
-    seen = set()
-    while time.monotonic() < deadline:
-        seen.add(p.admin("GET", "/readyz").status)
-        assert redis_up(p) == 0
-        hold(0.05, "a span in which the proxy must stay unready: looked at every 50 ms")
-    assert seen == {503}, seen
-
-
-def record_keys(redis, prefix="idem", db=0):
-    return [k for k in redis.keys("*", db=db) if str(k).startswith(prefix)]
 
 
 # --------------------------------------------------------------------------
@@ -59,7 +29,7 @@ def test_wrong_redis_password_is_not_ready(start_proxy, upstream, redis_factory)
     r2 = redis_factory(password=secret)
     p = start_proxy(redis={"url": r2.url, "password": wrong})
     line = log_line(p, "AUTH failed")  # it tried: from here on it must not become ready
-    assert_stays_unready(p)
+    assert_stays_unready(p, redis_down=True)
     r = p.post(key=new_key())
     assert_problem(r, 503, "store-unavailable")
     assert upstream.total() == 0
@@ -73,7 +43,7 @@ def test_missing_redis_password_on_a_requirepass_server_is_not_ready(start_proxy
     r2 = redis_factory(password="right-" + uuid.uuid4().hex)
     p = start_proxy(redis={"url": r2.url})
     line = log_line(p, "AUTH failed")  # it tried: from here on it must not become ready
-    assert_stays_unready(p)
+    assert_stays_unready(p, redis_down=True)
     assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
     assert "127.0.0.1:%d" % r2.port in line, line
@@ -84,7 +54,7 @@ def test_redis_database_the_server_does_not_have_is_not_ready(start_proxy, upstr
     run in db 0. Not ready, and nothing is written anywhere."""
     p = start_proxy(redis={"url": redis.url_db(99)})
     line = log_line(p, "SELECT failed")  # it tried: from here on it must not become ready
-    assert_stays_unready(p, seconds=1.0)
+    assert_stays_unready(p, seconds=1.0, redis_down=True)
     assert_problem(p.post(key=new_key()), 503, "store-unavailable")
     assert upstream.total() == 0
     assert record_keys(redis) == [], "a record landed in db 0"
@@ -96,7 +66,7 @@ def test_correct_redis_password_is_ready_and_serves(start_proxy, upstream, redis
     r2 = redis_factory(password=secret)
     p = start_proxy(redis={"url": r2.url_db(2), "password": secret})
     wait_ready(p)
-    assert redis_up(p) == 1
+    assert metric(p, "idempotency_proxy_redis_up", required=True) == 1
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
@@ -275,12 +245,6 @@ def test_a_claim_that_lands_after_the_janitors_first_look_is_released(start_prox
 FAR_AHEAD = "+115800000d"
 
 
-def waiting_requests(p):
-    m = re.search(r"^idempotency_proxy_waiting_requests (\S+)$",
-                  p.admin("GET", "/metrics").body.decode(), re.M)
-    return float(m.group(1)) if m else None
-
-
 @pytest.mark.parametrize("on_store_error", ["pass", "reject"])
 def test_a_claim_value_that_cannot_be_made_while_waiting_is_answered(
         start_proxy, upstream, redis, stepped_clock, on_store_error):
@@ -295,7 +259,8 @@ def test_a_claim_value_that_cannot_be_made_while_waiting_is_answered(
     first = in_background(a.post, key=key, headers=[("X-Demo-Delay-Ms", "3000")])
     wait_until(lambda: upstream.executions(key) == 1, what="A's request at the upstream")
     waiter = in_background(b.post, key=key, timeout=15)
-    wait_until(lambda: waiting_requests(b) == 1, what="B waiting on A's claim")
+    wait_until(lambda: metric(b, "idempotency_proxy_waiting_requests") == 1,
+               what="B waiting on A's claim")
     stepped_clock.step(FAR_AHEAD)
     r = waiter.result(timeout=12)  # not a hang
     if on_store_error == "pass":

@@ -20,13 +20,12 @@ import uuid
 import pytest
 
 from harness import hold_until, log_line, wait_until
-from proxy_helpers import assert_problem, new_key
-from redis_gate import RedisGate
-from test_inbox import (  # noqa: F401 (receiver_factory is a fixture)
-    deliver, inbox, inbox_empty, inbox_ok, metric, new_secret, queued_route, receiver_factory,
-    start_inbox_proxy, stripe_body,
+from inbox_helpers import (
+    deliver, inbox, inbox_empty, inbox_ok, new_secret, queued_route, start_inbox_proxy,
+    stripe_body,
 )
-from test_store_faults import in_background
+from proxy_helpers import assert_problem, in_background, metric, new_key, record_keys
+from redis_gate import RedisGate
 
 LEASE_DEADLINE = slice(68, 84)  # proxy/idem/record.h: the lease deadline, ms since the epoch
 
@@ -39,12 +38,8 @@ def take_writes(redis):
     assert redis.cmd("CONFIG", "SET", "min-replicas-to-write", "0") == "OK"
 
 
-def record_keys(redis):
-    return [k for k in redis.keys("idem:*") if ":inbox:" not in k]
-
-
 def the_record(redis):
-    keys = record_keys(redis)
+    keys = record_keys(redis, "idem:", inbox=False)
     assert len(keys) == 1, keys
     return redis.cmd("GET", keys[0])
 
@@ -151,7 +146,8 @@ def test_a_release_refused_for_a_moment_is_released(start_proxy, upstream, redis
     assert r1.status == 503 and not r1.replayed, r1
     # released once Redis takes writes again: the bound (2.5 s, up to when the 5 s lease would
     # end) is what tells a release sent again from a claim left to its lease
-    wait_until(lambda: record_keys(redis) == [], timeout=2.5, what="the claim released")
+    wait_until(lambda: record_keys(redis, "idem:", inbox=False) == [], timeout=2.5,
+               what="the claim released")
     r2 = p.post(key=key)
     assert r2.status == 201 and not r2.replayed, r2
     assert upstream.executions(key) == 2  # the 503 that did nothing, and the retry
@@ -166,7 +162,7 @@ def test_a_claim_refused_for_a_moment_fails_its_request(start_proxy, upstream, r
     refuse_writes(redis)
     assert_problem(p.post(key=key), 503, "store-unavailable")
     assert upstream.executions(key) == 0
-    assert record_keys(redis) == []
+    assert record_keys(redis, "idem:", inbox=False) == []
     take_writes(redis)
     r = p.post(key=key)
     assert r.status == 201 and not r.replayed, r
@@ -220,7 +216,8 @@ def test_queued_ack_record_refused_for_a_moment_is_recorded(gated_inbox, redis):
     # the record's key is `idem:{<record id>}`; the inbox's scripts name `idem:inbox:{`
     evt, r = refused_delivery(gated_inbox, redis, ("EVALSHA", "EVAL"), containing=b"idem:{")
     assert r.status == 202 and not r.replayed, r
-    wait_until(lambda: any(redis.cmd("GET", k)[3] == "D" for k in record_keys(redis)),
+    wait_until(lambda: any(redis.cmd("GET", k)[3] == "D"
+                           for k in record_keys(redis, "idem:", inbox=False)),
                what="the 202 recorded")
     assert "the record write failed (refused for now)" in p.stderr_text()
     dup = deliver(p, secret, stripe_body(evt))
@@ -241,7 +238,7 @@ def test_queued_append_refused_is_503_and_its_release_is_not_lost(gated_inbox, r
     assert r.status == 503 and b"could not be queued" in r.body, r
     # released once Redis takes writes (the wait's bound is well inside the 60 s lease, which
     # would end the claim otherwise)
-    wait_until(lambda: record_keys(redis) == [], what="the claim released")
+    wait_until(lambda: record_keys(redis, "idem:", inbox=False) == [], what="the claim released")
     r = deliver(p, secret, stripe_body(evt))
     assert r.status == 202 and not r.replayed, r
     wait_until(lambda: [a["event"] for a in receiver.attempts()] == [evt],

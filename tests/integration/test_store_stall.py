@@ -18,9 +18,8 @@ import time
 import pytest
 
 from harness import WAIT_S, hold_until, log_line, pace, wait_for, wait_ready
-from proxy_helpers import assert_problem, new_key
+from proxy_helpers import assert_problem, in_background, new_key
 from redis_gate import RedisGate
-from test_store_faults import in_background
 
 
 def stalled_call(p, redis, upstream, key, delay_ms, stall_s, during=None):

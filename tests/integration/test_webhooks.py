@@ -15,7 +15,7 @@ import time
 import uuid
 
 from harness import build_config
-from proxy_helpers import assert_problem, assert_replay_of, prefixed_keys, check_config
+from proxy_helpers import assert_problem, assert_replay_of, check_config, record_keys
 
 
 def test_unsigned_webhook_on_another_spelling_is_refused(start_proxy, upstream):
@@ -47,7 +47,7 @@ def test_github_webhook_signature_and_duplicate_delivery(start_proxy, upstream, 
     missing = p.request("POST", "/hooks/github", base, body)
     assert_problem(missing, 401, "signature-invalid")
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []  # nobody can pre-claim an event id
+    assert record_keys(redis) == []  # nobody can pre-claim an event id
     first = p.request("POST", "/hooks/github", base + [("X-Hub-Signature-256", sig(body))], body)
     assert first.status == 201
     dup = p.request("POST", "/hooks/github", base + [("X-Hub-Signature-256", sig(body))], body)
@@ -108,7 +108,7 @@ def test_webhook_without_a_usable_event_id_is_400_and_nothing_claimed(start_prox
     no_id = p.request("POST", "/hooks/github", [("X-Hub-Signature-256", sig)], body)
     assert_problem(no_id, 400, "missing-key")
     assert upstream.total() == 0
-    assert prefixed_keys(redis) == []
+    assert record_keys(redis) == []
 
 
 def test_webhook_failure_answer_is_not_recorded_so_the_redelivery_executes(start_proxy,

@@ -15,27 +15,13 @@ from harness import (
     Connection, build_config, free_port, port_accepts, proxy_binary, to_yaml, wait_until,
 )
 from proxy_helpers import (
-    new_key, assert_problem, in_background, concurrently, run_bin, require_binary,
+    assert_problem, concurrently, in_background, listening_sockets, metric_sum, new_key,
+    require_binary, run_bin,
 )
 
 # Every test here runs a proxy with several worker threads: tests/run.sh runs them
 # under ThreadSanitizer too (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-
-def listening_sockets(port):
-    """How many sockets listen on 127.0.0.1:port (/proc/net/tcp, state 0A)."""
-    with open("/proc/net/tcp") as f:
-        rows = [line.split() for line in f.readlines()[1:]]
-    return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
-
-
-def requests_total(proxy):
-    """The sum of idempotency_proxy_requests_total over routes and outcomes."""
-    r = proxy.admin("GET", "/metrics")
-    assert r.status == 200, r
-    return sum(float(line.rsplit(" ", 1)[1]) for line in r.body.decode().splitlines()
-               if line.startswith("idempotency_proxy_requests_total{"))
 
 
 def test_workers_listen_on_one_port_each_in_a_thread_of_its_own(start_proxy, upstream):
@@ -111,11 +97,11 @@ def test_concurrent_identical_requests_across_workers_execute_once(start_proxy, 
 
 def test_metrics_count_the_requests_of_every_worker(start_proxy, upstream):
     p = start_proxy(workers=4)
-    before = requests_total(p)
+    before = metric_sum(p, "idempotency_proxy_requests_total")
     rs = concurrently(40, lambda i: p.post(key=new_key()))
     assert {r.status for r in rs} == {201}, rs
     # 40 connections over 4 workers: counting worker 0's alone would miss about 30
-    assert requests_total(p) - before == 40
+    assert metric_sum(p, "idempotency_proxy_requests_total") - before == 40
 
 
 def test_sighup_reload_reaches_every_worker(start_proxy, upstream, redis):

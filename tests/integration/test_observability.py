@@ -1,7 +1,9 @@
-"""Facts the documents state on more than one page, each checked against
-the running proxy (docs/operations.md, docs/configuration.md, docs/webhooks.md):
+"""What the proxy shows an operator, as the documents state it (docs/operations.md,
+docs/configuration.md, docs/webhooks.md), checked against the running proxy:
 
-- `log.access: errors` leaves out a queued webhook delivery (`queued` is routine);
+- the access log's `log.access` levels (log.c): `all`, `errors` and `off`; `errors` keeps a 2xx
+  that is not routine and leaves out a queued webhook delivery (`queued` is routine); a reload
+  changes the level; a line is JSON for any path;
 - the access log and `/metrics` name a route by its pattern without the trailing `*`,
   while `GET /inbox` names a queued route by its `path` as written, `*` included;
 - the admin listener answers exactly the documented endpoints;
@@ -10,36 +12,25 @@ the running proxy (docs/operations.md, docs/configuration.md, docs/webhooks.md):
 - `delivery.concurrency` counts per route and per worker thread.
 
 Real processes only: redis-server, the proxy binary, the demo upstream and the inbox
-receiver of test_inbox.py.
+receiver of inbox_helpers.py.
 """
 
 import hashlib
 import hmac
+import socket
 import time
 import uuid
 import urllib.parse
 
 import pytest
 
-from harness import wait_until
-from proxy_helpers import json_lines
-from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
-
-
-def access_lines(p, n=None):
-    """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
-    JSON: every one once the proxy has exited, else once there are at least n (waits)."""
-    def parsed():
-        lines = json_lines(p.stdout_text())  # a line being written is not one yet
-        return lines if n is None or len(lines) >= n else None
-    if n is None:
-        assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
-        return parsed()
-    return wait_until(parsed, what="%d access-log lines" % n)
+from harness import read_response, wait_until
+from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+from proxy_helpers import access_lines, metric, new_key, wait_metric
 
 
 def signed_delivery(p, path, secret, body):
-    """A Stripe-signed POST of body to path (deliver() of test_inbox.py, for another route)."""
+    """A Stripe-signed POST of body to path (inbox_helpers.deliver(), for another route)."""
     t = int(time.time())
     mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
     return p.request("POST", path, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
@@ -172,3 +163,88 @@ def test_delivery_concurrency_counts_per_route_and_per_worker(tmp_path, start_pr
     finally:
         for r in made:
             r.stop()
+
+
+# --------------------------------------------------------------------------
+# log.access
+# --------------------------------------------------------------------------
+
+
+def drive_outcomes(p):
+    """One request of each kind; returns the key of the forwarded one."""
+    key = new_key()
+    assert p.post(key=key, body=b'{"a": 1}').status == 201                 # forwarded
+    assert p.post(key=key, body=b'{"a": 1}').replayed                       # replayed
+    assert p.post(key=key, body=b'{"a": 2}').status == 409                  # mismatch
+    assert p.post(body=b'{"a": 3}').status == 201                           # unprotected
+    assert p.post(key=new_key(), headers=[("X-Demo-Status", "503")]).status == 503  # released
+    assert p.post(key="", body=b"{}").status == 400                         # invalid-key
+    return key
+
+
+def test_access_log_all_errors_and_off(start_proxy, upstream):
+    everything = start_proxy(log={"access": "all"}, name="all")
+    errors = start_proxy(log={"access": "errors"}, name="errors")
+    off = start_proxy(log={"access": "off"}, name="off")
+    for p in (everything, errors, off):
+        drive_outcomes(p)
+    got = {name: [(d["outcome"], d["status"]) for d in access_lines(p, n)]
+           for name, p, n in (("all", everything, 6), ("errors", errors, 3), ("off", off, 0))}
+    assert got["all"] == [("forwarded", 201), ("replayed", 201), ("mismatch", 409),
+                          ("unprotected", 201), ("released", 503), ("invalid-key", 400)], got
+    assert got["errors"] == [("mismatch", 409), ("released", 503), ("invalid-key", 400)], got
+    assert got["off"] == [], got
+    # the counts stay in /metrics whatever the log keeps
+    m = off.admin("GET", "/metrics").body.decode()
+    assert 'outcome="forwarded"} 1' in m and 'outcome="mismatch"} 1' in m, m
+
+
+def test_access_log_errors_keeps_a_2xx_that_is_not_routine(start_proxy, redis, upstream):
+    """forwarded-not-stored answers 201 but retries will get not-replayable: kept."""
+    p = start_proxy(log={"access": "errors"}, limits={"max_stored_response": "10B"})
+    assert p.post(key=new_key()).status == 201
+    assert [(d["outcome"], d["status"]) for d in access_lines(p, 1)] == \
+        [("forwarded-not-stored", 201)]
+
+
+def test_access_log_level_changes_on_reload(start_proxy, upstream):
+    import signal as _signal
+    # one worker: config_reloads_total counts the reload once it applies (a second worker
+    # takes it from its mailbox afterwards)
+    p = start_proxy(log={"access": "off"}, workers=1)
+    assert p.post(key=new_key()).status == 201
+    assert access_lines(p, 0) == []
+    with open(p.config_path) as f:
+        text = f.read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace("access: \"off\"", "access: all").replace("access: off",
+                                                                         "access: all"))
+    p.signal(_signal.SIGHUP)
+    wait_metric(p, "idempotency_proxy_config_reloads_total", lambda v: v == 1)
+    assert p.post(key=new_key()).status == 201
+    assert [d["outcome"] for d in access_lines(p, 1)] == ["forwarded"]
+
+
+@pytest.mark.parametrize("path, logged", [
+    (b"/v1/payments/\"quoted\"\\back", '/v1/payments/"quoted"\\back'),
+    (b"/v1/payments/caf\xc3\xa9", "/v1/payments/caf\u00e9"),
+    (b"/v1/payments/\xff\xfe", "(not UTF-8)"),
+    (b"/v1/payments/" + b"x" * 5000 + b"\"", "/v1/payments/" + "x" * 5000 + '"'),
+    (b"/v1/payments/%22%5C", "/v1/payments/%22%5C"),
+])
+def test_access_log_line_is_json_for_any_path(proxy, upstream, path, logged):
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    try:
+        s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 2\r\n\r\n{}")
+        r = read_response(s)
+    finally:
+        s.close()
+    lines = access_lines(proxy, 1)
+    assert len(lines) == 1, lines
+    d = lines[0]
+    assert d["path"] == logged and d["status"] == r.status, (d, r)
+    assert list(d) == ["route", "method", "path", "outcome", "status", "record_id",
+                       "upstream_ms", "total_ms", "time"]
+    assert isinstance(d["upstream_ms"], float) and isinstance(d["total_ms"], float)
+    assert d["total_ms"] >= d["upstream_ms"] >= 0

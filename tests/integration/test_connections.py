@@ -1,12 +1,14 @@
-"""The CPU-saving paths keep every request answered, once.
+"""Client and upstream connections: on the paths that save CPU, every request is answered,
+once.
 
 - upstream sockets stay registered with the event loop while their connection idles in
   curl's pool (upstream.c): keep-alive reuse, an upstream that closes idle connections,
   curl closing an expired idle connection and opening its successor in one call (unix
   socket: connect completes at once), and a 1 MiB answer;
 - answers are written in the loop iteration that produced them (reply.c): pipelined
-  requests, HEAD, Connection: close;
-- the access log's `log.access` levels (log.c).
+  requests, HEAD, Connection: close, keep-alive;
+- client sockets stay in the event loop while evhttp pauses reading (reply.c): clients that
+  close or half-close mid-request, pipelined requests beyond one read, slow readers.
 
 The upstream of the socket tests is a small HTTP server in this file that counts the
 connections it accepted and can close a connection once it has been idle for a while.
@@ -18,18 +20,11 @@ import socket
 import struct
 import threading
 import time
-import uuid
 
 import pytest
 
-from harness import (
-    Connection, _Reader, build_request, hold, read_response, wait_metric, wait_until,
-)
-from proxy_helpers import json_lines
-
-
-def new_key():
-    return "fast-" + uuid.uuid4().hex
+from harness import Connection, _Reader, build_request, hold, read_response, wait_until
+from proxy_helpers import new_key, wait_metric
 
 
 class CountingUpstream:
@@ -292,101 +287,6 @@ def test_keep_alive_connection_alternates_replays_and_forwards(proxy, upstream):
             assert other.status == 201 and not other.replayed
     assert first.status == 201
     assert upstream.executions(key) == 1
-
-
-# --------------------------------------------------------------------------
-# log.access
-# --------------------------------------------------------------------------
-
-def access_lines(p, n):
-    """The proxy's access-log lines (stdout, flushed every 100 ms), each parsed as JSON, once
-    there are n of them; n=0: after a span in which none may come."""
-    if n:
-        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,
-                   what="%d access-log lines" % n)
-    else:
-        hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
-    return json_lines(p.stdout_text())
-
-
-def drive_outcomes(p):
-    """One request of each kind; returns the key of the forwarded one."""
-    key = new_key()
-    assert p.post(key=key, body=b'{"a": 1}').status == 201                 # forwarded
-    assert p.post(key=key, body=b'{"a": 1}').replayed                       # replayed
-    assert p.post(key=key, body=b'{"a": 2}').status == 409                  # mismatch
-    assert p.post(body=b'{"a": 3}').status == 201                           # unprotected
-    assert p.post(key=new_key(), headers=[("X-Demo-Status", "503")]).status == 503  # released
-    assert p.post(key="", body=b"{}").status == 400                         # invalid-key
-    return key
-
-
-def test_access_log_all_errors_and_off(start_proxy, upstream):
-    everything = start_proxy(log={"access": "all"}, name="all")
-    errors = start_proxy(log={"access": "errors"}, name="errors")
-    off = start_proxy(log={"access": "off"}, name="off")
-    for p in (everything, errors, off):
-        drive_outcomes(p)
-    got = {name: [(d["outcome"], d["status"]) for d in access_lines(p, n)]
-           for name, p, n in (("all", everything, 6), ("errors", errors, 3), ("off", off, 0))}
-    assert got["all"] == [("forwarded", 201), ("replayed", 201), ("mismatch", 409),
-                          ("unprotected", 201), ("released", 503), ("invalid-key", 400)], got
-    assert got["errors"] == [("mismatch", 409), ("released", 503), ("invalid-key", 400)], got
-    assert got["off"] == [], got
-    # the counts stay in /metrics whatever the log keeps
-    m = off.admin("GET", "/metrics").body.decode()
-    assert 'outcome="forwarded"} 1' in m and 'outcome="mismatch"} 1' in m, m
-
-
-def test_access_log_errors_keeps_a_2xx_that_is_not_routine(start_proxy, redis, upstream):
-    """forwarded-not-stored answers 201 but retries will get not-replayable: kept."""
-    p = start_proxy(log={"access": "errors"}, limits={"max_stored_response": "10B"})
-    assert p.post(key=new_key()).status == 201
-    assert [(d["outcome"], d["status"]) for d in access_lines(p, 1)] == \
-        [("forwarded-not-stored", 201)]
-
-
-def test_access_log_level_changes_on_reload(start_proxy, upstream):
-    import signal as _signal
-    # one worker: config_reloads_total counts the reload once it applies (a second worker
-    # takes it from its mailbox afterwards)
-    p = start_proxy(log={"access": "off"}, workers=1)
-    assert p.post(key=new_key()).status == 201
-    assert access_lines(p, 0) == []
-    with open(p.config_path) as f:
-        text = f.read()
-    with open(p.config_path, "w") as f:
-        f.write(text.replace("access: \"off\"", "access: all").replace("access: off",
-                                                                         "access: all"))
-    p.signal(_signal.SIGHUP)
-    wait_metric(p, "idempotency_proxy_config_reloads_total", lambda v: v == 1)
-    assert p.post(key=new_key()).status == 201
-    assert [d["outcome"] for d in access_lines(p, 1)] == ["forwarded"]
-
-
-@pytest.mark.parametrize("path, logged", [
-    (b"/v1/payments/\"quoted\"\\back", '/v1/payments/"quoted"\\back'),
-    (b"/v1/payments/caf\xc3\xa9", "/v1/payments/caf\u00e9"),
-    (b"/v1/payments/\xff\xfe", "(not UTF-8)"),
-    (b"/v1/payments/" + b"x" * 5000 + b"\"", "/v1/payments/" + "x" * 5000 + '"'),
-    (b"/v1/payments/%22%5C", "/v1/payments/%22%5C"),
-])
-def test_access_log_line_is_json_for_any_path(proxy, upstream, path, logged):
-    s = socket.create_connection(("127.0.0.1", proxy.port))
-    try:
-        s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 2\r\n\r\n{}")
-        r = read_response(s)
-    finally:
-        s.close()
-    lines = access_lines(proxy, 1)
-    assert len(lines) == 1, lines
-    d = lines[0]
-    assert d["path"] == logged and d["status"] == r.status, (d, r)
-    assert list(d) == ["route", "method", "path", "outcome", "status", "record_id",
-                       "upstream_ms", "total_ms", "time"]
-    assert isinstance(d["upstream_ms"], float) and isinstance(d["total_ms"], float)
-    assert d["total_ms"] >= d["upstream_ms"] >= 0
 
 
 # --------------------------------------------------------------------------

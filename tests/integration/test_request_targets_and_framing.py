@@ -1,4 +1,4 @@
-"""Fail closed at the HTTP edge.
+"""Request targets and framing: the HTTP edge fails closed.
 
 Paths that cannot be normalised, every spelling of a protected path, limits the
 config accepts, body framing libevent may read otherwise than the client, route

@@ -20,13 +20,14 @@ import uuid
 
 import pytest
 
-from harness import documented_acl_rules, documented_acl_users, hold, log_line, readyz, \
-    wait_ready, wait_until
-from proxy_helpers import json_lines
-from redis_topology import ClusterGroup, SentinelGroup, acl_setuser
-from test_inbox import ROUTE, Receiver, deliver, metric, new_secret, queued_route, stripe_body
-from test_cluster import cluster_redis, redirections, redis_cli
-from test_replicated_claims import replica_pair
+from harness import (
+    documented_acl_rules, documented_acl_users, hold, log_line, readyz, wait_ready, wait_until,
+)
+from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
+from proxy_helpers import json_lines, metric
+from redis_topology import (
+    ClusterGroup, SentinelGroup, acl_setuser, cluster_redis, redirections, redis_cli, replica_pair,
+)
 
 USER = "idem-proxy"
 PASSWORD = "acl-" + uuid.uuid4().hex[:12]

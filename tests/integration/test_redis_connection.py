@@ -1,6 +1,6 @@
-"""Redis in production (README "Redis in production"): TLS, mutual TLS, ACL users and
-credentials, a replica or a demoted primary, a resolver that never answers, and a
-stalled Redis under steady traffic.
+"""The proxy's connection to Redis in production (README "Redis in production"): TLS,
+mutual TLS, ACL users and credentials, a replica or a demoted primary, a resolver that never
+answers, and a stalled Redis under steady traffic.
 
 Real processes only: redis-server (or $IDEM_REDIS_SERVER, e.g. valkey-server) with
 certificates `openssl` makes here, the demo upstream, the proxy binary; the resolver
@@ -17,28 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import (
-    REPO, Proxy, RedisServer, Upstream, assert_stays_unready, build_config, free_port, log_line,
-    pace, readyz, to_yaml, wait_ready, wait_until,
+    REPO, Proxy, RedisServer, Upstream, build_config, free_port, log_line, pace, readyz, to_yaml,
+    wait_ready, wait_until,
 )
-from proxy_helpers import assert_problem, new_key
-from redis_topology import AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args
-
-
-# The proxy's exact command list (README "Redis in production"): the minimal ACL.
-ACL_COMMANDS = ["select", "role", "ping", "get", "set", "del", "pttl", "eval",
-                "evalsha", "wait"]
-ACL_RULES = ["on", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
-    ["+" + c for c in ACL_COMMANDS]
-
-
-def assert_replay_of(replay, first):
-    assert replay.status == first.status, (replay, first)
-    assert replay.body == first.body, (replay, first)
-    assert replay.header_all("Idempotent-Replayed") == ["true"], replay
-
-
-def record_keys(redis, db=0):
-    return [k for k in redis.keys("*", db=db) if str(k).startswith("idem")]
+from proxy_helpers import (
+    assert_problem, assert_replay_of, assert_stays_unready, metric, new_key, record_keys,
+)
+from redis_topology import (
+    ACL_COMMANDS, ACL_RULES, AnsweringResolver, NetNs, Pki, SilentResolver, acl_setuser, tls_args,
+)
 
 
 def assert_refused_unprotected_nothing(p, upstream, redis, db=0):
@@ -93,7 +80,7 @@ def test_tls_keyed_request_is_forwarded_once_and_replayed(start_proxy, upstream,
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
-    assert_replay_of(p.post(key=key), first)
+    assert_replay_of(p.post(key=key), first, framing=False)
     assert upstream.executions(key) == 1
     assert len(record_keys(r)) == 1  # written over TLS, read back over the plain port
     assert "127.0.0.1:%d: ready (primary, TLS)" % port in p.stderr_text()
@@ -157,7 +144,7 @@ def test_mutual_tls_needs_the_client_certificate(start_proxy, upstream, tls_redi
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
-    assert_replay_of(p.post(key=key), first)
+    assert_replay_of(p.post(key=key), first, framing=False)
     assert upstream.executions(key) == 1
 
 
@@ -201,7 +188,7 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
-    assert_replay_of(p.post(key=key), first)
+    assert_replay_of(p.post(key=key), first, framing=False)
     # a new script cache: NOSCRIPT, then the body with EVAL
     r.cmd("SCRIPT", "FLUSH")
     k2 = new_key()
@@ -237,10 +224,7 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
 
 
 def eviction_policy_ok(p):
-    m = re.search(r"^idempotency_proxy_redis_eviction_policy_ok (\S+)$",
-                  p.admin("GET", "/metrics").body.decode(), re.M)
-    assert m, "no idempotency_proxy_redis_eviction_policy_ok gauge"
-    return float(m.group(1))
+    return metric(p, "idempotency_proxy_redis_eviction_policy_ok", required=True)
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "noeviction"])
