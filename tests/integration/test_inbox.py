@@ -495,6 +495,9 @@ def test_acknowledgement_lost_to_a_redis_outage_is_sent_again_not_redelivered(
         # the bound (10 s, well inside it) is what tells the two apart
         wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
                    timeout=10, interval=0.2, what="acknowledged after the outage")
+        # GET /inbox goes through the admin listener's own Redis connection, which reconnects
+        # on its own backoff: /readyz covers it
+        wait_ready(p, timeout=30)
         assert inbox(p)["pending"] == 0 and inbox(p)["depth"] == 0
         assert [a["event"] for a in receiver.attempts()] == [evt]
         assert p.stop() == 0
