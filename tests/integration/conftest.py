@@ -78,12 +78,13 @@ def redis(tmp_path):
 
 @pytest.fixture
 def redis_factory(tmp_path):
-    """redis_factory(password=None, unix_path=None) -> another started RedisServer."""
+    """redis_factory(password=None, unix_path=None, extra_args=()) -> another started
+    RedisServer (binary: $IDEM_REDIS_SERVER)."""
     started = []
 
-    def make(password=None, unix_path=None):
+    def make(password=None, unix_path=None, extra_args=()):
         srv = RedisServer(str(tmp_path / ("redis%d" % (len(started) + 2))), password=password,
-                          unix_path=unix_path)
+                          unix_path=unix_path, extra_args=extra_args)
         started.append(srv)
         return srv.start()
 

@@ -37,19 +37,9 @@ def assert_refused_unprotected_nothing(p, upstream, redis, db=0):
 
 
 @pytest.fixture
-def servers(tmp_path):
+def servers(redis_factory):
     """servers(extra_args=()) -> another started RedisServer (binary: $IDEM_REDIS_SERVER)."""
-    started = []
-
-    def make(extra_args=()):
-        srv = RedisServer(str(tmp_path / ("node%d" % len(started))), extra_args=extra_args)
-        started.append(srv)
-        return srv.start()
-
-    yield make
-    for srv in started:
-        srv.resume()
-        srv.kill()
+    return lambda extra_args=(): redis_factory(extra_args=extra_args)
 
 
 @pytest.fixture

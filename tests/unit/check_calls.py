@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from check_includes import find_cycle
+
 MAX_LINES = 800
 
 
@@ -49,31 +51,6 @@ def objects_of(src, build):
         if source.startswith("proxy" + os.sep):
             out[source] = os.path.join(e["directory"], e["output"])
     return out
-
-
-def find_cycle(edges):
-    state, stack = {}, []
-
-    def visit(node):
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                cycle = visit(nxt)
-                if cycle:
-                    return cycle
-        stack.pop()
-        state[node] = "done"
-        return None
-
-    for node in sorted(edges):
-        if node not in state:
-            cycle = visit(node)
-            if cycle:
-                return cycle
-    return None
 
 
 def call_failures(objects):
