@@ -73,8 +73,8 @@ void admin_reply_problem(struct http_req *req, enum problem p, const char *detai
  * True with *actor set; false after answering 401 + WWW-Authenticate:
  * Bearer (RFC 6750 section 3) with problem details, a warning line (no
  * token) and idempotency_proxy_admin_unauthorized_total. The token is read
- * from the running configuration (env->set->conf), so a SIGHUP that
- * rereads the file applies to the next request.
+ * from the running configuration (exchange_set_conf(env->set)), so a
+ * SIGHUP that rereads the file applies to the next request.
  */
 bool admin_auth_check(const struct admin_env *env, struct http_req *req,
                       struct admin_actor *actor);
