@@ -1,13 +1,15 @@
 /*
  * admin_int.h - what the files of the admin listener share and nothing
  * outside them includes. Calls run one way: admin.c (the dispatch) calls
- * admin_auth.c, admin_records.c, admin_list.c, admin_lookup.c and
+ * probe.c, admin_auth.c, admin_records.c, admin_list.c, admin_lookup.c and
  * admin_audit.c; admin_records.c calls admin_resolve.c; they call
- * admin_audit.c and admin_reply.c; admin_reply.c and admin_audit.c call no
- * other admin file.
+ * admin_audit.c and admin_reply.c; probe.c calls admin_reply.c only;
+ * admin_reply.c and admin_audit.c call no other admin file.
  *
- *   admin.c          the endpoints: probes and metrics (open), the rest
+ *   admin.c          the endpoints: the probes first (open), the rest
  *                    after the token check
+ *   probe.c          /healthz, /readyz and /metrics (probe.h: their own
+ *                    environment, nothing of the admin's)
  *   admin_auth.c     Authorization: Bearer against admin.token_file (401)
  *   admin_records.c  GET and DELETE /records/<id>
  *   admin_resolve.c  PUT /records/<id>: an operator's answer for a held record
