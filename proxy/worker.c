@@ -123,7 +123,7 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
 {
     worker_set_body_limit(w->http, cfg->max_request_body);
     worker_set_admin_body_limit(w, cfg->max_stored_response);
-    exchange_set_config(&w->xs, cfg);
+    exchange_set_config(w->xs, cfg);
     inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
@@ -137,7 +137,6 @@ static void worker_stop_accepting(struct worker *w)
         evhttp_del_accept_socket(w->http, w->listener);
         w->listener = NULL;
     }
-    w->xs.draining = true;
     inbox_stop(w->webhook_inbox); /* no new entries; those in delivery go on */
 }
 
@@ -147,7 +146,7 @@ static unsigned worker_pool_busy(struct worker_pool *p)
     unsigned n = 0;
 
     for (unsigned i = 0; i < p->n; i++)
-        n += exchange_set_busy(&p->workers[i].xs) + inbox_busy(p->workers[i].webhook_inbox);
+        n += exchange_set_busy(p->workers[i].xs) + inbox_busy(p->workers[i].webhook_inbox);
     return n;
 }
 
@@ -167,8 +166,8 @@ static void worker_on_drain_tick(evutil_socket_t fd, short what, void *arg)
     } else if (clock_now_ms() >= w->drain_deadline_ms) {
         log_msg(LOG_WARN, "worker %u: drain time is up with %u requests in flight, %u answers "
                 "unsent, %u claims of refused requests unreleased (they end with their lease, "
-                "then read as outcome unknown); exiting", w->index, (unsigned)w->xs.active,
-                (unsigned)w->xs.unflushed, (unsigned)w->xs.janitor.pending);
+                "then read as outcome unknown); exiting", w->index, exchange_set_active(w->xs),
+                exchange_set_unflushed(w->xs), exchange_set_unreleased(w->xs));
         event_base_loopexit(w->base, NULL);
     }
 }
@@ -180,7 +179,7 @@ static void worker_drain(struct worker *w, uint64_t deadline_ms)
 
     if (w->drain_timer != NULL)
         return;
-    w->xs.drain_deadline_ms = deadline_ms; /* a record write retried stops in time */
+    exchange_set_drain(w->xs, deadline_ms); /* refuse new requests; a write retried stops in time */
     worker_stop_accepting(w);
     w->drain_deadline_ms = deadline_ms;
     w->drain_timer = event_new(w->base, -1, EV_PERSIST, worker_on_drain_tick, w);
@@ -202,7 +201,7 @@ static void worker_on_mailbox(evutil_socket_t fd, short what, void *arg)
         switch (m.kind) {
         case WORKER_MSG_RELOAD: worker_apply_config(w, m.cfg); break;
         case WORKER_MSG_DRAIN: worker_drain(w, m.deadline_ms); break;
-        case WORKER_MSG_WAKE: exchange_wake_waiters(&w->xs, m.record_key); break;
+        case WORKER_MSG_WAKE: exchange_wake_waiters(w->xs, m.record_key); break;
         }
     }
 }
@@ -220,7 +219,7 @@ static void worker_wake_others(const char *record_key, void *arg)
     memcpy(m.record_key, record_key, len + 1);
     for (unsigned i = 0; i < p->n; i++) {
         struct worker *o = &p->workers[i];
-        if (o != w && o->xs.waiting > 0)
+        if (o != w && exchange_set_waiting(o->xs) > 0)
             worker_post(o, &m);
     }
 }
@@ -241,7 +240,7 @@ static void worker_on_failover(const char *from, const char *to, void *arg)
 
     (void)from;
     metrics_count_failover(&w->pool->metrics, to);
-    exchange_set_failed_over(&w->xs);   /* released claims, released again */
+    exchange_set_failed_over(w->xs);   /* released claims, released again */
 }
 
 /* The worker's store read a cluster's slot map or followed a redirection (redis.cluster). */
@@ -285,8 +284,8 @@ static void worker_deinit(struct worker *w)
     inbox_stop(w->webhook_inbox);
     store_destroy(w->store);
     w->store = NULL;
-    if (w->xs.conf != NULL)
-        exchange_set_deinit(&w->xs);
+    exchange_set_destroy(w->xs);
+    w->xs = NULL;
     upstream_destroy(w->upstream);
     w->upstream = NULL;
     /* after both: their callbacks may still reach its deliveries; pending entries stay */
@@ -345,8 +344,9 @@ static int worker_admin_open(struct worker *w, struct worker_pool *p, struct con
 
     if (lev == NULL)
         return -1;
-    w->admin = (struct admin_env){ &w->xs, &p->metrics, worker_pool_gauges,
-                                   worker_pool_unready, p, 0 };
+    /* the rest of w->admin once the store and the exchange set exist (worker_init) */
+    w->admin.probe = (struct probe_env){ &p->metrics, worker_pool_gauges, worker_pool_unready, p };
+    w->admin.metrics = &p->metrics;
     worker_set_admin_body_limit(w, cfg->max_stored_response);
     w->admin_server = http_server_new(w->base, lev, &limits, &(struct http_server_callbacks){
         .head = admin_head, .request = admin_handle, .too_large = admin_too_large,
@@ -367,7 +367,6 @@ static int worker_client_open(struct worker *w, struct config *cfg, bool shared,
                             &w->listener_slot, err, errlen);
     if (w->http == NULL)
         return -1;
-    evhttp_set_gencb(w->http, exchange_handle, &w->xs);
     evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
@@ -420,8 +419,6 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     store_set_observer(w->store, worker_on_store_command, w);
     store_set_failover_observer(w->store, worker_on_failover, w);
     store_set_event_observer(w->store, worker_on_store_event, w);
-    exchange_set_init(&w->xs, w->base, w->store, w->upstream, &p->metrics, &p->budget, cfg,
-                      worker_wake_others, w);
     /* NULL without a queued route; routes' delivery.mode cannot change on reload */
     if (!w->admin_only)
         w->webhook_inbox = inbox_create(w->base, w->store, w->upstream, cfg, &p->metrics, index,
@@ -431,7 +428,18 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         snprintf(err, errlen, "out of memory");
         goto failed;
     }
-    w->xs.inbox = w->webhook_inbox;
+    w->xs = exchange_set_create(w->base, w->store, w->upstream, w->webhook_inbox, &p->metrics,
+                                &p->budget, cfg, worker_wake_others, w);
+    if (w->xs == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto failed;
+    }
+    if (w->http != NULL) /* nothing is accepted before the loop runs */
+        evhttp_set_gencb(w->http, exchange_handle, w->xs);
+    if (w->admin_only) {
+        w->admin.store = w->store;
+        w->admin.set = w->xs;
+    }
     return 0;
 
 failed:
@@ -516,6 +524,7 @@ int worker_pool_start(struct worker_pool *p, char *err, size_t errlen)
 int worker_pool_reload(struct worker_pool *p, const char *file)
 {
     struct worker *w0 = &p->workers[0];
+    const struct config *running = exchange_set_conf(w0->xs); /* until worker_apply_config */
     char err[1024];
     struct config *cfg = config_create(file, err, sizeof(err));
     char why[256];
@@ -529,7 +538,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
      * restart keys against the boot config the listeners, threads and store were made from;
      * identity keys against the running one (config_reload_check says why)
      */
-    if (config_reload_check(w0->boot, w0->xs.conf, cfg, why, sizeof(why)) != CONFIG_RELOAD_LIVE) {
+    if (config_reload_check(w0->boot, running, cfg, why, sizeof(why)) != CONFIG_RELOAD_LIVE) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", why);
         config_unref(cfg);
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
@@ -548,7 +557,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     config_keyring_describe(cfg, err, sizeof(err));
     log_msg(LOG_INFO, "reloaded %s: %zu routes; %s", file, cfg->n_routes, err);
     keyring_note_core_dumps();
-    if (route_unprotected(w0->xs.conf->routes, w0->xs.conf->n_routes, cfg->routes, cfg->n_routes,
+    if (route_unprotected(running->routes, running->n_routes, cfg->routes, cfg->n_routes,
                           file, err, sizeof(err)) > 0)
         log_lines(LOG_WARN, err);
     if (cfg->n_routes == 0)
@@ -558,8 +567,8 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
         log_lines(LOG_WARN, err);
     {
         /* a rotated admin token is on record by its fingerprint (never the token) */
-        const struct config *was = w0->xs.conf;
-        const char *old = was->admin_token_file != NULL ? was->admin_token.fingerprint : "none";
+        const char *old = running->admin_token_file != NULL ? running->admin_token.fingerprint
+                                                            : "none";
         const char *now = cfg->admin_token_file != NULL ? cfg->admin_token.fingerprint : "none";
 
         if (strcmp(old, now) != 0)
@@ -611,9 +620,9 @@ unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned
 
     *unsent = *unreleased = 0;
     for (unsigned i = 0; i < p->n; i++) {
-        n += p->workers[i].xs.active;
-        *unsent += p->workers[i].xs.unflushed;
-        *unreleased += p->workers[i].xs.janitor.pending;
+        n += exchange_set_active(p->workers[i].xs);
+        *unsent += exchange_set_unflushed(p->workers[i].xs);
+        *unreleased += exchange_set_unreleased(p->workers[i].xs);
     }
     return n;
 }
@@ -653,8 +662,8 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
         char primary[sizeof(g->redis_primaries[0].address)];
         int n;
 
-        g->in_flight += w->xs.active;
-        g->waiting += w->xs.waiting;
+        g->in_flight += exchange_set_active(w->xs);
+        g->waiting += exchange_set_waiting(w->xs);
         g->upstream_in_flight += upstream_in_flight(w->upstream);
         if (!store_primary(w->store, primary, sizeof(primary)))
             g->redis_up = 0;

@@ -33,7 +33,8 @@ struct worker_pool;
 
 /*
  * One worker thread's world. Only its own thread touches it, except the
- * exchange set's atomic counters, which other threads sum (drain, metrics).
+ * exchange set's atomic counters, which other threads sum (drain, metrics)
+ * through exchange.h's calls.
  */
 struct worker {
     struct event_base *base;                /* owned */
@@ -43,7 +44,8 @@ struct worker {
     struct config *boot;                    /* listeners, Redis, upstream: fixed until restart; one ref */
     struct store *store;
     struct upstream *upstream;
-    struct exchange_set xs;                 /* its requests; xs.conf is the running config */
+    struct exchange_set *xs;                /* its requests, owned; exchange_set_conf(xs) is the
+                                               running config */
     struct inbox *webhook_inbox;            /* queued routes' consumer (inbox.h); NULL: none */
     struct evhttp *http;
     struct evhttp_bound_socket *listener;

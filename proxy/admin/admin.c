@@ -1,6 +1,6 @@
 /*
- * admin.c - the admin listener's endpoints: the probes and the metrics,
- * open to every client, and behind the token check (admin_auth.c) the
+ * admin.c - the admin listener's endpoints: the probes and the metrics
+ * (probe.c), open to every client, and behind the token check (admin_auth.c) the
  * records, the record lookup and the inbox. See admin_int.h for the files.
  */
 #include "admin_int.h"
@@ -16,7 +16,7 @@
 #include "config.h"
 #include "exchange.h"
 #include "inbox.h"
-#include "metrics.h"
+#include "probe.h"
 
 #define ADMIN_RECORDS_PATH "/records/"
 #define ADMIN_LOOKUP_PATH "/records/lookup"
@@ -29,46 +29,6 @@ static const char *admin_path(struct http_req *req)
     const char *path = evhttp_uri_get_path(http_server_uri(req));
 
     return path != NULL ? path : "";
-}
-
-static bool admin_is_probe(const char *path)
-{
-    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
-           strcmp(path, "/metrics") == 0;
-}
-
-static void admin_metrics(const struct admin_env *env, struct http_req *req)
-{
-    struct evbuffer *body = evbuffer_new();
-    struct metrics_gauges g;
-
-    env->gauges(env->arg, &g);
-    metrics_render(env->metrics, body, &g);
-    admin_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", body);
-    evbuffer_free(body);
-}
-
-/* GET /healthz, /readyz and /metrics: what the kubelet and Prometheus ask, without a token. */
-static bool admin_probe(const struct admin_env *env, struct http_req *req, const char *path)
-{
-    enum evhttp_cmd_type cmd = http_server_command(req);
-    bool read = cmd != EVHTTP_REQ_POST && cmd != EVHTTP_REQ_DELETE && cmd != EVHTTP_REQ_PUT;
-
-    if (strcmp(path, "/healthz") == 0 && read) {
-        admin_reply_text(req, 200, "ok\n");
-    } else if (strcmp(path, "/readyz") == 0 && read) {
-        const char *why = env->unready(env->arg);
-        char text[64];
-        snprintf(text, sizeof(text), "%s\n", why != NULL ? why : "ready");
-        admin_reply_text(req, why != NULL ? 503 : 200, text);
-    } else if (strcmp(path, "/metrics") == 0 && read) {
-        admin_metrics(env, req);
-    } else if (admin_is_probe(path)) {
-        admin_reply_text(req, 405, "method not allowed\n");
-    } else {
-        return false;
-    }
-    return true;
 }
 
 /*
@@ -154,7 +114,7 @@ void admin_head(struct http_req *req, void *arg)
     struct admin_actor actor;
 
     /* the token first: without it, not even the size of the body is anyone's business */
-    if (!admin_is_probe(admin_path(req)) && !admin_auth_check(env, req, &actor))
+    if (!probe_path(admin_path(req)) && !admin_auth_check(env, req, &actor))
         return;
     if (announced > 0 && (unsigned long long)announced > limit) {
         admin_too_large(req, arg);
@@ -169,7 +129,7 @@ void admin_handle(struct http_req *req, void *arg)
     const char *path = admin_path(req);
     struct admin_actor actor;
 
-    if (admin_probe(env, req, path))
+    if (probe_answer(&env->probe, req))
         return;
     if (!admin_auth_check(env, req, &actor))
         return;
@@ -182,7 +142,8 @@ void admin_handle(struct http_req *req, void *arg)
     } else if (strcmp(path, ADMIN_INBOX_PATH) == 0 ||
                strncmp(path, ADMIN_INBOX_PATH "/", strlen(ADMIN_INBOX_PATH) + 1) == 0) {
         admin_inbox_audit(req, &actor, path + strlen(ADMIN_INBOX_PATH));
-        inbox_admin(req, env->set->store, env->set->conf, path + strlen(ADMIN_INBOX_PATH));
+        inbox_admin(req, env->store, exchange_set_conf(env->set),
+                    path + strlen(ADMIN_INBOX_PATH));
     } else if (http_server_command(req) == EVHTTP_REQ_POST ||
                http_server_command(req) == EVHTTP_REQ_DELETE ||
                http_server_command(req) == EVHTTP_REQ_PUT) {

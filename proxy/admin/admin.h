@@ -7,21 +7,23 @@
 
 #include <stddef.h>
 
+#include "probe.h"
+
 struct http_req;
 struct exchange_set;
 struct metrics;
-struct metrics_gauges;
+struct store;
 
 /*
  * What the admin listener reads, filled in by the worker that runs it (the
- * arrow runs one way: worker -> admin). The callbacks cover the whole pool.
+ * arrow runs one way: worker -> admin).
  */
 struct admin_env {
-    const struct exchange_set *set;         /* its store and running config (key_prefix) */
+    struct probe_env probe;                 /* the probes (probe.h), answered first */
+    struct store *store;                    /* the worker's, borrowed */
+    const struct exchange_set *set;         /* the worker's: its running config
+                                               (exchange_set_conf: the token, key_prefix) */
     struct metrics *metrics;                /* the process's */
-    void (*gauges)(void *arg, struct metrics_gauges *g);   /* summed over the workers */
-    const char *(*unready)(void *arg);      /* why not ready ("draining", ...), or NULL */
-    void *arg;
     size_t resolve_body_limit;              /* bytes: PUT /records/<id>'s body (the worker's) */
 };
 
@@ -42,7 +44,8 @@ void admin_too_large(struct http_req *req, void *arg);
 
 /*
  * http_server request callback of the admin listener (the body is read);
- * arg is the struct admin_env, on the thread of the worker that owns set. Open to every client:
+ * arg is the struct admin_env, on the thread of the worker that owns set. Open to every
+ * client, answered first by probe_answer (env->probe):
  *   GET /healthz          200 while the process runs
  *   GET /readyz           200 when every worker's Redis is connected and the
  *                         process is not draining, else 503

@@ -56,7 +56,7 @@ static void admin_auth_refuse(const struct admin_env *env, struct http_req *req,
 bool admin_auth_check(const struct admin_env *env, struct http_req *req,
                       struct admin_actor *actor)
 {
-    const struct config *cfg = env->set->conf;
+    const struct config *cfg = exchange_set_conf(env->set);
     const char *value;
     enum bearer_verdict v;
     int lines;

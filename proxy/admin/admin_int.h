@@ -1,13 +1,15 @@
 /*
  * admin_int.h - what the files of the admin listener share and nothing
  * outside them includes. Calls run one way: admin.c (the dispatch) calls
- * admin_auth.c, admin_records.c, admin_list.c, admin_lookup.c and
+ * probe.c, admin_auth.c, admin_records.c, admin_list.c, admin_lookup.c and
  * admin_audit.c; admin_records.c calls admin_resolve.c; they call
- * admin_audit.c and admin_reply.c; admin_reply.c and admin_audit.c call no
- * other admin file.
+ * admin_audit.c and admin_reply.c; probe.c calls admin_reply.c only;
+ * admin_reply.c and admin_audit.c call no other admin file.
  *
- *   admin.c          the endpoints: probes and metrics (open), the rest
+ *   admin.c          the endpoints: the probes first (open), the rest
  *                    after the token check
+ *   probe.c          /healthz, /readyz and /metrics (probe.h: their own
+ *                    environment, nothing of the admin's)
  *   admin_auth.c     Authorization: Bearer against admin.token_file (401)
  *   admin_records.c  GET and DELETE /records/<id>
  *   admin_resolve.c  PUT /records/<id>: an operator's answer for a held record
@@ -73,8 +75,8 @@ void admin_reply_problem(struct http_req *req, enum problem p, const char *detai
  * True with *actor set; false after answering 401 + WWW-Authenticate:
  * Bearer (RFC 6750 section 3) with problem details, a warning line (no
  * token) and idempotency_proxy_admin_unauthorized_total. The token is read
- * from the running configuration (env->set->conf), so a SIGHUP that
- * rereads the file applies to the next request.
+ * from the running configuration (exchange_set_conf(env->set)), so a
+ * SIGHUP that rereads the file applies to the next request.
  */
 bool admin_auth_check(const struct admin_env *env, struct http_req *req,
                       struct admin_actor *actor);

@@ -155,7 +155,7 @@ void admin_list(const struct admin_env *env, struct http_req *req)
         free(c);
         goto done;
     }
-    store_list(env->set->store, env->set->conf->key_prefix, (char)c->state, n, cursor,
+    store_list(env->store, exchange_set_conf(env->set)->key_prefix, (char)c->state, n, cursor,
                admin_list_keep, admin_list_on_page, c);
 done:
     evhttp_clear_headers(&params);

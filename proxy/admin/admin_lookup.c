@@ -125,7 +125,7 @@ void admin_lookup(const struct admin_env *env, struct http_req *req)
         admin_reply_error(req, 400, reason);
         goto done;
     }
-    if (lookup_record(env->set->conf, method, path, &scope, key, &r, reason,
+    if (lookup_record(exchange_set_conf(env->set), method, path, &scope, key, &r, reason,
                       sizeof(reason)) != 0) {
         admin_reply_error(req, 400, reason);
         goto done;
@@ -137,7 +137,7 @@ void admin_lookup(const struct admin_env *env, struct http_req *req)
         goto done;
     }
     c->req = req;
-    store_get(env->set->store, r.redis_key, admin_lookup_on_get, c);
+    store_get(env->store, r.redis_key, admin_lookup_on_get, c);
 done:
     evhttp_clear_headers(&params);
     evhttp_clear_headers(&scope);

@@ -119,7 +119,7 @@ static void admin_on_get(enum store_status st, const char *value, size_t len, vo
             json_object_set_new(c->doc, "key_id", json_string(rec.key_id));
             json_object_set_new(c->doc, "route", json_stringn(rec.route, rec.route_len));
         }
-        store_pttl(c->env->set->store, c->record_key, admin_on_pttl, c);
+        store_pttl(c->env->store, c->record_key, admin_on_pttl, c);
         return;
     }
     admin_records_free(c);
@@ -166,7 +166,7 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
                                                "flight (its lease is live); purging it would let "
                                                "a retry execute again"));
     } else {
-        store_delete_if_unchanged(c->env->set->store, c->record_key, value, len, admin_on_delete,
+        store_delete_if_unchanged(c->env->store, c->record_key, value, len, admin_on_delete,
                                   c);
     }
 }
@@ -176,6 +176,7 @@ void admin_records(const struct admin_env *env, struct http_req *req, const char
 {
     enum evhttp_cmd_type cmd = http_server_command(req);
     bool purge = cmd == EVHTTP_REQ_DELETE;
+    const char *prefix = exchange_set_conf(env->set)->key_prefix;
     struct admin_records_call *c;
     char key[RECORD_KEY_MAX];
 
@@ -189,7 +190,7 @@ void admin_records(const struct admin_env *env, struct http_req *req, const char
         return;
     }
     if (cmd == EVHTTP_REQ_PUT) {
-        if (record_key_format(env->set->conf->key_prefix, id, key, sizeof(key)) != 0) {
+        if (record_key_format(prefix, id, key, sizeof(key)) != 0) {
             admin_audit_resolve(req, actor, id, NULL, 500, 0);
             admin_reply_error(req, 500, "the record key does not fit");
             return;
@@ -212,8 +213,7 @@ void admin_records(const struct admin_env *env, struct http_req *req, const char
     c->env = env;
     c->actor = *actor;
     memcpy(c->record_id, id, RECORD_ID_HEX_LEN + 1);
-    if (record_key_format(env->set->conf->key_prefix, id, c->record_key,
-                          sizeof(c->record_key)) != 0) {
+    if (record_key_format(prefix, id, c->record_key, sizeof(c->record_key)) != 0) {
         if (purge)
             admin_records_purged(c, 500, json_pack("{s:s}", "error",
                                                    "the record key does not fit"));
@@ -224,7 +224,7 @@ void admin_records(const struct admin_env *env, struct http_req *req, const char
         return;
     }
     if (purge)
-        store_get(env->set->store, c->record_key, admin_on_get_before_delete, c);
+        store_get(env->store, c->record_key, admin_on_get_before_delete, c);
     else
-        store_get(env->set->store, c->record_key, admin_on_get, c);
+        store_get(env->store, c->record_key, admin_on_get, c);
 }

@@ -68,7 +68,7 @@ static void admin_resolve_free(struct admin_resolve_call *c)
  */
 static bool admin_resolve_released(const struct admin_resolve_call *c)
 {
-    const struct config *conf = c->env->set->conf;
+    const struct config *conf = exchange_set_conf(c->env->set);
 
     for (size_t i = 0; c->route[0] != '\0' && i < conf->n_routes; i++) {
         const struct route *r = &conf->routes[i];
@@ -354,15 +354,15 @@ static void admin_resolve_on_get(enum store_status st, const char *value, size_t
     rec.completed_ms = clock_now_ms();
     if (record_set_answer(&rec, c->status, &c->headers, (const char *)c->body, c->body_len,
                           c->max_stored) != RECORD_DONE ||
-        (encoded = record_encode_alloc(&rec, c->env->set->conf->keyring, c->record_key,
-                                       &encoded_len)) == NULL) {
+        (encoded = record_encode_alloc(&rec, exchange_set_conf(c->env->set)->keyring,
+                                       c->record_key, &encoded_len)) == NULL) {
         /* checked in admin_resolve_parse: a build defect, not the operator's */
         admin_resolve_done(c, 500, json_pack("{s:s}", "error", "the answer cannot be "
                                                     "encoded; nothing was written"));
         return;
     }
     c->stored_headers = rec.n_headers;
-    store_replace_unchanged(c->env->set->store, c->record_key, value, len, encoded, encoded_len,
+    store_replace_unchanged(c->env->store, c->record_key, value, len, encoded, encoded_len,
                             admin_resolve_on_written, c);
     free(encoded);
 }
@@ -389,12 +389,12 @@ void admin_resolve(const struct admin_env *env, struct http_req *req, const char
      * one). ROUTE: should a route get its own max_stored_response, the
      * record's route (admin_record_route) names the one to check.
      */
-    c->max_stored = env->set->conf->max_stored_response;
+    c->max_stored = exchange_set_conf(env->set)->max_stored_response;
     if (admin_resolve_parse(c, http_server_body(req), why, sizeof(why)) != 0) {
         admin_audit_resolve(req, actor, id, NULL, 400, 0);
         admin_reply_problem(req, PROBLEM_INVALID_RESOLUTION, why);
         admin_resolve_free(c);
         return;
     }
-    store_get(env->set->store, c->record_key, admin_resolve_on_get, c);
+    store_get(env->store, c->record_key, admin_resolve_on_get, c);
 }

@@ -191,15 +191,20 @@ static void exchange_on_released(const char *record_key, void *arg)
     exchange_record_changed(arg, record_key);
 }
 
-void exchange_set_init(struct exchange_set *set, struct event_base *base, struct store *store,
-                       struct upstream *upstream, struct metrics *metrics,
-                       struct budget *budget, struct config *conf,
-                       exchange_wake_cb *wake_others, void *wake_arg)
+struct exchange_set *exchange_set_create(struct event_base *base, struct store *store,
+                                         struct upstream *upstream, struct inbox *inbox,
+                                         struct metrics *metrics, struct budget *budget,
+                                         struct config *conf, exchange_wake_cb *wake_others,
+                                         void *wake_arg)
 {
-    memset(set, 0, sizeof(*set));
+    struct exchange_set *set = calloc(1, sizeof(*set));
+
+    if (set == NULL)
+        return NULL;
     set->base = base;
     set->store = store;
     set->upstream = upstream;
+    set->inbox = inbox;
     set->metrics = metrics;
     set->budget = budget;
     set->conf = config_ref(conf);
@@ -208,6 +213,7 @@ void exchange_set_init(struct exchange_set *set, struct event_base *base, struct
     janitor_init(&set->janitor, base, store, exchange_on_released, set);
     set->wake_others = wake_others;
     set->wake_arg = wake_arg;
+    return set;
 }
 
 void exchange_set_config(struct exchange_set *set, struct config *conf)
@@ -216,6 +222,37 @@ void exchange_set_config(struct exchange_set *set, struct config *conf)
 
     set->conf = config_ref(conf);
     config_unref(old);
+}
+
+const struct config *exchange_set_conf(const struct exchange_set *set)
+{
+    return set->conf;
+}
+
+void exchange_set_drain(struct exchange_set *set, uint64_t deadline_ms)
+{
+    set->drain_deadline_ms = deadline_ms;
+    set->draining = true;
+}
+
+unsigned exchange_set_active(const struct exchange_set *set)
+{
+    return set->active;
+}
+
+unsigned exchange_set_waiting(const struct exchange_set *set)
+{
+    return set->waiting;
+}
+
+unsigned exchange_set_unflushed(const struct exchange_set *set)
+{
+    return set->unflushed;
+}
+
+unsigned exchange_set_unreleased(const struct exchange_set *set)
+{
+    return set->janitor.pending;
 }
 
 unsigned exchange_set_busy(const struct exchange_set *set)
@@ -228,10 +265,12 @@ void exchange_set_failed_over(struct exchange_set *set)
     janitor_failed_over(&set->janitor);
 }
 
-void exchange_set_deinit(struct exchange_set *set)
+void exchange_set_destroy(struct exchange_set *set)
 {
+    if (set == NULL)
+        return;
     reply_conns_deinit(&set->conns);
     janitor_deinit(&set->janitor);
     config_unref(set->conf);
-    set->conf = NULL;
+    free(set);
 }

@@ -6,7 +6,8 @@
  *
  * The exchanges of one worker thread form an exchange set: the I/O objects
  * they use, the configuration new requests start under, the lists and the
- * counters. The worker owns the set and fills it in; the exchange never
+ * counters. The worker owns the set and talks to it through the calls
+ * below (its fields are the exchange module's own); the exchange never
  * learns what a worker is (the arrow runs one way: worker -> exchange), and
  * tells other threads about a changed record through the wake callback the
  * worker installs.
@@ -15,10 +16,7 @@
 #define IDEM_EXCHANGE_H
 
 #include <stdbool.h>
-#include <sys/queue.h>
-
-#include "janitor.h"
-#include "reply.h"
+#include <stdint.h>
 
 struct evhttp_request;
 struct event_base;
@@ -27,70 +25,99 @@ struct store;
 struct upstream;
 struct metrics;
 struct budget;
-struct exchange;
 struct inbox;
 
 /* Tell the other threads that the record at record_key changed (best effort). */
 typedef void exchange_wake_cb(const char *record_key, void *arg);
 
-struct exchange_set {
-    struct event_base *base;
-    struct store *store;                    /* borrowed from the worker */
-    struct upstream *upstream;              /* borrowed */
-    struct inbox *inbox;                    /* this worker's inbox consumer, or NULL; borrowed */
-    struct metrics *metrics;                /* the process's, shared */
-    struct budget *budget;                  /* limits.max_buffered: the process's, shared */
-    struct config *conf;                    /* new requests start under it; one reference */
-    bool draining;                          /* after SIGTERM: refuse new requests */
-    uint64_t drain_deadline_ms;             /* wall clock: when the drain ends (draining) */
-    _Atomic unsigned active;                /* exchanges not yet freed */
-    _Atomic unsigned unflushed;             /* answers evhttp is still writing */
-    _Atomic unsigned waiting;               /* exchanges in `waiters` */
-    TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
-    struct reply_conns conns;               /* the client connections (reply.h) */
-    struct janitor janitor;                 /* claims of refused requests to release */
-    exchange_wake_cb *wake_others;
-    void *wake_arg;
-};
+/*
+ * One worker thread's exchanges: opaque outside proxy/exchange/
+ * (exchange_int.h). Its owner is the thread whose event_base it runs on:
+ * only that thread calls the functions below, but for the counters
+ * (exchange_set_active, _waiting, _unflushed, _unreleased, _busy), which are
+ * atomic and which any thread may read.
+ */
+struct exchange_set;
 
 /*
- * Set up set (embedded) for base and its store and upstream client, taking a
- * reference to conf; its requests count what they hold in budget (shared by
- * every set of the process, docs/operations.md#memory); wake_others (may be NULL) is
- * told of every record this set's exchanges change.
+ * A set for base and its store, upstream client and inbox consumer (NULL:
+ * no queued route), all borrowed and outliving it; it takes a reference
+ * to conf, the configuration new requests start under. Its requests count
+ * what they hold in budget (shared by every set of the process,
+ * docs/operations.md#memory); wake_others (may be NULL) is told of every
+ * record this set's exchanges change. Owned by the caller
+ * (exchange_set_destroy); NULL when out of memory.
  */
-void exchange_set_init(struct exchange_set *set, struct event_base *base, struct store *store,
-                       struct upstream *upstream, struct metrics *metrics,
-                       struct budget *budget, struct config *conf,
-                       exchange_wake_cb *wake_others, void *wake_arg);
+struct exchange_set *exchange_set_create(struct event_base *base, struct store *store,
+                                         struct upstream *upstream, struct inbox *inbox,
+                                         struct metrics *metrics, struct budget *budget,
+                                         struct config *conf, exchange_wake_cb *wake_others,
+                                         void *wake_arg);
 
-/* New requests start under conf (a reference is taken); those in flight keep theirs. */
+/*
+ * Drop the configuration, forget pending releases and free set (NULL: a
+ * no-op): at exit, after the store is gone. Owner's thread.
+ */
+void exchange_set_destroy(struct exchange_set *set);
+
+/*
+ * New requests start under conf (a reference is taken); those in flight
+ * keep theirs. Owner's thread.
+ */
 void exchange_set_config(struct exchange_set *set, struct config *conf);
 
 /*
+ * The configuration new requests start under (the running one), borrowed:
+ * valid until the next exchange_set_config. Owner's thread.
+ */
+const struct config *exchange_set_conf(const struct exchange_set *set);
+
+/*
+ * SIGTERM: from now on a new request is refused (503 shutting-down) and an
+ * answer closes its connection; a record write sent again while Redis is
+ * away stops in time for deadline_ms (wall clock, ms since the epoch), when
+ * the drain ends. Owner's thread.
+ */
+void exchange_set_drain(struct exchange_set *set, uint64_t deadline_ms);
+
+/* Exchanges not yet freed (a count). Any thread. */
+unsigned exchange_set_active(const struct exchange_set *set);
+
+/* Exchanges waiting on another request's record (a count; the waiting gauge). Any thread. */
+unsigned exchange_set_waiting(const struct exchange_set *set);
+
+/* Answers evhttp is still writing to their clients (a count). Any thread. */
+unsigned exchange_set_unflushed(const struct exchange_set *set);
+
+/*
+ * Claims of refused requests not yet released (a count; the janitor's
+ * pending releases, janitor.h). Any thread.
+ */
+unsigned exchange_set_unreleased(const struct exchange_set *set);
+
+/*
  * Exchanges in flight, answers unsent, and claims of refused requests not
- * yet released; any thread may read them (the SIGTERM drain sums them).
+ * yet released, summed; any thread may read them (the SIGTERM drain sums them).
  */
 unsigned exchange_set_busy(const struct exchange_set *set);
 
 /*
  * The worker's store followed a failover (redis.sentinel): the claims
  * released unforwarded lately are released again (janitor_failed_over).
+ * Owner's thread.
  */
 void exchange_set_failed_over(struct exchange_set *set);
 
-/* Drop the configuration and forget pending releases: at exit, after the store is gone. */
-void exchange_set_deinit(struct exchange_set *set);
-
 /*
  * The evhttp request callback of the client listener (docs/client-contract.md#how-a-request-is-handled and 5).
- * Takes over req until it has been answered; arg is the struct exchange_set.
+ * Takes over req until it has been answered; arg is the struct exchange_set,
+ * on its owner's thread.
  */
 void exchange_handle(struct evhttp_request *req, void *arg);
 
 /*
  * A record changed (completed, released): let this set's requests waiting on
- * record_key look again now instead of at their next poll.
+ * record_key look again now instead of at their next poll. Owner's thread.
  */
 void exchange_wake_waiters(struct exchange_set *set, const char *record_key);
 

@@ -19,15 +19,44 @@
 #include "exchange.h"
 #include "exchange_state.h"
 #include "fingerprint.h"
+#include "janitor.h"
 #include "record_id.h"
 #include "keyring.h"
 #include "outcome.h"
 #include "problem.h"
 #include "record.h"
+#include "reply.h"
 #include "request.h"
 #include "store.h"
 #include "upstream.h"
 
+struct exchange;
+
+/*
+ * One worker thread's exchanges (exchange.h): the I/O objects they use, the
+ * configuration new requests start under, the waiters and the counters.
+ * Only the files of proxy/exchange/ touch its fields; the counters are
+ * atomic because other threads read them through exchange.h's calls.
+ */
+struct exchange_set {
+    struct event_base *base;
+    struct store *store;                    /* borrowed from the worker */
+    struct upstream *upstream;              /* borrowed */
+    struct inbox *inbox;                    /* this worker's inbox consumer, or NULL; borrowed */
+    struct metrics *metrics;                /* the process's, shared */
+    struct budget *budget;                  /* limits.max_buffered: the process's, shared */
+    struct config *conf;                    /* new requests start under it; one reference */
+    bool draining;                          /* after SIGTERM: refuse new requests */
+    uint64_t drain_deadline_ms;             /* wall clock: when the drain ends (draining) */
+    _Atomic unsigned active;                /* exchanges not yet freed */
+    _Atomic unsigned unflushed;             /* answers evhttp is still writing */
+    _Atomic unsigned waiting;               /* exchanges in `waiters` */
+    TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
+    struct reply_conns conns;               /* the client connections (reply.h) */
+    struct janitor janitor;                 /* claims of refused requests to release */
+    exchange_wake_cb *wake_others;
+    void *wake_arg;
+};
 
 /* What WRITING writes to the record once the upstream is done. */
 enum exchange_write {
