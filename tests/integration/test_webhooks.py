@@ -124,7 +124,7 @@ def test_standard_webhooks_secret_rotation(start_proxy, upstream):
                              "secret": ["${WH_OLD}", "${WH_NEW}"]}],
                     env={"WH_OLD": old, "WH_NEW": new})
 
-    def deliver(msg_id, body, raw):
+    def std_deliver(msg_id, body, raw):
         ts = str(int(time.time()))
         mac = hmac.new(raw, ("%s.%s." % (msg_id, ts)).encode() + body, hashlib.sha256).digest()
         return p.request("POST", "/hooks/std",
@@ -134,12 +134,12 @@ def test_standard_webhooks_secret_rotation(start_proxy, upstream):
 
     m1, m2 = "msg_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex
     body = b'{"type": "invoice.paid"}'
-    assert_problem(deliver(m1, body, os.urandom(24)), 401, "signature-invalid")
-    a = deliver(m1, body, old_raw)
+    assert_problem(std_deliver(m1, body, os.urandom(24)), 401, "signature-invalid")
+    a = std_deliver(m1, body, old_raw)
     assert a.status == 201
-    b = deliver(m2, body, new_raw)
+    b = std_deliver(m2, body, new_raw)
     assert b.status == 201
-    assert_replay_of(deliver(m1, body, new_raw), a)
+    assert_replay_of(std_deliver(m1, body, new_raw), a)
     assert upstream.total() == 2
 
 
