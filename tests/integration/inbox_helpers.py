@@ -1,12 +1,13 @@
 """Helpers of the webhook inbox's tests (test_inbox.py, test_inbox_controls.py and the
-files that queue deliveries): the receivers, a queued route, signed Stripe deliveries and the
-admin listener's /inbox. The `receiver_factory` fixture (conftest.py) starts Receivers.
+files that queue deliveries): the receivers, a queued route, signed Stripe deliveries (for
+every test that sends one, test_webhooks.py's too) and the admin listener's /inbox. The
+`receiver_factory` fixture (conftest.py) starts Receivers.
 
   Receiver            tests/upstream/inbox_receiver.py on a fixed port (slow, down, 500)
   VerifyingReceiver   tests/receivers/verify_receiver.js: verifies the proxy's signature
                       with the `standardwebhooks` npm package
-  queued_route, start_inbox_proxy, new_secret, sign_secret, stripe_body, deliver,
-  inbox, inbox_ok, inbox_empty, by_event
+  queued_route, start_inbox_proxy, new_secret, sign_secret, stripe_body, stripe_signature,
+  deliver, inbox, inbox_ok, inbox_empty, by_event
 """
 
 import base64
@@ -99,12 +100,20 @@ def stripe_body(evt, **extra):
     return json.dumps(doc).encode()
 
 
-def deliver(p, secret, body, timeout=10):
-    t = int(time.time())
+def stripe_signature(secret, body, t):
+    """The Stripe-Signature header value of body signed with secret at t (Unix seconds):
+    `t=<t>,v1=<hex HMAC-SHA256 of "<t>." + body>` (docs/webhooks.md, `verify: stripe`)."""
     mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-    return p.request("POST", ROUTE, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                                     ("Content-Type", "application/json")], body,
-                     timeout=timeout)
+    return "t=%d,v1=%s" % (t, mac)
+
+
+def deliver(p, secret, body, path=ROUTE, headers=(), age_s=0, timeout=10):
+    """POST body to p's path as Stripe delivers it: JSON, signed with secret age_s seconds ago
+    (0: now), then the extra headers (name, value); timeout in seconds. Returns the Response."""
+    signature = stripe_signature(secret, body, int(time.time()) - age_s)
+    return p.request("POST", path, [("Stripe-Signature", signature),
+                                    ("Content-Type", "application/json")] + list(headers),
+                     body, timeout=timeout)
 
 
 def inbox(p):

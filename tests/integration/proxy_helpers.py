@@ -13,8 +13,9 @@ test files do with them). One home for each, so no test file copies one or impor
   answers      assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
                assert_replayed, executions_of_body, access_lines, json_lines
   threads      in_background, concurrently
-  the binary   run_bin, listening_sockets, require_binary, check_config, run_check, rewrite,
-               reload_and_wait, assert_still_protects
+  the binary   run_bin, listening_sockets, proc_status, rss_bytes, sanitized, under_tsan,
+               require_binary, check_config, run_check, rewrite, reload_and_wait,
+               assert_still_protects
   records      keyring_text, write_keyring, new_keyring_secret, raw, records, head, pay
   admin        new_token, token_file, fingerprint, bearer, stdout_json, audit_lines,
                access_record_id, redis_contents
@@ -467,18 +468,25 @@ def executions_of_body(upstream, body):
     return sum(1 for e in upstream.history() if e["body_sha256"] == h)
 
 
-def access_lines(p, n=None):
+def access_lines(p, n=None, so_far=False, requests_only=False):
     """The proxy's access-log lines (stdout, flushed every 100 ms and at exit), each parsed as
     JSON: n=None: every one, once the proxy has exited; n >= 1: once there are at least n
-    (waits); n=0: after a span in which none may come."""
-    if n is None:
+    (waits); n=0: after a span in which none may come; so_far=True (n=None): what p has
+    flushed until now, without a wait, p running. requests_only: only the lines of a request
+    (they carry a status; the log's own JSON lines do not), which n then counts."""
+    def lines():
+        out = json_lines(p.stdout_text())  # a line being written is not one yet
+        return [d for d in out if "status" in d] if requests_only else out
+
+    if so_far:
+        assert n is None, "so_far reads without waiting: no n"
+    elif n is None:
         assert not p.alive(), "all of the access log: stop the proxy first, or wait for n lines"
     elif n:
-        wait_until(lambda: len(json_lines(p.stdout_text())) >= n,  # a line being written
-                   what="%d access-log lines" % n)                  # is not one yet
+        wait_until(lambda: len(lines()) >= n, what="%d access-log lines" % n)
     else:
         hold(0.35, "a span in which no access line may appear: stdout is flushed every 100 ms")
-    return json_lines(p.stdout_text())
+    return lines()
 
 
 def json_lines(text):
@@ -535,6 +543,46 @@ def listening_sockets(port):
     with open("/proc/net/tcp") as f:
         rows = [line.split() for line in f.readlines()[1:]]
     return sum(1 for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port)
+
+
+def proc_status(pid):
+    """VmRSS and VmHWM (the peak) of the process pid, from /proc/<pid>/status, in bytes."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                out[name] = int(value.split()[0]) * 1024
+    return out
+
+
+def rss_bytes(pid):
+    """The resident set of pid (VmRSS), bytes; AssertionError when /proc has none."""
+    rss = proc_status(pid).get("VmRSS")
+    if rss is None:
+        raise AssertionError("no VmRSS for pid %d" % pid)
+    return rss
+
+
+def _mapped(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return f.read()
+
+
+def sanitized(pid):
+    """Whether pid runs under ASan or TSan, whose shadow memory and quarantine no memory bound
+    of the proxy's own can describe (/proc/<pid>/maps)."""
+    maps = _mapped(pid)
+    return "libasan" in maps or "libtsan" in maps
+
+
+def under_tsan(pid):
+    """Whether pid runs ThreadSanitizer's runtime (its memory is not the proxy's own); False
+    when pid is gone."""
+    try:
+        return "libtsan" in _mapped(pid)
+    except OSError:
+        return False
 
 
 def require_binary():

@@ -24,7 +24,7 @@ from harness import (
     documented_acl_rules, documented_acl_users, hold, log_line, readyz, wait_ready, wait_until,
 )
 from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
-from proxy_helpers import json_lines, metric
+from proxy_helpers import access_lines, metric
 from redis_topology import (
     ClusterGroup, SentinelGroup, acl_setuser, cluster_redis, redirections, redis_cli, replica_pair,
 )
@@ -97,15 +97,10 @@ def assert_every_command_ran(servers, rules, also_ran=()):
         "the page lists a command the proxy does not send): %r" % unused
 
 
-def access_lines(p):
-    """The proxy's access-log lines so far (stdout, flushed every 100 ms), parsed."""
-    return json_lines(p.stdout_text())
-
-
 def record_id(p, key_outcome):
     """The record id the access log printed for a request with that outcome (the last one
     flushed), once there is one."""
-    lines = wait_until(lambda: [d for d in access_lines(p)
+    lines = wait_until(lambda: [d for d in access_lines(p, so_far=True)
                                 if d.get("outcome") == key_outcome and d["record_id"]],
                        what="an access line with outcome %s" % key_outcome)
     return lines[-1]["record_id"]

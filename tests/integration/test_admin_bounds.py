@@ -19,7 +19,9 @@ import time
 import pytest
 
 from harness import HTTPError, http_request, pace, read_response, wait_until
-from proxy_helpers import assert_problem, executions_of_body, in_background, new_key
+from proxy_helpers import (
+    assert_problem, executions_of_body, in_background, new_key, rss_bytes, sanitized,
+)
 
 TOKEN = "0f" * 32  # 64 hex characters (admin.token_file wants 32 or more)
 AUTH = ("Authorization", "Bearer " + TOKEN)
@@ -31,23 +33,6 @@ def admin_proxy(start_proxy, tmp_path, **overrides):
     path = tmp_path / "admin-token"
     path.write_text(TOKEN + "\n")
     return start_proxy(admin_token_file=path, **overrides)
-
-
-def rss_bytes(p):
-    """The proxy's resident set (VmRSS of /proc/<pid>/status), bytes."""
-    with open("/proc/%d/status" % p.pid()) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS for pid %d" % p.pid())
-
-
-def sanitized(p):
-    """Whether the binary runs under ASan or TSan, whose shadow memory and quarantine no
-    memory bound of the proxy's own can describe (as test_memory.py)."""
-    with open("/proc/%d/maps" % p.pid()) as f:
-        maps = f.read()
-    return "libasan" in maps or "libtsan" in maps
 
 
 def connect(port, timeout=10.0):
@@ -142,7 +127,7 @@ def test_a_flood_of_unauthenticated_clients_keeps_memory_flat_and_payments_promp
     base = [pay("base") for _ in range(20)]
     assert all(r.status == 201 for r, _, _ in base), [r for r, _, _ in base]
     baseline = statistics.median(t for _, t, _ in base)
-    idle = rss_bytes(p)
+    idle = rss_bytes(p.pid())
 
     flood = Flood(p.admin_port, 1000)
     peak = [idle]
@@ -169,21 +154,21 @@ def test_a_flood_of_unauthenticated_clients_keeps_memory_flat_and_payments_promp
     prober = in_background(probes_during, deadline)
     while time.monotonic() < deadline:
         flood.round()
-        peak[0] = max(peak[0], rss_bytes(p))
+        peak[0] = max(peak[0], rss_bytes(p.pid()))
         pace(0.005)
     payer.result(timeout=60)
     prober.result(timeout=60)
     # the probes (kubelet, Prometheus) get through: idle and slow clients make room for them
     served = [t for st, t in probes if st == 200 and t < 2.0]
     assert len(served) >= len(probes) / 2, probes
-    peak[0] = max(peak[0], rss_bytes(p))
+    peak[0] = max(peak[0], rss_bytes(p.pid()))
     flood.close()
 
     # more than the bound: a proxy that kept what the flood sent would break it
     assert flood.sent > 16 * MIB, "the flood sent only %d bytes" % flood.sent
     assert flood.replaced > 0, "the proxy closed no flooding client (head bound, deadline, 401)"
     grown = peak[0] - idle
-    assert grown <= 16 * MIB or sanitized(p), "RSS grew by %.1f MiB under the flood (idle %.1f MiB)" % (
+    assert grown <= 16 * MIB or sanitized(p.pid()), "RSS grew by %.1f MiB under the flood (idle %.1f MiB)" % (
         grown / MIB, idle / MIB)
     assert len(payments) >= 5, payments
     times = [t for _, t, _ in payments]
@@ -198,7 +183,7 @@ def test_a_flood_of_unauthenticated_clients_keeps_memory_flat_and_payments_promp
 
 def test_a_head_larger_than_16_kib_gets_431_and_memory_stays_flat(start_proxy, tmp_path):
     p = admin_proxy(start_proxy, tmp_path)
-    idle = rss_bytes(p)
+    idle = rss_bytes(p.pid())
     for _ in range(5):
         with connect(p.admin_port) as s:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -211,7 +196,7 @@ def test_a_head_larger_than_16_kib_gets_431_and_memory_stays_flat(start_proxy, t
                 pass
             got = answer_or_close(s, 10)
         assert got == b"" or got.startswith(b"HTTP/1.1 431 "), got[:200]
-    assert rss_bytes(p) - idle <= 16 * MIB or sanitized(p)
+    assert rss_bytes(p.pid()) - idle <= 16 * MIB or sanitized(p.pid())
     # 65 short fields: too many
     many = [("X-F%d" % i, "v") for i in range(65)]
     assert http_request(p.admin_port, "GET", "/healthz", headers=many).status == 431

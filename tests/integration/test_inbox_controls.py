@@ -23,22 +23,14 @@ import pytest
 
 from harness import build_config, free_port, hold, proxy_binary, to_yaml, wait_until
 from inbox_helpers import (
-    ENCODED, ROUTE, VerifyingReceiver, by_event, inbox, inbox_empty, new_secret, queued_route,
-    sign_secret, stripe_body,
+    ENCODED, ROUTE, VerifyingReceiver, by_event, deliver, inbox, inbox_empty, new_secret,
+    queued_route, sign_secret, stripe_body,
 )
 from proxy_helpers import metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
-
-def stripe_deliver(p, secret, body, age_s=0):
-    """A Stripe delivery that the provider signed age_s seconds ago."""
-    t = int(time.time()) - age_s
-    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-    return p.request("POST", ROUTE, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                                     ("Content-Type", "application/json")], body, timeout=10)
-
 
 def start_queued(start_proxy, receiver_url, secret, **delivery):
     return start_proxy(routes=[queued_route(secret, **delivery)], upstream_url=receiver_url,
@@ -65,7 +57,7 @@ def audit_actions(p):
 
 def deliver_all(p, secret, events, threads=16):
     with ThreadPoolExecutor(threads) as pool:
-        statuses = list(pool.map(lambda e: stripe_deliver(p, secret, stripe_body(e)).status,
+        statuses = list(pool.map(lambda e: deliver(p, secret, stripe_body(e)).status,
                                  events))
     assert statuses == [202] * len(events), statuses
 
@@ -108,7 +100,7 @@ def test_signed_retry_after_the_providers_signature_went_stale_verifies_with_sta
         body = stripe_body(evt)
         # signed by the provider 293 s before it arrives: STALE_S later (300 s, the 5-minute
         # tolerance) that signature is stale (it was 290 s and 10 s: the same, 3 s sooner)
-        r = stripe_deliver(p, provider_secret, body, age_s=300 - STALE_S)
+        r = deliver(p, provider_secret, body, age_s=300 - STALE_S)
         assert r.status == 202, r
         first = wait_until(lambda: receiver.attempts(), what="the first attempt")[0]
         assert first["verified"], first
@@ -152,7 +144,7 @@ def test_two_sign_secrets_give_two_signatures_each_verifiable(start_proxy, recei
     provider_secret, new, old = new_secret(), sign_secret(), sign_secret()
     p = start_queued(start_proxy, receiver.url, provider_secret, sign={"secret": [new, old]})
     evt = "evt_" + uuid.uuid4().hex
-    assert stripe_deliver(p, provider_secret, stripe_body(evt)).status == 202
+    assert deliver(p, provider_secret, stripe_body(evt)).status == 202
     got = wait_until(lambda: receiver.attempts(), what="delivered")[0]["headers"]
     signed = ("%s.%s." % (got["webhook-id"], got["webhook-timestamp"])).encode() + \
         stripe_body(evt)
@@ -174,14 +166,14 @@ def test_429_with_retry_after_3_delays_the_retry_and_the_route_by_at_least_3s(
     secret = new_secret()
     p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
     a, b = "evt_" + uuid.uuid4().hex, "evt_" + uuid.uuid4().hex
-    assert stripe_deliver(p, secret, stripe_body(a)).status == 202
+    assert deliver(p, secret, stripe_body(a)).status == 202
     refused = wait_until(lambda: receiver.attempts(), what="the first attempt")[0]
     assert refused["status"] == 429
     # The receiver logs an attempt before it answers: wait until the proxy has the 429 and
     # has scheduled the retry (the route's hold is written before that, on the route's slot).
     wait_until(lambda: inbox(p)["scheduled"] == 1, what="the retry scheduled")
     # another delivery of the route, queued right after the 429: it waits for the route too
-    assert stripe_deliver(p, secret, stripe_body(b)).status == 202
+    assert deliver(p, secret, stripe_body(b)).status == 202
     wait_until(lambda: len(receiver.attempts()) == 3, what="the retry and the second event")
     got = by_event(receiver.attempts())
     assert [x["status"] for x in got[a]] == [429, 200]
@@ -196,7 +188,7 @@ def test_503_with_an_http_date_retry_after_delays_the_retry(start_proxy, receive
     secret = new_secret()
     p = start_queued(start_proxy, receiver.url, secret, backoff={"initial": "1s", "max": "10s"})
     evt = "evt_" + uuid.uuid4().hex
-    assert stripe_deliver(p, secret, stripe_body(evt)).status == 202
+    assert deliver(p, secret, stripe_body(evt)).status == 202
     wait_until(lambda: len(receiver.attempts()) == 2, what="the retry")
     first, retry = receiver.attempts()
     assert first["status"] == 503 and retry["status"] == 200

@@ -19,7 +19,7 @@ from harness import (
     HTTPError, _Reader, build_config, build_request, hold_until, http_request, read_response,
     to_yaml, wait_until,
 )
-from proxy_helpers import metric, new_key
+from proxy_helpers import metric, new_key, proc_status, sanitized
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -45,25 +45,6 @@ RECEIVE_SLACK = 64 * KIB          # per body being received
 ANSWER_RESERVATION = 64 * KIB
 RECORD_OVERHEAD = 4 * KIB         # a record's head and stored header fields, beside the body
 WORKERS = int(os.environ.get("IDEM_TEST_WORKERS") or 1)  # as harness.build_config writes it
-
-
-def proc_status(pid):
-    """VmRSS and VmHWM of pid, in bytes."""
-    out = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                out[name] = int(value.split()[0]) * KIB
-    return out
-
-
-def sanitized(pid):
-    """Whether the binary runs under ASan or TSan, whose shadow memory and quarantine no
-    memory bound of the proxy's own can describe."""
-    with open("/proc/%d/maps" % pid) as f:
-        maps = f.read()
-    return "libasan" in maps or "libtsan" in maps
 
 
 class BodyReader(_Reader):

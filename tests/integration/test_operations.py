@@ -13,8 +13,8 @@ import pytest
 
 from harness import wait_ready, wait_until
 from proxy_helpers import (
-    assert_not_replayed, assert_problem, assert_replay_of, in_background, json_lines, new_key,
-    record_keys,
+    access_lines, assert_not_replayed, assert_problem, assert_replay_of, in_background,
+    json_lines, new_key, record_keys,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -59,11 +59,6 @@ def test_admin_healthz_readyz_metrics(proxy, upstream):
     assert proxy.request("GET", "/_demo/stats").status == 200
 
 
-def access_lines(p):
-    """The access-log lines p has flushed so far (every 100 ms)."""
-    return [d for d in json_lines(p.stdout_text()) if "status" in d]
-
-
 def test_access_log_never_contains_the_raw_key_body_or_authorization(proxy, upstream):
     key = "LOGGED-KEY-" + uuid.uuid4().hex
     token = "Bearer sk_live_" + uuid.uuid4().hex
@@ -75,7 +70,7 @@ def test_access_log_never_contains_the_raw_key_body_or_authorization(proxy, upst
         n += 1
     proxy.post(key=key, body=b"mismatch", headers=[("Authorization", token)])
     n += 1
-    wait_until(lambda: len(access_lines(proxy)) >= n, what="%d access-log lines" % n)
+    access_lines(proxy, n, requests_only=True)
     text = proxy.stdout_text() + proxy.stderr_text()
     assert key not in text
     assert token not in text and "sk_live_" not in text
@@ -88,7 +83,7 @@ def test_access_log_line_fields(proxy, upstream):
     key = new_key()
     proxy.post(key=key)
     proxy.post(key=key)
-    wait_until(lambda: len(access_lines(proxy)) >= 2, what="2 access-log lines")
+    access_lines(proxy, 2, requests_only=True)
     lines = [d for d in json_lines(proxy.stdout_text() + proxy.stderr_text())
              if "status" in d]
     assert len(lines) >= 2, lines
@@ -142,7 +137,7 @@ def test_admin_inspect_and_purge_an_outcome_unknown_record(start_proxy, upstream
     key = new_key()
     assert_problem(p.post(key=key, headers=[("X-Demo-Fault", "hang")]), 504, "upstream-timeout")
     assert_problem(p.post(key=key), 502, "outcome-unknown")
-    wait_until(lambda: len(access_lines(p)) >= 2, what="the 2 requests' access-log lines")
+    access_lines(p, 2, requests_only=True)  # the 2 requests' lines
     rid = find_record_id(p)
     assert rid, "no record id in the access log:\n%s" % (p.stdout_text() + p.stderr_text())[-2000:]
     info = p.admin("GET", "/records/" + rid)

@@ -6,8 +6,6 @@ patterns and the route of unprotected methods in the access log. Real processes
 over real sockets; each test asserts what the client and the upstream observe.
 """
 
-import hashlib
-import hmac
 import json
 import socket
 import subprocess
@@ -17,9 +15,10 @@ import uuid
 import pytest
 
 from harness import (
-    _Reader, build_config, free_port, http_request, proxy_binary, read_response, to_yaml,
+    DEFAULT_TIMEOUT, _Reader, build_config, free_port, http_request, proxy_binary, read_response, to_yaml,
     wait_until,
 )
+from inbox_helpers import deliver
 from proxy_helpers import assert_problem, new_key
 
 STRICT = [{"path": "/v1/payments*", "require_key": True}]
@@ -30,13 +29,6 @@ def raw_post(port, target, headers=b"", body=b"{}"):
     raw = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
            headers + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
     return http_request(port, raw=raw)
-
-
-def stripe_delivery(p, secret, body, path="/webhooks/stripe"):
-    t = int(time.time())
-    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-    return p.request("POST", path, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                                    ("Content-Type", "application/json")], body)
 
 
 # --------------------------------------------------------------------------
@@ -156,9 +148,9 @@ def test_json_event_id_above_4k_within_key_max_length(start_proxy, upstream):
     p = start_proxy(routes=[{"path": "/webhooks/stripe", "key_from": "json:/id",
                              "verify": "stripe", "secret": secret, "key_max_length": 8192}])
     body = json.dumps({"id": "evt_" + "e" * 5000, "type": "charge.succeeded"}).encode()
-    first = stripe_delivery(p, secret, body)
+    first = deliver(p, secret, body, "/webhooks/stripe", timeout=DEFAULT_TIMEOUT)
     assert first.status == 201, first
-    again = stripe_delivery(p, secret, body)
+    again = deliver(p, secret, body, "/webhooks/stripe", timeout=DEFAULT_TIMEOUT)
     assert again.status == 201 and again.header("Idempotent-Replayed") == "true", again
     assert upstream.total() == 1
 

@@ -40,7 +40,7 @@ import uuid
 import pytest
 
 from harness import RedisServer, build_request, hold, http_request, pace, wait_until
-from proxy_helpers import wait_metric
+from proxy_helpers import rss_bytes, under_tsan, wait_metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -259,23 +259,6 @@ def restart_redis(redis, rng, restarts, errors, t0, stop, times):
         except Exception as e:
             errors.append("redis restart %d (%s) failed: %r" % (i, how, e))
             return
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS for pid %d" % pid)
-
-
-def under_tsan(pid):
-    """Whether pid runs ThreadSanitizer's runtime (its memory is not the proxy's own)."""
-    try:
-        with open("/proc/%d/maps" % pid) as f:
-            return "libtsan" in f.read()
-    except OSError:  # it died: reported below, and its RSS with it
-        return False
 
 
 def sample_rss(pid, samples, t0, stop):

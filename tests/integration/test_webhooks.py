@@ -14,8 +14,11 @@ import os
 import time
 import uuid
 
-from harness import build_config
+from harness import DEFAULT_TIMEOUT, build_config
+from inbox_helpers import deliver
 from proxy_helpers import assert_problem, assert_replay_of, check_config, record_keys
+
+HOOK = "/hooks/stripe"  # the Stripe routes here (inbox_helpers.deliver posts to the inbox's)
 
 
 def test_unsigned_webhook_on_another_spelling_is_refused(start_proxy, upstream):
@@ -61,34 +64,20 @@ def test_stripe_webhook_key_from_json_and_tolerance(start_proxy, upstream):
                              "verify": "stripe", "secret": "${STRIPE_SECRET}"}],
                     env={"STRIPE_SECRET": secret})
     evt = "evt_" + uuid.uuid4().hex
-
-    def deliver(body, t=None):
-        t = int(time.time()) if t is None else t
-        mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-        return p.request("POST", "/hooks/stripe",
-                         [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                          ("Content-Type", "application/json")], body)
-
     b1 = json.dumps({"id": evt, "type": "payment_intent.succeeded",
                      "request": {"idempotency_key": None}, "pending_webhooks": 2}).encode()
-    old = deliver(b1, int(time.time()) - 600)
+    old = deliver(p, secret, b1, HOOK, age_s=600, timeout=DEFAULT_TIMEOUT)
     assert_problem(old, 401, "signature-invalid")
-    first = deliver(b1)
+    first = deliver(p, secret, b1, HOOK, timeout=DEFAULT_TIMEOUT)
     assert first.status == 201
     # Stripe changes the body between deliveries (pending_webhooks): still a duplicate
     b2 = json.dumps({"id": evt, "type": "payment_intent.succeeded",
                      "request": {"idempotency_key": None}, "pending_webhooks": 1}).encode()
-    assert_replay_of(deliver(b2), first)
-    other = deliver(json.dumps({"id": evt + "x", "type": "charge.refunded"}).encode())
+    assert_replay_of(deliver(p, secret, b2, HOOK, timeout=DEFAULT_TIMEOUT), first)
+    b3 = json.dumps({"id": evt + "x", "type": "charge.refunded"}).encode()
+    other = deliver(p, secret, b3, HOOK, timeout=DEFAULT_TIMEOUT)
     assert other.status == 201 and not other.replayed
     assert upstream.total() == 2
-
-
-def stripe_delivery(p, secret, body, path="/hooks/stripe", headers=()):
-    t = int(time.time())
-    mac = hmac.new(secret.encode(), b"%d." % t + body, hashlib.sha256).hexdigest()
-    return p.request("POST", path, [("Stripe-Signature", "t=%d,v1=%s" % (t, mac)),
-                                    ("Content-Type", "application/json")] + list(headers), body)
 
 
 def test_webhook_without_a_usable_event_id_is_400_and_nothing_claimed(start_proxy, upstream,
@@ -98,11 +87,10 @@ def test_webhook_without_a_usable_event_id_is_400_and_nothing_claimed(start_prox
                              "verify": "stripe", "secret": secret},
                             {"path": "/hooks/github", "key_from": "header:X-GitHub-Delivery",
                              "verify": "github", "secret": secret}])
-    assert_problem(stripe_delivery(p, secret, b'{"type": "charge.succeeded"}'), 400,
-                   "missing-key")
-    assert_problem(stripe_delivery(p, secret, b'{"id": 42}'), 400, "invalid-key")
-    assert_problem(stripe_delivery(p, secret, b'{"id": ""}'), 400, "invalid-key")
-    assert_problem(stripe_delivery(p, secret, b'not json'), 400, "missing-key")
+    for body, problem in ((b'{"type": "charge.succeeded"}', "missing-key"),
+                          (b'{"id": 42}', "invalid-key"), (b'{"id": ""}', "invalid-key"),
+                          (b'not json', "missing-key")):
+        assert_problem(deliver(p, secret, body, HOOK, timeout=DEFAULT_TIMEOUT), 400, problem)
     body = b'{"action": "opened"}'
     sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     no_id = p.request("POST", "/hooks/github", [("X-Hub-Signature-256", sig)], body)
@@ -118,11 +106,12 @@ def test_webhook_failure_answer_is_not_recorded_so_the_redelivery_executes(start
     p = start_proxy(routes=[{"path": "/hooks/stripe", "key_from": "json:/id",
                              "verify": "stripe", "secret": secret}])
     body = json.dumps({"id": "evt_" + uuid.uuid4().hex}).encode()
-    failed = stripe_delivery(p, secret, body, headers=[("X-Demo-Status", "500")])
+    failed = deliver(p, secret, body, HOOK, headers=[("X-Demo-Status", "500")],
+                     timeout=DEFAULT_TIMEOUT)
     assert failed.status == 500 and not failed.replayed
-    ok = stripe_delivery(p, secret, body)
+    ok = deliver(p, secret, body, HOOK, timeout=DEFAULT_TIMEOUT)
     assert ok.status == 201 and not ok.replayed
-    assert_replay_of(stripe_delivery(p, secret, body), ok)
+    assert_replay_of(deliver(p, secret, body, HOOK, timeout=DEFAULT_TIMEOUT), ok)
     assert upstream.total() == 2
 
 
@@ -135,7 +124,7 @@ def test_standard_webhooks_secret_rotation(start_proxy, upstream):
                              "secret": ["${WH_OLD}", "${WH_NEW}"]}],
                     env={"WH_OLD": old, "WH_NEW": new})
 
-    def deliver(msg_id, body, raw):
+    def std_deliver(msg_id, body, raw):
         ts = str(int(time.time()))
         mac = hmac.new(raw, ("%s.%s." % (msg_id, ts)).encode() + body, hashlib.sha256).digest()
         return p.request("POST", "/hooks/std",
@@ -145,12 +134,12 @@ def test_standard_webhooks_secret_rotation(start_proxy, upstream):
 
     m1, m2 = "msg_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex
     body = b'{"type": "invoice.paid"}'
-    assert_problem(deliver(m1, body, os.urandom(24)), 401, "signature-invalid")
-    a = deliver(m1, body, old_raw)
+    assert_problem(std_deliver(m1, body, os.urandom(24)), 401, "signature-invalid")
+    a = std_deliver(m1, body, old_raw)
     assert a.status == 201
-    b = deliver(m2, body, new_raw)
+    b = std_deliver(m2, body, new_raw)
     assert b.status == 201
-    assert_replay_of(deliver(m1, body, new_raw), a)
+    assert_replay_of(std_deliver(m1, body, new_raw), a)
     assert upstream.total() == 2
 
 

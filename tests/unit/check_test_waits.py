@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """check_test_waits.py ROOT | --self-test
 
-An integration test waits for the state it needs (harness.wait_until / wait_for, wait_metric,
-wait_ready, log_line), with one generous bound that only catches a hang; it never sleeps and
-hopes. So no test module calls time.sleep: where time itself is what a test is about (a lease
-that must run out, a span in which nothing may happen) it calls harness.hold(seconds, why),
-and a load loop's think time is harness.pace(seconds). The helpers (harness.py,
-redis_topology.py, redis_gate.py) may sleep inside their own polling loops.
+An integration test waits for the state it needs (harness.py's wait_until / wait_for,
+wait_ready, log_line; proxy_helpers.py's wait_metric, wait_waiting), with one generous bound
+that only catches a hang; it never sleeps and hopes. So no test module (tests/integration/
+test_*.py) calls time.sleep: where time itself is what a test is about (a lease that must run
+out, a span in which nothing may happen) it calls harness.hold(seconds, why), and a load loop's
+think time is harness.pace(seconds). The helper modules beside them (harness.py,
+proxy_helpers.py, inbox_helpers.py, redis_topology.py, redis_gate.py) are not checked: they may
+sleep inside their own polling loops.
 --self-test runs the check on small modules and fails unless it flags exactly the bad ones.
 """
 
