@@ -124,7 +124,7 @@ PY
 }
 
 # The benchmark's smoke run (no thresholds), so tests/bench/run cannot rot.
-if ((!quick)) && [[ -x build-test-plain/proxy/idempotency-proxy ]]; then
+if ((!quick)) && [[ " ${variants[*]} " == *" plain "* && -x build-test-plain/proxy/idempotency-proxy ]]; then
   echo "=== benchmark smoke run"
   testcase bench smoke env PROXY_BIN="$root/build-test-plain/proxy/idempotency-proxy" tests/bench/run --smoke
 fi

@@ -1,24 +1,42 @@
 #!/usr/bin/env python3
-"""The folders of proxy/ form a one-way graph (docs/internals.md, "The map of proxy/").
+"""The folders of proxy/ stand on levels, and include only downwards (docs/internals.md,
+"The map of proxy/").
 
 A module is a folder of proxy/ (proxy/store/ is module `store`); a file at the top of
-proxy/ is a module of its own by its stem (worker, listener, main). An edge A -> B means a
-file of A has `#include "x.h"` and x.h lives in B. Rules:
+proxy/ is a module of its own by its stem (worker, listener, main). Each has its level in
+LEVELS below, the table the map in docs/internals.md shows. An edge A -> B means a file of
+A has `#include "x.h"` and x.h lives in B. Rules:
 
-1. No cycle: no module includes the header of a module that (directly or through others)
-   includes its own. main is the root and may include anything; it has no header.
+1. Downwards only: B's level is below A's (two modules of one level do not include each
+   other), so no include runs back up and none makes a cycle. A module not in LEVELS fails:
+   a new folder gets its level here and in the map. main, the top, has no header.
 2. A private header (its name ends in `_int.h`) is included only by files of its own
    folder.
 3. Every `#include "x.h"` names exactly one header of proxy/ (header names are unique
    across folders, so includes name a file, not a path).
 
-Prints the modules by level (a module stands one above the highest it includes).
+Prints the modules by level.
 Usage: check_includes.py REPO_ROOT | check_includes.py --self-test
 """
 import os
 import re
 import sys
 import tempfile
+
+# The levels of docs/internals.md's map: a module includes (and calls, check_calls.py) only
+# modules of a lower level.
+LEVELS = {
+    "core": 0,
+    "crypto": 1, "http": 1,
+    "config": 2,
+    "idem": 3, "upstream": 3, "listener": 3,
+    "store": 4,
+    "inbox": 5,
+    "exchange": 6,
+    "admin": 7,
+    "worker": 8,
+    "main": 9,
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -37,7 +55,7 @@ def files_of(proxy_dir):
     return sorted(out)
 
 
-def check(proxy_dir):
+def check(proxy_dir, levels_of=LEVELS):
     """(problems, edges) of the tree under proxy_dir."""
     files = files_of(proxy_dir)
     problems, home = [], {}
@@ -64,47 +82,25 @@ def check(proxy_dir):
                 problems.append("%s includes main" % rel)
             if owner != module:
                 edges[module].add(owner)
-    cycle = find_cycle(edges)
-    if cycle:
-        problems.append("include cycle: " + " -> ".join(cycle))
+    problems += [m for _, _, m in level_problems(edges, levels_of, "includes")]
     return problems, edges
 
 
-def find_cycle(edges):
-    state, stack = {}, []
-
-    def visit(node):
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(edges.get(node, ())):
-            if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                cycle = visit(nxt)
-                if cycle:
-                    return cycle
-        stack.pop()
-        state[node] = "done"
-        return None
-
-    for node in sorted(edges):
-        if node not in state:
-            cycle = visit(node)
-            if cycle:
-                return cycle
-    return None
-
-
-def levels(edges):
-    """{module: level} of an acyclic graph: 0 includes nothing of proxy/."""
-    memo = {}
-
-    def level(node):
-        if node not in memo:
-            memo[node] = 1 + max((level(n) for n in edges.get(node, ())), default=-1)
-        return memo[node]
-
-    return {node: level(node) for node in edges}
+def level_problems(edges, levels_of, verb):
+    """[(module, target or None, message)] of what breaks rule 1 in edges
+    {module: {module, ...}}; verb is "includes" or "calls"."""
+    problems = []
+    for module in sorted(edges):
+        if module not in levels_of:
+            problems.append((module, None, "module %s has no level: give it one in "
+                             "check_includes.py LEVELS and in docs/internals.md's map" % module))
+            continue
+        for target in sorted(edges[module]):
+            if target in levels_of and levels_of[target] >= levels_of[module]:
+                problems.append((module, target, "%s (level %d) %s %s (level %d): only lower "
+                                 "levels" % (module, levels_of[module], verb, target,
+                                             levels_of[target])))
+    return problems
 
 
 def write(root, files):
@@ -117,14 +113,18 @@ def write(root, files):
 
 def self_test():
     """Each rule broken on purpose must fail; the good tree must pass."""
+    levels_of = {"core": 0, "crypto": 1, "store": 4, "main": 9}
     good = {
         "core/log.h": "", "core/log.c": '#include "log.h"\n',
+        "crypto/seal.h": '#include "log.h"\n', "crypto/seal.c": '#include "seal.h"\n',
         "store/store.h": '#include "log.h"\n', "store/store_int.h": '#include "store.h"\n',
         "store/store.c": '#include "store_int.h"\n',
         "main.c": '#include "store.h"\n#include "log.h"\n',
     }
     broken = {
         "a back edge between folders": {"core/log.c": '#include "log.h"\n#include "store.h"\n'},
+        "an include of a higher level, no cycle": {"core/log.c": '#include "seal.h"\n'},
+        "a folder without a level": {"cache/cache.c": '#include "log.h"\n'},
         "a private header from another folder": {"main.c": '#include "store_int.h"\n'},
         "two headers with one name": {"store/log.h": ""},
         "an include of no header": {"store/store.c": '#include "stor.h"\n'},
@@ -132,14 +132,14 @@ def self_test():
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         write(os.path.join(tmp, "good"), good)
-        problems, _ = check(os.path.join(tmp, "good"))
+        problems, _ = check(os.path.join(tmp, "good"), levels_of)
         if problems:
             print("self-test: the good tree fails: %s" % problems)
             failures += 1
         for i, (what, change) in enumerate(broken.items()):
             root = os.path.join(tmp, "bad%d" % i)
             write(root, dict(good, **change))
-            problems, _ = check(root)
+            problems, _ = check(root, levels_of)
             print("self-test: %s -> %s" % (what, problems or "NOT CAUGHT"))
             failures += 0 if problems else 1
     return 1 if failures else 0
@@ -154,10 +154,9 @@ def main():
         print(p)
     if problems:
         return 1
-    by_level = levels(edges)
-    for n in range(max(by_level.values()) + 1):
-        print("level %d: %s" % (n, " ".join(sorted(m for m in by_level if by_level[m] == n))))
-    print("include graph of %d modules is one-way" % len(edges))
+    for n in range(max(LEVELS.values()) + 1):
+        print("level %d: %s" % (n, " ".join(sorted(m for m in edges if LEVELS[m] == n))))
+    print("the includes of %d modules run downwards" % len(edges))
     return 0
 
 
