@@ -64,7 +64,7 @@ def check(proxy_dir, levels_of=LEVELS):
             if name in home:
                 problems.append("two headers named %s: %s and %s" % (name, home[name][1], path))
             home[name] = (module, path)
-    edges = {}
+    edges, how = {}, {}
     for module, path, name in files:
         edges.setdefault(module, set())
         with open(path, encoding="utf-8") as f:
@@ -82,7 +82,10 @@ def check(proxy_dir, levels_of=LEVELS):
                 problems.append("%s includes main" % rel)
             if owner != module:
                 edges[module].add(owner)
-    problems += [m for _, _, m in level_problems(edges, levels_of, "includes")]
+                how.setdefault((module, owner), []).append("%s includes %s" % (rel, target))
+    for module, target, problem in level_problems(edges, levels_of, "includes"):
+        problems.append(problem)
+        problems.extend("  " + line for line in how.get((module, target), [])[:3])
     return problems, edges
 
 
