@@ -591,7 +591,9 @@ def _resp_read(r):
 
 
 class Upstream:
-    """tests/upstream/payments_api.py on 127.0.0.1:port (port 0: the kernel picks)."""
+    """tests/upstream/payments_api.py on 127.0.0.1:port (port 0: free_port() picks a new one
+    at each start, below the kernel's ephemeral range: a port the kernel picked could be one
+    that another test's proxy still sends to after its own upstream stopped)."""
 
     def __init__(self, workdir, port=0, extra_args=(), unix_path=None):
         self.workdir = workdir
@@ -606,7 +608,7 @@ class Upstream:
         if self.unix_path:
             where = ["--unix", self.unix_path]
         else:
-            where = ["--listen", "127.0.0.1:%d" % self.requested_port]
+            where = ["--listen", "127.0.0.1:%d" % (self.requested_port or free_port())]
         self._err = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen([PYTHON, UPSTREAM_SCRIPT] + where + self.extra_args,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
