@@ -665,14 +665,17 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
         g->in_flight += exchange_set_active(w->xs);
         g->waiting += exchange_set_waiting(w->xs);
         g->upstream_in_flight += upstream_in_flight(w->upstream);
-        if (!store_primary(w->store, primary, sizeof(primary)))
-            g->redis_up = 0;
-        else
+        if (store_primary(w->store, primary, sizeof(primary)))
             metrics_gauge_primary(g, primary);
         n = store_primaries_ready(w->store);
         if (n >= 0 && (g->redis_cluster_nodes < 0 || n < g->redis_cluster_nodes))
             g->redis_cluster_nodes = n;
     }
+    /* every worker's connection, the admin worker's too, as /readyz counts them
+       (worker_pool_unready): the gauge is 0 whenever readiness is 503 for Redis */
+    for (unsigned i = 0; i < p->n; i++)
+        if (!store_ready(p->workers[i].store))
+            g->redis_up = 0;
 }
 
 /* admin_env.unready: why the pool is not ready for traffic, or NULL. Any thread. */
