@@ -18,7 +18,7 @@ test files do with them). One home for each, so no test file copies one or impor
                assert_still_protects
   records      keyring_text, write_keyring, new_keyring_secret, raw, records, head, pay
   admin        new_token, token_file, fingerprint, bearer, stdout_json, audit_lines,
-               access_record_id, redis_contents
+               access_record_id, record_id_cli, redis_contents
 
 Plain functions and classes; nothing here starts a process of its own but run_bin,
 check_config and run_check, which wait for the binary to exit, and Traffic's threads.
@@ -733,6 +733,19 @@ def access_record_id(p, path):
         ids = [l["record_id"] for l in stdout_json(p) if "audit" not in l and l["path"] == path]
         return ids[-1] if ids else None
     return wait_until(find, what="an access-log line for %s" % path)
+
+
+def record_id_cli(p, path, key, headers=(), method=None):
+    """The binary's `record-id` answer for a request to path with key (pure: no Redis is
+    asked): its JSON document and its stderr."""
+    args = ["record-id", "-c", p.config_path, "--path", path, "--key", key]
+    for h in headers:
+        args += ["--header", h]
+    if method:
+        args += ["--method", method]
+    rc, out, err = run_bin(args, timeout=30, cwd=p.workdir)
+    assert rc == 0, err
+    return json.loads(out), err
 
 
 def redis_contents(redis):

@@ -28,8 +28,8 @@ import pytest
 from harness import Proxy, build_config, free_port, hold, proxy_binary, to_yaml, wait_until
 from inbox_helpers import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
 from proxy_helpers import (
-    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, redis_contents,
-    token_file,
+    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, record_id_cli,
+    redis_contents, token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -223,17 +223,6 @@ def test_sighup_rereads_the_token_file_old_token_refused_new_one_taken(tmp_path,
     assert p.admin("GET", "/inbox", headers=bearer(old)).status == 401
     for text in (p.stdout_text(), p.stderr_text()):
         assert old not in text and new not in text
-
-
-def record_id_cli(p, path, key, headers=(), method=None):
-    args = [proxy_binary(), "record-id", "-c", p.config_path, "--path", path, "--key", key]
-    for h in headers:
-        args += ["--header", h]
-    if method:
-        args += ["--method", method]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=30, cwd=p.workdir)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout), r.stderr
 
 
 def lookup(p, token, path, key, params=(), headers=()):
