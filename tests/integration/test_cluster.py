@@ -563,7 +563,10 @@ def test_a_write_answered_in_the_pass_that_drops_its_primary_waits_on_no_freed_c
     c = ClusterGroup(str(tmp_path / "relayed"), node_timeout_ms=2000, relays=True).start()
     try:
         empty = c.add_empty_primary()
-        p = start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="10s"), workers=1,
+        # redis.timeout far above the steps below: the held map read must still be waited
+        # for when it is released (a busy CI machine took over 10 s for steps 2 and 3, and
+        # the proxy had given the read up and closed its connection)
+        p = start_proxy(redis=cluster_redis(c, min_replicas=1, timeout="30s"), workers=1,
                         wait_timeout="2s")
         wait_ready(p)
         log_line(p, "redis 127.0.0.1:%d: ready (primary)" % c.announced(empty))
