@@ -19,17 +19,16 @@ of inbox_helpers.py. The admin listener binds 0.0.0.0 (not a loopback address) a
 import datetime
 import json
 import signal
-import subprocess
 import urllib.parse
 import uuid
 
 import pytest
 
-from harness import Proxy, build_config, free_port, hold, proxy_binary, to_yaml, wait_until
+from harness import Proxy, build_config, free_port, hold, to_yaml, wait_until
 from inbox_helpers import ENCODED, ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
 from proxy_helpers import (
-    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, record_id_cli,
-    redis_contents, token_file,
+    access_record_id, audit_lines, bearer, check_file, fingerprint, metric_values, new_token,
+    record_id_cli, redis_contents, run_bin, token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -160,11 +159,6 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
         receiver.stop()
 
 
-def check(path):
-    return subprocess.run([proxy_binary(), "-t", "-c", str(path)], capture_output=True,
-                          text=True, timeout=30)
-
-
 def test_a_non_loopback_admin_listen_without_a_token_file_is_refused_by_t_and_at_startup(
         tmp_path, redis, upstream):
     for host in ("0.0.0.0", "localhost"):
@@ -176,7 +170,7 @@ def test_a_non_loopback_admin_listen_without_a_token_file_is_refused_by_t_and_at
         p = Proxy(str(tmp_path), "open-" + host, text, port, admin_port)
         want = "%s:%d: admin_listen %s:%d is not a loopback address and admin.token_file is " \
                "not set" % (p.config_path, line, host, admin_port)
-        t = check(p.config_path)
+        t = check_file(p.config_path)
         assert t.returncode == 1 and want in t.stderr, t.stderr
         assert t.stdout == ""
         p.start(wait_port=False)
@@ -190,7 +184,7 @@ def test_a_non_loopback_admin_listen_without_a_token_file_is_refused_by_t_and_at
                            **extra)
         path = tmp_path / ("ok-%s.yaml" % host)
         path.write_text(to_yaml(cfg) + "\n")
-        t = check(path)
+        t = check_file(path)
         assert (t.returncode, t.stdout.strip()) == (0, "configuration OK"), t.stderr
 
 
@@ -288,9 +282,8 @@ def test_record_id_and_lookup_give_the_id_the_access_log_printed(tmp_path, start
                  "does not protect GET"),
                 (["--path", "/v1/payments", "--key", "a, b"], "comma outside quotes")]
     for args, reason in refusals:
-        r = subprocess.run([proxy_binary(), "record-id", "-c", p.config_path] + args,
-                           capture_output=True, text=True, timeout=30)
-        assert r.returncode == 1 and reason in r.stderr and r.stdout == "", (args, r.stderr)
+        rc, out, err = run_bin(["record-id", "-c", p.config_path] + args, timeout=30)
+        assert rc == 1 and reason in err and out == "", (args, err)
     query = urllib.parse.urlencode([("path", "/v2/other"), ("key", key)])
     r = p.admin("GET", "/records/lookup?" + query, headers=bearer(token))
     assert r.status == 400 and "no route matches" in r.json()["error"], r

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from harness import Connection, _Reader, build_request, hold, read_response, wait_until
-from proxy_helpers import new_key, wait_metric
+from proxy_helpers import new_key, read_request, wait_metric
 
 
 class CountingUpstream:
@@ -67,31 +67,20 @@ class CountingUpstream:
             threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
 
     def _serve(self, c, conn_no):
-        buf = b""
         served = 0
         c.settimeout(self.idle_close_s or 30)
+        rfile = c.makefile("rb")
         try:
             while not self.stop.is_set():
-                while b"\r\n\r\n" not in buf:
-                    try:
-                        chunk = c.recv(65536)
-                    except socket.timeout:
-                        if self.idle_close_s:
-                            with self.lock:
-                                self.closed_idle += 1
-                        return
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value.strip())
-                while len(buf) < length:
-                    buf += c.recv(65536)
-                buf = buf[length:]
+                try:
+                    request = read_request(rfile)
+                except socket.timeout:
+                    if self.idle_close_s:
+                        with self.lock:
+                            self.closed_idle += 1
+                    return
+                if request is None:
+                    return
                 served += 1
                 with self.lock:
                     self.requests += 1
@@ -106,6 +95,7 @@ class CountingUpstream:
         except OSError:
             return
         finally:
+            rfile.close()
             c.close()
             with self.lock:
                 self.closed += 1

@@ -19,7 +19,7 @@ import pytest
 from harness import WAIT_S, build_request, hold, pace, read_response, wait_until
 from proxy_helpers import (
     PROBLEM_PREFIX, assert_not_replayed, assert_problem, assert_replay_of, concurrently,
-    in_background, new_key, record_keys,
+    in_background, new_key, read_request, record_keys,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -534,21 +534,9 @@ class HugeHeaderUpstream:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn):
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, rest = data.split(b"\r\n\r\n", 1)
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            while len(rest) < length:
-                rest += conn.recv(65536)
+        with conn, conn.makefile("rb") as rfile:
+            if read_request(rfile) is None:
+                return
             self.count += 1
             body = b'{"id":"ord_%d"}' % self.count
             conn.sendall(b"HTTP/1.1 201 Created\r\nX-" + b"a" * 70000 + b": 1\r\n"
