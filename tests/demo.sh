@@ -89,7 +89,7 @@ if cmp -s "$run/first.body" "$run/second.body" && cmp -s "$run/first.body" "$run
    [[ $executions == *'"count": 1'* ]]; then
   echo "OK: one order created, three identical answers."
 else
-  echo "UNEXPECTED: see $run" >&2
+  echo "UNEXPECTED: see $run; left running (pids ${pids[*]}); stop them with: kill ${pids[*]}" >&2
   keep=true
   exit 1
 fi
