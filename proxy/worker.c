@@ -37,8 +37,10 @@
 #include "store_redis.h"
 #include "upstream.h"
 
-#define WORKER_MAX_HEADERS_SIZE (64 * 1024)
-#define WORKER_CLIENT_IDLE_S 75
+/* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
+#define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
+#define WORKER_CLIENT_IDLE_MS 75000
+#define WORKER_CLIENT_LINGER_BYTES (16 * 1024 * 1024) /* of a refused body, read and dropped */
 #define WORKER_DRAIN_TICK_MS 50
 #define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
 
@@ -48,18 +50,6 @@
 #define WORKER_ADMIN_MAX_FIELDS 64
 #define WORKER_ADMIN_HEAD_MS 10000
 #define WORKER_ADMIN_IO_MS 30000
-
-/*
- * libevent answers past its own body limit with a plain 413 before we see the
- * request; below it we answer max_request_body with problem details.
- */
-static void worker_set_body_limit(struct evhttp *http, size_t max_request_body)
-{
-    size_t slack = max_request_body > 65536 ? max_request_body : 65536;
-
-    if (http != NULL)
-        evhttp_set_max_body_size(http, (ev_ssize_t)(max_request_body + slack));
-}
 
 /*
  * The admin listener reads a large body only for PUT /records/<id>: an
@@ -121,7 +111,6 @@ static int worker_post(struct worker *w, const struct worker_message *m)
 /* Takes over the caller's reference to cfg. */
 static void worker_apply_config(struct worker *w, struct config *cfg)
 {
-    worker_set_body_limit(w->http, cfg->max_request_body);
     worker_set_admin_body_limit(w, cfg->max_stored_response);
     exchange_set_config(w->xs, cfg);
     inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
@@ -131,12 +120,8 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
 
 static void worker_stop_accepting(struct worker *w)
 {
-    if (w->listener != NULL) {
-        listener_release(w->listener_slot);
-        w->listener_slot = NULL;
-        evhttp_del_accept_socket(w->http, w->listener);
-        w->listener = NULL;
-    }
+    if (w->client != NULL)
+        http_server_stop_accepting(w->client);
     inbox_stop(w->webhook_inbox); /* no new entries; those in delivery go on */
 }
 
@@ -257,7 +242,7 @@ static void worker_on_store_event(enum store_event ev, void *arg)
 }
 
 /*
- * epoll with libevent's changelist: curl and evhttp switch a socket's events
+ * epoll with libevent's changelist: curl and the bufferevents switch a socket's events
  * several times per request; the changelist folds those into at most one
  * epoll_ctl per socket per loop iteration.
  */
@@ -291,11 +276,11 @@ static void worker_deinit(struct worker *w)
     /* after both: their callbacks may still reach its deliveries; pending entries stay */
     inbox_destroy(w->webhook_inbox);
     w->webhook_inbox = NULL;
-    listener_release(w->listener_slot);
-    w->listener_slot = NULL;
-    if (w->http != NULL)
-        evhttp_free(w->http);
-    w->http = NULL;
+    if (w->client_lev != NULL)
+        evconnlistener_free(w->client_lev);
+    w->client_lev = NULL;
+    http_server_free(w->client);
+    w->client = NULL;
     http_server_free(w->admin_server);
     w->admin_server = NULL;
     if (w->drain_timer != NULL)
@@ -363,20 +348,34 @@ static int worker_admin_open(struct worker *w, struct worker_pool *p, struct con
 static int worker_client_open(struct worker *w, struct config *cfg, bool shared, char *err,
                               size_t errlen)
 {
-    w->http = listener_open(w->base, &cfg->listen, shared, shared && w->index == 0, &w->listener,
-                            &w->listener_slot, err, errlen);
-    if (w->http == NULL)
-        return -1;
-    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    worker_set_body_limit(w->http, cfg->max_request_body);
-    evhttp_set_max_headers_size(w->http, WORKER_MAX_HEADERS_SIZE);
-    evhttp_set_default_content_type(w->http, NULL);
-    evhttp_set_timeout(w->http, WORKER_CLIENT_IDLE_S);
-    /* read the rest of an oversized body before answering, so the client sees the 413 */
-    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
-    return 0;
+    w->client_lev = listener_bind(w->base, &cfg->listen, shared, shared && w->index == 0, err,
+                                  errlen);
+    return w->client_lev != NULL ? 0 : -1;
+}
+
+/* Serve the bound client listener with the exchange set's callbacks (after worker_init made it). */
+static int worker_client_serve(struct worker *w)
+{
+    static const struct http_server_limits limits = {
+        .max_head_bytes = WORKER_MAX_HEADERS_SIZE,
+        .max_header_fields = UINT_MAX, /* the head's bytes bound them */
+        .head_timeout_ms = WORKER_CLIENT_IDLE_MS,
+        .read_timeout_ms = WORKER_CLIENT_IDLE_MS,
+        .write_timeout_ms = WORKER_CLIENT_IDLE_MS,
+        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                   EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH,
+        .linger_bytes = WORKER_CLIENT_LINGER_BYTES,
+        .any_target = true,
+        .lenient_values = true,
+    };
+    struct evconnlistener *lev = w->client_lev;
+
+    w->client_lev = NULL; /* http_server_new takes it over, also when it fails */
+    w->client = http_server_new(w->base, lev, &limits, &(struct http_server_callbacks){
+        .head = exchange_head, .request = exchange_handle, .too_large = exchange_too_large,
+        .refuse = exchange_refuse, .arg = w->xs,
+    });
+    return w->client != NULL ? 0 : -1;
 }
 
 static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
@@ -434,8 +433,10 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         snprintf(err, errlen, "out of memory");
         goto failed;
     }
-    if (w->http != NULL) /* nothing is accepted before the loop runs */
-        evhttp_set_gencb(w->http, exchange_handle, w->xs);
+    if (w->client_lev != NULL && worker_client_serve(w) != 0) { /* nothing is accepted before the loop runs */
+        snprintf(err, errlen, "out of memory");
+        goto failed;
+    }
     if (w->admin_only) {
         w->admin.store = w->store;
         w->admin.set = w->xs;

@@ -23,12 +23,10 @@
 #include "metrics.h"
 
 struct event_base;
-struct evhttp;
-struct evhttp_bound_socket;
+struct evconnlistener;
 struct http_server;
 struct store;
 struct upstream;
-struct listener_slot;
 struct worker_pool;
 
 /*
@@ -47,9 +45,8 @@ struct worker {
     struct exchange_set *xs;                /* its requests, owned; exchange_set_conf(xs) is the
                                                running config */
     struct inbox *webhook_inbox;            /* queued routes' consumer (inbox.h); NULL: none */
-    struct evhttp *http;
-    struct evhttp_bound_socket *listener;
-    struct listener_slot *listener_slot;
+    struct evconnlistener *client_lev;      /* bound, until client takes it over */
+    struct http_server *client;             /* the client listener (a serving worker) */
     struct http_server *admin_server;       /* the admin worker only */
     struct admin_env admin;                 /* the admin worker only */
     struct event *drain_timer;
@@ -126,8 +123,8 @@ void worker_pool_join(struct worker_pool *p);
 void worker_pool_deinit(struct worker_pool *p);
 
 /*
- * Exchanges in flight, summed over the workers; *unsent: answers evhttp is
- * still writing; *unreleased: claims of refused requests not yet released
+ * Exchanges in flight, summed over the workers; *unsent: answers still
+ * being written; *unreleased: claims of refused requests not yet released
  * (Redis stalled). Any thread.
  */
 unsigned worker_pool_in_flight(struct worker_pool *p, unsigned *unsent, unsigned *unreleased);

@@ -10,8 +10,8 @@
  *
  * `pending` counts the references: callbacks that can still reach the
  * exchange (store commands, the upstream call, the write's retries); it is
- * freed once it has answered and pending is 0. The client may be gone by then: evhttp keeps the request
- * until we reply and frees it in evhttp_send_reply.
+ * freed once it has answered and pending is 0. The client may be gone by then: http_server keeps the
+ * request until we reply and frees it in http_server_reply.
  */
 #include "exchange_int.h"
 
@@ -57,7 +57,7 @@
 
 /* ---- a new request ------------------------------------------------------ */
 
-static struct exchange *exchange_create(struct exchange_set *set, struct evhttp_request *req)
+static struct exchange *exchange_create(struct exchange_set *set, struct http_req *req)
 {
     struct exchange *x = calloc(1, sizeof(*x));
 
@@ -95,13 +95,13 @@ static void exchange_add_allow(struct exchange *x, unsigned methods)
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
                      allow[0] != '\0' ? ", " : "", names[i]);
     }
-    evhttp_add_header(evhttp_request_get_output_headers(x->req), "Allow", allow);
+    evhttp_add_header(http_server_output_headers(x->req), "Allow", allow);
 }
 
 /*
  * Admission under limits.max_buffered (docs/operations.md#memory), at the start of the
  * protected and the unprotected path, before anything is claimed or
- * forwarded: the body (libevent 2.1 has read it whole before it calls us)
+ * forwarded: the body (read whole before exchange_handle is called)
  * and the reservation for its answer must fit. What comes later is counted
  * as it arrives and never refused: a forwarded request is never cut off.
  * False after answering 503 overloaded.
@@ -122,26 +122,84 @@ static bool exchange_admit(struct exchange *x)
     return false;
 }
 
-void exchange_handle(struct evhttp_request *req, void *arg)
+/*
+ * Refuse req at once, before its body is read (or when the listener cannot
+ * read it): the problem answer, logged and counted; the connection closes
+ * after it.
+ */
+static void exchange_refuse_now(struct exchange_set *set, struct http_req *req, enum problem p,
+                                int status, const char *detail)
+{
+    struct exchange *x = exchange_create(set, req);
+
+    http_server_close_after(req);
+    if (x == NULL) { /* out of memory before anything is claimed: an answer (oom.h) */
+        http_server_reply(req, 500, NULL, NULL);
+        return;
+    }
+    exchange_problem(x, p, status, detail, 0, false);
+}
+
+void exchange_head(struct http_req *req, void *arg)
+{
+    struct exchange_set *set = arg;
+    const char *framing = request_framing_fault(req);
+    long long length = http_server_content_length(req);
+
+    if (framing != NULL) {
+        /* bytes another parser would frame otherwise must not be read as a request */
+        exchange_refuse_now(set, req, PROBLEM_INVALID_FRAMING, 400, framing);
+        return;
+    }
+    if (length > 0 && (unsigned long long)length > set->conf->max_request_body) {
+        exchange_refuse_now(set, req, PROBLEM_BODY_TOO_LARGE, 413,
+                            "the request body is larger than the configured limit");
+        return;
+    }
+    http_server_accept_body(req, set->conf->max_request_body);
+}
+
+void exchange_too_large(struct http_req *req, void *arg)
+{
+    exchange_refuse_now(arg, req, PROBLEM_BODY_TOO_LARGE, 413,
+                        "the request body is larger than the configured limit");
+}
+
+void exchange_refuse(struct http_req *req, int status, enum http_server_fault fault, void *arg)
+{
+    switch (fault) {
+    case HTTP_SERVER_FAULT_TARGET:
+        exchange_refuse_now(arg, req, PROBLEM_INVALID_TARGET, 400,
+                            "the request line cannot be read: the target must be a path without "
+                            "spaces or control characters, followed by the HTTP version");
+        return;
+    case HTTP_SERVER_FAULT_FRAMING:
+        exchange_refuse_now(arg, req, PROBLEM_INVALID_FRAMING, status,
+                            "the header fields or the body's framing cannot be read safely "
+                            "(RFC 9112)");
+        return;
+    case HTTP_SERVER_FAULT_HEAD_TOO_LARGE:
+        exchange_refuse_now(arg, req, PROBLEM_HEAD_TOO_LARGE, 431,
+                            "the request line and header fields are larger than the proxy reads");
+        return;
+    case HTTP_SERVER_FAULT_METHOD:
+        exchange_refuse_now(arg, req, PROBLEM_METHOD_NOT_IMPLEMENTED, 501,
+                            "the proxy serves GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS");
+        return;
+    }
+}
+
+void exchange_handle(struct http_req *req, void *arg)
 {
     struct exchange_set *set = arg;
     struct exchange *x = exchange_create(set, req);
-    const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
+    const struct evkeyvalq *headers = http_server_input_headers(req);
     struct classify_input in;
     struct classify_result c;
-    const char *framing;
     char key[CLASSIFY_KEY_MAX];
 
-    reply_watch(&set->conns, req);
     if (x == NULL) { /* out of memory before anything is claimed: an answer (oom.h) */
-        evhttp_send_error(req, 500, NULL);
-        return;
-    }
-    framing = request_framing_fault(req);
-    if (framing != NULL) {
-        /* what libevent left unread must not be read as a request: close the connection */
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        exchange_problem(x, PROBLEM_INVALID_FRAMING, 400, framing, 0, false);
+        http_server_reply(req, 500, NULL, NULL);
         return;
     }
     if (set->draining) {
@@ -209,7 +267,6 @@ struct exchange_set *exchange_set_create(struct event_base *base, struct store *
     set->budget = budget;
     set->conf = config_ref(conf);
     TAILQ_INIT(&set->waiters);
-    reply_conns_init(&set->conns, base, &set->unflushed);
     janitor_init(&set->janitor, base, store, exchange_on_released, set);
     set->wake_others = wake_others;
     set->wake_arg = wake_arg;
@@ -269,7 +326,6 @@ void exchange_set_destroy(struct exchange_set *set)
 {
     if (set == NULL)
         return;
-    reply_conns_deinit(&set->conns);
     janitor_deinit(&set->janitor);
     config_unref(set->conf);
     free(set);

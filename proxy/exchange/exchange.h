@@ -18,7 +18,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct evhttp_request;
+#include "http_server.h"
+
+struct http_req;
 struct event_base;
 struct config;
 struct store;
@@ -86,7 +88,7 @@ unsigned exchange_set_active(const struct exchange_set *set);
 /* Exchanges waiting on another request's record (a count; the waiting gauge). Any thread. */
 unsigned exchange_set_waiting(const struct exchange_set *set);
 
-/* Answers evhttp is still writing to their clients (a count). Any thread. */
+/* Answers still being written to their clients (a count). Any thread. */
 unsigned exchange_set_unflushed(const struct exchange_set *set);
 
 /*
@@ -109,11 +111,28 @@ unsigned exchange_set_busy(const struct exchange_set *set);
 void exchange_set_failed_over(struct exchange_set *set);
 
 /*
- * The evhttp request callback of the client listener (docs/client-contract.md#how-a-request-is-handled and 5).
- * Takes over req until it has been answered; arg is the struct exchange_set,
- * on its owner's thread.
+ * The client listener's callbacks (http_server.h), arg the struct
+ * exchange_set, on its owner's thread (docs/client-contract.md#how-a-request-is-handled).
+ *
+ * exchange_head: a request's head is read. Refuses framing a server on the
+ * path may read otherwise (400 invalid-framing, RFC 9112 11.2) and a
+ * Content-Length over limits.max_request_body (413 body-too-large), both
+ * before any body byte is read; else lets the body be read up to that limit.
+ *
+ * exchange_handle: the request is whole; takes it over until it has been
+ * answered.
+ *
+ * exchange_too_large: a chunked body grew past the limit: 413 body-too-large.
+ *
+ * exchange_refuse: the listener cannot read the request (fault): the
+ * problem answer for it (400 invalid-target or invalid-framing, 431
+ * head-too-large, 501 method-not-implemented), logged and counted like
+ * every refusal.
  */
-void exchange_handle(struct evhttp_request *req, void *arg);
+void exchange_head(struct http_req *req, void *arg);
+void exchange_handle(struct http_req *req, void *arg);
+void exchange_too_large(struct http_req *req, void *arg);
+void exchange_refuse(struct http_req *req, int status, enum http_server_fault fault, void *arg);
 
 /*
  * A record changed (completed, released): let this set's requests waiting on

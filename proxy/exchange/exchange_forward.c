@@ -476,7 +476,7 @@ void exchange_forward(struct exchange *x)
         exchange_ref(x);
         inbox_append(x->set->store, x->conf, x->route, x->event_id, x->record_id,
                      x->rq.method, x->rq.target, x->rq.client_addr,
-                     evhttp_request_get_input_headers(x->req), x->rq.body_bytes,
+                     http_server_input_headers(x->req), x->rq.body_bytes,
                      x->rq.body_len, exchange_on_appended, x);
         return;
     }
@@ -486,7 +486,7 @@ void exchange_forward(struct exchange *x)
     }
     exchange_ref(x);
     if (upstream_send(x->set->upstream, x->rq.method, x->rq.target,
-                      evhttp_request_get_input_headers(x->req), x->rq.client_addr, x->rq.body_bytes,
+                      http_server_input_headers(x->req), x->rq.client_addr, x->rq.body_bytes,
                       x->rq.body_len, &x->hold_answer, exchange_on_upstream, x) == 0)
         return;
     exchange_unref(x); /* the call was never armed; x is not answered, so it stays */

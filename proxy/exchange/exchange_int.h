@@ -49,10 +49,9 @@ struct exchange_set {
     bool draining;                          /* after SIGTERM: refuse new requests */
     uint64_t drain_deadline_ms;             /* wall clock: when the drain ends (draining) */
     _Atomic unsigned active;                /* exchanges not yet freed */
-    _Atomic unsigned unflushed;             /* answers evhttp is still writing */
+    _Atomic unsigned unflushed;             /* answers still being written out */
     _Atomic unsigned waiting;               /* exchanges in `waiters` */
     TAILQ_HEAD(, exchange) waiters;         /* waiting on another request's record */
-    struct reply_conns conns;               /* the client connections (reply.h) */
     struct janitor janitor;                 /* claims of refused requests to release */
     exchange_wake_cb *wake_others;
     void *wake_arg;
@@ -68,7 +67,7 @@ enum exchange_write {
 struct exchange {
     struct exchange_set *set;
     struct config *conf;                /* one reference: routes and policies it started under */
-    struct evhttp_request *req;         /* NULL once answered */
+    struct http_req *req;               /* NULL once answered */
     enum exchange_state state;
     const struct route *route;
     const struct route_policy *policy;

@@ -135,14 +135,14 @@ static void exchange_log(const struct exchange *x)
 
 /*
  * The request body is needed no more (sent upstream, or answered): free it
- * now rather than when evhttp frees the request once the answer is written
+ * now rather than when http_server frees the request once the answer is written
  * out, which for a slow reader is much later (docs/operations.md#memory). Its count,
  * hold_body, is the caller's to give back or hand on.
  */
 void exchange_drop_body(struct exchange *x)
 {
     if (x->req != NULL) {
-        struct evbuffer *in = evhttp_request_get_input_buffer(x->req);
+        struct evbuffer *in = http_server_body(x->req);
         evbuffer_drain(in, evbuffer_get_length(in));
     }
     x->rq.body_bytes = NULL;
@@ -175,7 +175,7 @@ static void exchange_send(struct exchange *x, int status, struct evbuffer *body)
     budget_hold_set(&x->hold_answer, body != NULL ? evbuffer_get_length(body) : 0);
     exchange_drop_body(x);
     budget_hold_set(&x->hold_body, 0);
-    reply_send(x->req, status, body, x->set->draining, &x->set->conns, &x->hold_answer);
+    reply_send(x->req, status, body, x->set->draining, &x->set->unflushed, &x->hold_answer);
     x->req = NULL;
     if (x->pending == 0 && x->state == X_ANSWERED)
         exchange_free(x);

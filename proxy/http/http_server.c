@@ -13,7 +13,7 @@
  *            moment, so that closing with unread bytes (a TCP reset) does
  *            not destroy the answer before the client reads it
  */
-#include "http_server.h"
+#include "http_server_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,7 +24,6 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/queue.h>
-#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -37,95 +36,14 @@
 #include <http_parser.h>
 
 #include "clock.h"
+#include "http_wire.h"
 #include "log.h"
 
 #define HTTP_SERVER_ACCEPT_PAUSE_MS 100
 #define HTTP_SERVER_LINGER_MS 2000
-#define HTTP_SERVER_LINGER_BYTES (1024 * 1024) /* read and dropped at most, then closed */
-
-enum http_conn_state { CONN_HEAD, CONN_BODY, CONN_HANDLER, CONN_WRITING, CONN_LINGER };
-
-struct http_conn;
-
-struct http_req {
-    struct http_conn *conn;             /* NULL once the client went away */
-    enum evhttp_cmd_type command;
-    char *target;                       /* owned */
-    struct evhttp_uri *uri;             /* owned */
-    struct evkeyvalq in, out;
-    struct evbuffer *body;
-    size_t body_limit;                  /* bytes the head callback accepted */
-    long long content_length;           /* -1 chunked */
-    int status;
-    bool answered;
-    void (*done)(struct http_req *req, bool written, void *arg);
-    void *done_arg;
-    char peer[64];
-};
-
-struct http_conn {
-    struct http_server *server;
-    LIST_ENTRY(http_conn) next;
-    struct bufferevent *bev;
-    struct event *deadline;             /* the head's, then the linger's */
-    enum http_conn_state state;
-    http_parser parser;
-    struct http_req *req;               /* the one being read or answered, or NULL */
-    struct evbuffer *field, *value;     /* the field being read */
-    bool in_value;
-    size_t head_bytes;
-    size_t lingered;                    /* bytes dropped in LINGER */
-    unsigned fields;
-    bool head_done, message_done, too_large, head_error;
-    bool close_after;                   /* the connection ends after this answer */
-    double head_since_ms;               /* monotonic: since it waits for this head */
-    char peer[64];
-};
-
-struct http_server {
-    struct event_base *base;
-    struct evconnlistener *lev;
-    struct event *resume;               /* accept errors: re-enable after a pause */
-    struct http_server_limits limits;
-    struct http_server_callbacks cb;
-    http_parser_settings settings;
-    LIST_HEAD(, http_conn) conns;
-    unsigned n_conns;
-    bool paused;                        /* by an accept error */
-    bool accepting;                     /* the listener is enabled */
-};
+#define HTTP_SERVER_LINGER_BYTES (1024 * 1024) /* read and dropped at most by default, then closed */
 
 static void http_conn_process(struct http_conn *c);
-
-/* ---- requests ---- */
-
-static struct http_req *http_req_new(struct http_conn *c)
-{
-    struct http_req *req = calloc(1, sizeof(*req));
-
-    if (req == NULL || (req->body = evbuffer_new()) == NULL) {
-        free(req);
-        return NULL;
-    }
-    req->conn = c;
-    TAILQ_INIT(&req->in);
-    TAILQ_INIT(&req->out);
-    memcpy(req->peer, c->peer, sizeof(req->peer));
-    return req;
-}
-
-static void http_req_free(struct http_req *req)
-{
-    if (req == NULL)
-        return;
-    free(req->target);
-    if (req->uri != NULL)
-        evhttp_uri_free(req->uri);
-    evhttp_clear_headers(&req->in);
-    evhttp_clear_headers(&req->out);
-    evbuffer_free(req->body);
-    free(req);
-}
 
 /* Tell req's handler how its answer went, once. */
 static void http_req_done(struct http_req *req, bool written)
@@ -199,6 +117,7 @@ static void http_conn_free(struct http_conn *c)
         event_free(c->deadline);
     evbuffer_free(c->field);
     evbuffer_free(c->value);
+    evbuffer_free(c->raw);
     free(c);
     s->n_conns--;
     http_server_accept_more(s);
@@ -217,33 +136,18 @@ static void http_conn_next(struct http_conn *c)
     /* a fresh parser: a head answered at once left its message unfinished */
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
+    c->parser.lenient_http_headers = c->server->limits.lenient_values;
     c->state = CONN_HEAD;
     c->head_bytes = 0;
     c->fields = 0;
-    c->in_value = false;
+    c->in_value = c->line_done = false;
     c->head_done = c->message_done = c->too_large = c->head_error = false;
     evbuffer_drain(c->field, evbuffer_get_length(c->field));
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
+    evbuffer_drain(c->raw, evbuffer_get_length(c->raw));
     c->head_since_ms = clock_mono_ms();
     http_conn_arm(c, c->server->limits.head_timeout_ms);
     http_server_accept_more(c->server);
-}
-
-static const char *http_reason(int status)
-{
-    const char *r = http_status_str((enum http_status)status);
-
-    return r != NULL && strcmp(r, "<unknown>") != 0 ? r : "Unknown";
-}
-
-/* The Date field (RFC 9110 section 6.6.1) into out (>= 30 bytes). */
-static void http_date(char *out, size_t outsize)
-{
-    time_t now = time(NULL);
-    struct tm tm;
-
-    gmtime_r(&now, &tm);
-    strftime(out, outsize, "%a, %d %b %Y %H:%M:%S GMT", &tm);
 }
 
 /* The status line, fields and body of req's answer into c's output. */
@@ -252,21 +156,11 @@ static void http_conn_write(struct http_conn *c, struct http_req *req, const cha
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t len = body != NULL ? evbuffer_get_length(body) : 0;
-    struct evkeyval *h;
-    char date[64];
+    bool keep_alive_10 = !c->close_after && req->major == 1 && req->minor == 0;
 
-    http_date(date, sizeof(date));
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", req->status,
-                        reason != NULL ? reason : http_reason(req->status));
-    TAILQ_FOREACH(h, &req->out, next) {
-        if (strcasecmp(h->key, "Content-Length") == 0 || strcasecmp(h->key, "Connection") == 0 ||
-            strcasecmp(h->key, "Transfer-Encoding") == 0 || strcasecmp(h->key, "Date") == 0)
-            continue; /* this file's own */
-        evbuffer_add_printf(out, "%s: %s\r\n", h->key, h->value);
-    }
-    evbuffer_add_printf(out, "Date: %s\r\nContent-Length: %zu\r\n%s\r\n", date, len,
-                        c->close_after ? "Connection: close\r\n" : "");
-    if (body != NULL && req->command != EVHTTP_REQ_HEAD)
+    http_wire_write_head(out, req->status, reason, &req->out, (long long)len, false,
+                         c->close_after, keep_alive_10);
+    if (body != NULL && req->command != EVHTTP_REQ_HEAD && !http_wire_status_bodiless(req->status))
         evbuffer_add_buffer(out, body);
 }
 
@@ -279,7 +173,8 @@ void http_server_reply(struct http_req *req, int status, const char *reason,
         return;
     req->answered = true;
     req->status = status;
-    if (c == NULL) { /* the client went away; its handler was told */
+    if (c == NULL) { /* the client went away */
+        http_req_done(req, false);
         http_req_free(req);
         return;
     }
@@ -288,7 +183,7 @@ void http_server_reply(struct http_req *req, int status, const char *reason,
         if (req->content_length != 0)
             c->close_after = true;
     }
-    if (!http_should_keep_alive(&c->parser))
+    if (!http_should_keep_alive(&c->parser) || req->close || c->eof)
         c->close_after = true;
     event_del(c->deadline);
     c->state = CONN_WRITING;
@@ -313,6 +208,10 @@ static void http_conn_written(struct http_conn *c)
         http_conn_process(c);
         return;
     }
+    if (c->eof) { /* the client sends nothing more */
+        http_conn_free(c);
+        return;
+    }
     /* a body may be on its way: read and drop it for a moment, then close */
     c->state = CONN_LINGER;
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
@@ -322,141 +221,38 @@ static void http_conn_written(struct http_conn *c)
     event_add(c->deadline, &tv);
 }
 
-/* Answer c's request (or one made for it) at once from the server: 4xx, 5xx. */
-static void http_conn_refuse(struct http_conn *c, int status)
+/*
+ * Answer c's request (or one made for it) at once from the server: 4xx, 5xx,
+ * by the refuse callback, or in plain text.
+ */
+static void http_conn_refuse(struct http_conn *c, int status, enum http_server_fault fault)
 {
-    struct evbuffer *body = evbuffer_new();
+    struct http_server *s = c->server;
+    struct evbuffer *body;
 
     if (c->req == NULL && (c->req = http_req_new(c)) == NULL) {
-        evbuffer_free(body);
         http_conn_free(c);
         return;
     }
     c->close_after = true;
+    c->req->major = c->parser.http_major;
+    c->req->minor = c->parser.http_minor;
+    if (s->cb.refuse != NULL) {
+        s->cb.refuse(c->req, status, fault, s->cb.arg);
+        if (c->req == NULL || c->req->answered)
+            return;
+    }
+    body = evbuffer_new();
     if (body != NULL)
-        evbuffer_add_printf(body, "%d %s\n", status, http_reason(status));
+        evbuffer_add_printf(body, "%d %s\n", status, http_wire_reason(status));
     evhttp_add_header(&c->req->out, "Content-Type", "text/plain; charset=utf-8");
     http_server_reply(c->req, status, NULL, body);
     if (body != NULL)
         evbuffer_free(body);
 }
 
-/* ---- the parser's callbacks ---- */
-
-/*
- * The field just read, into the request's fields. -1 past max_header_fields
- * (head_error: 431) or for a field evhttp refuses (a parser error: 400).
- */
-static int http_conn_end_field(struct http_conn *c)
-{
-    size_t nlen = evbuffer_get_length(c->field), vlen = evbuffer_get_length(c->value);
-    int rc;
-
-    if (!c->in_value)
-        return 0;
-    c->in_value = false;
-    if (++c->fields > c->server->limits.max_header_fields) {
-        c->head_error = true;
-        return -1;
-    }
-    evbuffer_add(c->field, "", 1);
-    evbuffer_add(c->value, "", 1);
-    rc = evhttp_add_header(&c->req->in, (const char *)evbuffer_pullup(c->field, -1),
-                           (const char *)evbuffer_pullup(c->value, -1));
-    evbuffer_drain(c->field, nlen + 1);
-    evbuffer_drain(c->value, vlen + 1);
-    return rc;
-}
-
-static int http_on_message_begin(http_parser *p)
-{
-    struct http_conn *c = p->data;
-
-    if (c->req == NULL)
-        c->req = http_req_new(c);
-    return c->req != NULL ? 0 : -1;
-}
-
-static int http_on_url(http_parser *p, const char *at, size_t len)
-{
-    struct http_conn *c = p->data;
-    size_t have = c->req->target != NULL ? strlen(c->req->target) : 0;
-    char *t = realloc(c->req->target, have + len + 1);
-
-    if (t == NULL)
-        return -1;
-    memcpy(t + have, at, len);
-    t[have + len] = '\0';
-    c->req->target = t;
-    return 0;
-}
-
-static int http_on_header_field(http_parser *p, const char *at, size_t len)
-{
-    struct http_conn *c = p->data;
-
-    if (http_conn_end_field(c) != 0)
-        return -1;
-    return evbuffer_add(c->field, at, len);
-}
-
-static int http_on_header_value(http_parser *p, const char *at, size_t len)
-{
-    struct http_conn *c = p->data;
-
-    c->in_value = true;
-    return evbuffer_add(c->value, at, len);
-}
-
-static int http_on_headers_complete(http_parser *p)
-{
-    struct http_conn *c = p->data;
-
-    if (http_conn_end_field(c) != 0)
-        return -1;
-    c->head_done = true;
-    http_parser_pause(p, 1);
-    return 0;
-}
-
-static int http_on_body(http_parser *p, const char *at, size_t len)
-{
-    struct http_conn *c = p->data;
-
-    if (evbuffer_get_length(c->req->body) + len > c->req->body_limit) {
-        c->too_large = true;
-        http_parser_pause(p, 1);
-        return 0;
-    }
-    return evbuffer_add(c->req->body, at, len);
-}
-
-static int http_on_message_complete(http_parser *p)
-{
-    struct http_conn *c = p->data;
-
-    c->message_done = true;
-    http_parser_pause(p, 1);
-    return 0;
-}
 
 /* ---- the head ---- */
-
-static bool http_method(enum http_method m, enum evhttp_cmd_type *cmd)
-{
-    switch (m) {
-    case HTTP_GET: *cmd = EVHTTP_REQ_GET; return true;
-    case HTTP_POST: *cmd = EVHTTP_REQ_POST; return true;
-    case HTTP_HEAD: *cmd = EVHTTP_REQ_HEAD; return true;
-    case HTTP_PUT: *cmd = EVHTTP_REQ_PUT; return true;
-    case HTTP_DELETE: *cmd = EVHTTP_REQ_DELETE; return true;
-    case HTTP_OPTIONS: *cmd = EVHTTP_REQ_OPTIONS; return true;
-    case HTTP_TRACE: *cmd = EVHTTP_REQ_TRACE; return true;
-    case HTTP_CONNECT: *cmd = EVHTTP_REQ_CONNECT; return true;
-    case HTTP_PATCH: *cmd = EVHTTP_REQ_PATCH; return true;
-    default: return false;
-    }
-}
 
 /* Answer Expect: 100-continue (RFC 9110 section 10.1.1) once the body is wanted. */
 static void http_conn_continue(struct http_conn *c)
@@ -476,7 +272,7 @@ static void http_conn_too_large(struct http_conn *c)
     if (s->cb.too_large != NULL)
         s->cb.too_large(c->req, s->cb.arg);
     if (c->state != CONN_WRITING)
-        http_conn_refuse(c, 413);
+        http_conn_refuse(c, 413, HTTP_SERVER_FAULT_FRAMING);
 }
 
 /* The head is in: bounds, method, target, then the head callback. */
@@ -485,20 +281,31 @@ static void http_conn_head(struct http_conn *c)
     struct http_server *s = c->server;
     struct http_req *req = c->req;
 
+    const char *fault;
+
     event_del(c->deadline);
+    req->major = c->parser.http_major;
+    req->minor = c->parser.http_minor;
     req->content_length = (c->parser.flags & F_CHUNKED) ? -1
                           : c->parser.content_length == ULLONG_MAX ? 0
                                                                    : (long long)c->parser.content_length;
-    if (!http_method((enum http_method)c->parser.method, &req->command) ||
+    if (!http_wire_method(c->parser.method, &req->command) ||
         (s->limits.methods & (unsigned)req->command) == 0) {
-        http_conn_refuse(c, 501);
+        http_conn_refuse(c, 501, HTTP_SERVER_FAULT_METHOD);
         return;
     }
     req->uri = req->target != NULL
                    ? evhttp_uri_parse_with_flags(req->target, EVHTTP_URI_NONCONFORMANT)
                    : NULL;
-    if (req->uri == NULL || req->target[0] != '/') {
-        http_conn_refuse(c, 400);
+    if (req->target == NULL ||
+        (!s->limits.any_target && (req->uri == NULL || req->target[0] != '/'))) {
+        http_conn_refuse(c, 400, HTTP_SERVER_FAULT_TARGET);
+        return;
+    }
+    fault = http_wire_head_fault((const char *)evbuffer_pullup(c->raw, -1),
+                                 evbuffer_get_length(c->raw));
+    if (fault != NULL) {
+        http_conn_refuse(c, 400, HTTP_SERVER_FAULT_FRAMING);
         return;
     }
     c->state = CONN_BODY;
@@ -521,15 +328,21 @@ static bool http_conn_after_parse(struct http_conn *c)
     enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
 
     if (c->head_error) {
-        http_conn_refuse(c, 431);
+        http_conn_refuse(c, 431, HTTP_SERVER_FAULT_HEAD_TOO_LARGE);
         return false;
     }
     if (err != HPE_OK && err != HPE_PAUSED) {
-        http_conn_refuse(c, err == HPE_HEADER_OVERFLOW ? 431 : 400);
+        if (err == HPE_HEADER_OVERFLOW)
+            http_conn_refuse(c, 431, HTTP_SERVER_FAULT_HEAD_TOO_LARGE);
+        else if (err == HPE_INVALID_METHOD)
+            http_conn_refuse(c, 501, HTTP_SERVER_FAULT_METHOD);
+        else
+            http_conn_refuse(c, 400, c->state == CONN_HEAD && !c->line_done
+                                         ? HTTP_SERVER_FAULT_TARGET : HTTP_SERVER_FAULT_FRAMING);
         return false;
     }
     if (c->state == CONN_HEAD && c->head_bytes > s->limits.max_head_bytes) {
-        http_conn_refuse(c, 431);
+        http_conn_refuse(c, 431, HTTP_SERVER_FAULT_HEAD_TOO_LARGE);
         return false;
     }
     if (c->head_done) {
@@ -570,8 +383,10 @@ static void http_conn_process(struct http_conn *c)
                 len = room;
         }
         n = http_parser_execute(&c->parser, &c->server->settings, v.iov_base, len);
-        if (c->state == CONN_HEAD)
+        if (c->state == CONN_HEAD) {
             c->head_bytes += n;
+            evbuffer_add(c->raw, v.iov_base, n);
+        }
         evbuffer_drain(in, n);
         if (!http_conn_after_parse(c))
             return;
@@ -588,7 +403,8 @@ static void http_conn_on_read(struct bufferevent *bev, void *arg)
     if (c->state == CONN_LINGER) {
         c->lingered += evbuffer_get_length(in);
         evbuffer_drain(in, evbuffer_get_length(in));
-        if (c->lingered > HTTP_SERVER_LINGER_BYTES)
+        if (c->lingered > (c->server->limits.linger_bytes != 0 ? c->server->limits.linger_bytes
+                                                               : HTTP_SERVER_LINGER_BYTES))
             http_conn_free(c);
     } else
         http_conn_process(c);
@@ -607,6 +423,12 @@ static void http_conn_on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct http_conn *c = arg;
 
+    if ((what & BEV_EVENT_EOF) && (c->state == CONN_HANDLER || c->state == CONN_WRITING)) {
+        /* a half-close: the client still reads its answer; the connection ends after it */
+        c->eof = true;
+        c->close_after = true;
+        return;
+    }
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) &&
         (c->state == CONN_HANDLER || c->state == CONN_WRITING)) {
         bufferevent_enable(bev, EV_READ); /* a client waiting for its answer is not idle */
@@ -646,7 +468,7 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
     if (c != NULL)
         c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c == NULL || c->bev == NULL || (c->field = evbuffer_new()) == NULL ||
-        (c->value = evbuffer_new()) == NULL ||
+        (c->value = evbuffer_new()) == NULL || (c->raw = evbuffer_new()) == NULL ||
         (c->deadline = evtimer_new(s->base, http_conn_on_deadline, c)) == NULL) {
         if (c != NULL && c->bev != NULL)
             bufferevent_free(c->bev);
@@ -657,6 +479,8 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
                 evbuffer_free(c->field);
             if (c->value != NULL)
                 evbuffer_free(c->value);
+            if (c->raw != NULL)
+                evbuffer_free(c->raw);
         }
         free(c);
         return;
@@ -717,14 +541,7 @@ struct http_server *http_server_new(struct event_base *base, struct evconnlisten
     s->limits = *limits;
     s->cb = *cb;
     LIST_INIT(&s->conns);
-    http_parser_settings_init(&s->settings);
-    s->settings.on_message_begin = http_on_message_begin;
-    s->settings.on_url = http_on_url;
-    s->settings.on_header_field = http_on_header_field;
-    s->settings.on_header_value = http_on_header_value;
-    s->settings.on_headers_complete = http_on_headers_complete;
-    s->settings.on_body = http_on_body;
-    s->settings.on_message_complete = http_on_message_complete;
+    http_server_parser_settings(&s->settings);
     evconnlistener_set_cb(lev, http_server_on_accept, s);
     evconnlistener_set_error_cb(lev, http_server_on_accept_error);
     s->accepting = false;
@@ -736,7 +553,8 @@ void http_server_free(struct http_server *s)
 {
     if (s == NULL)
         return;
-    evconnlistener_free(s->lev);
+    if (s->lev != NULL)
+        evconnlistener_free(s->lev);
     s->lev = NULL;
     s->paused = true; /* no re-enabling from here on */
     s->accepting = false;
@@ -744,6 +562,14 @@ void http_server_free(struct http_server *s)
         http_conn_free(LIST_FIRST(&s->conns));
     event_free(s->resume);
     free(s);
+}
+
+void http_server_stop_accepting(struct http_server *s)
+{
+    if (s->lev != NULL)
+        evconnlistener_free(s->lev);
+    s->lev = NULL;
+    s->accepting = false;
 }
 
 unsigned http_server_connections(const struct http_server *s)
@@ -757,6 +583,14 @@ const struct evhttp_uri *http_server_uri(const struct http_req *req) { return re
 struct evkeyvalq *http_server_input_headers(struct http_req *req) { return &req->in; }
 struct evkeyvalq *http_server_output_headers(struct http_req *req) { return &req->out; }
 struct evbuffer *http_server_body(struct http_req *req) { return req->body; }
+struct evkeyvalq *http_server_input_trailers(struct http_req *req) { return &req->trailers; }
+void http_server_close_after(struct http_req *req) { req->close = true; }
+
+void http_server_version(const struct http_req *req, int *major, int *minor)
+{
+    *major = req->major;
+    *minor = req->minor;
+}
 long long http_server_content_length(const struct http_req *req) { return req->content_length; }
 const char *http_server_peer(const struct http_req *req) { return req->peer; }
 int http_server_status(const struct http_req *req) { return req->status; }

@@ -41,6 +41,19 @@ struct http_server_limits {
     unsigned read_timeout_ms;       /* longest wait for the next bytes of a body */
     unsigned write_timeout_ms;      /* longest wait for the client to take an answer's bytes */
     unsigned methods;               /* enum evhttp_cmd_type mask; others get 501 */
+    size_t linger_bytes;            /* after a closing answer: unread bytes dropped at most; 0: 1 MiB */
+    bool any_target;                /* hand on every target the parser reads (absolute-form,
+                                       "*"): the handler checks it; else only origin-form */
+    bool lenient_values;            /* control characters in field values reach the handler,
+                                       whose rules refuse them where they matter */
+};
+
+/* Why the server refuses a request before a handler has it (the refuse callback). */
+enum http_server_fault {
+    HTTP_SERVER_FAULT_TARGET,       /* the request line cannot be read: 400 */
+    HTTP_SERVER_FAULT_FRAMING,      /* the fields or the body's framing cannot be read safely: 400 */
+    HTTP_SERVER_FAULT_HEAD_TOO_LARGE, /* request line and fields over the bounds: 431 */
+    HTTP_SERVER_FAULT_METHOD,       /* a method outside limits.methods: 501 */
 };
 
 /*
@@ -65,6 +78,13 @@ struct http_server_callbacks {
      * the connection closes after that answer. NULL: a plain 413.
      */
     void (*too_large)(struct http_req *req, void *arg);
+    /*
+     * The server refuses the request (fault, with status): answer it with
+     * http_server_reply (the connection closes after it; the head may be
+     * partly read: only the version, method and the fields read so far are
+     * there, the target may be NULL). NULL: a plain-text answer.
+     */
+    void (*refuse)(struct http_req *req, int status, enum http_server_fault fault, void *arg);
     void *arg;
 };
 
@@ -87,15 +107,27 @@ void http_server_free(struct http_server *s);
 /* Connections open now. */
 unsigned http_server_connections(const struct http_server *s);
 
+/*
+ * Stop accepting: the listening socket is closed (new connections are
+ * refused by the kernel); open connections go on. For a drain.
+ */
+void http_server_stop_accepting(struct http_server *s);
+
 /* ---- a request ---- */
 
 /* Its method; only methods in limits.methods reach a callback. */
 enum evhttp_cmd_type http_server_command(const struct http_req *req);
 
-/* Its target as sent (path and query, RFC 9112 section 3.2), NUL-terminated. */
+/* Its target as sent (RFC 9112 section 3.2), NUL-terminated; NULL only in the refuse callback. */
 const char *http_server_target(const struct http_req *req);
 
-/* The target parsed (evhttp_uri_parse_with_flags, EVHTTP_URI_NONCONFORMANT); never NULL. */
+/* Its HTTP version (RFC 9112 section 2.3), e.g. 1 and 1. */
+void http_server_version(const struct http_req *req, int *major, int *minor);
+
+/*
+ * The target parsed (evhttp_uri_parse_with_flags, EVHTTP_URI_NONCONFORMANT);
+ * never NULL without limits.any_target, may be NULL with it.
+ */
 const struct evhttp_uri *http_server_uri(const struct http_req *req);
 
 /* The request's fields as sent, in order (evhttp_find_header reads them). */
@@ -103,6 +135,9 @@ struct evkeyvalq *http_server_input_headers(struct http_req *req);
 
 /* The fields of its answer: add them before http_server_reply. */
 struct evkeyvalq *http_server_output_headers(struct http_req *req);
+
+/* The trailer fields of a chunked body (RFC 9112 section 7.1.2), kept apart from the head's. */
+struct evkeyvalq *http_server_input_trailers(struct http_req *req);
 
 /* The body read (empty before request(), or without one). */
 struct evbuffer *http_server_body(struct http_req *req);
@@ -119,6 +154,9 @@ void http_server_accept_body(struct http_req *req, size_t max_bytes);
 /* The client's numeric address, "" once the client went away. Static per request. */
 const char *http_server_peer(const struct http_req *req);
 
+/* The connection closes after req's answer (Connection: close). Before http_server_reply. */
+void http_server_close_after(struct http_req *req);
+
 /* The status of the answer given, 0 before http_server_reply. */
 int http_server_status(const struct http_req *req);
 
@@ -133,11 +171,13 @@ void http_server_on_done(struct http_req *req, void (*cb)(struct http_req *req, 
 /*
  * Answer req: status (100..599), reason (static; NULL: the standard one),
  * the output headers and body (its bytes are moved out; NULL: empty).
- * Content-Length always (the body's length, also for HEAD, which gets no
- * body), Date, and Connection: close when the connection ends after it (the
- * client asked, HTTP/1.0 without keep-alive, or a body left unread). A
- * request whose client went away is freed here. After this call req is
- * the server's: do not touch it.
+ * Content-Length (the body's length, also for HEAD, which gets no body;
+ * none for 1xx, 204 and 304, which have no body: RFC 9110 8.6), Date, and
+ * Connection: close when the connection ends after it (the client asked,
+ * HTTP/1.0 without keep-alive, a body left unread, the client half-closed,
+ * or http_server_close_after). A request whose client went away is freed
+ * here (its done callback told first). After this call req is the
+ * server's: do not touch it.
  */
 void http_server_reply(struct http_req *req, int status, const char *reason,
                        struct evbuffer *body);

@@ -63,6 +63,11 @@ static const struct problem_kind {
                                          "Record key unavailable", "api_error", true },
     [PROBLEM_RECORD_UNREADABLE] = { "record-unreadable", 502, "Record unreadable",
         "api_error", false },
+    [PROBLEM_HEAD_TOO_LARGE] = { "head-too-large", 431, "Request head too large",
+        "invalid_request_error", false },
+    [PROBLEM_METHOD_NOT_IMPLEMENTED] = { "method-not-implemented", 501,
+                                         "Method not implemented", "invalid_request_error",
+                                         false },
 };
 
 int problem_status(enum problem p)

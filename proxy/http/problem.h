@@ -30,6 +30,8 @@ enum problem {
     PROBLEM_INVALID_RESOLUTION,     /* PUT /records/<id>: an answer that cannot be recorded */
     PROBLEM_RECORD_KEY_UNAVAILABLE, /* a stored value's key id is not in the keyring */
     PROBLEM_RECORD_UNREADABLE,      /* a stored value failed authentication (changed in Redis) */
+    PROBLEM_HEAD_TOO_LARGE,         /* a request line and fields over the listener's bound */
+    PROBLEM_METHOD_NOT_IMPLEMENTED, /* a method the proxy does not serve (CONNECT, TRACE, unknown) */
     PROBLEM_COUNT
 };
 

@@ -11,10 +11,10 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
-#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
 #include "headers.h"
+#include "http_server.h"
 
 static const char *request_method_name(enum evhttp_cmd_type cmd)
 {
@@ -33,9 +33,9 @@ static const char *request_method_name(enum evhttp_cmd_type cmd)
 }
 
 /* The target as forwarded (origin-form) and its path; invalid_target for what we refuse. */
-static int request_take_target(struct request_view *v, struct evhttp_request *req)
+static int request_take_target(struct request_view *v, struct http_req *req)
 {
-    const char *target = evhttp_request_get_uri(req);
+    const char *target = http_server_target(req);
 
     if (target != NULL && target[0] == '/') {
         /* origin-form: the path is everything before '?'; "//x" is a path here, not an authority */
@@ -49,7 +49,7 @@ static int request_take_target(struct request_view *v, struct evhttp_request *re
             v->path = strndup(target, path_len);
         }
     } else {
-        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+        const struct evhttp_uri *uri = http_server_uri(req);
         const char *p = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
         const char *q = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
         v->path = strdup(p != NULL && p[0] == '/' ? p : "/");
@@ -64,11 +64,12 @@ static int request_take_target(struct request_view *v, struct evhttp_request *re
     return v->target != NULL && v->path != NULL ? 0 : -1;
 }
 
-int request_view_init(struct request_view *v, struct evhttp_request *req)
+int request_view_init(struct request_view *v, struct http_req *req)
 {
-    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    struct evbuffer *body = http_server_body(req);
+    size_t addr_len = strnlen(http_server_peer(req), sizeof(v->client_addr) - 1);
 
-    v->method = request_method_name(evhttp_request_get_command(req));
+    v->method = request_method_name(http_server_command(req));
     v->target = v->path = NULL;
     v->invalid_target = false;
     v->client_addr[0] = '\0';
@@ -82,22 +83,9 @@ int request_view_init(struct request_view *v, struct evhttp_request *req)
         request_view_deinit(v);
         return -1;
     }
-    request_client_addr(req, v->client_addr, sizeof(v->client_addr));
+    memcpy(v->client_addr, http_server_peer(req), addr_len);
+    v->client_addr[addr_len] = '\0';
     return 0;
-}
-
-void request_client_addr(struct evhttp_request *req, char *out, size_t outsize)
-{
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    char *addr = NULL;
-    ev_uint16_t port = 0;
-    size_t len;
-
-    if (conn != NULL)
-        evhttp_connection_get_peer(conn, &addr, &port);
-    len = addr != NULL ? strnlen(addr, outsize - 1) : 0;
-    memcpy(out, addr != NULL ? addr : "", len);
-    out[len] = '\0';
 }
 
 void request_view_deinit(struct request_view *v)
@@ -111,7 +99,7 @@ void request_view_deinit(struct request_view *v)
     v->body_len = 0;
 }
 
-/* Whether libevent 2.1 reads a body for cmd (evhttp_method_may_have_body in 2.1.12's http.c). */
+/* Whether a body may be framed for cmd (RFC 9110 9.3.2, 9.3.8: HEAD and TRACE have none). */
 static bool request_method_reads_body(enum evhttp_cmd_type cmd)
 {
     return cmd != EVHTTP_REQ_HEAD && cmd != EVHTTP_REQ_TRACE;
@@ -125,7 +113,7 @@ static bool request_tchar(unsigned char c)
 }
 
 /*
- * A header line libevent 2.1 took as given but another parser may read
+ * A header line our parser took as given but another parser may read
  * otherwise: a field name that is not a token (RFC 9112 5.1: "X-Note : v",
  * whitespace before the colon, must be refused; an upstream that stops its
  * header block there would read the body as a next request). Values are
@@ -147,15 +135,16 @@ static const char *request_header_fault(const struct evkeyvalq *headers)
     return NULL;
 }
 
-const char *request_framing_fault(struct evhttp_request *req)
+const char *request_framing_fault(struct http_req *req)
 {
-    const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
-    int n_cl, n_te;
+    const struct evkeyvalq *headers = http_server_input_headers(req);
+    int n_cl, n_te, major, minor;
     const char *cl = header_find_all(headers, "Content-Length", &n_cl);
     const char *te = header_find_all(headers, "Transfer-Encoding", &n_te);
-    bool reads_body = request_method_reads_body(evhttp_request_get_command(req));
+    bool reads_body = request_method_reads_body(http_server_command(req));
 
-    if (req->major != 1 || req->minor > 1)
+    http_server_version(req, &major, &minor);
+    if (major != 1 || minor > 1)
         return "only HTTP/1.0 and HTTP/1.1 requests are served";
     const char *fault = request_header_fault(headers);
     if (fault != NULL)
@@ -165,7 +154,7 @@ const char *request_framing_fault(struct evhttp_request *req)
             return "Transfer-Encoding must be exactly one 'chunked'";
         if (n_cl > 0)
             return "a request must not carry both Transfer-Encoding and Content-Length";
-        if (req->minor == 0)
+        if (minor == 0)
             return "Transfer-Encoding is not defined for HTTP/1.0 requests";
         if (!reads_body)
             return "this method has no body, so it must not carry Transfer-Encoding";

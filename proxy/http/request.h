@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct evhttp_request;
+struct http_req;
 struct evbuffer;
 
 struct request_view {
@@ -26,35 +26,27 @@ struct request_view {
 /*
  * Fill v from req. An absolute-form target (RFC 9112 3.2.2) is rewritten to
  * origin-form: the upstream gets, and the routes and the fingerprint see,
- * its path and query. body_bytes points into req's input buffer (made
- * contiguous there, no copy): valid while req is, i.e. until the answer is
- * sent (evhttp keeps a request whose client left until then). Returns 0, or
+ * its path and query. body_bytes points into req's body (made contiguous
+ * there, no copy): valid while req is, i.e. until the answer is sent
+ * (http_server keeps a request whose client left until then). Returns 0, or
  * -1 when out of memory (v is then empty). Release with request_view_deinit.
  */
-int request_view_init(struct request_view *v, struct evhttp_request *req);
+int request_view_init(struct request_view *v, struct http_req *req);
 
 /*
- * Body framing that libevent 2.1 may have read otherwise than the client (or
- * a proxy in front) meant, or NULL when there is none (RFC 9112 6.1, 6.3,
- * 11.2: request smuggling). libevent takes the first Content-Length through
- * strtoll (a sign, leading blanks and an obs-folded line pass), dechunks
- * only when Transfer-Encoding is exactly "chunked" (else falls back to
- * Content-Length or to no body), and never reads a body for HEAD or TRACE;
- * the bytes it leaves unread would be parsed as a next request on the
- * connection. The caller refuses such a request whole and closes the
- * connection. A bodiless method may say "Content-Length: 0". Also refused:
- * a header field name that is not a token (RFC 9112 5.1: whitespace before
- * the colon), where an upstream's parser may end the header block. Returns
- * a static human reason.
+ * Body framing that a server or proxy on the path may read otherwise than
+ * the client meant, or NULL when there is none (RFC 9112 6.1, 6.3, 11.2:
+ * request smuggling), decided from the head alone, before any body byte is
+ * read: Transfer-Encoding other than exactly one "chunked", or with a
+ * Content-Length, or on HTTP/1.0; Content-Length twice or not all digits;
+ * a body framed on HEAD or TRACE (a bodiless method may say
+ * "Content-Length: 0"); a version other than 1.0 and 1.1. Also refused: a
+ * header field name that is not a token (RFC 9112 5.1: whitespace before
+ * the colon), where an upstream's parser may end the header block. The
+ * caller refuses such a request whole and closes the connection. Returns a
+ * static human reason.
  */
-const char *request_framing_fault(struct evhttp_request *req);
-
-/*
- * The address of req's peer (evhttp_connection_get_peer: the numeric host,
- * no port) into out (caller-owned, outsize bytes > 0, cut to fit, always
- * NUL-terminated); "" when the connection is gone or unknown.
- */
-void request_client_addr(struct evhttp_request *req, char *out, size_t outsize);
+const char *request_framing_fault(struct http_req *req);
 
 /* Free what request_view_init allocated; safe on a zeroed view. */
 void request_view_deinit(struct request_view *v);

@@ -18,8 +18,9 @@ int main(void)
         "upstream-timeout", "response-not-replayable", "signature-invalid", "shutting-down",
         "invalid-target", "invalid-framing", "method-not-allowed", "too-many-header-fields",
         "overloaded", "admin-unauthorized", "invalid-resolution", "record-key-unavailable",
-        "record-unreadable",
+        "record-unreadable", "head-too-large", "method-not-implemented",
     };
+    _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
     for (int p = 0; p < PROBLEM_COUNT; p++) {
         size_t len = 0;
@@ -72,6 +73,8 @@ int main(void)
         { PROBLEM_OVERLOADED, "api_error", true },
         { PROBLEM_ADMIN_UNAUTHORIZED, "authentication_error", false },
         { PROBLEM_INVALID_RESOLUTION, "invalid_request_error", false },
+        { PROBLEM_HEAD_TOO_LARGE, "invalid_request_error", false },
+        { PROBLEM_METHOD_NOT_IMPLEMENTED, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);
