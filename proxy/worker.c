@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +38,20 @@
 #include "store_redis.h"
 #include "upstream.h"
 
+/*
+ * Memory goes back to the system after a burst (docs/operations.md#memory):
+ * every WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET
+ * bytes, each worker has its allocator return the free pages it keeps:
+ * mimalloc (the default build) collects the calling thread's heap, glibc's
+ * malloc_trim trims its arenas. mi_collect is weak: a build without
+ * mimalloc has none.
+ */
+#define WORKER_TRIM_MS 5000
+#define WORKER_TRIM_QUIET (1024 * 1024)
+extern void mi_collect(bool force) __attribute__((weak));
+
 /* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
-#define WORKER_CLIENT_IDLE_MS 75000
 #define WORKER_CLIENT_LINGER_BYTES (16 * 1024 * 1024) /* of a refused body, read and dropped */
 #define WORKER_DRAIN_TICK_MS 50
 #define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
@@ -60,6 +72,37 @@
 static void worker_set_admin_body_limit(struct worker *w, size_t max_stored_response)
 {
     w->admin.resolve_body_limit = (max_stored_response + 2) / 3 * 4 + WORKER_ADMIN_BODY_SLACK;
+}
+
+static unsigned worker_ms(uint64_t ms)
+{
+    return ms < UINT_MAX ? (unsigned)ms : UINT_MAX;
+}
+
+/*
+ * The client listener's bounds under cfg: limits.max_connections split
+ * evenly among the workers (each has its own listening socket), the header
+ * and idle timeouts (docs/configuration.md, limits).
+ */
+static struct http_server_limits worker_client_limits(const struct config *cfg)
+{
+    unsigned workers = config_workers(cfg);
+
+    return (struct http_server_limits){
+        .max_connections = (cfg->max_connections + workers - 1) / workers,
+        .close_over_cap = true,
+        .max_head_bytes = WORKER_MAX_HEADERS_SIZE,
+        .max_header_fields = UINT_MAX, /* the head's bytes bound them */
+        .head_timeout_ms = worker_ms(cfg->header_timeout_ms),
+        .idle_timeout_ms = worker_ms(cfg->idle_timeout_ms),
+        .read_timeout_ms = worker_ms(cfg->idle_timeout_ms),
+        .write_timeout_ms = worker_ms(cfg->idle_timeout_ms),
+        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                   EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH,
+        .linger_bytes = WORKER_CLIENT_LINGER_BYTES,
+        .any_target = true,
+        .lenient_values = true,
+    };
 }
 
 /* ---- one worker ------------------------------------------------------------ */
@@ -112,10 +155,28 @@ static int worker_post(struct worker *w, const struct worker_message *m)
 static void worker_apply_config(struct worker *w, struct config *cfg)
 {
     worker_set_admin_body_limit(w, cfg->max_stored_response);
+    if (w->client != NULL) {
+        struct http_server_limits limits = worker_client_limits(cfg);
+        http_server_set_limits(w->client, &limits);
+    }
     exchange_set_config(w->xs, cfg);
     inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
+}
+
+static void worker_on_trim_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    if (budget_used(&w->pool->budget) >= WORKER_TRIM_QUIET)
+        return;
+    if (mi_collect != NULL)
+        mi_collect(true);
+    else
+        malloc_trim(0);
 }
 
 static void worker_stop_accepting(struct worker *w)
@@ -286,6 +347,9 @@ static void worker_deinit(struct worker *w)
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     w->drain_timer = NULL;
+    if (w->trim_timer != NULL)
+        event_free(w->trim_timer);
+    w->trim_timer = NULL;
     if (w->mailbox_event != NULL)
         event_free(w->mailbox_event);
     w->mailbox_event = NULL;
@@ -354,20 +418,9 @@ static int worker_client_open(struct worker *w, struct config *cfg, bool shared,
 }
 
 /* Serve the bound client listener with the exchange set's callbacks (after worker_init made it). */
-static int worker_client_serve(struct worker *w)
+static int worker_client_serve(struct worker *w, const struct config *cfg)
 {
-    static const struct http_server_limits limits = {
-        .max_head_bytes = WORKER_MAX_HEADERS_SIZE,
-        .max_header_fields = UINT_MAX, /* the head's bytes bound them */
-        .head_timeout_ms = WORKER_CLIENT_IDLE_MS,
-        .read_timeout_ms = WORKER_CLIENT_IDLE_MS,
-        .write_timeout_ms = WORKER_CLIENT_IDLE_MS,
-        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                   EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH,
-        .linger_bytes = WORKER_CLIENT_LINGER_BYTES,
-        .any_target = true,
-        .lenient_values = true,
-    };
+    struct http_server_limits limits = worker_client_limits(cfg);
     struct evconnlistener *lev = w->client_lev;
 
     w->client_lev = NULL; /* http_server_new takes it over, also when it fails */
@@ -393,6 +446,12 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     w->base = worker_event_base_new();
     if (w->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");
+        goto failed;
+    }
+    w->trim_timer = event_new(w->base, -1, EV_PERSIST, worker_on_trim_tick, w);
+    if (w->trim_timer == NULL ||
+        event_add(w->trim_timer, &(struct timeval){ WORKER_TRIM_MS / 1000, 0 }) != 0) {
+        snprintf(err, errlen, "out of memory");
         goto failed;
     }
     if (pipe2(w->mailbox, O_NONBLOCK | O_CLOEXEC) != 0 ||
@@ -433,7 +492,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         snprintf(err, errlen, "out of memory");
         goto failed;
     }
-    if (w->client_lev != NULL && worker_client_serve(w) != 0) { /* nothing is accepted before the loop runs */
+    if (w->client_lev != NULL && worker_client_serve(w, cfg) != 0) { /* nothing is accepted before the loop runs */
         snprintf(err, errlen, "out of memory");
         goto failed;
     }

@@ -50,6 +50,7 @@ struct worker {
     struct http_server *admin_server;       /* the admin worker only */
     struct admin_env admin;                 /* the admin worker only */
     struct event *drain_timer;
+    struct event *trim_timer;               /* the allocator gives free pages back */
     uint64_t drain_deadline_ms;             /* ms since the epoch */
     int mailbox[2];                         /* pipe: messages from other threads (not the
                                                webhook inbox) */

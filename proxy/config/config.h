@@ -73,6 +73,7 @@ struct endpoint_list {
 
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
+#define CONFIG_MAX_CONNECTIONS 1000000 /* limits.max_connections at most */
 
 struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
@@ -134,6 +135,11 @@ struct config {
     size_t max_buffered;            /* bytes: the budget of buffered bytes (budget.h), at least
                                        max_request_body + config_answer_reservation; a reload
                                        applies it */
+    unsigned max_connections;       /* client connections open at once, the process's total,
+                                       split evenly among the workers; 1..CONFIG_MAX_CONNECTIONS */
+    uint64_t header_timeout_ms;     /* first byte of a request head -> its end, ms, > 0 */
+    uint64_t idle_timeout_ms;       /* a kept-alive connection's wait for a request, and a
+                                       stalled read or write, ms, > 0 */
 
     enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
     enum access_log access_log;     /* log.access: all, errors or off */

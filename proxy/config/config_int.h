@@ -304,7 +304,7 @@ bool config_walk(const struct config_section *sec, size_t t, enum config_reload 
 
 /* The typed setters (config_set.c), named by the key tables of config_schema.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
-    config_set_duration, config_set_size, config_set_workers, config_set_string,
+    config_set_duration, config_set_size, config_set_workers, config_set_connections, config_set_string,
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret,

@@ -126,6 +126,9 @@ const struct config_key config_limits_keys[] = {
     { "max_request_body", .reload = LIVE, .set = config_set_size, .offset = CFG(max_request_body) },
     { "max_stored_response", .reload = LIVE, .set = config_set_size, .offset = CFG(max_stored_response) },
     { "max_buffered", .reload = LIVE, .set = config_set_size, .offset = CFG(max_buffered) },
+    { "max_connections", .reload = LIVE, .set = config_set_connections, .offset = CFG(max_connections) },
+    { "header_timeout", .reload = LIVE, .set = config_set_duration, .offset = CFG(header_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "idle_timeout", .reload = LIVE, .set = config_set_duration, .offset = CFG(idle_timeout_ms), .flags = CONFIG_POSITIVE },
     { .name = NULL },
 };
 
@@ -328,6 +331,9 @@ const char config_builtin_yaml[] =
     "  max_request_body: 1MiB\n"
     "  max_stored_response: 1MiB\n"
     "  max_buffered: 64MiB\n"
+    "  max_connections: 1024\n"
+    "  header_timeout: 20s\n"
+    "  idle_timeout: 75s\n"
     "errors:\n"
     "  format: problem\n"
     "log:\n"

@@ -130,6 +130,20 @@ int config_set_size(struct config_loader *ld, const struct config_key *key,
     return 0;
 }
 
+/* limits.max_connections: 1..CONFIG_MAX_CONNECTIONS. */
+int config_set_connections(struct config_loader *ld, const struct config_key *key,
+                           yaml_node_t *node, char **text, void *obj)
+{
+    unsigned *field = (unsigned *)((char *)obj + key->offset);
+    uint64_t n = 0;
+
+    if (config_parse_uint(*text, CONFIG_MAX_CONNECTIONS, &n) < 0 || n == 0)
+        return config_error(ld, node, "bad %s '%s': expected a whole number from 1 to %d",
+                            key->name, *text, CONFIG_MAX_CONNECTIONS);
+    *field = (unsigned)n;
+    return 0;
+}
+
 /* workers: 1..CONFIG_MAX_WORKERS, or auto (stored as 0, config_workers resolves it). */
 int config_set_workers(struct config_loader *ld, const struct config_key *key,
                        yaml_node_t *node, char **text, void *obj)

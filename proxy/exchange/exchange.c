@@ -98,28 +98,34 @@ static void exchange_add_allow(struct exchange *x, unsigned methods)
     evhttp_add_header(http_server_output_headers(x->req), "Allow", allow);
 }
 
-/*
- * Admission under limits.max_buffered (docs/operations.md#memory), at the start of the
- * protected and the unprotected path, before anything is claimed or
- * forwarded: the body (read whole before exchange_handle is called)
- * and the reservation for its answer must fit. What comes later is counted
- * as it arrives and never refused: a forwarded request is never cut off.
- * False after answering 503 overloaded.
- */
-static bool exchange_admit(struct exchange *x)
-{
-    size_t body = x->rq.body_len, answer = config_answer_reservation(x->conf);
+/* What a request admitted at its head holds until its exchange takes it over. */
+struct exchange_admission {
+    struct budget_hold hold;        /* its body (as announced) and its answer's reservation */
+    size_t answer;                  /* bytes of that reservation */
+};
 
-    if (body <= SIZE_MAX - answer && budget_admit(x->set->budget, body + answer)) {
-        budget_hold_take(&x->hold_body, body);
-        budget_hold_take(&x->hold_answer, answer);
-        return true;
-    }
-    metrics_count(x->set->metrics, METRICS_OVERLOADED);
-    exchange_problem(x, PROBLEM_OVERLOADED, 503,
-                     "the proxy holds as many request and answer bytes as it may "
-                     "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
-    return false;
+static void exchange_admission_release(void *arg)
+{
+    struct exchange_admission *a = arg;
+
+    budget_hold_set(&a->hold, 0);
+    free(a);
+}
+
+/*
+ * The exchange of an admitted request takes over what its admission holds:
+ * the answer's reservation, and the body trimmed to its length (a chunked
+ * body was admitted at the limit).
+ */
+static void exchange_admit(struct exchange *x)
+{
+    struct exchange_admission *a = http_server_attached(x->req);
+
+    if (a == NULL)
+        return;
+    budget_hold_give(&x->hold_answer, &a->hold, a->answer);
+    budget_hold_move(&x->hold_body, &a->hold);
+    budget_hold_set(&x->hold_body, x->rq.body_len);
 }
 
 /*
@@ -145,6 +151,9 @@ void exchange_head(struct http_req *req, void *arg)
     struct exchange_set *set = arg;
     const char *framing = request_framing_fault(req);
     long long length = http_server_content_length(req);
+    struct exchange_admission *a;
+    struct exchange *x;
+    size_t body, answer;
 
     if (framing != NULL) {
         /* bytes another parser would frame otherwise must not be read as a request */
@@ -156,6 +165,34 @@ void exchange_head(struct http_req *req, void *arg)
                             "the request body is larger than the configured limit");
         return;
     }
+    /*
+     * Admission under limits.max_buffered (docs/operations.md#memory), before
+     * any body byte is read, so a crowd of slow uploads is counted and bounded:
+     * the body as announced (a chunked one at the limit) and the reservation
+     * for its answer must fit. What comes later is counted as it arrives and
+     * never refused: a forwarded request is never cut off.
+     */
+    body = length > 0 ? (size_t)length : length < 0 ? set->conf->max_request_body : 0;
+    answer = config_answer_reservation(set->conf);
+    a = calloc(1, sizeof(*a));
+    if (a == NULL || body > SIZE_MAX - answer || !budget_admit(set->budget, body + answer)) {
+        free(a);
+        metrics_count(set->metrics, METRICS_OVERLOADED);
+        x = exchange_create(set, req);
+        http_server_close_after(req);
+        if (x == NULL) {
+            http_server_reply(req, 503, NULL, NULL);
+            return;
+        }
+        exchange_problem(x, PROBLEM_OVERLOADED, 503,
+                         "the proxy holds as many request and answer bytes as it may "
+                         "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
+        return;
+    }
+    budget_hold_init(&a->hold, set->budget);
+    budget_hold_take(&a->hold, body + answer);
+    a->answer = answer;
+    http_server_attach(req, a, exchange_admission_release);
     http_server_accept_body(req, set->conf->max_request_body);
 }
 
@@ -226,16 +263,14 @@ void exchange_handle(struct http_req *req, void *arg)
         return;
     case CLASSIFY_PASS_THROUGH:
     case CLASSIFY_UNPROTECTED:
-        if (!exchange_admit(x))
-            return;
+        exchange_admit(x);
         x->outcome = c.verdict == CLASSIFY_PASS_THROUGH ? OUTCOME_PASS_THROUGH
                                                         : OUTCOME_UNPROTECTED;
         if (exchange_set_state(x, X_PASSING))
             exchange_forward(x);
         return;
     case CLASSIFY_PROTECT:
-        if (!exchange_admit(x))
-            return;
+        exchange_admit(x);
         x->policy = &x->route->policy;
         exchange_protect(x, headers, key, c.key_len);
         return;

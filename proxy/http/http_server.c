@@ -80,7 +80,7 @@ static struct http_conn *http_server_evictable(const struct http_server *s)
  */
 static void http_server_accept_more(struct http_server *s)
 {
-    bool want = !s->paused && (s->limits.max_connections == 0 ||
+    bool want = !s->paused && (s->limits.max_connections == 0 || s->limits.close_over_cap ||
                                s->n_conns < s->limits.max_connections ||
                                http_server_evictable(s) != NULL);
 
@@ -146,7 +146,8 @@ static void http_conn_next(struct http_conn *c)
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
     evbuffer_drain(c->raw, evbuffer_get_length(c->raw));
     c->head_since_ms = clock_mono_ms();
-    http_conn_arm(c, c->server->limits.head_timeout_ms);
+    http_conn_arm(c, c->server->limits.idle_timeout_ms != 0 ? c->server->limits.idle_timeout_ms
+                                                            : c->server->limits.head_timeout_ms);
     http_server_accept_more(c->server);
 }
 
@@ -384,6 +385,8 @@ static void http_conn_process(struct http_conn *c)
         }
         n = http_parser_execute(&c->parser, &c->server->settings, v.iov_base, len);
         if (c->state == CONN_HEAD) {
+            if (c->head_bytes == 0 && n > 0 && c->server->limits.idle_timeout_ms != 0)
+                http_conn_arm(c, c->server->limits.head_timeout_ms); /* the header timeout */
             c->head_bytes += n;
             evbuffer_add(c->raw, v.iov_base, n);
         }
@@ -457,9 +460,10 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
     if (s->limits.max_connections != 0 && s->n_conns >= s->limits.max_connections) {
         struct http_conn *oldest = http_server_evictable(s);
 
-        if (oldest == NULL) { /* raced with the last head being read: the next accept waits */
+        if (oldest == NULL) { /* every connection busy: close this one at once */
             evutil_closesocket(fd);
             free(c);
+            s->refused++;
             http_server_accept_more(s);
             return;
         }
@@ -564,6 +568,17 @@ void http_server_free(struct http_server *s)
     free(s);
 }
 
+void http_server_set_limits(struct http_server *s, const struct http_server_limits *limits)
+{
+    s->limits = *limits;
+    http_server_accept_more(s);
+}
+
+unsigned long long http_server_refused(const struct http_server *s)
+{
+    return s != NULL ? s->refused : 0;
+}
+
 void http_server_stop_accepting(struct http_server *s)
 {
     if (s->lev != NULL)
@@ -585,6 +600,13 @@ struct evkeyvalq *http_server_output_headers(struct http_req *req) { return &req
 struct evbuffer *http_server_body(struct http_req *req) { return req->body; }
 struct evkeyvalq *http_server_input_trailers(struct http_req *req) { return &req->trailers; }
 void http_server_close_after(struct http_req *req) { req->close = true; }
+void *http_server_attached(const struct http_req *req) { return req->attached; }
+
+void http_server_attach(struct http_req *req, void *data, void (*release)(void *data))
+{
+    req->attached = data;
+    req->release = release;
+}
 
 void http_server_version(const struct http_req *req, int *major, int *minor)
 {

@@ -37,10 +37,15 @@ struct http_server_limits {
     unsigned max_connections;       /* open at once; 0: no cap */
     size_t max_head_bytes;          /* request line and fields, bytes (431 past it) */
     unsigned max_header_fields;     /* fields of a head (431 past it) */
-    unsigned head_timeout_ms;       /* accept or end of the previous answer -> end of the head */
+    unsigned head_timeout_ms;       /* accept or end of the previous answer -> end of the head;
+                                       with idle_timeout_ms: first byte of the head -> its end */
+    unsigned idle_timeout_ms;       /* 0, or: accept or end of the previous answer -> first
+                                       byte of the next head (a kept-alive connection's idle) */
     unsigned read_timeout_ms;       /* longest wait for the next bytes of a body */
     unsigned write_timeout_ms;      /* longest wait for the client to take an answer's bytes */
     unsigned methods;               /* enum evhttp_cmd_type mask; others get 501 */
+    bool close_over_cap;            /* at max_connections with none to evict: accept and close at
+                                       once (else: stop accepting, the kernel's backlog waits) */
     size_t linger_bytes;            /* after a closing answer: unread bytes dropped at most; 0: 1 MiB */
     bool any_target;                /* hand on every target the parser reads (absolute-form,
                                        "*"): the handler checks it; else only origin-form */
@@ -108,6 +113,15 @@ void http_server_free(struct http_server *s);
 unsigned http_server_connections(const struct http_server *s);
 
 /*
+ * New bounds for s (copied): connections accepted from now on, and every
+ * wait armed from now on, use them.
+ */
+void http_server_set_limits(struct http_server *s, const struct http_server_limits *limits);
+
+/* Connections closed at once because s was at limits.max_connections (close_over_cap). */
+unsigned long long http_server_refused(const struct http_server *s);
+
+/*
  * Stop accepting: the listening socket is closed (new connections are
  * refused by the kernel); open connections go on. For a drain.
  */
@@ -156,6 +170,15 @@ const char *http_server_peer(const struct http_req *req);
 
 /* The connection closes after req's answer (Connection: close). Before http_server_reply. */
 void http_server_close_after(struct http_req *req);
+
+/*
+ * Attach data to req: release(data) runs once when req is freed (answered
+ * and written, or its client gone before a handler had it). One per request.
+ */
+void http_server_attach(struct http_req *req, void *data, void (*release)(void *data));
+
+/* What http_server_attach attached, or NULL. */
+void *http_server_attached(const struct http_req *req);
 
 /* The status of the answer given, 0 before http_server_reply. */
 int http_server_status(const struct http_req *req);

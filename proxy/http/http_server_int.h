@@ -32,6 +32,8 @@ struct http_req {
     int status;
     int major, minor;                   /* HTTP version */
     bool close;                         /* http_server_close_after */
+    void *attached;                     /* http_server_attach */
+    void (*release)(void *attached);
     bool answered;
     void (*done)(struct http_req *req, bool written, void *arg);
     void *done_arg;
@@ -69,6 +71,7 @@ struct http_server {
     http_parser_settings settings;
     LIST_HEAD(, http_conn) conns;
     unsigned n_conns;
+    unsigned long long refused;         /* closed at once at the cap */
     bool paused;                        /* by an accept error */
     bool accepting;                     /* the listener is enabled */
 };

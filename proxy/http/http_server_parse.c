@@ -34,6 +34,8 @@ void http_req_free(struct http_req *req)
 {
     if (req == NULL)
         return;
+    if (req->release != NULL)
+        req->release(req->attached);
     free(req->target);
     if (req->uri != NULL)
         evhttp_uri_free(req->uri);

@@ -16,7 +16,14 @@
 
 const char *http_wire_reason(int status)
 {
-    const char *r = http_status_str((enum http_status)status);
+    const char *r;
+
+    switch (status) { /* RFC 9110 section 15 renamed these; libhttp-parser keeps older names */
+    case 413: return "Content Too Large";
+    case 422: return "Unprocessable Content";
+    case 425: return "Too Early";
+    }
+    r = http_status_str((enum http_status)status);
 
     return r != NULL && strcmp(r, "<unknown>") != 0 ? r : "Unknown";
 }
