@@ -686,6 +686,16 @@ class Upstream:
     def history(self):
         return self._get("/_demo/history")
 
+    def transfer(self, tag):
+        """The record of the large transfer named tag (/_demo/blob, /_demo/sink, an execution's
+        demo_blob=N: see payments_api.py), None while there is none."""
+        r = http_request(self.port, "GET",
+                         "/_demo/transfers?tag=" + urllib.parse.quote(tag, safe=""))
+        if r.status == 404:
+            return None
+        assert r.status == 200, r
+        return r.json()
+
     def reset(self):
         if self.unix_path:
             raise NotImplementedError

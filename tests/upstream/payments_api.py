@@ -40,6 +40,32 @@ Inspection (never counted):
                                 of the last request of any method outside /_demo/
   GET  /_demo/history           every execution, oldest first (method, path, key,
                                 order id, raw header pairs, body sha256)
+  GET  /_demo/transfers?tag=T   the record of the large transfer named T (below): kind
+                                ("blob", "sink"), state ("sending", "receiving", "complete",
+                                "write-error", "reset", "read-error"), size (announced, or
+                                null), bytes (written or read so far), sha256 (of those bytes),
+                                chunked, trailers, expect, error, and started_mono / ended_mono /
+                                reset_mono: time.monotonic() of this process, CLOCK_MONOTONIC,
+                                which every process of the machine shares (a test compares them
+                                with its own). 404 while there is none; without tag, all of them
+
+Large bodies, streamed 64 KiB at a time and never held whole (never counted either):
+  GET|POST|HEAD /_demo/blob?size=N[&seed=S][&chunked=1][&trailer=1][&reset_after=K][&tag=T]
+        N deterministic bytes (the same N and S give the same bytes; 64 KiB blocks, each the
+        seed and its index then random bytes of the seed), application/octet-stream, with a
+        Content-Length, or chunked; trailer=1 (chunked) ends with the trailer field
+        X-Demo-Sha256: <hex> and announces it with Trailer:. reset_after=K: K body bytes, 50 ms,
+        then the connection is reset (SO_LINGER 0) at reset_mono. A write that fails (the peer
+        went away) ends the transfer in state "write-error" at ended_mono. Recorded under tag T
+        (default blob-<n>).
+  POST|PUT /_demo/sink[?tag=T]
+        reads the request body (Content-Length or chunked, trailers kept) in pieces and answers
+        200 {"tag", "sha256", "length", "chunked", "trailers", "expect"} of what it received;
+        Expect: 100-continue is answered 100 first (http.server does). A body cut short ends in
+        state "read-error" with no answer.
+  An execution whose query has demo_blob=N (demo_seed=, demo_chunked=1, demo_tag= as above)
+        is counted as any other, then answered 201 with those N bytes, streamed (tag default
+        ord_<n>): a protected route with a large answer.
 """
 
 import argparse
@@ -48,6 +74,7 @@ import hashlib
 import http.server
 import json
 import os
+import random
 import signal
 import socket
 import socketserver
@@ -76,6 +103,8 @@ class State:
         self.last_headers = {}
         self.last_request = None
         self.history = []
+        self.transfers = {}
+        self.transfer_seq = 0
 
     def note_request(self, method, path, query, header_pairs, body):
         """Every request outside /_demo/, executions or not."""
@@ -116,7 +145,48 @@ class State:
             return n
 
 
+    # -- large transfers (/_demo/blob, /_demo/sink, demo_blob=N): one record per tag
+    def transfer_start(self, tag, kind, size, chunked, **more):
+        with self.lock:
+            self.transfer_seq += 1
+            tag = tag or "%s-%d" % (kind, self.transfer_seq)
+            rec = {"tag": tag, "kind": kind, "state": "sending" if kind == "blob" else "receiving",
+                   "size": size, "bytes": 0, "sha256": hashlib.sha256(b"").hexdigest(),
+                   "chunked": bool(chunked), "trailers": [], "expect": None, "error": None,
+                   "started_mono": time.monotonic(), "ended_mono": None, "reset_mono": None}
+            rec.update(more)
+            self.transfers[tag] = rec
+            return tag
+
+    def transfer_update(self, tag, **fields):
+        with self.lock:
+            self.transfers[tag].update(fields)
+
+    def transfer(self, tag):
+        with self.lock:
+            rec = self.transfers.get(tag)
+            return dict(rec) if rec is not None else None
+
+
 STATE = State()
+
+BLOCK = 65536
+_BASE_BLOCKS = {}
+
+
+def blob_pieces(seed, size):
+    """The N deterministic bytes of /_demo/blob, 64 KiB at a time: block i is the seed and i
+    (16 bytes, big-endian) then the random bytes of the seed's base block, so that no two blocks
+    of a blob are alike (a piece repeated or left out changes the SHA-256)."""
+    base = _BASE_BLOCKS.get(seed)
+    if base is None:
+        base = _BASE_BLOCKS[seed] = random.Random(seed).randbytes(BLOCK)
+    tail = base[16:]
+    i = 0
+    while i * BLOCK < size:
+        block = struct.pack(">QQ", seed & 0xFFFFFFFFFFFFFFFF, i) + tail
+        yield block[:size - i * BLOCK]
+        i += 1
 
 
 class BadRequest(Exception):
@@ -252,6 +322,116 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    # ------------------------------------------------------- large transfers
+    def _send_blob(self, status, size, seed, chunked, trailer, reset_after, tag, extra=()):
+        """size bytes of blob_pieces(seed), written as they are made (a blocked write is the
+        peer's back-pressure); the transfer is recorded under tag."""
+        tag = STATE.transfer_start(tag, "blob", size, chunked)
+        h = hashlib.sha256()
+        sent = 0
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/octet-stream")
+            for k, v in extra:
+                self.send_header(k, v)
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+                if trailer:
+                    self.send_header("Trailer", "X-Demo-Sha256")
+            else:
+                self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if self.command == "HEAD":
+                STATE.transfer_update(tag, state="complete", ended_mono=time.monotonic())
+                return
+            for piece in blob_pieces(seed, size):
+                if reset_after is not None and sent + len(piece) >= reset_after:
+                    piece = piece[:reset_after - sent]
+                    if piece:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked
+                                         else piece)
+                        h.update(piece)
+                        sent += len(piece)
+                    time.sleep(0.05)  # as X-Demo-Fault: reset: the bytes leave, then the RST
+                    now = time.monotonic()
+                    STATE.transfer_update(tag, bytes=sent, sha256=h.hexdigest(),
+                                          state="reset", reset_mono=now, ended_mono=now)
+                    self.close_connection = True
+                    return self._rst()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                h.update(piece)
+                sent += len(piece)
+                STATE.transfer_update(tag, bytes=sent)
+            if chunked:
+                end = b"0\r\n"
+                if trailer:
+                    end += b"X-Demo-Sha256: %s\r\n" % h.hexdigest().encode()
+                self.wfile.write(end + b"\r\n")
+        except OSError as e:
+            STATE.transfer_update(tag, bytes=sent, sha256=h.hexdigest(), state="write-error",
+                                  error=repr(e), ended_mono=time.monotonic())
+            self.close_connection = True
+            return
+        STATE.transfer_update(tag, bytes=sent, sha256=h.hexdigest(), state="complete",
+                              ended_mono=time.monotonic())
+
+    def _sink(self, query):
+        """Read the body in pieces, hash it, answer what arrived (never holds it whole)."""
+        q = urllib.parse.parse_qs(query, keep_blank_values=True)
+        te = self.headers.get("Transfer-Encoding")
+        chunked = te is not None and "chunked" in te.lower()
+        cl = self.headers.get("Content-Length")
+        tag = STATE.transfer_start(q.get("tag", [None])[0], "sink",
+                                   None if chunked or cl is None else int(cl), chunked,
+                                   expect=self.headers.get("Expect"))
+        h = hashlib.sha256()
+        got = 0
+        trailers = []
+
+        def take(n):
+            nonlocal got
+            while n > 0:
+                data = self.rfile.read(min(n, BLOCK))
+                if not data:
+                    raise BadRequest("the body ended after %d bytes" % got)
+                h.update(data)
+                got += len(data)
+                n -= len(data)
+                STATE.transfer_update(tag, bytes=got)
+
+        try:
+            if chunked:
+                while True:
+                    line = self.rfile.readline(65537)
+                    if not line:
+                        raise BadRequest("eof in chunk size after %d bytes" % got)
+                    size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                    if size == 0:
+                        while True:
+                            t = self.rfile.readline(65537)
+                            if t in (b"\r\n", b"\n"):
+                                break
+                            if not t:
+                                raise BadRequest("eof in trailers")
+                            k, _, v = t.decode("latin-1").partition(":")
+                            trailers.append([k.strip(), v.strip()])
+                        break
+                    take(size)
+                    if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                        raise BadRequest("chunk not followed by CRLF")
+            else:
+                take(int(cl or 0))
+        except (BadRequest, ValueError, OSError) as e:
+            STATE.transfer_update(tag, bytes=got, sha256=h.hexdigest(), state="read-error",
+                                  error=repr(e), ended_mono=time.monotonic())
+            self.close_connection = True
+            return
+        STATE.transfer_update(tag, bytes=got, sha256=h.hexdigest(), trailers=trailers,
+                              state="complete", ended_mono=time.monotonic())
+        return self._json(200, {"tag": tag, "sha256": h.hexdigest(), "length": got,
+                                "chunked": chunked, "trailers": trailers,
+                                "expect": self.headers.get("Expect")})
+
     # ------------------------------------------------------------- demo API
     def _demo(self, method, path, query):
         q = urllib.parse.parse_qs(query, keep_blank_values=True)
@@ -281,6 +461,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with STATE.lock:
                 obj = list(STATE.history)
             return self._json(200, obj)
+        if path == "/_demo/transfers" and method in ("GET", "HEAD"):
+            tag = q.get("tag", [None])[0]
+            if tag is None:
+                with STATE.lock:
+                    return self._json(200, [dict(r) for r in STATE.transfers.values()])
+            rec = STATE.transfer(tag)
+            if rec is None:
+                return self._json(404, {"error": "no such transfer", "tag": tag})
+            return self._json(200, rec)
+        if path == "/_demo/blob" and method in ("GET", "HEAD", "POST"):
+            try:
+                size = int(q["size"][0])
+                seed = int(q.get("seed", ["0"])[0])
+                reset_after = q.get("reset_after", [None])[0]
+                reset_after = int(reset_after) if reset_after is not None else None
+            except (KeyError, ValueError) as e:
+                return self._json(400, {"error": "bad blob parameters: %s" % e, "status": 400})
+            return self._send_blob(200, size, seed, q.get("chunked", ["0"])[0] == "1",
+                                   q.get("trailer", ["0"])[0] == "1", reset_after,
+                                   q.get("tag", [None])[0])
         return self._json(404, {"error": "no such demo endpoint", "path": path})
 
     # ------------------------------------------------------------ dispatch
@@ -289,6 +489,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         method = self.command
         split = urllib.parse.urlsplit(self.path)
         path, query = split.path, split.query
+        if path == "/_demo/sink" and method in ("POST", "PUT"):
+            return self._sink(query)
         try:
             body = self._read_body()
         except (BadRequest, ValueError) as e:
@@ -343,6 +545,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get("X-Demo-Set-Cookie") == "1":
             extra.append(("Set-Cookie", "session=abc; Path=/"))
             extra.append(("X-Demo-Order", order))
+
+        q = urllib.parse.parse_qs(query, keep_blank_values=True)
+        if "demo_blob" in q:
+            return self._send_blob(status, int(q["demo_blob"][0]),
+                                   int(q.get("demo_seed", ["0"])[0]),
+                                   q.get("demo_chunked", ["0"])[0] == "1", False, None,
+                                   q.get("demo_tag", [order])[0], extra)
 
         size = self.headers.get("X-Demo-Size")
         if size is not None:
