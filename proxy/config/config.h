@@ -135,6 +135,7 @@ struct config {
     size_t max_buffered;            /* bytes: the budget of buffered bytes (budget.h), at least
                                        max_request_body + config_answer_reservation; a reload
                                        applies it */
+    size_t stream_window;           /* bytes a streamed exchange holds per direction, > 0 */
     unsigned max_connections;       /* client connections open at once, the process's total,
                                        split evenly among the workers; 1..CONFIG_MAX_CONNECTIONS */
     uint64_t header_timeout_ms;     /* first byte of a request head -> its end, ms, > 0 */
@@ -268,6 +269,12 @@ void config_keyring_describe(const struct config *cfg, char *out, size_t outsize
  * no error return.
  */
 unsigned config_workers(const struct config *cfg);
+
+/*
+ * The window a streamed exchange holds per direction, bytes: stream_window,
+ * at most a quarter of max_buffered (so a small budget still streams). Pure.
+ */
+size_t config_stream_window(const struct config *cfg);
 
 /* The most an admitted request reserves for its answer under limits.max_buffered, bytes. */
 #define CONFIG_ANSWER_RESERVATION_MAX (64 * 1024)

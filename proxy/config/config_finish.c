@@ -196,6 +196,9 @@ static int config_check_limits(struct config_loader *ld)
     yaml_node_t *where = config_lookup(&ld->user, limits, "max_buffered");
     char buffered[32], body[32], reserved[32];
 
+    if (cfg->stream_window == 0) /* a streamed exchange must move bytes */
+        return config_error(ld, config_lookup(&ld->user, limits, "stream_window"),
+                            "stream_window must be more than 0");
     if (cfg->max_request_body <= cfg->max_buffered &&
         reservation <= cfg->max_buffered - cfg->max_request_body)
         return 0;

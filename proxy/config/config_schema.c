@@ -126,6 +126,7 @@ const struct config_key config_limits_keys[] = {
     { "max_request_body", .reload = LIVE, .set = config_set_size, .offset = CFG(max_request_body) },
     { "max_stored_response", .reload = LIVE, .set = config_set_size, .offset = CFG(max_stored_response) },
     { "max_buffered", .reload = LIVE, .set = config_set_size, .offset = CFG(max_buffered) },
+    { "stream_window", .reload = LIVE, .set = config_set_size, .offset = CFG(stream_window) },
     { "max_connections", .reload = LIVE, .set = config_set_connections, .offset = CFG(max_connections) },
     { "header_timeout", .reload = LIVE, .set = config_set_duration, .offset = CFG(header_timeout_ms), .flags = CONFIG_POSITIVE },
     { "idle_timeout", .reload = LIVE, .set = config_set_duration, .offset = CFG(idle_timeout_ms), .flags = CONFIG_POSITIVE },
@@ -331,6 +332,7 @@ const char config_builtin_yaml[] =
     "  max_request_body: 1MiB\n"
     "  max_stored_response: 1MiB\n"
     "  max_buffered: 64MiB\n"
+    "  stream_window: 256KiB\n"
     "  max_connections: 1024\n"
     "  header_timeout: 20s\n"
     "  idle_timeout: 75s\n"

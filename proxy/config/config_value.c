@@ -547,3 +547,10 @@ const char *config_redis_parse(const char *url, struct config_redis_target *t)
     }
     return why;
 }
+
+size_t config_stream_window(const struct config *cfg)
+{
+    size_t quarter = cfg->max_buffered / 4;
+
+    return cfg->stream_window < quarter ? cfg->stream_window : quarter > 0 ? quarter : 1;
+}

@@ -146,6 +146,37 @@ static void exchange_refuse_now(struct exchange_set *set, struct http_req *req, 
     exchange_problem(x, p, status, detail, 0, false);
 }
 
+/*
+ * A request that forwards without protection, as its head alone says
+ * (classify_streams), is streamed both ways (exchange_stream.c), whatever
+ * its body's size. True when req is taken so (or answered).
+ */
+static bool exchange_head_streams(struct exchange_set *set, struct http_req *req)
+{
+    struct exchange *x;
+    struct classify_input in;
+    struct classify_result c;
+    char key[CLASSIFY_KEY_MAX];
+
+    if (set->draining)
+        return false; /* exchange_handle refuses it */
+    x = exchange_create(set, req);
+    if (x == NULL)
+        return false;
+    in = (struct classify_input){
+        .method = x->rq.method, .path = x->rq.path, .invalid_target = x->rq.invalid_target,
+        .headers = http_server_input_headers(req), .now_s = (int64_t)(clock_now_ms() / 1000),
+    };
+    if (!classify_streams(x->conf, &in, key, sizeof(key), &c)) {
+        exchange_free(x); /* nothing armed yet */
+        return false;
+    }
+    x->route = c.route;
+    x->outcome = c.verdict == CLASSIFY_PASS_THROUGH ? OUTCOME_PASS_THROUGH : OUTCOME_UNPROTECTED;
+    exchange_stream_start(x);
+    return true;
+}
+
 void exchange_head(struct http_req *req, void *arg)
 {
     struct exchange_set *set = arg;
@@ -160,6 +191,8 @@ void exchange_head(struct http_req *req, void *arg)
         exchange_refuse_now(set, req, PROBLEM_INVALID_FRAMING, 400, framing);
         return;
     }
+    if (exchange_head_streams(set, req))
+        return;
     if (length > 0 && (unsigned long long)length > set->conf->max_request_body) {
         exchange_refuse_now(set, req, PROBLEM_BODY_TOO_LARGE, 413,
                             "the request body is larger than the configured limit");

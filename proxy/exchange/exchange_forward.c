@@ -347,10 +347,16 @@ static void exchange_write(struct exchange *x, char *value, size_t len)
     exchange_write_send(x);
 }
 
+/* The upstream's body's length: what was kept, or all that was streamed past the limit. */
+static size_t exchange_response_length(struct exchange *x)
+{
+    return x->stream_begun ? x->resp_streamed : evbuffer_get_length(x->resp_body);
+}
+
 /* The upstream's body as one run of bytes; NULL when too large to store (no copy made). */
 static const char *exchange_response_bytes(struct exchange *x)
 {
-    if (evbuffer_get_length(x->resp_body) > x->conf->max_stored_response)
+    if (exchange_response_length(x) > x->conf->max_stored_response)
         return NULL;
     return (const char *)evbuffer_pullup(x->resp_body, -1);
 }
@@ -377,7 +383,7 @@ static void exchange_finish_protected(struct exchange *x)
         rec.completed_ms = clock_now_ms();
         x->outcome = record_set_answer(&rec, x->resp_status, &x->resp_headers,
                                        exchange_response_bytes(x),
-                                       evbuffer_get_length(x->resp_body),
+                                       exchange_response_length(x),
                                        x->conf->max_stored_response) == RECORD_TOMBSTONE
                          ? OUTCOME_FORWARDED_NOT_STORED
                          : x->event_id != NULL ? OUTCOME_QUEUED : OUTCOME_FORWARDED;
@@ -406,34 +412,105 @@ static void exchange_finish_protected(struct exchange *x)
     exchange_write(x, value, len);
 }
 
+/* upstream read: the request body, read whole before (exchange_handle). */
+static long exchange_on_upstream_read(char *buf, size_t max, void *arg)
+{
+    struct exchange *x = arg;
+    size_t n = x->rq.body_len - x->sent;
+
+    if (n > max)
+        n = max;
+    if (n > 0)
+        memcpy(buf, x->rq.body_bytes + x->sent, n);
+    x->sent += n;
+    return (long)n;
+}
+
+/*
+ * upstream head. Passing: the answer streams to the client from here.
+ * Protected: it is kept for the record, up to max_stored_response.
+ */
+static int exchange_on_upstream_head(int status, const struct evkeyvalq *headers,
+                                     long long content_length, void *arg)
+{
+    struct exchange *x = arg;
+
+    exchange_stream_take_head(x, status, headers, content_length);
+    x->resp_body = oom_check(evbuffer_new(), "the upstream's answer");
+    if (x->state == X_PASSING)
+        exchange_stream_begin(x, x->resp_length); /* a client gone: its bytes are dropped */
+    return 0;
+}
+
+/*
+ * upstream data. A protected answer larger than max_stored_response cannot
+ * be recorded (a tombstone: retries get response-not-replayable, never a
+ * second execution), so it is not held whole either: what was kept and
+ * all that follows stream to the first client, a window at a time
+ * (docs/operations.md#streaming). A client gone meanwhile: the rest is read
+ * and dropped, and the outcome recorded.
+ */
+static int exchange_on_upstream_data(struct evbuffer *chunk, void *arg)
+{
+    struct exchange *x = arg;
+    size_t len = evbuffer_get_length(chunk);
+    int rc;
+
+    x->resp_streamed += len;
+    if (!x->stream_begun && x->state == X_FORWARDING) {
+        evbuffer_add_buffer(x->resp_body, chunk);
+        budget_hold_cover(&x->hold_answer, evbuffer_get_length(x->resp_body));
+        if (evbuffer_get_length(x->resp_body) <= x->conf->max_stored_response)
+            return 0;
+        x->resp_streamed = evbuffer_get_length(x->resp_body);
+        if (exchange_stream_begin(x, x->resp_length) != 0) {
+            x->stream_begun = true; /* counted as streamed: the client is gone */
+            evbuffer_drain(x->resp_body, evbuffer_get_length(x->resp_body));
+            budget_hold_set(&x->hold_answer, 0);
+            return 0;
+        }
+        chunk = x->resp_body;
+    }
+    if (!x->stream_begun || x->req == NULL) {
+        evbuffer_drain(chunk, evbuffer_get_length(chunk));
+        return 0;
+    }
+    rc = exchange_stream_push(x, chunk);
+    if (chunk == x->resp_body)
+        budget_hold_set(&x->hold_answer, config_stream_window(x->conf));
+    if (rc < 0) /* the client is gone: drop the rest; a protected outcome is still recorded */
+        return 0;
+    return rc;
+}
+
 static void exchange_on_upstream(enum upstream_outcome outcome,
                                  const struct upstream_response *resp, const char *detail,
                                  const char *cause, double upstream_ms, void *arg)
 {
     struct exchange *x = arg;
 
+    x->call = NULL;
     x->upstream_ms = upstream_ms;
     x->upstream = outcome;
     metrics_observe(x->set->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
     event_del(&x->lease_timer);
-    if (outcome == UPSTREAM_ANSWERED) {
-        /* take the answer over without a copy (upstream.h allows it) */
-        x->resp_status = resp->status;
-        TAILQ_CONCAT(&x->resp_headers, resp->headers, next);
-        x->resp_body = oom_check(evbuffer_new(), "the upstream's answer");
-        evbuffer_add_buffer(x->resp_body, resp->body);
-    } else {
-        log_msg(LOG_WARN, "exchange %s: %s: %s", x->record_id[0] ? x->record_id : "-", detail,
+    if (outcome != UPSTREAM_ANSWERED)
+        log_msg(LOG_WARN, "exchange %s: %s%s: %s", x->record_id[0] ? x->record_id : "-", detail,
+                x->stream_begun ? " (the client's streamed answer is cut short)" : "",
                 cause != NULL ? cause : "no reason given");
-    }
 
     if (x->state == X_FORWARDING) {
         exchange_finish_protected(x);
-    } else if (outcome == UPSTREAM_ANSWERED) {
-        if (x->outcome == OUTCOME_UNKNOWN)
-            x->outcome = OUTCOME_PASS_THROUGH;
-        exchange_reply_upstream(x);
-    } else {
+    } else if (x->outcome == OUTCOME_UNKNOWN && outcome == UPSTREAM_ANSWERED) {
+        x->outcome = OUTCOME_PASS_THROUGH;
+    }
+    if (x->state == X_PASSING && x->stream_begun) {
+        if (outcome == UPSTREAM_ANSWERED && x->req != NULL)
+            reply_stream_end(x->req, resp->headers, &x->set->unflushed);
+        else
+            exchange_stream_cut(x);
+        exchange_answered_streamed(x, x->resp_status);
+    } else if (x->state == X_PASSING) {
         exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
                                                         : PROBLEM_UPSTREAM_UNAVAILABLE,
                          outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
@@ -467,6 +544,13 @@ static void exchange_on_appended(bool ok, void *arg)
     exchange_unref(x);
 }
 
+static const struct upstream_stream_cbs exchange_upstream_cbs = {
+    .head = exchange_on_upstream_head,
+    .data = exchange_on_upstream_data,
+    .read = exchange_on_upstream_read,
+    .done = exchange_on_upstream,
+};
+
 /* Send the request upstream: protected (we hold the claim) or passing. */
 void exchange_forward(struct exchange *x)
 {
@@ -485,11 +569,12 @@ void exchange_forward(struct exchange *x)
         evtimer_add(&x->lease_timer, &tv);
     }
     exchange_ref(x);
-    if (upstream_send(x->set->upstream, x->rq.method, x->rq.target,
-                      http_server_input_headers(x->req), x->rq.client_addr, x->rq.body_bytes,
-                      x->rq.body_len, &x->hold_answer, exchange_on_upstream, x) == 0)
+    if (upstream_stream(x->set->upstream, x->rq.method, x->rq.target,
+                        http_server_input_headers(x->req), x->rq.client_addr,
+                        (long long)x->rq.body_len, &exchange_upstream_cbs, x, &x->call) == 0)
         return;
     exchange_unref(x); /* the call was never armed; x is not answered, so it stays */
+    x->call = NULL;
     log_msg(LOG_ERROR, "exchange %s: cannot start the upstream call", x->record_id);
     if (x->state == X_FORWARDING) {
         event_del(&x->lease_timer);

@@ -68,6 +68,13 @@ struct exchange {
     struct exchange_set *set;
     struct config *conf;                /* one reference: routes and policies it started under */
     struct http_req *req;               /* NULL once answered */
+    struct upstream_call *call;         /* a streamed exchange's upstream transfer, or NULL */
+    bool stream;                        /* streamed pass-through (exchange_stream.c) */
+    bool stream_begun;                  /* its answer's head went to the client */
+    bool send_paused, recv_paused;      /* its upstream transfer waits for the client */
+    size_t sent;                        /* bytes of a whole body handed to the upstream */
+    long long resp_length;              /* the answer's Content-Length, -1 unknown */
+    size_t resp_streamed;               /* bytes of the answer streamed to the client */
     enum exchange_state state;
     const struct route *route;
     const struct route_policy *policy;
@@ -158,6 +165,37 @@ void exchange_reply(struct exchange *x, int status, struct evbuffer *body);
 
 /* Send the upstream's answer kept in x (resp_status, resp_headers, resp_body). */
 void exchange_reply_upstream(struct exchange *x);
+
+/*
+ * A streamed exchange's answer is over (whole, or cut short): x enters
+ * ANSWERED with status, is counted and logged, gives its holds back and
+ * forgets its request; freed once no callback can reach it.
+ */
+void exchange_answered_streamed(struct exchange *x, int status);
+
+/*
+ * The head of a request whose verdict the head decides and that forwards
+ * without protection (classify_streams): admit it (two stream windows under
+ * limits.max_buffered), then stream it both ways (exchange_stream.c). x is
+ * the new exchange, its route and outcome set.
+ */
+void exchange_stream_start(struct exchange *x);
+
+/*
+ * Streaming an answer (exchange_stream.c), for exchange_forward.c too:
+ * take_head keeps the upstream's status, fields (copied into resp_headers)
+ * and length (for HEAD, the one announced); begin sends the head to the
+ * client (the fields move out of resp_headers; 0, or -1 when the client is
+ * gone); push hands it a piece (moved out of chunk; 0, UPSTREAM_DATA_PAUSE
+ * until the client has taken half a window, -1 when the client is gone);
+ * cut closes the client's connection mid-answer (a client gone already:
+ * nothing).
+ */
+void exchange_stream_take_head(struct exchange *x, int status, const struct evkeyvalq *headers,
+                               long long content_length);
+int exchange_stream_begin(struct exchange *x, long long content_length);
+int exchange_stream_push(struct exchange *x, struct evbuffer *chunk);
+void exchange_stream_cut(struct exchange *x);
 
 /* The proxy's own answer (docs/client-contract.md). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,

@@ -175,9 +175,34 @@ static void exchange_send(struct exchange *x, int status, struct evbuffer *body)
     budget_hold_set(&x->hold_answer, body != NULL ? evbuffer_get_length(body) : 0);
     exchange_drop_body(x);
     budget_hold_set(&x->hold_body, 0);
-    reply_send(x->req, status, body, x->set->draining, &x->set->unflushed, &x->hold_answer);
+    if (x->stream_begun) {
+        /* the upstream's answer went to the client as it came (exchange_forward.c): end it */
+        if (body != NULL)
+            evbuffer_free(body);
+        if (x->req != NULL && x->upstream == UPSTREAM_ANSWERED)
+            reply_stream_end(x->req, NULL, &x->set->unflushed);
+        else if (x->req != NULL) /* cut short: closing the connection says so */
+            reply_stream_cut(x->req, &x->set->unflushed);
+    } else {
+        reply_send(x->req, status, body, x->set->draining, &x->set->unflushed, &x->hold_answer);
+    }
     x->req = NULL;
     if (x->pending == 0 && x->state == X_ANSWERED)
+        exchange_free(x);
+}
+
+void exchange_answered_streamed(struct exchange *x, int status)
+{
+    if (!exchange_set_state(x, X_ANSWERED))
+        return;
+    x->status = status;
+    metrics_count_request(x->set->metrics, x->route != NULL ? x->route->path : NULL,
+                          exchange_outcome_name(x));
+    exchange_log(x);
+    budget_hold_set(&x->hold_body, 0);
+    budget_hold_set(&x->hold_answer, 0);
+    x->req = NULL;
+    if (x->pending == 0)
         exchange_free(x);
 }
 
@@ -189,6 +214,10 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
         x->outcome = OUTCOME_REFUSED;
         x->refusal = p;
     }
+    if (x->stream_begun) { /* the client has the upstream's answer, cut short or whole */
+        exchange_reply(x, x->resp_status, NULL);
+        return;
+    }
     exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
                                             x->conf->error_format == ERROR_FORMAT_STRIPE));
 }
@@ -198,7 +227,8 @@ void exchange_reply_upstream(struct exchange *x)
 {
     struct evbuffer *body = x->resp_body;
 
-    reply_move_headers(x->req, &x->resp_headers);
+    if (!x->stream_begun)
+        reply_move_headers(x->req, &x->resp_headers);
     x->resp_body = NULL;
     exchange_reply(x, x->resp_status, body);
 }

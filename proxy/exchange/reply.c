@@ -107,6 +107,28 @@ static void reply_on_done(struct http_req *req, bool written, void *arg)
     free(f);
 }
 
+static void reply_on_stream_flushed(struct http_req *req, bool written, void *arg)
+{
+    _Atomic unsigned *unflushed = arg;
+
+    (void)req;
+    (void)written;
+    (*unflushed)--;
+}
+
+void reply_stream_end(struct http_req *req, const struct evkeyvalq *trailers,
+                      _Atomic unsigned *unflushed)
+{
+    http_server_on_done(req, reply_on_stream_flushed, unflushed);
+    http_server_reply_end(req, trailers);
+}
+
+void reply_stream_cut(struct http_req *req, _Atomic unsigned *unflushed)
+{
+    http_server_reply_abort(req);
+    (*unflushed)--;
+}
+
 void reply_send(struct http_req *req, int status, struct evbuffer *body, bool close,
                 _Atomic unsigned *unflushed, struct budget_hold *held)
 {

@@ -57,4 +57,15 @@ struct evbuffer *reply_replay(struct http_req *req, const struct record *rec);
 void reply_send(struct http_req *req, int status, struct evbuffer *body, bool close,
                 _Atomic unsigned *unflushed, struct budget_hold *held);
 
+/*
+ * End a streamed answer on req (http_server_reply_end, with trailers, NULL:
+ * none) or cut it short (http_server_reply_abort: the connection closes).
+ * Its count in *unflushed, taken when it began, is given back once its last
+ * byte is out or the client is gone (at once for a cut). After this call
+ * req is http_server's.
+ */
+void reply_stream_end(struct http_req *req, const struct evkeyvalq *trailers,
+                      _Atomic unsigned *unflushed);
+void reply_stream_cut(struct http_req *req, _Atomic unsigned *unflushed);
+
 #endif

@@ -98,23 +98,27 @@ static void http_server_accept_more(struct http_server *s)
  * Free c now. A request its handler holds stays the handler's (answered
  * later into nothing); one being read or written is told and freed.
  */
-static void http_conn_free(struct http_conn *c)
+void http_conn_free(struct http_conn *c)
 {
     struct http_server *s = c->server;
     struct http_req *req = c->req;
 
     c->req = NULL;
     if (req != NULL) {
+        /* a handler that holds req answers (or gives it up) later, maybe from done */
+        bool handlers = !req->answered && (c->state == CONN_HANDLER || req->held);
         req->conn = NULL;
         req->peer[0] = '\0';
         http_req_done(req, false);
-        if (c->state != CONN_HANDLER)
+        if (!handlers)
             http_req_free(req);
     }
     LIST_REMOVE(c, next);
     bufferevent_free(c->bev);
     if (c->deadline != NULL)
         event_free(c->deadline);
+    if (c->kick != NULL)
+        event_free(c->kick);
     evbuffer_free(c->field);
     evbuffer_free(c->value);
     evbuffer_free(c->raw);
@@ -142,6 +146,7 @@ static void http_conn_next(struct http_conn *c)
     c->fields = 0;
     c->in_value = c->line_done = false;
     c->head_done = c->message_done = c->too_large = c->head_error = false;
+    c->body_full = c->body_grew = false;
     evbuffer_drain(c->field, evbuffer_get_length(c->field));
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
     evbuffer_drain(c->raw, evbuffer_get_length(c->raw));
@@ -359,10 +364,15 @@ static bool http_conn_after_parse(struct http_conn *c)
     if (c->message_done) {
         c->message_done = false;
         c->state = CONN_HANDLER;
+        if (c->req->window != 0) { /* streamed: the handler learns it from readable */
+            c->req->body_complete = true;
+            c->body_grew = true;
+            return false;
+        }
         s->cb.request(c->req, s->cb.arg);
         return false;
     }
-    return true;
+    return !c->body_full;
 }
 
 /* Parse what c's input holds, as far as its state lets. */
@@ -370,7 +380,8 @@ static void http_conn_process(struct http_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
 
-    while ((c->state == CONN_HEAD || c->state == CONN_BODY) && evbuffer_get_length(in) > 0) {
+    while ((c->state == CONN_HEAD || (c->state == CONN_BODY && !c->body_full)) &&
+           evbuffer_get_length(in) > 0) {
         struct evbuffer_iovec v;
         size_t len, n;
 
@@ -392,7 +403,38 @@ static void http_conn_process(struct http_conn *c)
         }
         evbuffer_drain(in, n);
         if (!http_conn_after_parse(c))
-            return;
+            break;
+    }
+    if (c->req != NULL && c->req->window != 0 && c->body_grew) {
+        c->body_grew = false;
+        c->req->readable_due = true;
+        http_conn_kick(c);
+    }
+}
+
+void http_conn_kick(struct http_conn *c)
+{
+    event_active(c->kick, EV_TIMEOUT, 1);
+}
+
+/* Deferred work of c (http_conn_kick), from the loop. */
+static void http_conn_on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    struct http_req *req = c->req;
+
+    (void)fd;
+    (void)what;
+    if (c->state == CONN_WRITING) { /* an answer ended with nothing left to write */
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            http_conn_written(c);
+        return;
+    }
+    if (c->state == CONN_BODY && !c->body_full)
+        http_conn_process(c); /* may free nothing: parsing only flags */
+    if (req != NULL && req == c->req && req->readable_due && req->readable != NULL) {
+        req->readable_due = false;
+        req->readable(req, req->readable_arg); /* may end c */
     }
 }
 
@@ -418,8 +460,13 @@ static void http_conn_on_write(struct bufferevent *bev, void *arg)
     struct http_conn *c = arg;
 
     (void)bev;
-    if (c->state == CONN_WRITING)
+    if (c->state == CONN_WRITING) {
         http_conn_written(c);
+    } else if (c->req != NULL && c->req->writable != NULL) { /* a streamed answer drained */
+        void (*cb)(struct http_req *, void *) = c->req->writable;
+        c->req->writable = NULL;
+        cb(c->req, c->req->writable_arg);
+    }
 }
 
 static void http_conn_on_event(struct bufferevent *bev, short what, void *arg)
@@ -458,9 +505,9 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
 
     (void)lev;
     if (s->limits.max_connections != 0 && s->n_conns >= s->limits.max_connections) {
-        struct http_conn *oldest = http_server_evictable(s);
+        struct http_conn *oldest = s->limits.close_over_cap ? NULL : http_server_evictable(s);
 
-        if (oldest == NULL) { /* every connection busy: close this one at once */
+        if (oldest == NULL) { /* every connection busy, or none evicted: close this one */
             evutil_closesocket(fd);
             free(c);
             s->refused++;
@@ -473,6 +520,7 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
         c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c == NULL || c->bev == NULL || (c->field = evbuffer_new()) == NULL ||
         (c->value = evbuffer_new()) == NULL || (c->raw = evbuffer_new()) == NULL ||
+        (c->kick = event_new(s->base, -1, 0, http_conn_on_kick, c)) == NULL ||
         (c->deadline = evtimer_new(s->base, http_conn_on_deadline, c)) == NULL) {
         if (c != NULL && c->bev != NULL)
             bufferevent_free(c->bev);
@@ -485,6 +533,8 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
                 evbuffer_free(c->value);
             if (c->raw != NULL)
                 evbuffer_free(c->raw);
+            if (c->kick != NULL)
+                event_free(c->kick);
         }
         free(c);
         return;

@@ -44,8 +44,10 @@ struct http_server_limits {
     unsigned read_timeout_ms;       /* longest wait for the next bytes of a body */
     unsigned write_timeout_ms;      /* longest wait for the client to take an answer's bytes */
     unsigned methods;               /* enum evhttp_cmd_type mask; others get 501 */
-    bool close_over_cap;            /* at max_connections with none to evict: accept and close at
-                                       once (else: stop accepting, the kernel's backlog waits) */
+    bool close_over_cap;            /* at max_connections: accept and close at once, evicting
+                                       none (else: make room by closing the connection that has
+                                       waited longest for a head, or stop accepting while every
+                                       connection is busy: the kernel's backlog waits) */
     size_t linger_bytes;            /* after a closing answer: unread bytes dropped at most; 0: 1 MiB */
     bool any_target;                /* hand on every target the parser reads (absolute-form,
                                        "*"): the handler checks it; else only origin-form */
@@ -204,5 +206,69 @@ void http_server_on_done(struct http_req *req, void (*cb)(struct http_req *req, 
  */
 void http_server_reply(struct http_req *req, int status, const char *reason,
                        struct evbuffer *body);
+
+/* ---- streaming ---- */
+
+/*
+ * From the head callback: hand the body on as it arrives instead of whole.
+ * At most about window bytes wait in http_server_body(req) (parsing stops
+ * while it holds that many; the connection then reads no more than its
+ * input bound from the socket); readable(req, arg) runs from the event loop
+ * when bytes arrived or the body is complete (http_server_body_complete).
+ * The request callback is not called: the handler holds req from now on,
+ * even after its client went away (the done callback says so), until it
+ * answers (http_server_reply, or http_server_reply_start ... _end) or calls
+ * http_server_reply_abort. No body limit applies.
+ */
+void http_server_stream_body(struct http_req *req, size_t window,
+                             void (*readable)(struct http_req *req, void *arg), void *arg);
+
+/* The handler took bytes out of http_server_body(req): read on (from the event loop, later). */
+void http_server_body_resume(struct http_req *req);
+
+/* Whether a streamed body's last byte has been read (true at once without a body). */
+bool http_server_body_complete(const struct http_req *req);
+
+/*
+ * Begin a streamed answer: the status line and req's output headers, framed
+ * by content_length (bytes; -1 unknown: chunked for HTTP/1.1, the end of the
+ * connection for HTTP/1.0; written for HEAD too, which gets no body; none
+ * for 1xx, 204, 304). May come while the body is still arriving. Returns 0,
+ * or -1 when the client is gone or an answer was begun.
+ */
+int http_server_reply_start(struct http_req *req, int status, const char *reason,
+                            long long content_length);
+
+/*
+ * Append the bytes of data (moved out of it) to the answer begun. Returns 0,
+ * or -1 when the client is gone (the bytes are dropped).
+ */
+int http_server_reply_data(struct http_req *req, struct evbuffer *data);
+
+/* Bytes of the answer written but not yet taken by the client's socket. */
+size_t http_server_output_pending(const struct http_req *req);
+
+/*
+ * Call cb(req, arg) once, from the event loop, when no more than below
+ * bytes of the answer wait for the client (back-pressure: stop feeding the
+ * answer while http_server_output_pending is high, resume from cb).
+ */
+void http_server_on_writable(struct http_req *req, size_t below,
+                             void (*cb)(struct http_req *req, void *arg), void *arg);
+
+/*
+ * End the answer begun (a chunked one with trailers, RFC 9112 7.1.2; NULL:
+ * none). The connection closes after it when the body was not read whole.
+ * After this call req is the server's; the done callback says whether the
+ * last byte went out.
+ */
+void http_server_reply_end(struct http_req *req, const struct evkeyvalq *trailers);
+
+/*
+ * Give up req: its connection is closed at once (an answer begun stays cut
+ * short, which the client sees as such), req is freed; the done callback
+ * is not called.
+ */
+void http_server_reply_abort(struct http_req *req);
 
 #endif

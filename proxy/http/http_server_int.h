@@ -38,6 +38,18 @@ struct http_req {
     void (*done)(struct http_req *req, bool written, void *arg);
     void *done_arg;
     char peer[64];
+    /* streaming (http_server_stream.c) */
+    bool held;                          /* the handler holds it from its head: never freed here */
+    size_t window;                      /* a streamed body: bytes that may wait in body; 0: whole */
+    bool body_complete;                 /* its last byte was read */
+    bool readable_due;                  /* readable runs at the next kick */
+    void (*readable)(struct http_req *req, void *arg);
+    void *readable_arg;
+    bool replying;                      /* a streamed answer has begun */
+    bool chunked_out;                   /* ... in chunked framing */
+    bool bodiless_out;                  /* ... without a body (HEAD, 1xx, 204, 304) */
+    void (*writable)(struct http_req *req, void *arg);
+    void *writable_arg;
 };
 
 struct http_conn {
@@ -45,6 +57,7 @@ struct http_conn {
     LIST_ENTRY(http_conn) next;
     struct bufferevent *bev;
     struct event *deadline;             /* the head's, then the linger's */
+    struct event *kick;                 /* deferred work from the loop (http_conn_kick) */
     enum http_conn_state state;
     http_parser parser;
     struct http_req *req;               /* the one being read or answered, or NULL */
@@ -58,6 +71,8 @@ struct http_conn {
     unsigned fields;
     bool head_done, message_done, too_large, head_error;
     bool close_after;                   /* the connection ends after this answer */
+    bool body_full;                     /* a streamed body's window is full: parsing waits */
+    bool body_grew;                     /* body bytes arrived since readable last ran */
     double head_since_ms;               /* monotonic: since it waits for this head */
     char peer[64];
 };
@@ -81,6 +96,20 @@ struct http_req *http_req_new(struct http_conn *c);
 
 /* Free req and everything it owns; NULL is fine. */
 void http_req_free(struct http_req *req);
+
+/*
+ * Free c now (http_server.c). A request its handler holds stays the
+ * handler's (answered later into nothing); one being read or written is
+ * told and freed.
+ */
+void http_conn_free(struct http_conn *c);
+
+/*
+ * Have c's deferred work run from the event loop, outside the caller's
+ * stack (http_server.c): parse on after a streamed body's window emptied,
+ * call the readable callback, finish an answer whose last byte is out.
+ */
+void http_conn_kick(struct http_conn *c);
 
 /* Fill settings with the parser callbacks of http_server_parse.c (parser.data is the http_conn). */
 void http_server_parser_settings(http_parser_settings *settings);

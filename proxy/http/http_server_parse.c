@@ -136,6 +136,16 @@ static int http_on_body(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
 
+    if (c->req->window != 0) { /* streamed: parsing waits once the window is full */
+        c->body_grew = true;
+        if (evbuffer_add(c->req->body, at, len) != 0)
+            return -1;
+        if (evbuffer_get_length(c->req->body) >= c->req->window) {
+            c->body_full = true;
+            http_parser_pause(p, 1);
+        }
+        return 0;
+    }
     if (evbuffer_get_length(c->req->body) + len > c->req->body_limit) {
         c->too_large = true;
         http_parser_pause(p, 1);

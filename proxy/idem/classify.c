@@ -306,3 +306,28 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
     if (out->verdict == CLASSIFY_PROTECT)
         classify_check_scope(policy, in->headers, out);
 }
+
+bool classify_streams(const struct config *cfg, const struct classify_input *in, char *key,
+                      size_t keysize, struct classify_result *out)
+{
+    struct classify_input head = *in;
+    const struct route_policy *policy;
+
+    memset(out, 0, sizeof(*out));
+    head.body = NULL;
+    head.body_len = 0;
+    if (in->invalid_target || !classify_route(cfg, in->path, out))
+        return false; /* refused: classify_request says so once the request is whole */
+    if (out->route != NULL && out->route->policy.webhook)
+        return false; /* a signature, an event id or a method refusal: the body decides */
+    if (out->route == NULL || !(out->route->policy.methods & config_method_bit(in->method))) {
+        out->verdict = CLASSIFY_PASS_THROUGH;
+        return true;
+    }
+    policy = &out->route->policy;
+    if (policy->verify != VERIFY_NONE || policy->key_from == KEY_FROM_JSON ||
+        policy->delivery.mode == DELIVERY_QUEUED)
+        return false;
+    classify_key_from_header(policy, &head, NULL, key, keysize, out);
+    return out->verdict == CLASSIFY_UNPROTECTED;
+}

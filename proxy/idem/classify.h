@@ -56,6 +56,19 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
                       size_t keysize, struct classify_result *out);
 
 /*
+ * Whether classify_request's verdict is known from the head alone (in's
+ * body is ignored) and is one that forwards without protection:
+ * PASS_THROUGH (no route, or a method the route does not protect) or
+ * UNPROTECTED (no key where none is required), which the caller may then
+ * stream (docs/operations.md#streaming: no body limit applies). False for
+ * anything else (a key to claim, a refusal, a route whose body carries the
+ * key or a signature): read the body whole and call classify_request. out
+ * as for classify_request when true. Borrows everything; pure.
+ */
+bool classify_streams(const struct config *cfg, const struct classify_input *in, char *key,
+                      size_t keysize, struct classify_result *out);
+
+/*
  * What classify_request decides about the idempotency key of a request on
  * path with method (NULL: any method the route protects) whose key header
  * carries key_value (as sent: key_parse reads it, as for a request; on a

@@ -1,6 +1,6 @@
 /*
  * upstream_headers.c - the header fields a request carries upstream, as
- * the curl list upstream.c sends: the client's, found in one pass, and the
+ * the curl list upstream_call.c sends: the client's, found in one pass, and the
  * ones the proxy adds or withholds.
  */
 #include "upstream_headers.h"

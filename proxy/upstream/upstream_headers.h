@@ -1,6 +1,6 @@
 /*
  * upstream_headers.h - the header fields of a request sent upstream
- * (upstream_headers.c); only upstream.c includes it.
+ * (upstream_headers.c); only upstream_call.c includes it.
  */
 #ifndef IDEM_UPSTREAM_HEADERS_H
 #define IDEM_UPSTREAM_HEADERS_H

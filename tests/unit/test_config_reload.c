@@ -204,6 +204,7 @@ static const struct {
     { "limits.max_stored_response", "", "limits:\n  max_stored_response: 2MiB\n" },
     { "limits.max_buffered", "", "limits:\n  max_buffered: 128MiB\n" },
     { "limits.max_connections", "", "limits:\n  max_connections: 50\n" },
+    { "limits.stream_window", "", "limits:\n  stream_window: 64KiB\n" },
     { "limits.header_timeout", "", "limits:\n  header_timeout: 5s\n" },
     { "limits.idle_timeout", "", "limits:\n  idle_timeout: 30s\n" },
     { "errors.format", "", "errors:\n  format: stripe\n" },

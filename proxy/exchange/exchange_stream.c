@@ -1,0 +1,260 @@
+/*
+ * exchange_stream.c - pass-through exchanges, streamed both ways
+ * (docs/operations.md#streaming): a request the proxy does not protect (no
+ * route, a method the route does not protect, no key where none is
+ * required), decided from its head, goes upstream as its body arrives, and
+ * the answer goes to the client as it arrives. Each direction holds at most
+ * limits.stream_window bytes: the upstream transfer stops sending while the
+ * client's body has not come, and stops receiving while the client has not
+ * taken the answer (libcurl's pause, http_server's windows). Nothing is
+ * claimed or recorded. A client that goes away aborts the upstream transfer;
+ * an upstream that breaks off mid-answer cuts the client's answer short (its
+ * connection is closed, so the client sees the answer incomplete).
+ *
+ * The exchange stays PASSING until its answer is over; its one reference is
+ * the upstream transfer's.
+ */
+#include "exchange_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "budget.h"
+#include "config.h"
+#include "http_server.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "reply.h"
+#include "upstream.h"
+
+/* upstream read: the client's body, as far as it has come. */
+static long exchange_stream_read(char *buf, size_t max, void *arg)
+{
+    struct exchange *x = arg;
+    int n;
+
+    if (x->req == NULL)
+        return UPSTREAM_READ_ABORT;
+    n = evbuffer_remove(http_server_body(x->req), buf, max);
+    if (n > 0) {
+        http_server_body_resume(x->req); /* room in the window: read on */
+        return n;
+    }
+    if (http_server_body_complete(x->req))
+        return 0;
+    x->send_paused = true;
+    return UPSTREAM_READ_PAUSE;
+}
+
+/* http_server: more of the client's body, or its end. */
+static void exchange_stream_readable(struct http_req *req, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)req;
+    if (x->send_paused && x->call != NULL) {
+        x->send_paused = false;
+        upstream_resume_send(x->call);
+    }
+}
+
+/* http_server: the client took the answer's bytes down to half a window. */
+static void exchange_stream_writable(struct http_req *req, void *arg)
+{
+    struct exchange *x = arg;
+
+    (void)req;
+    if (x->recv_paused && x->call != NULL) {
+        x->recv_paused = false;
+        upstream_resume_recv(x->call);
+    }
+}
+
+static void exchange_stream_on_done(struct http_req *req, bool written, void *arg);
+
+/* The Content-Length an answer to HEAD announces (RFC 9110 9.3.2), -1 when none or unreadable. */
+static long long exchange_stream_head_length(const struct evkeyvalq *headers)
+{
+    const char *v = evhttp_find_header(headers, "Content-Length");
+    char *end;
+    long long n;
+
+    if (v == NULL || v[0] < '0' || v[0] > '9')
+        return -1;
+    n = strtoll(v, &end, 10);
+    return *end == '\0' && n >= 0 ? n : -1;
+}
+
+int exchange_stream_begin(struct exchange *x, long long content_length)
+{
+    /* content_length: the answer's (-1 unknown); HEAD's as announced (exchange_stream_take_head) */
+    if (x->req == NULL)
+        return -1;
+    reply_move_headers(x->req, &x->resp_headers);
+    if (http_server_reply_start(x->req, x->resp_status, NULL, content_length) != 0)
+        return -1;
+    x->stream_begun = true;
+    x->set->unflushed++; /* until the client has the last byte or is gone */
+    http_server_on_done(x->req, exchange_stream_on_done, x);
+    return 0;
+}
+
+int exchange_stream_push(struct exchange *x, struct evbuffer *chunk)
+{
+    size_t window = config_stream_window(x->conf);
+
+    if (x->req == NULL || http_server_reply_data(x->req, chunk) != 0)
+        return -1;
+    if (http_server_output_pending(x->req) < window)
+        return 0;
+    x->recv_paused = true;
+    http_server_on_writable(x->req, window / 2, exchange_stream_writable, x);
+    return UPSTREAM_DATA_PAUSE;
+}
+
+void exchange_stream_take_head(struct exchange *x, int status, const struct evkeyvalq *headers,
+                               long long content_length)
+{
+    const struct evkeyval *h;
+
+    TAILQ_FOREACH(h, headers, next)
+        evhttp_add_header(&x->resp_headers, h->key, h->value);
+    if (strcmp(x->rq.method, "HEAD") == 0)
+        content_length = exchange_stream_head_length(headers);
+    x->resp_status = status;
+    x->resp_length = content_length;
+}
+
+/* upstream head: the answer's status and fields go to the client now. */
+static int exchange_stream_head(int status, const struct evkeyvalq *headers,
+                                long long content_length, void *arg)
+{
+    struct exchange *x = arg;
+
+    exchange_stream_take_head(x, status, headers, content_length);
+    return exchange_stream_begin(x, x->resp_length);
+}
+
+/* upstream data: a piece of the answer for the client; pause while its window is full. */
+static int exchange_stream_data(struct evbuffer *chunk, void *arg)
+{
+    return exchange_stream_push(arg, chunk);
+}
+
+/* http_server: the client has its answer's last byte (written), or went away first. */
+static void exchange_stream_on_done(struct http_req *req, bool written, void *arg)
+{
+    struct exchange *x = arg;
+
+    if (x->stream_begun)
+        x->set->unflushed--;
+    if (written || exchange_state_answered(x->state))
+        return; /* the answer was over: x is done with req already */
+    if (x->state != X_PASSING) {
+        /* protected: the upstream goes on (the answer is dropped) and its outcome is recorded */
+        http_server_reply_abort(req);
+        x->req = NULL;
+        if (x->recv_paused && x->call != NULL) {
+            x->recv_paused = false;
+            upstream_resume_recv(x->call);
+        }
+        return;
+    }
+    /* gone mid-exchange: stop the upstream transfer, which will never call back */
+    log_msg(LOG_INFO, "exchange: the client went away during a streamed %s; the upstream "
+            "transfer is stopped", x->stream_begun ? "answer" : "request");
+    if (x->call != NULL) {
+        upstream_abort(x->call);
+        x->call = NULL;
+        x->upstream = UPSTREAM_BROKEN;
+    }
+    http_server_reply_abort(req);
+    x->req = NULL;
+    /* the access log's status: the answer's as begun, or nginx's 499 for "the client left" */
+    exchange_answered_streamed(x, x->stream_begun ? x->resp_status : 499);
+    exchange_unref(x); /* the transfer's */
+}
+
+/* upstream done: the answer is whole, or the transfer failed. */
+static void exchange_stream_done(enum upstream_outcome outcome,
+                                 const struct upstream_response *resp, const char *detail,
+                                 const char *cause, double upstream_ms, void *arg)
+{
+    struct exchange *x = arg;
+
+    x->call = NULL;
+    x->upstream_ms = upstream_ms;
+    x->upstream = outcome;
+    metrics_observe(x->set->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
+    if (outcome != UPSTREAM_ANSWERED)
+        log_msg(LOG_WARN, "exchange: streamed %s %s: %s: %s", x->rq.method,
+                x->stream_begun ? "answer cut short" : "request", detail,
+                cause != NULL ? cause : "no reason given");
+    if (!x->stream_begun) {
+        /* no byte of an answer went out: the client gets the proxy's own, as unstreamed */
+        exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
+                                                        : PROBLEM_UPSTREAM_UNAVAILABLE,
+                         outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
+    } else if (outcome == UPSTREAM_ANSWERED) {
+        reply_stream_end(x->req, resp->headers, &x->set->unflushed);
+        exchange_answered_streamed(x, x->resp_status);
+    } else {
+        exchange_stream_cut(x);
+        exchange_answered_streamed(x, x->resp_status);
+    }
+    exchange_unref(x);
+}
+
+void exchange_stream_cut(struct exchange *x)
+{
+    if (x->req == NULL)
+        return;
+    /* the client's answer is cut short: closing its connection says so */
+    reply_stream_cut(x->req, &x->set->unflushed);
+    x->req = NULL;
+}
+
+void exchange_stream_start(struct exchange *x)
+{
+    static const struct upstream_stream_cbs cbs = {
+        .head = exchange_stream_head,
+        .data = exchange_stream_data,
+        .read = exchange_stream_read,
+        .done = exchange_stream_done,
+    };
+    size_t window = config_stream_window(x->conf);
+    long long length = http_server_content_length(x->req);
+
+    if (!budget_admit(x->set->budget, 2 * window)) {
+        metrics_count(x->set->metrics, METRICS_OVERLOADED);
+        http_server_close_after(x->req);
+        exchange_problem(x, PROBLEM_OVERLOADED, 503,
+                         "the proxy holds as many request and answer bytes as it may "
+                         "(limits.max_buffered); nothing was forwarded; retry", 1, false);
+        return;
+    }
+    budget_hold_take(&x->hold_body, window);
+    budget_hold_take(&x->hold_answer, window);
+    if (!exchange_set_state(x, X_PASSING))
+        return;
+    x->stream = true;
+    http_server_stream_body(x->req, window, exchange_stream_readable, x);
+    http_server_on_done(x->req, exchange_stream_on_done, x);
+    exchange_ref(x);
+    if (upstream_stream(x->set->upstream, x->rq.method, x->rq.target,
+                        http_server_input_headers(x->req), x->rq.client_addr, length, &cbs, x,
+                        &x->call) == 0)
+        return;
+    exchange_unref(x);
+    x->call = NULL;
+    log_msg(LOG_ERROR, "exchange: cannot start a streamed upstream call");
+    http_server_close_after(x->req);
+    exchange_problem(x, PROBLEM_UPSTREAM_UNAVAILABLE, 502, "cannot reach the upstream", 0, false);
+}
