@@ -412,20 +412,6 @@ static void exchange_finish_protected(struct exchange *x)
     exchange_write(x, value, len);
 }
 
-/* upstream read: the request body, read whole before (exchange_handle). */
-static long exchange_on_upstream_read(char *buf, size_t max, void *arg)
-{
-    struct exchange *x = arg;
-    size_t n = x->rq.body_len - x->sent;
-
-    if (n > max)
-        n = max;
-    if (n > 0)
-        memcpy(buf, x->rq.body_bytes + x->sent, n);
-    x->sent += n;
-    return (long)n;
-}
-
 /*
  * upstream head. Passing: the answer streams to the client from here.
  * Protected: it is kept for the record, up to max_stored_response.
@@ -547,7 +533,6 @@ static void exchange_on_appended(bool ok, void *arg)
 static const struct upstream_stream_cbs exchange_upstream_cbs = {
     .head = exchange_on_upstream_head,
     .data = exchange_on_upstream_data,
-    .read = exchange_on_upstream_read,
     .done = exchange_on_upstream,
 };
 
@@ -569,9 +554,10 @@ void exchange_forward(struct exchange *x)
         evtimer_add(&x->lease_timer, &tv);
     }
     exchange_ref(x);
-    if (upstream_stream(x->set->upstream, x->rq.method, x->rq.target,
-                        http_server_input_headers(x->req), x->rq.client_addr,
-                        (long long)x->rq.body_len, &exchange_upstream_cbs, x, &x->call) == 0)
+    if (upstream_stream_whole(x->set->upstream, x->rq.method, x->rq.target,
+                              http_server_input_headers(x->req), x->rq.client_addr,
+                              x->rq.body_bytes, x->rq.body_len, &exchange_upstream_cbs, x,
+                              &x->call) == 0)
         return;
     exchange_unref(x); /* the call was never armed; x is not answered, so it stays */
     x->call = NULL;

@@ -72,7 +72,7 @@ struct exchange {
     bool stream;                        /* streamed pass-through (exchange_stream.c) */
     bool stream_begun;                  /* its answer's head went to the client */
     bool send_paused, recv_paused;      /* its upstream transfer waits for the client */
-    size_t sent;                        /* bytes of a whole body handed to the upstream */
+    bool stream_started;                /* its upstream transfer was started */
     long long resp_length;              /* the answer's Content-Length, -1 unknown */
     size_t resp_streamed;               /* bytes of the answer streamed to the client */
     enum exchange_state state;

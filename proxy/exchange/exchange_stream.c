@@ -53,12 +53,18 @@ static long exchange_stream_read(char *buf, size_t max, void *arg)
     return UPSTREAM_READ_PAUSE;
 }
 
+static void exchange_stream_call(struct exchange *x);
+
 /* http_server: more of the client's body, or its end. */
 static void exchange_stream_readable(struct http_req *req, void *arg)
 {
     struct exchange *x = arg;
 
     (void)req;
+    if (!x->stream_started) {
+        exchange_stream_call(x);
+        return;
+    }
     if (x->send_paused && x->call != NULL) {
         x->send_paused = false;
         upstream_resume_send(x->call);
@@ -223,14 +229,7 @@ void exchange_stream_cut(struct exchange *x)
 
 void exchange_stream_start(struct exchange *x)
 {
-    static const struct upstream_stream_cbs cbs = {
-        .head = exchange_stream_head,
-        .data = exchange_stream_data,
-        .read = exchange_stream_read,
-        .done = exchange_stream_done,
-    };
     size_t window = config_stream_window(x->conf);
-    long long length = http_server_content_length(x->req);
 
     if (!budget_admit(x->set->budget, 2 * window)) {
         metrics_count(x->set->metrics, METRICS_OVERLOADED);
@@ -245,16 +244,43 @@ void exchange_stream_start(struct exchange *x)
     if (!exchange_set_state(x, X_PASSING))
         return;
     x->stream = true;
+    /*
+     * The upstream transfer starts at the first readable (the first body
+     * bytes, or the end of a request without one): a small body is then
+     * whole and goes in the same send as the head, with no pause.
+     */
     http_server_stream_body(x->req, window, exchange_stream_readable, x);
     http_server_on_done(x->req, exchange_stream_on_done, x);
-    exchange_ref(x);
-    if (upstream_stream(x->set->upstream, x->rq.method, x->rq.target,
-                        http_server_input_headers(x->req), x->rq.client_addr, length, &cbs, x,
-                        &x->call) == 0)
+    exchange_ref(x); /* the transfer's, from now: on_done may end x before it starts */
+}
+
+/* Start x's upstream transfer: the body whole when it has all come, else as it comes. */
+static void exchange_stream_call(struct exchange *x)
+{
+    static const struct upstream_stream_cbs cbs = {
+        .head = exchange_stream_head,
+        .data = exchange_stream_data,
+        .read = exchange_stream_read,
+        .done = exchange_stream_done,
+    };
+    struct evbuffer *body = http_server_body(x->req);
+    int rc;
+
+    x->stream_started = true;
+    if (http_server_body_complete(x->req))
+        rc = upstream_stream_whole(x->set->upstream, x->rq.method, x->rq.target,
+                                   http_server_input_headers(x->req), x->rq.client_addr,
+                                   (const char *)evbuffer_pullup(body, -1),
+                                   evbuffer_get_length(body), &cbs, x, &x->call);
+    else
+        rc = upstream_stream(x->set->upstream, x->rq.method, x->rq.target,
+                             http_server_input_headers(x->req), x->rq.client_addr,
+                             http_server_content_length(x->req), &cbs, x, &x->call);
+    if (rc == 0)
         return;
-    exchange_unref(x);
     x->call = NULL;
     log_msg(LOG_ERROR, "exchange: cannot start a streamed upstream call");
     http_server_close_after(x->req);
     exchange_problem(x, PROBLEM_UPSTREAM_UNAVAILABLE, 502, "cannot reach the upstream", 0, false);
+    exchange_unref(x);
 }

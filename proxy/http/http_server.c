@@ -27,6 +27,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -194,8 +195,33 @@ void http_server_reply(struct http_req *req, int status, const char *reason,
     event_del(c->deadline);
     c->state = CONN_WRITING;
     http_conn_write(c, req, reason, body);
-    /* bufferevent's write callback runs once the output is drained */
-    bufferevent_enable(c->bev, EV_WRITE);
+    http_conn_flush(c);
+}
+
+void http_conn_flush(struct http_conn *c)
+{
+    struct bufferevent *bev = c->bev;
+
+    /*
+     * Write in this loop pass: the bufferevent's own write callback is made
+     * active (libevent's normal write path: write, then on an empty output
+     * delete the write event and call http_conn_on_write) instead of waiting
+     * for epoll to report the socket writable in a later pass. The write
+     * event's add and delete then fold into nothing in the changelist
+     * (worker.c), so an answer that fits the socket costs no epoll_ctl pair;
+     * one that does not keeps its write event. evbuffer_write cannot do this:
+     * a bufferevent freezes its output's front for its own callback.
+     * libevent 2.1 has no setting for it (docs/performance.md).
+     */
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        if (c->state == CONN_WRITING)
+            http_conn_kick(c); /* all out: finish from the loop */
+        return;
+    }
+    if (bufferevent_get_enabled(bev) & EV_WRITE)
+        return; /* its write event is armed already */
+    bufferevent_enable(bev, EV_WRITE);
+    event_active(&bev->ev_write, EV_WRITE, 1);
 }
 
 /* c's answer is out: the next request, or the end. */
@@ -205,6 +231,7 @@ static void http_conn_written(struct http_conn *c)
     struct timeval tv;
 
     c->req = NULL;
+    bufferevent_disable(c->bev, EV_WRITE); /* until the next answer does not fit at once */
     if (req != NULL) {
         http_req_done(req, true);
         http_req_free(req);
@@ -267,7 +294,8 @@ static void http_conn_continue(struct http_conn *c)
 
     if (expect != NULL && strcasecmp(expect, "100-continue") == 0 &&
         (c->parser.http_major > 1 || (c->parser.http_major == 1 && c->parser.http_minor >= 1)))
-        evbuffer_add_printf(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n");
+        if (evbuffer_add_printf(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n") > 0)
+            http_conn_flush(c);
 }
 
 static void http_conn_too_large(struct http_conn *c)
@@ -549,7 +577,9 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
     bufferevent_set_timeouts(c->bev, &rd, &wr);
     /* a client that pipelines while its request is handled waits: bounded input */
     bufferevent_setwatermark(c->bev, EV_READ, 0, s->limits.max_head_bytes + 1);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    /* EV_WRITE (on by default) only while an answer waits for the socket (http_conn_flush) */
+    bufferevent_disable(c->bev, EV_WRITE);
+    bufferevent_enable(c->bev, EV_READ);
     http_conn_next(c);
 }
 

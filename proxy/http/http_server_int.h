@@ -111,6 +111,13 @@ void http_conn_free(struct http_conn *c);
  */
 void http_conn_kick(struct http_conn *c);
 
+/*
+ * Write what c's output holds now, as far as the socket takes it; the rest
+ * waits for the write event. An answer whose last byte is out (state
+ * WRITING) is finished from the loop (http_server.c).
+ */
+void http_conn_flush(struct http_conn *c);
+
 /* Fill settings with the parser callbacks of http_server_parse.c (parser.data is the http_conn). */
 void http_server_parser_settings(http_parser_settings *settings);
 

@@ -68,8 +68,12 @@ int http_server_reply_start(struct http_req *req, int status, const char *reason
     }
     keep_alive_10 = !c->close_after && req->major == 1 && req->minor == 0;
     event_del(c->deadline);
-    return http_wire_write_head(bufferevent_get_output(c->bev), status, reason, &req->out,
-                                content_length, req->chunked_out, c->close_after, keep_alive_10);
+    if (http_wire_write_head(bufferevent_get_output(c->bev), status, reason, &req->out,
+                             content_length, req->chunked_out, c->close_after,
+                             keep_alive_10) != 0)
+        return -1;
+    http_conn_flush(c);
+    return 0;
 }
 
 int http_server_reply_data(struct http_req *req, struct evbuffer *data)
@@ -89,6 +93,7 @@ int http_server_reply_data(struct http_req *req, struct evbuffer *data)
     rc |= evbuffer_add_buffer(out, data);
     if (req->chunked_out)
         rc |= evbuffer_add(out, "\r\n", 2);
+    http_conn_flush(c);
     return rc != 0 ? -1 : 0;
 }
 
@@ -134,8 +139,7 @@ void http_server_reply_end(struct http_req *req, const struct evkeyvalq *trailer
         c->close_after = true; /* the rest of the body stays unread */
     c->state = CONN_WRITING;
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-    bufferevent_enable(c->bev, EV_WRITE);
-    http_conn_kick(c); /* done at once when nothing is left to write */
+    http_conn_flush(c); /* done from the loop once nothing is left to write */
 }
 
 void http_server_reply_abort(struct http_req *req)

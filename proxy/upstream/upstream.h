@@ -191,6 +191,18 @@ int upstream_stream(struct upstream *up, const char *method, const char *target,
     __attribute__((warn_unused_result));
 
 /*
+ * upstream_stream with the whole request body in memory: body (len bytes,
+ * borrowed until done runs or the transfer is aborted) instead of cbs->read,
+ * which may be NULL. curl then writes a small body in the same send as the
+ * head (one segment, one upstream wakeup). The answer streams as for
+ * upstream_stream. Returns 0, or -1 as upstream_stream.
+ */
+int upstream_stream_whole(struct upstream *up, const char *method, const char *target,
+                          const struct evkeyvalq *headers, const char *client_addr,
+                          const char *body, size_t len, const struct upstream_stream_cbs *cbs,
+                          void *arg, struct upstream_call **out) __attribute__((warn_unused_result));
+
+/*
  * Call read again: its bytes are there (after UPSTREAM_READ_PAUSE). Takes
  * effect from the event loop, never inside this call, so it is safe from
  * any callback; harmless when send is not paused.

@@ -342,9 +342,12 @@ static size_t stream_on_read(char *buf, size_t size, size_t nitems, void *userp)
     return (size_t)n;
 }
 
-int upstream_stream(struct upstream *up, const char *method, const char *target,
-                    const struct evkeyvalq *headers, const char *client_addr, long long body_len,
-                    const struct upstream_stream_cbs *cbs, void *arg, struct upstream_call **out)
+/* upstream_stream and upstream_stream_whole: the body from cbs->read, or body (len bytes). */
+static int stream_start(struct upstream *up, const char *method, const char *target,
+                        const struct evkeyvalq *headers, const char *client_addr,
+                        long long body_len, const char *body,
+                        const struct upstream_stream_cbs *cbs, void *arg,
+                        struct upstream_call **out)
 {
     bool with_body = body_len != 0 || upstream_method_has_body(method);
     struct upstream_stream *s;
@@ -352,7 +355,8 @@ int upstream_stream(struct upstream *up, const char *method, const char *target,
     CURL *e;
 
     if (cbs == NULL || cbs->done == NULL || body_len < -1 || up->in_callback > 0 ||
-        (body_len != 0 && (cbs->read == NULL || strcmp(method, "HEAD") == 0)))
+        (body_len != 0 && ((cbs->read == NULL && body == NULL) || strcmp(method, "HEAD") == 0)) ||
+        (body != NULL && body_len < 0))
         return -1;
     s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -376,11 +380,11 @@ int upstream_stream(struct upstream *up, const char *method, const char *target,
     curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
     /* no bound on the whole transfer: the timer bounds the silences (stream_on_timer) */
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 0L);
-    if (body_len != 0) {
+    if (body_len != 0 && body == NULL) {
         curl_easy_setopt(e, CURLOPT_READFUNCTION, stream_on_read);
         curl_easy_setopt(e, CURLOPT_READDATA, s);
     }
-    upstream_call_set_method(call, method, with_body, NULL, body_len);
+    upstream_call_set_method(call, method, with_body, body, body_len);
     if (upstream_call_add(call) != 0)
         goto failed;
     s->start_ms = clock_mono_ms();
@@ -391,6 +395,22 @@ int upstream_stream(struct upstream *up, const char *method, const char *target,
 failed:
     stream_discard(call);
     return -1;
+}
+
+int upstream_stream(struct upstream *up, const char *method, const char *target,
+                    const struct evkeyvalq *headers, const char *client_addr, long long body_len,
+                    const struct upstream_stream_cbs *cbs, void *arg, struct upstream_call **out)
+{
+    return stream_start(up, method, target, headers, client_addr, body_len, NULL, cbs, arg, out);
+}
+
+int upstream_stream_whole(struct upstream *up, const char *method, const char *target,
+                          const struct evkeyvalq *headers, const char *client_addr,
+                          const char *body, size_t len, const struct upstream_stream_cbs *cbs,
+                          void *arg, struct upstream_call **out)
+{
+    return stream_start(up, method, target, headers, client_addr, (long long)len,
+                        len > 0 ? body : "", cbs, arg, out);
 }
 
 void upstream_resume_send(struct upstream_call *call)
