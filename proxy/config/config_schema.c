@@ -332,7 +332,7 @@ const char config_builtin_yaml[] =
     "  max_request_body: 1MiB\n"
     "  max_stored_response: 1MiB\n"
     "  max_buffered: 64MiB\n"
-    "  stream_window: 256KiB\n"
+    "  stream_window: 64KiB\n"
     "  max_connections: 1024\n"
     "  header_timeout: 20s\n"
     "  idle_timeout: 75s\n"

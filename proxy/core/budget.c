@@ -28,7 +28,12 @@ size_t budget_limit(const struct budget *b)
 
 bool budget_admit(struct budget *b, size_t bytes)
 {
-    size_t limit = atomic_load_explicit(&b->limit, memory_order_relaxed);
+    return budget_admit_share(b, bytes, 1);
+}
+
+bool budget_admit_share(struct budget *b, size_t bytes, unsigned share)
+{
+    size_t limit = atomic_load_explicit(&b->limit, memory_order_relaxed) / (share > 0 ? share : 1);
     size_t used = atomic_load_explicit(&b->used, memory_order_relaxed);
 
     do {

@@ -45,6 +45,15 @@ size_t budget_limit(const struct budget *b);
  */
 bool budget_admit(struct budget *b, size_t bytes) __attribute__((warn_unused_result));
 
+/*
+ * budget_admit, but only while the count, bytes included, stays within
+ * 1/share of the limit (share >= 1): a class of requests that may take no
+ * more than that part, leaving the rest to the others (streamed exchanges
+ * take at most half, docs/operations.md#memory).
+ */
+bool budget_admit_share(struct budget *b, size_t bytes, unsigned share)
+    __attribute__((warn_unused_result));
+
 /* An empty hold counting in b (NULL: a hold that counts nothing). */
 void budget_hold_init(struct budget_hold *h, struct budget *b);
 

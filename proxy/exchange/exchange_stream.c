@@ -231,7 +231,8 @@ void exchange_stream_start(struct exchange *x)
 {
     size_t window = config_stream_window(x->conf);
 
-    if (!budget_admit(x->set->budget, 2 * window)) {
+    /* streams take at most half the budget: unkeyed traffic never locks out the payments */
+    if (!budget_admit_share(x->set->budget, 2 * window, 2)) {
         metrics_count(x->set->metrics, METRICS_OVERLOADED);
         http_server_close_after(x->req);
         exchange_problem(x, PROBLEM_OVERLOADED, 503,

@@ -122,7 +122,6 @@ void http_conn_free(struct http_conn *c)
         event_free(c->kick);
     evbuffer_free(c->field);
     evbuffer_free(c->value);
-    evbuffer_free(c->raw);
     free(c);
     s->n_conns--;
     http_server_accept_more(s);
@@ -150,7 +149,6 @@ static void http_conn_next(struct http_conn *c)
     c->body_full = c->body_grew = false;
     evbuffer_drain(c->field, evbuffer_get_length(c->field));
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
-    evbuffer_drain(c->raw, evbuffer_get_length(c->raw));
     c->head_since_ms = clock_mono_ms();
     http_conn_arm(c, c->server->limits.idle_timeout_ms != 0 ? c->server->limits.idle_timeout_ms
                                                             : c->server->limits.head_timeout_ms);
@@ -315,6 +313,7 @@ static void http_conn_head(struct http_conn *c)
     struct http_server *s = c->server;
     struct http_req *req = c->req;
 
+    struct evbuffer *in;
     const char *fault;
 
     event_del(c->deadline);
@@ -336,12 +335,14 @@ static void http_conn_head(struct http_conn *c)
         http_conn_refuse(c, 400, HTTP_SERVER_FAULT_TARGET);
         return;
     }
-    fault = http_wire_head_fault((const char *)evbuffer_pullup(c->raw, -1),
-                                 evbuffer_get_length(c->raw));
+    in = bufferevent_get_input(c->bev);
+    fault = http_wire_head_fault((const char *)evbuffer_pullup(in, (ev_ssize_t)c->head_bytes),
+                                 c->head_bytes);
     if (fault != NULL) {
         http_conn_refuse(c, 400, HTTP_SERVER_FAULT_FRAMING);
         return;
     }
+    evbuffer_drain(in, c->head_bytes); /* the head is read: the parser has what it needs */
     c->state = CONN_BODY;
     s->cb.head(req, s->cb.arg);
     if (c->state != CONN_BODY)
@@ -408,12 +409,20 @@ static void http_conn_process(struct http_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
 
-    while ((c->state == CONN_HEAD || (c->state == CONN_BODY && !c->body_full)) &&
-           evbuffer_get_length(in) > 0) {
+    /*
+     * A head's bytes stay in the input until the head is whole (http_conn_head
+     * checks them, then drains them): no second copy of a head being read.
+     */
+    while ((c->state == CONN_HEAD && evbuffer_get_length(in) > c->head_bytes) ||
+           (c->state == CONN_BODY && !c->body_full && evbuffer_get_length(in) > 0)) {
         struct evbuffer_iovec v;
+        struct evbuffer_ptr at;
         size_t len, n;
 
-        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+        if (c->state == CONN_HEAD &&
+            evbuffer_ptr_set(in, &at, c->head_bytes, EVBUFFER_PTR_SET) != 0)
+            return;
+        if (evbuffer_peek(in, -1, c->state == CONN_HEAD ? &at : NULL, &v, 1) < 1)
             return;
         len = v.iov_len;
         if (c->state == CONN_HEAD) {
@@ -427,9 +436,9 @@ static void http_conn_process(struct http_conn *c)
             if (c->head_bytes == 0 && n > 0 && c->server->limits.idle_timeout_ms != 0)
                 http_conn_arm(c, c->server->limits.head_timeout_ms); /* the header timeout */
             c->head_bytes += n;
-            evbuffer_add(c->raw, v.iov_base, n);
+        } else {
+            evbuffer_drain(in, n);
         }
-        evbuffer_drain(in, n);
         if (!http_conn_after_parse(c))
             break;
     }
@@ -547,7 +556,7 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
     if (c != NULL)
         c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c == NULL || c->bev == NULL || (c->field = evbuffer_new()) == NULL ||
-        (c->value = evbuffer_new()) == NULL || (c->raw = evbuffer_new()) == NULL ||
+        (c->value = evbuffer_new()) == NULL ||
         (c->kick = event_new(s->base, -1, 0, http_conn_on_kick, c)) == NULL ||
         (c->deadline = evtimer_new(s->base, http_conn_on_deadline, c)) == NULL) {
         if (c != NULL && c->bev != NULL)
@@ -559,8 +568,6 @@ static void http_server_on_accept(struct evconnlistener *lev, evutil_socket_t fd
                 evbuffer_free(c->field);
             if (c->value != NULL)
                 evbuffer_free(c->value);
-            if (c->raw != NULL)
-                evbuffer_free(c->raw);
             if (c->kick != NULL)
                 event_free(c->kick);
         }

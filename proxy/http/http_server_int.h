@@ -62,7 +62,6 @@ struct http_conn {
     http_parser parser;
     struct http_req *req;               /* the one being read or answered, or NULL */
     struct evbuffer *field, *value;     /* the field being read */
-    struct evbuffer *raw;               /* the head's bytes as read (http_wire_head_fault) */
     bool in_value;
     bool line_done;                     /* a field began: the request line was read */
     bool eof;                           /* the client closed its side: answer, then close */

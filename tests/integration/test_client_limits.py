@@ -9,7 +9,7 @@ a byte of it is read, so a stalled upload holds its place and the next one gets
 import socket
 import time
 
-from harness import build_request, read_response
+from harness import build_request, read_response, wait_until
 from proxy_helpers import assert_problem, new_key
 
 GENEROUS_S = 20.0           # the bound of every wait: a busy CI machine is slow, never this slow
@@ -104,3 +104,31 @@ def test_a_stalled_upload_is_counted_from_its_head_and_the_next_gets_503_before_
             break
     assert r.status == 201, r
     assert upstream.executions(key) == 1
+
+
+def test_slow_unkeyed_requests_never_take_the_budget_the_payments_need(start_proxy, upstream):
+    """Streamed (pass-through) exchanges take at most half of limits.max_buffered: a crowd of
+    slow unkeyed requests gets 503 overloaded before the payments do (docs/operations.md
+    "Memory")."""
+    # 2 MiB: streams may hold 1 MiB, eight of them at 2 x 64 KiB
+    p = start_proxy(limits={"max_buffered": "2MiB", "max_request_body": "64KiB",
+                            "max_stored_response": "64KiB", "stream_window": "64KiB"})
+    slow = []
+    for i in range(20):
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=GENEROUS_S)
+        s.sendall(build_request("POST", "/v2/exports/%d" % i, headers=[("X-Demo-Delay-Ms", "3000")],
+                                body=b"{}", port=p.port))
+        slow.append(s)
+    try:
+        wait_until(lambda: upstream.requests() >= 8, what="the first slow requests upstream")
+        keys = [new_key() for _ in range(10)]
+        for k in keys:
+            r = p.post(key=k, body=b'{"amount": 1}')
+            assert r.status == 201, r
+        statuses = sorted(read_response(s, "POST", GENEROUS_S).status for s in slow)
+    finally:
+        for s in slow:
+            s.close()
+    assert set(statuses) <= {201, 503} and statuses.count(201) >= 8, statuses
+    assert statuses.count(503) >= 1, statuses   # the crowd met its share, the payments did not
+    assert all(upstream.executions(k) == 1 for k in keys)

@@ -334,7 +334,7 @@ def test_an_answer_larger_than_the_budget_reaches_its_client_whole(start_proxy, 
                what="buffered bytes back to 0")
 
 
-STREAM_WINDOW = 256 * KIB    # limits.stream_window's default
+STREAM_WINDOW = 64 * KIB     # limits.stream_window's default
 
 
 def test_a_slow_reader_of_a_pass_through_answer_holds_a_window_not_the_answer(start_proxy,

@@ -4,7 +4,7 @@ store, and the limits of client connections (`limits.max_connections`, `header_t
 
 The contract under test: pass-through traffic (no route, an unprotected method, no key where
 none is required) streams both ways, each direction holding at most `limits.stream_window`
-(default 256 KiB) per exchange, at the pace of the slower side; a protected answer larger than
+(default 64 KiB) per exchange, at the pace of the slower side; a protected answer larger than
 `limits.max_stored_response` streams on to its first client and is recorded as a tombstone (a
 retry gets `502 response-not-replayable`, the upstream does not run again). A client that goes
 away closes the upstream's side, an upstream that breaks off closes the client's side, within a
