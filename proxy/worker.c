@@ -52,6 +52,8 @@ extern void mi_collect(bool force) __attribute__((weak));
 
 /* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
+#define WORKER_MAX_HEADER_FIELDS 8192           /* fields of a head (a queued delivery's 128-field
+                                                   bound answers its own 431 within it) */
 #define WORKER_CLIENT_LINGER_BYTES (16 * 1024 * 1024) /* of a refused body, read and dropped */
 #define WORKER_DRAIN_TICK_MS 50
 #define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
@@ -92,7 +94,7 @@ static struct http_server_limits worker_client_limits(const struct config *cfg)
         .max_connections = (cfg->max_connections + workers - 1) / workers,
         .close_over_cap = true,
         .max_head_bytes = WORKER_MAX_HEADERS_SIZE,
-        .max_header_fields = UINT_MAX, /* the head's bytes bound them */
+        .max_header_fields = WORKER_MAX_HEADER_FIELDS,
         .head_timeout_ms = worker_ms(cfg->header_timeout_ms),
         .idle_timeout_ms = worker_ms(cfg->idle_timeout_ms),
         .read_timeout_ms = worker_ms(cfg->idle_timeout_ms),

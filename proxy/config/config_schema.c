@@ -333,7 +333,7 @@ const char config_builtin_yaml[] =
     "  max_stored_response: 1MiB\n"
     "  max_buffered: 64MiB\n"
     "  stream_window: 64KiB\n"
-    "  max_connections: 1024\n"
+    "  max_connections: 512\n"
     "  header_timeout: 20s\n"
     "  idle_timeout: 75s\n"
     "errors:\n"

@@ -146,7 +146,8 @@ static void http_conn_next(struct http_conn *c)
     c->fields = 0;
     c->in_value = c->line_done = false;
     c->head_done = c->message_done = c->too_large = c->head_error = false;
-    c->body_full = c->body_grew = false;
+    c->body_full = c->body_grew = c->bad_chunk = false;
+    c->crlf_at = 0;
     evbuffer_drain(c->field, evbuffer_get_length(c->field));
     evbuffer_drain(c->value, evbuffer_get_length(c->value));
     c->head_since_ms = clock_mono_ms();
@@ -188,7 +189,8 @@ void http_server_reply(struct http_req *req, int status, const char *reason,
         if (req->content_length != 0)
             c->close_after = true;
     }
-    if (!http_should_keep_alive(&c->parser) || req->close || c->eof)
+    if (!http_should_keep_alive(&c->parser) || req->close ||
+        (c->eof && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0))
         c->close_after = true;
     event_del(c->deadline);
     c->state = CONN_WRITING;
@@ -237,6 +239,8 @@ static void http_conn_written(struct http_conn *c)
     if (!c->close_after) {
         http_conn_next(c);
         http_conn_process(c);
+        if (c->eof && c->state == CONN_HEAD) /* half-closed, and no whole request left */
+            http_conn_free(c);
         return;
     }
     if (c->eof) { /* the client sends nothing more */
@@ -319,6 +323,11 @@ static void http_conn_head(struct http_conn *c)
     event_del(c->deadline);
     req->major = c->parser.http_major;
     req->minor = c->parser.http_minor;
+    if (!(c->parser.flags & F_CHUNKED) && c->parser.content_length != ULLONG_MAX &&
+        c->parser.content_length > (unsigned long long)LLONG_MAX) {
+        http_conn_refuse(c, 400, HTTP_SERVER_FAULT_FRAMING); /* a length no file has */
+        return;
+    }
     req->content_length = (c->parser.flags & F_CHUNKED) ? -1
                           : c->parser.content_length == ULLONG_MAX ? 0
                                                                    : (long long)c->parser.content_length;
@@ -362,12 +371,26 @@ static bool http_conn_after_parse(struct http_conn *c)
     struct http_server *s = c->server;
     enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
 
+    if (c->req != NULL && c->req->held &&
+        (c->head_error || c->too_large || c->bad_chunk || (err != HPE_OK && err != HPE_PAUSED))) {
+        /*
+         * A streamed body that cannot be read on (a bad chunk, trailers past the
+         * bounds): its handler holds the request and may have begun an answer,
+         * so no second answer is made; the connection ends (from the loop), and
+         * the handler learns it from its done callback and stops the upstream.
+         */
+        c->failed = true;
+        http_conn_kick(c);
+        return false;
+    }
     if (c->head_error) {
         http_conn_refuse(c, 431, HTTP_SERVER_FAULT_HEAD_TOO_LARGE);
         return false;
     }
-    if (err != HPE_OK && err != HPE_PAUSED) {
-        if (err == HPE_HEADER_OVERFLOW)
+    if (c->bad_chunk || (err != HPE_OK && err != HPE_PAUSED)) {
+        if (c->bad_chunk)
+            http_conn_refuse(c, 400, HTTP_SERVER_FAULT_FRAMING);
+        else if (err == HPE_HEADER_OVERFLOW)
             http_conn_refuse(c, 431, HTTP_SERVER_FAULT_HEAD_TOO_LARGE);
         else if (err == HPE_INVALID_METHOD)
             http_conn_refuse(c, 501, HTTP_SERVER_FAULT_METHOD);
@@ -413,8 +436,9 @@ static void http_conn_process(struct http_conn *c)
      * A head's bytes stay in the input until the head is whole (http_conn_head
      * checks them, then drains them): no second copy of a head being read.
      */
-    while ((c->state == CONN_HEAD && evbuffer_get_length(in) > c->head_bytes) ||
-           (c->state == CONN_BODY && !c->body_full && evbuffer_get_length(in) > 0)) {
+    while (!c->failed &&
+           ((c->state == CONN_HEAD && evbuffer_get_length(in) > c->head_bytes) ||
+            (c->state == CONN_BODY && !c->body_full && evbuffer_get_length(in) > 0))) {
         struct evbuffer_iovec v;
         struct evbuffer_ptr at;
         size_t len, n;
@@ -431,6 +455,12 @@ static void http_conn_process(struct http_conn *c)
             if (len > room)
                 len = room;
         }
+        c->seg = v.iov_base;
+        c->seg_end = c->seg + len;
+        if (c->state == CONN_BODY && c->crlf_at != 0 && http_server_crlf_check(c) != 0) {
+            http_conn_after_parse(c); /* refused: a bad chunk */
+            break;
+        }
         n = http_parser_execute(&c->parser, &c->server->settings, v.iov_base, len);
         if (c->state == CONN_HEAD) {
             if (c->head_bytes == 0 && n > 0 && c->server->limits.idle_timeout_ms != 0)
@@ -441,6 +471,11 @@ static void http_conn_process(struct http_conn *c)
         }
         if (!http_conn_after_parse(c))
             break;
+    }
+    if (c->eof && c->state == CONN_BODY && !c->body_full && !c->failed &&
+        evbuffer_get_length(in) == 0) {
+        c->failed = true; /* the client closed before its body's end */
+        http_conn_kick(c);
     }
     if (c->req != NULL && c->req->window != 0 && c->body_grew) {
         c->body_grew = false;
@@ -462,6 +497,10 @@ static void http_conn_on_kick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (c->failed) {
+        http_conn_free(c);
+        return;
+    }
     if (c->state == CONN_WRITING) { /* an answer ended with nothing left to write */
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
             http_conn_written(c);
@@ -511,9 +550,19 @@ static void http_conn_on_event(struct bufferevent *bev, short what, void *arg)
     struct http_conn *c = arg;
 
     if ((what & BEV_EVENT_EOF) && (c->state == CONN_HANDLER || c->state == CONN_WRITING)) {
-        /* a half-close: the client still reads its answer; the connection ends after it */
+        /*
+         * A half-close: the client still reads its answer, and those of the
+         * requests it pipelined before; the connection ends after the last.
+         */
         c->eof = true;
-        c->close_after = true;
+        if (evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+            c->close_after = true;
+        return;
+    }
+    if ((what & BEV_EVENT_EOF) && c->state == CONN_BODY && c->req != NULL && c->req->held &&
+        (evbuffer_get_length(bufferevent_get_input(bev)) > 0 || c->body_full)) {
+        /* a streamed body whose last bytes wait in the input: read them, then see */
+        c->eof = true;
         return;
     }
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) &&

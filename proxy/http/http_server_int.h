@@ -72,6 +72,11 @@ struct http_conn {
     bool close_after;                   /* the connection ends after this answer */
     bool body_full;                     /* a streamed body's window is full: parsing waits */
     bool body_grew;                     /* body bytes arrived since readable last ran */
+    bool failed;                        /* a streamed body could not be read on: ends at the kick */
+    const char *seg, *seg_end;          /* the bytes being parsed (http_server_parse.c checks) */
+    unsigned crlf_at;                   /* 0, or 1 + the index in "\r\n" of the next byte of a
+                                           chunk's closing CRLF still to check */
+    bool bad_chunk;                     /* a chunk's data is not followed by CRLF */
     double head_since_ms;               /* monotonic: since it waits for this head */
     char peer[64];
 };
@@ -116,6 +121,13 @@ void http_conn_kick(struct http_conn *c);
  * WRITING) is finished from the loop (http_server.c).
  */
 void http_conn_flush(struct http_conn *c);
+
+/*
+ * Before parsing the bytes at c->seg: check the rest of a chunk's closing
+ * CRLF that the previous bytes ended inside (http_server_parse.c). Returns
+ * -1 (c->bad_chunk set) when it is not there.
+ */
+int http_server_crlf_check(struct http_conn *c);
 
 /* Fill settings with the parser callbacks of http_server_parse.c (parser.data is the http_conn). */
 void http_server_parser_settings(http_parser_settings *settings);

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 
@@ -54,10 +55,9 @@ void http_req_free(struct http_req *req)
 static int http_conn_end_field(struct http_conn *c)
 {
     size_t nlen = evbuffer_get_length(c->field), vlen = evbuffer_get_length(c->value);
-    int rc;
-
     size_t trimmed = vlen;
-    const char *value;
+    const char *value, *name;
+    int rc;
 
     if (!c->in_value)
         return 0;
@@ -67,14 +67,22 @@ static int http_conn_end_field(struct http_conn *c)
         return -1;
     }
     evbuffer_add(c->field, "", 1);
+    name = (const char *)evbuffer_pullup(c->field, -1);
     value = (const char *)evbuffer_pullup(c->value, -1);
+    /*
+     * Values are kept as C strings, so a NUL ends one here; in a framing field
+     * the parser would still read the bytes after it (`chunked\0x` is not
+     * chunked to it): two readings of one body's length, refused (400).
+     */
+    if (vlen > 0 && memchr(value, '\0', vlen) != NULL &&
+        (strcasecmp(name, "Transfer-Encoding") == 0 || strcasecmp(name, "Content-Length") == 0))
+        return -1;
     http_wire_rtrim(value, &trimmed);
     evbuffer_add(c->value, "", 1);
     value = (const char *)evbuffer_pullup(c->value, -1);
     ((char *)value)[trimmed] = '\0';
     /* fields after a chunked body are its trailers (RFC 9112 7.1.2), apart from the head's */
-    rc = evhttp_add_header(c->state == CONN_HEAD ? &c->req->in : &c->req->trailers,
-                           (const char *)evbuffer_pullup(c->field, -1), value);
+    rc = evhttp_add_header(c->state == CONN_HEAD ? &c->req->in : &c->req->trailers, name, value);
     evbuffer_drain(c->field, nlen + 1);
     evbuffer_drain(c->value, vlen + 1);
     return rc;
@@ -132,9 +140,40 @@ static int http_on_headers_complete(http_parser *p)
     return 0;
 }
 
+/*
+ * Check, from `from` on, the CRLF that must follow a chunk's data (RFC 9112
+ * 7.1): libhttp-parser, as Debian builds it (not HTTP_PARSER_STRICT), takes
+ * any two bytes there, so a front proxy that reads them otherwise would see
+ * other requests in the body than we do (smuggling). What lies beyond the
+ * bytes being parsed is checked at the next ones (http_server_crlf_check).
+ * Returns -1 when a byte is not the one due.
+ */
+static int http_chunk_crlf(struct http_conn *c, const char *from)
+{
+    while (c->crlf_at != 0 && from < c->seg_end) {
+        if (*from++ != "\r\n"[c->crlf_at - 1]) {
+            c->bad_chunk = true;
+            return -1;
+        }
+        c->crlf_at = c->crlf_at == 2 ? 0 : c->crlf_at + 1;
+    }
+    return 0;
+}
+
+int http_server_crlf_check(struct http_conn *c)
+{
+    return http_chunk_crlf(c, c->seg);
+}
+
 static int http_on_body(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
+
+    if ((p->flags & F_CHUNKED) && p->content_length == 0) { /* this piece ends a chunk */
+        c->crlf_at = 1;
+        if (http_chunk_crlf(c, at + len) != 0)
+            return -1;
+    }
 
     if (c->req->window != 0) { /* streamed: parsing waits once the window is full */
         c->body_grew = true;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -58,7 +59,8 @@ int http_server_reply_start(struct http_req *req, int status, const char *reason
     req->status = status;
     req->replying = true;
     req->bodiless_out = req->command == EVHTTP_REQ_HEAD || http_wire_status_bodiless(status);
-    if (!http_should_keep_alive(&c->parser) || req->close || c->eof)
+    if (!http_should_keep_alive(&c->parser) || req->close ||
+        (c->eof && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0))
         c->close_after = true;
     if (content_length < 0 && !req->bodiless_out) {
         if (req->major == 1 && req->minor >= 1)
@@ -135,7 +137,7 @@ void http_server_reply_end(struct http_req *req, const struct evkeyvalq *trailer
                 evbuffer_add_printf(out, "%s: %s\r\n", h->key, h->value);
         evbuffer_add(out, "\r\n", 2);
     }
-    if (!req->body_complete)
+    if (c->state == CONN_BODY)
         c->close_after = true; /* the rest of the body stays unread */
     c->state = CONN_WRITING;
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -148,6 +150,9 @@ void http_server_reply_abort(struct http_req *req)
 
     req->done = NULL; /* the handler knows */
     if (c != NULL) {
+        /* a reset, not a FIN: an answer cut short must not look whole (HTTP/1.0 ends at close) */
+        struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+        setsockopt(bufferevent_getfd(c->bev), SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
         c->req = NULL;
         req->conn = NULL;
         http_conn_free(c);

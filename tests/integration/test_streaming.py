@@ -56,7 +56,7 @@ SETTLED_RSS_SLACK = 16 * MIB
 # The bound docs/operations.md "Memory" gives for a proxy whose clients stream (keep these two
 # in step with it): RSS < limits.max_buffered + PER_CONNECTION_BOUND x limits.max_connections +
 # FIXED_BOUND; documented_memory_bound is the one place that computes it
-PER_CONNECTION_BOUND = 80 * KIB
+PER_CONNECTION_BOUND = 420 * KIB
 FIXED_BOUND = 48 * MIB
 DEFAULT_MAX_BUFFERED = 64 * MIB
 
