@@ -475,31 +475,14 @@ static void exchange_on_upstream(enum upstream_outcome outcome,
 {
     struct exchange *x = arg;
 
-    x->call = NULL;
-    x->upstream_ms = upstream_ms;
-    x->upstream = outcome;
-    metrics_observe(x->set->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
+    exchange_stream_noted(x, outcome, detail, cause, upstream_ms);
     event_del(&x->lease_timer);
-    if (outcome != UPSTREAM_ANSWERED)
-        log_msg(LOG_WARN, "exchange %s: %s%s: %s", x->record_id[0] ? x->record_id : "-", detail,
-                x->stream_begun ? " (the client's streamed answer is cut short)" : "",
-                cause != NULL ? cause : "no reason given");
-
     if (x->state == X_FORWARDING) {
         exchange_finish_protected(x);
-    } else if (x->outcome == OUTCOME_UNKNOWN && outcome == UPSTREAM_ANSWERED) {
-        x->outcome = OUTCOME_PASS_THROUGH;
-    }
-    if (x->state == X_PASSING && x->stream_begun) {
-        if (outcome == UPSTREAM_ANSWERED && x->req != NULL)
-            reply_stream_end(x->req, resp->headers, &x->set->unflushed);
-        else
-            exchange_stream_cut(x);
-        exchange_answered_streamed(x, x->resp_status);
     } else if (x->state == X_PASSING) {
-        exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
-                                                        : PROBLEM_UPSTREAM_UNAVAILABLE,
-                         outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
+        if (x->outcome == OUTCOME_UNKNOWN && outcome == UPSTREAM_ANSWERED)
+            x->outcome = OUTCOME_PASS_THROUGH;
+        exchange_stream_passed(x, outcome, resp, detail);
     }
     exchange_unref(x);
 }

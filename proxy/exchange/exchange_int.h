@@ -197,6 +197,17 @@ int exchange_stream_begin(struct exchange *x, long long content_length);
 int exchange_stream_push(struct exchange *x, struct evbuffer *chunk);
 void exchange_stream_cut(struct exchange *x);
 
+/*
+ * An upstream transfer of x is over (its done callback): noted keeps its
+ * outcome and time (and logs a failure); passed answers an exchange that was
+ * passing: the stream ended or cut short, or the proxy's 502/504 when no byte
+ * of an answer went out.
+ */
+void exchange_stream_noted(struct exchange *x, enum upstream_outcome outcome, const char *detail,
+                           const char *cause, double upstream_ms);
+void exchange_stream_passed(struct exchange *x, enum upstream_outcome outcome,
+                            const struct upstream_response *resp, const char *detail);
+
 /* The proxy's own answer (docs/client-contract.md). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                       int retry_after_s, bool replayed);

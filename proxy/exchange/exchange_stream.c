@@ -188,6 +188,36 @@ static void exchange_stream_on_done(struct http_req *req, bool written, void *ar
     exchange_unref(x); /* the transfer's */
 }
 
+void exchange_stream_noted(struct exchange *x, enum upstream_outcome outcome, const char *detail,
+                           const char *cause, double upstream_ms)
+{
+    x->call = NULL;
+    x->upstream_ms = upstream_ms;
+    x->upstream = outcome;
+    metrics_observe(x->set->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
+    if (outcome != UPSTREAM_ANSWERED)
+        log_msg(LOG_WARN, "exchange %s: %s%s: %s", x->record_id[0] ? x->record_id : "-", detail,
+                x->stream_begun ? " (the client's streamed answer is cut short)" : "",
+                cause != NULL ? cause : "no reason given");
+}
+
+void exchange_stream_passed(struct exchange *x, enum upstream_outcome outcome,
+                            const struct upstream_response *resp, const char *detail)
+{
+    if (!x->stream_begun) {
+        /* no byte of an answer went out: the client gets the proxy's own, as unstreamed */
+        exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
+                                                        : PROBLEM_UPSTREAM_UNAVAILABLE,
+                         outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
+        return;
+    }
+    if (outcome == UPSTREAM_ANSWERED && x->req != NULL)
+        reply_stream_end(x->req, resp->headers, &x->set->unflushed);
+    else
+        exchange_stream_cut(x);
+    exchange_answered_streamed(x, x->resp_status);
+}
+
 /* upstream done: the answer is whole, or the transfer failed. */
 static void exchange_stream_done(enum upstream_outcome outcome,
                                  const struct upstream_response *resp, const char *detail,
@@ -195,26 +225,8 @@ static void exchange_stream_done(enum upstream_outcome outcome,
 {
     struct exchange *x = arg;
 
-    x->call = NULL;
-    x->upstream_ms = upstream_ms;
-    x->upstream = outcome;
-    metrics_observe(x->set->metrics, METRICS_UPSTREAM_LATENCY, upstream_ms / 1000.0);
-    if (outcome != UPSTREAM_ANSWERED)
-        log_msg(LOG_WARN, "exchange: streamed %s %s: %s: %s", x->rq.method,
-                x->stream_begun ? "answer cut short" : "request", detail,
-                cause != NULL ? cause : "no reason given");
-    if (!x->stream_begun) {
-        /* no byte of an answer went out: the client gets the proxy's own, as unstreamed */
-        exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
-                                                        : PROBLEM_UPSTREAM_UNAVAILABLE,
-                         outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
-    } else if (outcome == UPSTREAM_ANSWERED) {
-        reply_stream_end(x->req, resp->headers, &x->set->unflushed);
-        exchange_answered_streamed(x, x->resp_status);
-    } else {
-        exchange_stream_cut(x);
-        exchange_answered_streamed(x, x->resp_status);
-    }
+    exchange_stream_noted(x, outcome, detail, cause, upstream_ms);
+    exchange_stream_passed(x, outcome, resp, detail);
     exchange_unref(x);
 }
 
