@@ -16,13 +16,6 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
-#if __has_include(<mimalloc.h>)
-#include <mimalloc.h>
-/* weak: a build with another allocator links no mimalloc, and these stay NULL */
-#pragma weak mi_option_enable
-#define MAIN_MIMALLOC 1
-#endif
-
 #include "clock.h"
 #include "config.h"
 #include "fingerprint.h"
@@ -272,16 +265,6 @@ int main(int argc, char **argv)
     main_warn_config(cfg, file, false);
     event_set_log_callback(main_on_libevent_log);
     main_raise_fd_limit();
-#ifdef MAIN_MIMALLOC
-    /*
-     * mimalloc (the default build) keeps the pages it frees mapped unless told to
-     * reset them: after a burst of connections RSS then stays at its peak
-     * (measured: 30 MiB above idle after 1,000 64 KiB heads, for good). With
-     * page_reset the free pages go back to the system (docs/operations.md#memory).
-     */
-    if (mi_option_enable != NULL)
-        mi_option_enable(mi_option_page_reset);
-#endif
     if (upstream_global_init() != 0) { /* once, before any thread */
         fprintf(stderr, "idempotency-proxy: cannot initialise libcurl\n");
         config_unref(cfg);

@@ -43,12 +43,19 @@
  * every WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET
  * bytes, each worker has its allocator return the free pages it keeps:
  * mimalloc (the default build) collects the calling thread's heap, glibc's
- * malloc_trim trims its arenas. mi_collect is weak: a build without
- * mimalloc has none.
+ * malloc_trim trims its arenas. mimalloc also keeps the pages it frees
+ * mapped unless told to reset them (measured: 30 MiB above idle, for good,
+ * after 1,000 connections with 64 KiB heads): the pool turns page_reset on.
+ * Its symbols are weak: a build with another allocator links no mimalloc.
  */
 #define WORKER_TRIM_MS 5000
 #define WORKER_TRIM_QUIET (1024 * 1024)
-extern void mi_collect(bool force) __attribute__((weak));
+#if __has_include(<mimalloc.h>)
+#include <mimalloc.h>
+#pragma weak mi_collect
+#pragma weak mi_option_enable
+#define WORKER_MIMALLOC 1
+#endif
 
 /* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
@@ -175,10 +182,13 @@ static void worker_on_trim_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (budget_used(&w->pool->budget) >= WORKER_TRIM_QUIET)
         return;
-    if (mi_collect != NULL)
+#ifdef WORKER_MIMALLOC
+    if (mi_collect != NULL) {
         mi_collect(true);
-    else
-        malloc_trim(0);
+        return;
+    }
+#endif
+    malloc_trim(0);
 }
 
 static void worker_stop_accepting(struct worker *w)
@@ -525,6 +535,10 @@ int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_
 
     memset(p, 0, sizeof(*p));
     p->port_lock = -1;
+#ifdef WORKER_MIMALLOC
+    if (mi_option_enable != NULL) /* before any worker thread allocates */
+        mi_option_enable(mi_option_page_reset);
+#endif
     budget_init(&p->budget, cfg->max_buffered);
     if (metrics_init(&p->metrics) != 0) {
         snprintf(err, errlen, "cannot create the metrics lock");

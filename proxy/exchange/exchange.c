@@ -154,24 +154,24 @@ static void exchange_refuse_now(struct exchange_set *set, struct http_req *req, 
 static bool exchange_head_streams(struct exchange_set *set, struct http_req *req)
 {
     struct exchange *x;
+    struct request_view v;
     struct classify_input in;
     struct classify_result c;
     char key[CLASSIFY_KEY_MAX];
+    bool streams;
 
-    if (set->draining)
-        return false; /* exchange_handle refuses it */
-    x = exchange_create(set, req);
-    if (x == NULL)
-        return false;
+    if (set->draining || request_view_init(&v, req) != 0)
+        return false; /* exchange_handle refuses it, or answers 500 */
     in = (struct classify_input){
-        .method = x->rq.method, .path = x->rq.path, .invalid_target = x->rq.invalid_target,
+        .method = v.method, .path = v.path, .invalid_target = v.invalid_target,
         .headers = http_server_input_headers(req), .now_s = (int64_t)(clock_now_ms() / 1000),
     };
-    if (!classify_streams(x->conf, &in, key, sizeof(key), &c)) {
-        exchange_free(x); /* nothing armed yet */
+    streams = classify_streams(set->conf, &in, key, sizeof(key), &c);
+    request_view_deinit(&v);
+    /* an exchange only for a stream: one read whole gets its own in exchange_handle */
+    if (!streams || (x = exchange_create(set, req)) == NULL)
         return false;
-    }
-    x->route = c.route;
+    x->route = c.route; /* of set->conf, which x holds a reference to */
     x->outcome = c.verdict == CLASSIFY_PASS_THROUGH ? OUTCOME_PASS_THROUGH : OUTCOME_UNPROTECTED;
     exchange_stream_start(x);
     return true;
@@ -210,16 +210,14 @@ void exchange_head(struct http_req *req, void *arg)
     a = calloc(1, sizeof(*a));
     if (a == NULL || body > SIZE_MAX - answer || !budget_admit(set->budget, body + answer)) {
         free(a);
-        metrics_count(set->metrics, METRICS_OVERLOADED);
         x = exchange_create(set, req);
-        http_server_close_after(req);
-        if (x == NULL) {
-            http_server_reply(req, 503, NULL, NULL);
+        if (x != NULL) {
+            exchange_overloaded(x);
             return;
         }
-        exchange_problem(x, PROBLEM_OVERLOADED, 503,
-                         "the proxy holds as many request and answer bytes as it may "
-                         "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
+        metrics_count(set->metrics, METRICS_OVERLOADED);
+        http_server_close_after(req);
+        http_server_reply(req, 503, NULL, NULL);
         return;
     }
     budget_hold_init(&a->hold, set->budget);

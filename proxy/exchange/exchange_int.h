@@ -69,7 +69,6 @@ struct exchange {
     struct config *conf;                /* one reference: routes and policies it started under */
     struct http_req *req;               /* NULL once answered */
     struct upstream_call *call;         /* a streamed exchange's upstream transfer, or NULL */
-    bool stream;                        /* streamed pass-through (exchange_stream.c) */
     bool stream_begun;                  /* its answer's head went to the client */
     bool send_paused, recv_paused;      /* its upstream transfer waits for the client */
     bool stream_started;                /* its upstream transfer was started */
@@ -184,7 +183,7 @@ void exchange_stream_start(struct exchange *x);
 /*
  * Streaming an answer (exchange_stream.c), for exchange_forward.c too:
  * take_head keeps the upstream's status, fields (copied into resp_headers)
- * and length (for HEAD, the one announced); begin sends the head to the
+ * and length (for HEAD too, the one announced); begin sends the head to the
  * client (the fields move out of resp_headers; 0, or -1 when the client is
  * gone); push hands it a piece (moved out of chunk; 0, UPSTREAM_DATA_PAUSE
  * until the client has taken half a window, -1 when the client is gone);
@@ -207,6 +206,13 @@ void exchange_stream_noted(struct exchange *x, enum upstream_outcome outcome, co
                            const char *cause, double upstream_ms);
 void exchange_stream_passed(struct exchange *x, enum upstream_outcome outcome,
                             const struct upstream_response *resp, const char *detail);
+
+/*
+ * 503 overloaded + Retry-After: 1 (limits.max_buffered, docs/operations.md#memory),
+ * counted; answered from the head, so the body stays unread and the
+ * connection closes after it. Nothing was claimed or forwarded.
+ */
+void exchange_overloaded(struct exchange *x);
 
 /* The proxy's own answer (docs/client-contract.md). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,

@@ -206,6 +206,15 @@ void exchange_answered_streamed(struct exchange *x, int status)
         exchange_free(x);
 }
 
+void exchange_overloaded(struct exchange *x)
+{
+    metrics_count(x->set->metrics, METRICS_OVERLOADED);
+    http_server_close_after(x->req);
+    exchange_problem(x, PROBLEM_OVERLOADED, 503,
+                     "the proxy holds as many request and answer bytes as it may "
+                     "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
+}
+
 /* The proxy's own answer (docs/client-contract.md#problem-details); a refusal names the outcome after the problem. */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                              int retry_after_s, bool replayed)

@@ -85,22 +85,9 @@ static void exchange_stream_writable(struct http_req *req, void *arg)
 
 static void exchange_stream_on_done(struct http_req *req, bool written, void *arg);
 
-/* The Content-Length an answer to HEAD announces (RFC 9110 9.3.2), -1 when none or unreadable. */
-static long long exchange_stream_head_length(const struct evkeyvalq *headers)
-{
-    const char *v = evhttp_find_header(headers, "Content-Length");
-    char *end;
-    long long n;
-
-    if (v == NULL || v[0] < '0' || v[0] > '9')
-        return -1;
-    n = strtoll(v, &end, 10);
-    return *end == '\0' && n >= 0 ? n : -1;
-}
-
 int exchange_stream_begin(struct exchange *x, long long content_length)
 {
-    /* content_length: the answer's (-1 unknown); HEAD's as announced (exchange_stream_take_head) */
+    /* content_length: the answer's, as announced also for HEAD (-1 unknown) */
     if (x->req == NULL)
         return -1;
     reply_move_headers(x->req, &x->resp_headers);
@@ -132,8 +119,6 @@ void exchange_stream_take_head(struct exchange *x, int status, const struct evke
 
     TAILQ_FOREACH(h, headers, next)
         evhttp_add_header(&x->resp_headers, h->key, h->value);
-    if (strcmp(x->rq.method, "HEAD") == 0)
-        content_length = exchange_stream_head_length(headers);
     x->resp_status = status;
     x->resp_length = content_length;
 }
@@ -245,18 +230,13 @@ void exchange_stream_start(struct exchange *x)
 
     /* streams take at most half the budget: unkeyed traffic never locks out the payments */
     if (!budget_admit_share(x->set->budget, 2 * window, 2)) {
-        metrics_count(x->set->metrics, METRICS_OVERLOADED);
-        http_server_close_after(x->req);
-        exchange_problem(x, PROBLEM_OVERLOADED, 503,
-                         "the proxy holds as many request and answer bytes as it may "
-                         "(limits.max_buffered); nothing was forwarded; retry", 1, false);
+        exchange_overloaded(x);
         return;
     }
     budget_hold_take(&x->hold_body, window);
     budget_hold_take(&x->hold_answer, window);
     if (!exchange_set_state(x, X_PASSING))
         return;
-    x->stream = true;
     /*
      * The upstream transfer starts at the first readable (the first body
      * bytes, or the end of a request without one): a small body is then

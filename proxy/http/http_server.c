@@ -157,17 +157,30 @@ static void http_conn_next(struct http_conn *c)
 }
 
 /* The status line, fields and body of req's answer into c's output. */
+void http_conn_end_after(struct http_conn *c, const struct http_req *req)
+{
+    if (!http_should_keep_alive(&c->parser) || req->close ||
+        (c->eof && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0))
+        c->close_after = true;
+}
+
+int http_conn_write_head(struct http_conn *c, const struct http_req *req, const char *reason,
+                         long long content_length, bool chunked)
+{
+    bool keep_alive_10 = !c->close_after && req->major == 1 && req->minor == 0;
+
+    return http_wire_write_head(bufferevent_get_output(c->bev), req->status, reason, &req->out,
+                                content_length, chunked, c->close_after, keep_alive_10);
+}
+
 static void http_conn_write(struct http_conn *c, struct http_req *req, const char *reason,
                             struct evbuffer *body)
 {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t len = body != NULL ? evbuffer_get_length(body) : 0;
-    bool keep_alive_10 = !c->close_after && req->major == 1 && req->minor == 0;
 
-    http_wire_write_head(out, req->status, reason, &req->out, (long long)len, false,
-                         c->close_after, keep_alive_10);
+    http_conn_write_head(c, req, reason, (long long)len, false);
     if (body != NULL && req->command != EVHTTP_REQ_HEAD && !http_wire_status_bodiless(req->status))
-        evbuffer_add_buffer(out, body);
+        evbuffer_add_buffer(bufferevent_get_output(c->bev), body);
 }
 
 void http_server_reply(struct http_req *req, int status, const char *reason,
@@ -189,9 +202,7 @@ void http_server_reply(struct http_req *req, int status, const char *reason,
         if (req->content_length != 0)
             c->close_after = true;
     }
-    if (!http_should_keep_alive(&c->parser) || req->close ||
-        (c->eof && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0))
-        c->close_after = true;
+    http_conn_end_after(c, req);
     event_del(c->deadline);
     c->state = CONN_WRITING;
     http_conn_write(c, req, reason, body);

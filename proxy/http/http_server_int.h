@@ -116,6 +116,21 @@ void http_conn_free(struct http_conn *c);
 void http_conn_kick(struct http_conn *c);
 
 /*
+ * Whether c ends after req's answer: c->close_after is set when the client
+ * asked, HTTP/1.0 without keep-alive, http_server_close_after, or a
+ * half-closed client with nothing more pipelined (http_server.c).
+ */
+void http_conn_end_after(struct http_conn *c, const struct http_req *req);
+
+/*
+ * The status line and fields of req's answer into c's output, framed by
+ * content_length (bytes; -1: none) or chunked, with the Connection field
+ * c->close_after says. Returns 0, or -1 when out of memory.
+ */
+int http_conn_write_head(struct http_conn *c, const struct http_req *req, const char *reason,
+                         long long content_length, bool chunked);
+
+/*
  * Write what c's output holds now, as far as the socket takes it; the rest
  * waits for the write event. An answer whose last byte is out (state
  * WRITING) is finished from the loop (http_server.c).

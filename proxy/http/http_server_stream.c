@@ -52,27 +52,21 @@ int http_server_reply_start(struct http_req *req, int status, const char *reason
                             long long content_length)
 {
     struct http_conn *c = req->conn;
-    bool keep_alive_10;
 
     if (c == NULL || req->answered || req->replying)
         return -1;
     req->status = status;
     req->replying = true;
     req->bodiless_out = req->command == EVHTTP_REQ_HEAD || http_wire_status_bodiless(status);
-    if (!http_should_keep_alive(&c->parser) || req->close ||
-        (c->eof && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0))
-        c->close_after = true;
+    http_conn_end_after(c, req);
     if (content_length < 0 && !req->bodiless_out) {
         if (req->major == 1 && req->minor >= 1)
             req->chunked_out = true;
         else
             c->close_after = true; /* HTTP/1.0: the end of the answer is the end of the connection */
     }
-    keep_alive_10 = !c->close_after && req->major == 1 && req->minor == 0;
     event_del(c->deadline);
-    if (http_wire_write_head(bufferevent_get_output(c->bev), status, reason, &req->out,
-                             content_length, req->chunked_out, c->close_after,
-                             keep_alive_10) != 0)
+    if (http_conn_write_head(c, req, reason, content_length, req->chunked_out) != 0)
         return -1;
     http_conn_flush(c);
     return 0;

@@ -122,7 +122,8 @@ struct upstream_stream_cbs {
      * skipped): its status, its fields in order (borrowed during the call;
      * copy what you keep), and content_length, the Content-Length in bytes
      * or -1 when the body is chunked or ends at close (RFC 9112 6.3; a HEAD
-     * request's answer, a 204 or a 304 has no body whatever it says).
+     * request's answer, a 204 or a 304 has no body whatever it says, and a
+     * HEAD answer's Content-Length is still given: RFC 9110 9.3.2).
      * Return 0, or -1 to abort as upstream_abort (done is not called).
      * May be NULL.
      */
