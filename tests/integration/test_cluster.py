@@ -47,6 +47,18 @@ def fresh_cluster(cluster):
     return cluster
 
 
+@pytest.fixture
+def cluster_of_its_own(tmp_path_factory):
+    """A cluster for one test that moves slot ownership. Slots moved by SETSLOT NODE and
+    then the new owner killed can leave a node that never learns who serves one of them
+    (cluster_state:fail for good after the old owner returns; redis/redis#3122, seen here
+    on 7.0): the failover tests run on a cluster whose slots never moved."""
+    g = ClusterGroup(str(tmp_path_factory.mktemp("cluster-moved")), node_timeout_ms=2000)
+    g.start()
+    yield g
+    g.stop()
+
+
 def record_counts(cluster):
     """Record keys on each primary, by port (SCAN over the idem prefix)."""
     out = {}
@@ -117,8 +129,8 @@ def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, up
 @pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
-def test_slots_move_under_traffic_ask_then_moved(fresh_cluster, start_proxy, upstream):
-    c = fresh_cluster
+def test_slots_move_under_traffic_ask_then_moved(cluster_of_its_own, start_proxy, upstream):
+    c = cluster_of_its_own
     proxies = [start_proxy(redis=cluster_redis(c), workers=2) for _ in range(2)]
     for p in proxies:
         wait_ready(p)
