@@ -132,6 +132,9 @@ static void inbox_on_settled(enum store_status st, const struct store_reply *rep
             metrics_count(ib->metrics, METRICS_INBOX_DELIVERED);
             metrics_observe(ib->metrics, METRICS_INBOX_DELIVERY_LATENCY,
                             now > d->received_ms ? (double)(now - d->received_ms) / 1000.0 : 0.0);
+        } else if (d->settle == SETTLE_BURY) {
+            /* counted once Redis holds it: the metric never runs ahead of GET /inbox */
+            metrics_count(ib->metrics, METRICS_INBOX_DEAD);
         }
         inbox_delivery_free(d);
         return;
@@ -218,7 +221,6 @@ static void inbox_bury(struct inbox_delivery *d, unsigned attempts, const char *
 
     log_msg(LOG_WARN, "inbox %s: delivery %s dead-lettered: %s", r->route->path,
             d->record[0] ? d->record : d->id, reason);
-    metrics_count(r->ib->metrics, METRICS_INBOX_DEAD);
     d->settle = SETTLE_BURY;
     d->settle_attempts = attempts;
     d->settle_ms = clock_now_ms();
