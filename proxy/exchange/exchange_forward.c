@@ -522,6 +522,7 @@ static const struct upstream_stream_cbs exchange_upstream_cbs = {
 /* Send the request upstream: protected (we hold the claim) or passing. */
 void exchange_forward(struct exchange *x)
 {
+    exchange_tag_upstream(x, x->state == X_FORWARDING);
     if (x->state == X_FORWARDING && x->event_id != NULL) {
         struct timeval tv = exchange_lease_interval(x);
         evtimer_add(&x->lease_timer, &tv);

@@ -27,6 +27,7 @@
 #include "inbox.h"
 #include "log.h"
 #include "metrics.h"
+#include "oom.h"
 #include "outcome.h"
 #include "problem.h"
 #include "record.h"
@@ -229,6 +230,20 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
     }
     exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
                                             x->conf->error_format == ERROR_FORMAT_STRIPE));
+}
+
+void exchange_tag_upstream(struct exchange *x, bool protected)
+{
+    struct evkeyvalq *in = http_server_input_headers(x->req);
+    const char *name = x->conf->upstream_record_id_header;
+
+    if (name == NULL)
+        return;
+    while (evhttp_remove_header(in, name) == 0)
+        ;
+    /* the claim is ours by now: no answer can stand for a half-built request (oom.h) */
+    if (protected && evhttp_add_header(in, name, x->record_id) != 0)
+        oom_abort("the record id field of a forwarded request");
 }
 
 /* Answer with the upstream response kept in x (first execution or pass-through). */

@@ -260,6 +260,7 @@ static void exchange_stream_call(struct exchange *x)
     int rc;
 
     x->stream_started = true;
+    exchange_tag_upstream(x, false); /* passing: no record; the client's field is dropped */
     if (http_server_body_complete(x->req))
         rc = upstream_stream_whole(x->set->upstream, x->rq.method, x->rq.target,
                                    http_server_input_headers(x->req), x->rq.client_addr,

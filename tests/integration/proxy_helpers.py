@@ -11,7 +11,8 @@ test files do with them). One home for each, so no test file copies one or impor
   waits        assert_stays_unready (the waits on a state are harness.py's wait_until,
                wait_ready, log_line; time that must pass is harness.hold)
   answers      assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
-               assert_replayed, executions_of_body, access_lines, json_lines
+               assert_replayed, executions_of_body, access_lines, json_lines,
+               upstream_record_ids
   threads      in_background, concurrently
   the binary   run_bin, listening_sockets, proc_status, rss_bytes, sanitized, under_tsan,
                require_binary, check_file, check_config, run_check, rewrite, reload_and_wait,
@@ -440,6 +441,13 @@ def assert_retry_after(r):
     assert v is not None, "no Retry-After: %r" % r
     assert re.fullmatch(r"\d+", v.strip()) or re.match(r"[A-Z][a-z]{2}, \d\d ", v), \
         "Retry-After is neither delta-seconds nor an HTTP-date: %r" % v
+
+
+def upstream_record_ids(upstream, key, name="idempotency-record-id"):
+    """The values of field name (lower case) in each execution of key the upstream saw, in
+    order: one list per execution."""
+    return [[v for k, v in e["headers"] if k.lower() == name]
+            for e in upstream.history() if e["key"] == key]
 
 
 def assert_not_replayed(r):

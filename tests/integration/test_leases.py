@@ -14,7 +14,8 @@ import pytest
 from harness import HTTPError, hold, wait_until, wall_clock_of
 from proxy_helpers import (
     assert_not_replayed, assert_problem, assert_replay_of, assert_retry_after, concurrently,
-    in_background, metric_sum, new_key, record_keys, wait_waiting,
+    in_background, metric_sum, new_key, record_id_cli, record_keys, upstream_record_ids,
+    wait_waiting,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -257,3 +258,6 @@ def test_proxy_crash_with_on_ambiguous_release_is_taken_over_once(start_proxy, u
     assert {r.status for r in rs} == {201}, rs
     assert sum(not r.has_header("Idempotent-Replayed") for r in rs) == 1
     assert len({r.body for r in rs}) == 1
+    # the take-over's execution carries the record id too: the same record, told twice
+    rid = record_id_cli(p2, "/v1/payments", key)[0]["record_id"]
+    assert upstream_record_ids(upstream, key) == [[rid], [rid]]
