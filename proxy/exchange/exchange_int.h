@@ -219,6 +219,15 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
                       int retry_after_s, bool replayed);
 
 /*
+ * 502 outcome-unknown for x's held record (docs/client-contract.md#outcome-unknown):
+ * the problem's record_id member, Idempotency-Record-Id and Retry-After
+ * (REPLY_OUTCOME_UNKNOWN_RETRY_AFTER_S); replayed (a retry that found the
+ * record held, counted in idempotency_proxy_held_answers_total) adds
+ * Idempotent-Replayed: true, the first answer has none. detail is static.
+ */
+void exchange_outcome_unknown(struct exchange *x, const char *detail, bool replayed);
+
+/*
  * Just before x's request leaves for the upstream or the inbox: every
  * field the client sent under upstream.record_id_header is dropped (a
  * client must not choose the correlation), and a protected request
