@@ -105,6 +105,7 @@ void config_deinit(struct config *cfg)
     free(cfg->upstream_url);
     free(cfg->upstream_base);
     free(cfg->upstream_unix_path);
+    free(cfg->upstream_record_id_header);
     free(cfg->redis_url);
     free(cfg->redis_host);
     free(cfg->redis_unix_path);

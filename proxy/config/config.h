@@ -91,6 +91,9 @@ struct config {
     char *upstream_unix_path;       /* unix socket, or NULL; owned */
     uint64_t upstream_connect_timeout_ms;
     uint64_t upstream_timeout_ms;
+    char *upstream_record_id_header; /* upstream.record_id_header: the field that carries the
+                                       record id on each forwarded protected request; NULL:
+                                       none (written ""); owned */
 
     char *redis_url;                /* as written; may hold the password: never log it; owned */
     char *redis_host;               /* TCP host, or NULL for a unix socket; owned */

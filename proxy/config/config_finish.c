@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The bit of policy key name in a route's set mask. */
 static uint32_t config_policy_bit(const char *name)
@@ -212,6 +213,40 @@ static int config_check_limits(struct config_loader *ld)
                         "(max_stored_response, at most 64KiB)", buffered, body, reserved);
 }
 
+/*
+ * upstream.record_id_header must not be a route's key header or one of its
+ * scope headers: the proxy replaces that field on the requests it forwards,
+ * so the upstream would no longer see what the client sent (and a key read
+ * by the upstream too would become the record id).
+ */
+static int config_check_record_id_header(struct config_loader *ld)
+{
+    const struct config *cfg = ld->cfg;
+    const char *name = cfg->upstream_record_id_header;
+    yaml_node_t *where = config_lookup(&ld->user,
+                                       config_lookup(&ld->user, ld->user.root, "upstream"),
+                                       "record_id_header");
+
+    if (name == NULL)
+        return 0;
+    for (size_t i = 0; i < cfg->n_routes; i++) {
+        const struct route_policy *policy = &cfg->routes[i].policy;
+        bool clash = policy->key_from == KEY_FROM_HEADER &&
+                     strcasecmp(policy->key_header, name) == 0;
+
+        for (size_t j = 0; j < policy->n_scope_headers && !clash; j++)
+            clash = strcasecmp(policy->scope_headers[j], name) == 0;
+        if (clash)
+            return config_error(ld, where != NULL ? where : ld->route_nodes[i],
+                                "upstream.record_id_header '%s' is also the key header or a "
+                                "scope header of route %s (line %d): the proxy replaces that "
+                                "field with the record id on every request it forwards; give "
+                                "record_id_header another name, or \"\" to send none", name,
+                                cfg->routes[i].path, cfg->routes[i].line);
+    }
+    return 0;
+}
+
 int config_finish(struct config_loader *ld)
 {
     struct config *cfg = ld->cfg;
@@ -276,6 +311,8 @@ int config_finish(struct config_loader *ld)
         if (config_finish_route(ld, i) < 0)
             return -1;
     }
+    if (config_check_record_id_header(ld) < 0)
+        return -1;
     /* last: the checks above cost nothing, this one reads a file and derives keys */
     return config_finish_keyring(ld);
 }

@@ -74,6 +74,7 @@ const struct config_key config_upstream_keys[] = {
     { "url", .reload = RESTART(config_changed_string), .set = config_set_upstream_url, .offset = CFG(upstream_url) },
     { "connect_timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(upstream_connect_timeout_ms), .flags = CONFIG_POSITIVE },
     { "timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(upstream_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "record_id_header", .reload = LIVE, .set = config_set_record_id_header },
     { .name = NULL },
 };
 
@@ -320,6 +321,7 @@ const char config_builtin_yaml[] =
     "  url: http://127.0.0.1:3000\n"
     "  connect_timeout: 2s\n"
     "  timeout: 30s\n"
+    "  record_id_header: Idempotency-Record-Id\n"
     "redis:\n"
     "  url: redis://127.0.0.1:6379/0\n"
     "  key_prefix: idem\n"

@@ -6,6 +6,7 @@
  * never frees it.
  */
 #include "config_int.h"
+#include "headers.h"
 #include "route.h"
 #include "webhook.h"
 
@@ -171,6 +172,31 @@ int config_set_string(struct config_loader *ld, const struct config_key *key,
         return config_error(ld, node, "%s may not be empty", key->name);
     free(*field);
     *field = config_take(text);
+    return 0;
+}
+
+/*
+ * upstream.record_id_header: "" sends none (NULL); else a field name the
+ * proxy does not keep for itself (header_is_reserved), as the proxy replaces
+ * whatever the client sent under it. Its clash with a route's key or scope
+ * header is config_finish's to find.
+ */
+int config_set_record_id_header(struct config_loader *ld, const struct config_key *key,
+                                yaml_node_t *node, char **text, void *obj)
+{
+    struct config *cfg = obj;
+
+    if ((*text)[0] != '\0' && !config_is_token(*text))
+        return config_error(ld, node, "bad %s '%s': expected an HTTP header name (RFC 9110 "
+                            "token), or \"\" to send none", key->name, *text);
+    if ((*text)[0] != '\0' && (header_is_reserved(*text) || webhook_is_signature_header(*text)))
+        return config_error(ld, node, "%s '%s' names a field the proxy or the upstream needs "
+                            "as the client sent it (hop-by-hop, framing, routing, credentials, "
+                            "idempotency or webhook signature fields), and the proxy replaces "
+                            "this one on every forwarded request; pick another name, such as "
+                            "Idempotency-Record-Id, or \"\" to send none", key->name, *text);
+    free(cfg->upstream_record_id_header);
+    cfg->upstream_record_id_header = (*text)[0] != '\0' ? config_take(text) : NULL;
     return 0;
 }
 

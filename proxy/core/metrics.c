@@ -310,6 +310,11 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
         metrics_label_value(out, m->unknown[i].route);
         evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)m->unknown[i].count);
     }
+    metrics_render_scalar(out, "idempotency_proxy_held_answers_total", "counter",
+                          "Answers given from a held record: retries that got 502 "
+                          "outcome-unknown from an outcome-unknown record or a claim whose "
+                          "lease ran out (customers hitting a hold; first answers not counted).",
+                          (double)m->counters[METRICS_HELD_ANSWERS]);
     metrics_render_scalar(out, "idempotency_proxy_records_resolved_total", "counter",
                           "Records an operator resolved with PUT /records/<id>: an "
                           "outcome-unknown record or an expired claim made a finished one.",

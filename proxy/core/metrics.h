@@ -49,6 +49,7 @@ enum metrics_counter {
     METRICS_RECORDS_RESOLVED,       /* PUT /records/<id> recorded an operator's answer */
     METRICS_DECRYPT_KEY_UNAVAILABLE, /* stored values whose key id is not in the keyring */
     METRICS_DECRYPT_UNREADABLE,     /* stored values that failed authentication (seal_open) */
+    METRICS_HELD_ANSWERS,           /* retries answered outcome-unknown from a held record */
     METRICS_COUNTERS
 };
 

@@ -254,14 +254,20 @@ static void exchange_on_existing(struct exchange *x, const char *value, size_t l
         if (rec.state != RECORD_UNKNOWN)
             metrics_count_outcome_unknown(x->set->metrics,
                                           x->route != NULL ? x->route->path : NULL);
-        exchange_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502,
-                         rec.state == RECORD_UNKNOWN
-                             ? "the original request was sent upstream but its outcome is "
-                               "unknown; an operator must check, then resolve or purge the record"
-                             : "the request that claimed this key stopped without an answer (its "
-                               "lease ran out), so it may or may not have reached the upstream; "
-                               "an operator must check, then resolve or purge the record",
-                         0, true);
+        exchange_outcome_unknown(x, rec.state == RECORD_UNKNOWN
+                                        ? "the original request was sent upstream but its "
+                                          "answer was lost, so it may or may not have "
+                                          "executed; it is held until an operator resolves "
+                                          "it: retry with the same key and body after "
+                                          "Retry-After to get the resolution, and quote the "
+                                          "record_id to support"
+                                        : "the request that claimed this key stopped without "
+                                          "an answer (its lease ran out), so it may or may not "
+                                          "have reached the upstream; it is held until an "
+                                          "operator resolves it: retry with the same key and "
+                                          "body after Retry-After to get the resolution, and "
+                                          "quote the record_id to support",
+                                 true);
     } else if (d == DECIDE_REJECT_IN_FLIGHT) {
         exchange_problem(x, PROBLEM_REQUEST_IN_PROGRESS, 409,
                          "a request with this idempotency key is in progress; retry later", 1,

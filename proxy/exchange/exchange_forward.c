@@ -144,14 +144,27 @@ static void exchange_answer_after_write(struct exchange *x)
         exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
                          "the delivery was queued but could not be recorded; retry (it may be "
                          "delivered twice)", 1, false);
-    } else if (x->upstream == UPSTREAM_ANSWERED)
+    } else if (x->upstream == UPSTREAM_ANSWERED) {
         exchange_reply_upstream(x);
-    else if (x->upstream == UPSTREAM_TIMEOUT)
-        exchange_problem(x, PROBLEM_UPSTREAM_TIMEOUT, 504, "the upstream did not answer in time",
-                         0, false);
-    else
+    } else if (x->upstream == UPSTREAM_NOT_SENT) {
         exchange_problem(x, PROBLEM_UPSTREAM_UNAVAILABLE, 502,
-                         "the upstream could not be reached or broke off its answer", 0, false);
+                         "the upstream could not be reached (refused, not resolved, or no "
+                         "connection in time); nothing was sent, retry", 0, false);
+    } else if (x->write == WRITE_UNKNOWN) {
+        /* sent, answer lost, held: the same answer as every retry's, but for the replay mark */
+        exchange_outcome_unknown(x, "the request was sent upstream but its answer was lost "
+                                 "(timeout, reset or cut short), so it may or may not have "
+                                 "executed; it is held until an operator resolves it: retry "
+                                 "with the same key and body after Retry-After to get the "
+                                 "resolution, and quote the record_id to support", false);
+    } else {
+        /* on_ambiguous: release: the claim is gone, nothing is held to pick up */
+        exchange_outcome_unknown(x, "the request was sent upstream but its answer was lost "
+                                 "(timeout, reset or cut short), so it may or may not have "
+                                 "executed; this route does not hold such requests "
+                                 "(on_ambiguous: release): a retry with the same key executes "
+                                 "it again", false);
+    }
 }
 
 /*
@@ -522,6 +535,7 @@ static const struct upstream_stream_cbs exchange_upstream_cbs = {
 /* Send the request upstream: protected (we hold the claim) or passing. */
 void exchange_forward(struct exchange *x)
 {
+    exchange_tag_upstream(x, x->state == X_FORWARDING);
     if (x->state == X_FORWARDING && x->event_id != NULL) {
         struct timeval tv = exchange_lease_interval(x);
         evtimer_add(&x->lease_timer, &tv);

@@ -218,6 +218,26 @@ void exchange_overloaded(struct exchange *x);
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
                       int retry_after_s, bool replayed);
 
+/*
+ * 502 outcome-unknown for x's held record (docs/client-contract.md#outcome-unknown):
+ * the problem's record_id member, Idempotency-Record-Id and Retry-After
+ * (REPLY_OUTCOME_UNKNOWN_RETRY_AFTER_S); replayed (a retry that found the
+ * record held, counted in idempotency_proxy_held_answers_total) adds
+ * Idempotent-Replayed: true, the first answer has none. detail is static.
+ */
+void exchange_outcome_unknown(struct exchange *x, const char *detail, bool replayed);
+
+/*
+ * Just before x's request leaves for the upstream or the inbox: every
+ * field the client sent under upstream.record_id_header is dropped (a
+ * client must not choose the correlation), and a protected request
+ * (FORWARDING, a queued delivery) gets that field set to its record id
+ * (docs/operations.md#correlating-with-the-upstream). Changes x's request's
+ * fields in place: nothing reads them after the forward. Nothing when the
+ * setting is "".
+ */
+void exchange_tag_upstream(struct exchange *x, bool protected);
+
 /* Replay a finished record. */
 void exchange_reply_replay(struct exchange *x, const struct record *rec);
 

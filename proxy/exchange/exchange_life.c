@@ -27,6 +27,7 @@
 #include "inbox.h"
 #include "log.h"
 #include "metrics.h"
+#include "oom.h"
 #include "outcome.h"
 #include "problem.h"
 #include "record.h"
@@ -215,9 +216,13 @@ void exchange_overloaded(struct exchange *x)
                      "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
 }
 
-/* The proxy's own answer (docs/client-contract.md#problem-details); a refusal names the outcome after the problem. */
-void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
-                             int retry_after_s, bool replayed)
+/*
+ * The proxy's own answer, naming record_id (NULL: none); a refusal names
+ * the outcome after the problem.
+ */
+static void exchange_answer_problem(struct exchange *x, enum problem p, int status,
+                                    const char *detail, int retry_after_s, bool replayed,
+                                    const char *record_id)
 {
     if (x->outcome == OUTCOME_UNKNOWN) {
         x->outcome = OUTCOME_REFUSED;
@@ -228,7 +233,38 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
         return;
     }
     exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
+                                            record_id,
                                             x->conf->error_format == ERROR_FORMAT_STRIPE));
+}
+
+/* The proxy's own answer (docs/client-contract.md#problem-details). */
+void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,
+                             int retry_after_s, bool replayed)
+{
+    exchange_answer_problem(x, p, status, detail, retry_after_s, replayed, NULL);
+}
+
+void exchange_outcome_unknown(struct exchange *x, const char *detail, bool replayed)
+{
+    /* a customer hitting a hold (docs/operations.md#metrics); the first answer is not one */
+    if (replayed)
+        metrics_count(x->set->metrics, METRICS_HELD_ANSWERS);
+    exchange_answer_problem(x, PROBLEM_OUTCOME_UNKNOWN, 502, detail,
+                            REPLY_OUTCOME_UNKNOWN_RETRY_AFTER_S, replayed, x->record_id);
+}
+
+void exchange_tag_upstream(struct exchange *x, bool protected)
+{
+    struct evkeyvalq *in = http_server_input_headers(x->req);
+    const char *name = x->conf->upstream_record_id_header;
+
+    if (name == NULL)
+        return;
+    while (evhttp_remove_header(in, name) == 0)
+        ;
+    /* the claim is ours by now: no answer can stand for a half-built request (oom.h) */
+    if (protected && evhttp_add_header(in, name, x->record_id) != 0)
+        oom_abort("the record id field of a forwarded request");
 }
 
 /* Answer with the upstream response kept in x (first execution or pass-through). */

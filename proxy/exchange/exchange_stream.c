@@ -190,10 +190,16 @@ void exchange_stream_passed(struct exchange *x, enum upstream_outcome outcome,
                             const struct upstream_response *resp, const char *detail)
 {
     if (!x->stream_begun) {
-        /* no byte of an answer went out: the client gets the proxy's own, as unstreamed */
-        exchange_problem(x, outcome == UPSTREAM_TIMEOUT ? PROBLEM_UPSTREAM_TIMEOUT
-                                                        : PROBLEM_UPSTREAM_UNAVAILABLE,
-                         outcome == UPSTREAM_TIMEOUT ? 504 : 502, detail, 0, false);
+        /*
+         * no byte of an answer went out: the client gets the proxy's own, as
+         * unstreamed; upstream-unavailable only when nothing was sent
+         */
+        if (outcome == UPSTREAM_TIMEOUT)
+            exchange_problem(x, PROBLEM_UPSTREAM_TIMEOUT, 504, detail, 0, false);
+        else if (outcome == UPSTREAM_NOT_SENT)
+            exchange_problem(x, PROBLEM_UPSTREAM_UNAVAILABLE, 502, detail, 0, false);
+        else
+            exchange_problem(x, PROBLEM_UPSTREAM_ANSWER_LOST, 502, detail, 0, false);
         return;
     }
     if (outcome == UPSTREAM_ANSWERED && x->req != NULL)
@@ -260,6 +266,7 @@ static void exchange_stream_call(struct exchange *x)
     int rc;
 
     x->stream_started = true;
+    exchange_tag_upstream(x, false); /* passing: no record; the client's field is dropped */
     if (http_server_body_complete(x->req))
         rc = upstream_stream_whole(x->set->upstream, x->rq.method, x->rq.target,
                                    http_server_input_headers(x->req), x->rq.client_addr,

@@ -20,13 +20,12 @@
 
 struct evbuffer *reply_problem(struct http_req *req, enum problem p, int status,
                                const char *detail, int retry_after_s, bool replayed,
-                               bool stripe)
+                               const char *record_id, bool stripe)
 {
     struct evkeyvalq *out = http_server_output_headers(req);
     struct evbuffer *body = oom_check(evbuffer_new(), "a problem answer");
     size_t len = 0;
-    char *json = stripe ? problem_stripe_json(p, detail, &len)
-                        : problem_json(p, status, detail, &len);
+    char *json = problem_body(p, status, detail, record_id, stripe, &len);
 
     evhttp_add_header(out, "Content-Type", stripe ? PROBLEM_STRIPE_CONTENT_TYPE
                                                   : PROBLEM_CONTENT_TYPE);
@@ -40,6 +39,8 @@ struct evbuffer *reply_problem(struct http_req *req, enum problem p, int status,
     }
     if (replayed)
         evhttp_add_header(out, "Idempotent-Replayed", "true");
+    if (record_id != NULL)
+        evhttp_add_header(out, REPLY_RECORD_ID_HEADER, record_id);
     if (body != NULL && json != NULL)
         evbuffer_add(body, json, len);
     free(json);

@@ -19,16 +19,31 @@ struct evbuffer;
 struct record;
 
 /*
+ * The field that names a held record on the client's answer
+ * (docs/client-contract.md#outcome-unknown).
+ */
+#define REPLY_RECORD_ID_HEADER "Idempotency-Record-Id"
+
+/*
+ * Retry-After of every outcome-unknown answer, seconds: how often a client
+ * retries to pick up an operator's resolution (docs/client-contract.md#outcome-unknown).
+ * Over 60 s: an SDK that waits out a Retry-After of up to a minute inside
+ * one call would otherwise hold its caller that long per retry.
+ */
+#define REPLY_OUTCOME_UNKNOWN_RETRY_AFTER_S 120
+
+/*
  * Add the header fields of the proxy's own answer to req and return its body
  * (a new evbuffer the caller passes to reply_send), or NULL when out of
  * memory: RFC 9457 problem+json, or with stripe (`errors.format: stripe`)
  * the {"error": {...}} body Stripe's SDKs take for a failure, plus the
  * Stripe-Should-Retry hint their retry loop obeys. retry_after_s > 0 adds
- * Retry-After; replayed adds Idempotent-Replayed: true.
+ * Retry-After; replayed adds Idempotent-Replayed: true; record_id (NULL:
+ * none; borrowed) adds the body's record_id member and REPLY_RECORD_ID_HEADER.
  */
 struct evbuffer *reply_problem(struct http_req *req, enum problem p, int status,
                                const char *detail, int retry_after_s, bool replayed,
-                               bool stripe);
+                               const char *record_id, bool stripe);
 
 /*
  * Move the end-to-end fields of an upstream answer from `from` into req's

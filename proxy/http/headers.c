@@ -98,6 +98,20 @@ bool header_is_queued(const char *name)
     return header_is_forwarded(name) && strcasecmp(name, "Idempotency-Key") != 0;
 }
 
+bool header_is_reserved(const char *name)
+{
+    static const struct header_name kept[] = {
+        HEADER_NAME("Host"), HEADER_NAME("Content-Length"), HEADER_NAME("Content-Type"),
+        HEADER_NAME("Content-Encoding"), HEADER_NAME("Expect"), HEADER_NAME("X-Forwarded-For"),
+        HEADER_NAME("Forwarded"), HEADER_NAME("Idempotency-Key"),
+        HEADER_NAME("Idempotent-Replayed"), HEADER_NAME("Authorization"), HEADER_NAME("Cookie"),
+        { NULL, 0 },
+    };
+    size_t len = strlen(name);
+
+    return header_hop_by_hop(name, len) || header_in(name, len, kept);
+}
+
 const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count)
 {
     const struct evkeyval *h;

@@ -45,6 +45,17 @@ bool header_is_forwarded(const char *name);
  */
 bool header_is_queued(const char *name);
 
+/*
+ * Whether name is a field the proxy keeps for itself, so that
+ * upstream.record_id_header may not name it (docs/configuration.md#upstream):
+ * hop-by-hop fields; what frames or routes the request (Host, Content-Length,
+ * Content-Type, Content-Encoding, Expect); what the proxy sets or reads
+ * itself (X-Forwarded-For, Forwarded, Idempotency-Key, Idempotent-Replayed);
+ * credentials (Authorization, Cookie). Case-insensitive; borrows name. The routes' own
+ * key and scope headers are checked against it by the config.
+ */
+bool header_is_reserved(const char *name);
+
 struct evkeyvalq;
 
 /*

@@ -29,7 +29,7 @@ static const struct problem_kind {
         "idempotency_error", true },
     [PROBLEM_OUTCOME_UNKNOWN] = { "outcome-unknown", 502,
                                   "Outcome of the original request is unknown",
-        "api_error", false },
+        "api_error", true },
     [PROBLEM_STORE_UNAVAILABLE] = { "store-unavailable", 503,
                                     "Idempotency store unavailable",
         "api_error", true },
@@ -68,6 +68,8 @@ static const struct problem_kind {
     [PROBLEM_METHOD_NOT_IMPLEMENTED] = { "method-not-implemented", 501,
                                          "Method not implemented", "invalid_request_error",
                                          false },
+    [PROBLEM_UPSTREAM_ANSWER_LOST] = { "upstream-answer-lost", 502, "Upstream answer lost",
+        "api_error", true },
 };
 
 int problem_status(enum problem p)
@@ -94,15 +96,47 @@ static char *problem_dump(json_t *doc, size_t *len)
     return text;
 }
 
-char *problem_json(enum problem p, int status, const char *detail, size_t *len)
+/* RFC 9457's members of cause p; NULL when out of memory. */
+static json_t *problem_doc(enum problem p, int status, const char *detail)
 {
     char type[96];
 
     snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_kinds[p].slug);
-    return problem_dump(json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title",
-                                  problem_kinds[p].title, "status", status, "detail",
-                                  detail != NULL ? detail : problem_kinds[p].title),
-                        len);
+    return json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", problem_kinds[p].title,
+                     "status", status, "detail",
+                     detail != NULL ? detail : problem_kinds[p].title);
+}
+
+/* Stripe's {"error": {...}} of cause p, and its error object in *error; NULL when out of memory. */
+static json_t *problem_stripe_doc(enum problem p, const char *detail, json_t **error)
+{
+    json_t *doc = json_pack("{s:{s:s, s:s, s:s}}", "error", "type",
+                            problem_kinds[p].stripe_type, "code", problem_kinds[p].slug,
+                            "message", detail != NULL ? detail : problem_kinds[p].title);
+
+    *error = doc != NULL ? json_object_get(doc, "error") : NULL;
+    return doc;
+}
+
+char *problem_json(enum problem p, int status, const char *detail, size_t *len)
+{
+    return problem_dump(problem_doc(p, status, detail), len);
+}
+
+char *problem_body(enum problem p, int status, const char *detail, const char *record_id,
+                   bool stripe, size_t *len)
+{
+    json_t *error = NULL;
+    json_t *doc = stripe ? problem_stripe_doc(p, detail, &error) : problem_doc(p, status, detail);
+
+    if (!stripe)
+        error = doc;
+    if (doc != NULL && record_id != NULL &&
+        json_object_set_new(error, "record_id", json_string(record_id)) != 0) {
+        json_decref(doc);
+        return NULL;
+    }
+    return problem_dump(doc, len);
 }
 
 const char *problem_stripe_type(enum problem p)
@@ -117,8 +151,7 @@ bool problem_retryable(enum problem p)
 
 char *problem_stripe_json(enum problem p, const char *detail, size_t *len)
 {
-    return problem_dump(json_pack("{s:{s:s, s:s, s:s}}", "error", "type",
-                                  problem_kinds[p].stripe_type, "code", problem_kinds[p].slug,
-                                  "message", detail != NULL ? detail : problem_kinds[p].title),
-                        len);
+    json_t *error;
+
+    return problem_dump(problem_stripe_doc(p, detail, &error), len);
 }

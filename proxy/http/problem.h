@@ -32,6 +32,7 @@ enum problem {
     PROBLEM_RECORD_UNREADABLE,      /* a stored value failed authentication (changed in Redis) */
     PROBLEM_HEAD_TOO_LARGE,         /* a request line and fields over the listener's bound */
     PROBLEM_METHOD_NOT_IMPLEMENTED, /* a method the proxy does not serve (CONNECT, TRACE, unknown) */
+    PROBLEM_UPSTREAM_ANSWER_LOST,   /* unprotected: sent, then reset, closed or cut short */
     PROBLEM_COUNT
 };
 
@@ -56,6 +57,16 @@ const char *problem_slug(enum problem p);
 char *problem_json(enum problem p, int status, const char *detail, size_t *len);
 
 /*
+ * The proxy's answer body for cause p: problem_json's document, or with
+ * stripe problem_stripe_json's, plus the member "record_id" (in the problem
+ * object, or in Stripe's error object) when record_id is not NULL
+ * (docs/client-contract.md#outcome-unknown: what a client quotes to support).
+ * Same ownership and errors as problem_json.
+ */
+char *problem_body(enum problem p, int status, const char *detail, const char *record_id,
+                   bool stripe, size_t *len);
+
+/*
  * The same answer in the shape Stripe's SDKs recognise as an error (`errors:
  * format: stripe`): {"error": {"type": T, "code": "<slug>", "message": M}},
  * T one of Stripe's error types (problem_stripe_type), M the detail (the
@@ -71,12 +82,14 @@ char *problem_stripe_json(enum problem p, const char *detail, size_t *len);
 const char *problem_stripe_type(enum problem p);
 
 /*
- * Whether a client should retry cause p with the same key: true where a retry
- * is the right move (the first request is still running, Redis or the
- * upstream is away, the proxy is draining, and the proxy guarantees the retry
- * executes at most once), false where the same request can only get the same
- * refusal (a bad or reused key, an outcome held unknown, a tombstone, a bad
- * signature, target or size). Sent as Stripe-Should-Retry in the stripe format.
+ * Whether a client should retry cause p with the same key
+ * (docs/client-contract.md#retrying): true where a retry is the right move
+ * (the first request is still running, Redis or the upstream is away, the
+ * proxy is draining, an outcome held unknown whose resolution a later retry
+ * picks up; the proxy guarantees the retry executes at most once), false
+ * where the same request can only get the same refusal (a bad or reused key,
+ * a tombstone, a bad signature, target or size). Sent as Stripe-Should-Retry
+ * in the stripe format.
  */
 bool problem_retryable(enum problem p);
 

@@ -6,8 +6,10 @@
 // (maxNetworkRetries 2, the SDK's own retry rules) and prints one JSON line:
 // {"resolved": true, "id": ...} when the SDK's promise resolved, or
 // {"resolved": false, "name", "type", "code", "statusCode", "shouldRetry",
-// "contentType"} when it rejected. Exits 0 either way; non-zero only if the
-// script itself broke.
+// "contentType", "retryAfter", "recordIdHeader", "recordId"} when it rejected
+// (the last three: the Retry-After and Idempotency-Record-Id headers, and the
+// error object's record_id member, as the SDK hands them to the application).
+// Exits 0 either way; non-zero only if the script itself broke.
 'use strict';
 
 const Stripe = require('stripe');
@@ -37,6 +39,10 @@ async function main() {
       statusCode: err.statusCode === undefined ? null : err.statusCode,
       shouldRetry: headers['stripe-should-retry'] === undefined ? null : headers['stripe-should-retry'],
       contentType: headers['content-type'] === undefined ? null : headers['content-type'],
+      retryAfter: headers['retry-after'] === undefined ? null : headers['retry-after'],
+      recordIdHeader: headers['idempotency-record-id'] === undefined
+        ? null : headers['idempotency-record-id'],
+      recordId: err.raw && err.raw.record_id !== undefined ? err.raw.record_id : null,
       message: String(err.message),
     };
   }

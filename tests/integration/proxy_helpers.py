@@ -10,8 +10,9 @@ test files do with them). One home for each, so no test file copies one or impor
   traffic      Traffic (client threads sending keyed POSTs), Attempt
   waits        assert_stays_unready (the waits on a state are harness.py's wait_until,
                wait_ready, log_line; time that must pass is harness.hold)
-  answers      assert_problem, assert_retry_after, assert_not_replayed, assert_replay_of,
-               assert_replayed, executions_of_body, access_lines, json_lines
+  answers      assert_problem, assert_retry_after, assert_outcome_unknown,
+               assert_not_replayed, assert_replay_of, assert_replayed, executions_of_body,
+               access_lines, json_lines, upstream_record_ids
   threads      in_background, concurrently
   the binary   run_bin, listening_sockets, proc_status, rss_bytes, sanitized, under_tsan,
                require_binary, check_file, check_config, run_check, rewrite, reload_and_wait,
@@ -440,6 +441,36 @@ def assert_retry_after(r):
     assert v is not None, "no Retry-After: %r" % r
     assert re.fullmatch(r"\d+", v.strip()) or re.match(r"[A-Z][a-z]{2}, \d\d ", v), \
         "Retry-After is neither delta-seconds nor an HTTP-date: %r" % v
+
+
+# every outcome-unknown answer's Retry-After (docs/client-contract.md#outcome-unknown)
+OUTCOME_UNKNOWN_RETRY_AFTER = "120"
+
+
+def assert_outcome_unknown(r, replayed, record_id=None):
+    """r is 502 outcome-unknown as the client contract says: the record id in the problem's
+    `record_id` and in Idempotency-Record-Id (the same 32 hex; record_id when given),
+    Retry-After: 120, and Idempotent-Replayed: true exactly when replayed (never on the first
+    answer). Returns the record id."""
+    doc = assert_problem(r, 502, "outcome-unknown")
+    rid = doc.get("record_id")
+    assert isinstance(rid, str) and re.fullmatch(r"[0-9a-f]{32}", rid), doc
+    assert r.header_all("Idempotency-Record-Id") == [rid], r
+    if record_id is not None:
+        assert rid == record_id, (rid, record_id)
+    assert r.header_all("Retry-After") == [OUTCOME_UNKNOWN_RETRY_AFTER], r
+    if replayed:
+        assert r.header_all("Idempotent-Replayed") == ["true"], r
+    else:
+        assert_not_replayed(r)
+    return rid
+
+
+def upstream_record_ids(upstream, key, name="idempotency-record-id"):
+    """The values of field name (lower case) in each execution of key the upstream saw, in
+    order: one list per execution."""
+    return [[v for k, v in e["headers"] if k.lower() == name]
+            for e in upstream.history() if e["key"] == key]
 
 
 def assert_not_replayed(r):

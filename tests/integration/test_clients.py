@@ -9,6 +9,7 @@ tests/clients/package-lock.json and installed once with `npm ci` into
 when set); node and npm are required (tests/install-deps.sh --tests).
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import time
 import pytest
 
 from harness import REPO, free_port, http_request, wait_until
+from proxy_helpers import metric
 
 CLIENTS = os.path.join(REPO, "tests", "clients")
 STRIPE_KEY = "sk_test_x"                      # the SDK sends "Authorization: Bearer sk_test_x"
@@ -169,14 +171,41 @@ def test_stripe_sdk_rejects_key_reuse_mismatch_without_retrying(start_proxy, ups
     assert outcomes(p) == ["forwarded", "mismatch"]          # Stripe-Should-Retry: false held
 
 
-def test_stripe_sdk_rejects_outcome_unknown_without_retrying(start_proxy, upstream, node_clients):
-    p = stripe_proxy(start_proxy, upstream={"timeout": "1s"}, on_ambiguous="hold")
-    first = raw_post(p, "sdk-unknown", [("X-Demo-Delay-Ms", "3000")])
-    assert first.status == 504, first
+def test_stripe_sdk_gets_the_record_id_on_outcome_unknown_and_then_the_resolution(
+        start_proxy, upstream, node_clients):
+    """The first request is sent and its answer lost: 502 outcome-unknown in the Stripe shape,
+    with the record id (error object and Idempotency-Record-Id) and Retry-After. The SDK is told
+    to retry (Stripe-Should-Retry: true): its retries get the same while the record is held,
+    counted as answers from a hold, and its error hands the application the record id and
+    Retry-After. Once an operator has resolved the record (PUT with a reason), the
+    application's next call resolves with the answer recorded; nothing executes again."""
+    p = stripe_proxy(start_proxy, on_ambiguous="hold")
+    first = raw_post(p, "sdk-unknown", [("X-Demo-Fault", "close")])
+    assert first.status == 502 and first.header("Content-Type") == "application/json", first
+    err = json.loads(first.body)["error"]
+    assert err["code"] == "outcome-unknown" and err["type"] == "api_error", err
+    rid = err["record_id"]
+    assert first.header("Idempotency-Record-Id") == rid, first
+    assert first.header("Retry-After") == "120", first
+    assert first.header("Stripe-Should-Retry") == "true", first
+    assert not first.has_header("Idempotent-Replayed"), first
+
     res = stripe_create(node_clients, p, "sdk-unknown")
-    assert_rejected(res, 502, "outcome-unknown", "api_error", "false")
+    assert_rejected(res, 502, "outcome-unknown", "api_error", "true")
+    assert (res["recordId"], res["recordIdHeader"], res["retryAfter"]) == (rid, rid, "120"), res
+    assert metric(p, "idempotency_proxy_held_answers_total") == 3  # the call and its 2 retries
+
+    found = {"id": "pi_found_at_the_upstream", "object": "payment_intent", "amount": 100}
+    resolution = {"status": 200, "headers": [["Content-Type", "application/json"]],
+                  "body_base64": base64.b64encode(json.dumps(found).encode()).decode(),
+                  "reason": "ticket 4711: the upstream's row for this record id shows it paid"}
+    r = p.admin("PUT", "/records/" + rid, headers=[("Content-Type", "application/json")],
+                body=json.dumps(resolution).encode())
+    assert r.status == 200, r
+    again = stripe_create(node_clients, p, "sdk-unknown")
+    assert again == {"resolved": True, "id": "pi_found_at_the_upstream"}, again
     assert upstream.executions("sdk-unknown") == 1
-    assert outcomes(p) == ["ambiguous", "outcome-unknown"]
+    assert outcomes(p) == ["ambiguous"] + ["outcome-unknown"] * 3 + ["replayed"]
 
 
 def test_stripe_sdk_rejects_request_in_progress_after_its_retries(start_proxy, upstream,

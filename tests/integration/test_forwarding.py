@@ -7,11 +7,15 @@ proxy binary; each test asserts what the client and the upstream observe.
 """
 
 import hashlib
+import re
 import socket
 import time
 
 from harness import Connection, _Reader, build_request, http_request, read_response
-from proxy_helpers import new_key, assert_problem, assert_replay_of
+from proxy_helpers import (
+    new_key, access_lines, assert_problem, assert_replay_of, record_id_cli, reload_and_wait,
+    rewrite, upstream_record_ids,
+)
 
 
 # --------------------------------------------------------------------------
@@ -54,6 +58,76 @@ def test_every_x_forwarded_for_line_reaches_the_upstream(proxy, upstream):
     assert r.status == 201
     seen = upstream.last_headers().get("x-forwarded-for")
     assert seen == ["203.0.113.1, 198.51.100.2, 127.0.0.1"], seen
+
+
+# --------------------------------------------------------------------------
+# the record id the upstream is told (docs/operations.md#correlating-with-the-upstream)
+# --------------------------------------------------------------------------
+
+def test_upstream_receives_the_record_id_on_a_first_execution_never_on_a_replay(proxy,
+                                                                                upstream):
+    """The first execution carries Idempotency-Record-Id: the record id that `record-id`,
+    GET /records/<id> and the access line name (never the key); the replay reaches no one."""
+    key = new_key()
+    first = proxy.post(key=key)
+    assert first.status == 201, first
+    assert_replay_of(proxy.post(key=key), first)
+    assert upstream.requests() == 1, "the replay reached the upstream"
+    sent = upstream_record_ids(upstream, key)
+    assert len(sent) == 1 and len(sent[0]) == 1, sent
+    rid = sent[0][0]
+    assert re.fullmatch(r"[0-9a-f]{32}", rid) and key not in rid, rid
+    assert rid == record_id_cli(proxy, "/v1/payments", key)[0]["record_id"]
+    info = proxy.admin("GET", "/records/" + rid)
+    assert info.status == 200 and info.json()["record_id"] == rid, info
+    lines = access_lines(proxy, 2, requests_only=True)
+    assert [l["record_id"] for l in lines] == [rid, rid], lines
+    assert [l["outcome"] for l in lines] == ["forwarded", "replayed"], lines
+
+
+def test_a_client_sent_record_id_header_is_not_passed_on(proxy, upstream):
+    """A client cannot choose the correlation: its field of that name is dropped from a
+    protected request (which gets the real id), an unkeyed one and a pass-through GET."""
+    forged = [("Idempotency-Record-Id", "0" * 32), ("idempotency-record-id", "forged")]
+    key = new_key()
+    assert proxy.post(key=key, headers=forged).status == 201
+    sent = upstream_record_ids(upstream, key)
+    assert sent == [[record_id_cli(proxy, "/v1/payments", key)[0]["record_id"]]], sent
+    unkeyed = http_request(proxy.port, "POST", "/v1/payments",
+                           [("Content-Type", "application/json")] + forged, b'{"amount": 3}')
+    assert unkeyed.status == 201, unkeyed
+    assert upstream_record_ids(upstream, "") == [[]]
+    got = http_request(proxy.port, "GET", "/v1/other", forged)
+    assert got.status == 200, got
+    names = [k.lower() for k, _ in upstream.last_request()["headers"]]
+    assert upstream.last_request()["method"] == "GET" and \
+        "idempotency-record-id" not in names, upstream.last_request()
+
+
+def test_record_id_header_empty_sends_none_and_drops_nothing(start_proxy, upstream):
+    p = start_proxy(upstream={"record_id_header": ""})
+    key, plain = new_key(), new_key()
+    assert p.post(key=key).status == 201
+    assert p.post(key=plain, headers=[("Idempotency-Record-Id", "from-the-client")]).status == 201
+    assert upstream_record_ids(upstream, key) == [[]]
+    assert upstream_record_ids(upstream, plain) == [["from-the-client"]]
+
+
+def test_record_id_header_name_is_configurable_and_a_reload_applies_it(start_proxy, upstream,
+                                                                       redis):
+    p = start_proxy(upstream={"record_id_header": "X-Proxy-Record"})
+    before = new_key()
+    assert p.post(key=before).status == 201
+    rid = record_id_cli(p, "/v1/payments", before)[0]["record_id"]
+    assert upstream_record_ids(upstream, before, "x-proxy-record") == [[rid]]
+    assert upstream_record_ids(upstream, before) == [[]]
+    rewrite(p, upstream, redis, upstream={"record_id_header": "X-Ledger-Ref"})
+    reload_and_wait(p, "reloaded")
+    after = new_key()
+    assert p.post(key=after).status == 201
+    rid = record_id_cli(p, "/v1/payments", after)[0]["record_id"]
+    assert upstream_record_ids(upstream, after, "x-ledger-ref") == [[rid]]
+    assert upstream_record_ids(upstream, after, "x-proxy-record") == [[]]
 
 
 def test_the_upstream_is_reached_directly_whatever_proxy_the_environment_names(start_proxy,

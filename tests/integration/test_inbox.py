@@ -28,7 +28,7 @@ from inbox_helpers import (
     ENCODED, ROUTE, by_event, deliver, inbox, inbox_empty, inbox_ok, new_secret, queued_route,
     start_inbox_proxy, stripe_body,
 )
-from proxy_helpers import assert_stays_unready, metric
+from proxy_helpers import access_record_id, assert_stays_unready, metric
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
@@ -88,6 +88,25 @@ def test_queued_delivery_is_acked_then_delivered_once_and_duplicates_replay(
     stats = inbox(p)
     assert stats["depth"] == 0 and stats["pending"] == 0 and stats["scheduled"] == 0
     assert stats["admin"] == ENCODED
+
+
+def test_queued_delivery_carries_its_record_id_on_every_attempt(start_proxy, receiver_factory):
+    """The receiver is told the delivery's record (docs/operations.md#correlating-with-the-upstream)
+    on the first attempt and on the retry alike; what the provider sent under that name is not
+    what it gets."""
+    receiver = receiver_factory()
+    receiver.control(sequence=[{"status": 500}])
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret, backoff={"initial": "250ms", "max": "1s"})
+    evt = "evt_" + uuid.uuid4().hex
+    r = deliver(p, secret, stripe_body(evt), headers=[("Idempotency-Record-Id", "forged")])
+    assert r.status == 202, r
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
+               what="delivered on the second attempt")
+    rid = access_record_id(p, ROUTE)
+    attempts = receiver.attempts()
+    assert [a["status"] for a in attempts] == [500, 200], attempts
+    assert [a["headers"].get("idempotency-record-id") for a in attempts] == [rid, rid], attempts
 
 
 def test_github_queued_receiver_gets_event_headers_and_signature(start_proxy,

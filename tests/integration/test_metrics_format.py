@@ -34,6 +34,7 @@ DOCUMENTED = {
     "idempotency_proxy_store_error_passes_total": "counter",
     "idempotency_proxy_config_reloads_total": "counter",
     "idempotency_proxy_config_reload_failures_total": "counter",
+    "idempotency_proxy_held_answers_total": "counter",
     "idempotency_proxy_build_info": "gauge",
 }
 
@@ -109,6 +110,9 @@ def test_metrics_pass_promtool_and_count_forward_replay_mismatch(proxy, upstream
     assert check_histogram(samples, "idempotency_proxy_redis_duration_seconds") >= 3
     assert one_value(samples, "idempotency_proxy_redis_up") == 1
     assert one_value(samples, "idempotency_proxy_in_flight_requests") == 0
+    # no held record was answered from: the counter is there, at 0, with no labels
+    assert [(l, v) for n, l, v in samples
+            if n == "idempotency_proxy_held_answers_total"] == [({}, 0)]
 
     # readiness follows Redis: gone -> 503, back on the same port -> 200
     assert proxy.admin("GET", "/readyz").status == 200

@@ -13,8 +13,8 @@ import pytest
 
 from harness import wait_ready, wait_until
 from proxy_helpers import (
-    access_lines, assert_not_replayed, assert_problem, assert_replay_of, in_background,
-    json_lines, new_key, record_keys,
+    access_lines, assert_not_replayed, assert_outcome_unknown, assert_problem, assert_replay_of,
+    in_background, json_lines, new_key, record_keys,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -135,11 +135,13 @@ def find_record_id(proxy):
 def test_admin_inspect_and_purge_an_outcome_unknown_record(start_proxy, upstream):
     p = start_proxy(upstream={"timeout": "1s"})
     key = new_key()
-    assert_problem(p.post(key=key, headers=[("X-Demo-Fault", "hang")]), 504, "upstream-timeout")
-    assert_problem(p.post(key=key), 502, "outcome-unknown")
+    held = assert_outcome_unknown(p.post(key=key, headers=[("X-Demo-Fault", "hang")]),
+                                  replayed=False)
+    assert_outcome_unknown(p.post(key=key), replayed=True, record_id=held)
     access_lines(p, 2, requests_only=True)  # the 2 requests' lines
     rid = find_record_id(p)
     assert rid, "no record id in the access log:\n%s" % (p.stdout_text() + p.stderr_text())[-2000:]
+    assert rid == held, "the answer and the access log name different records"
     info = p.admin("GET", "/records/" + rid)
     assert info.status == 200, info
     assert key not in info.body.decode(errors="replace")

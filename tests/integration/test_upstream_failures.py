@@ -1,6 +1,7 @@
-"""The upstream unreachable, slow, resetting or closing: 502/504 answers, a released
-key or an outcome-unknown record, never two sends on a dead reused connection; a unix-socket
-upstream.
+"""The upstream unreachable, slow, resetting or closing: 502 upstream-unavailable and a released
+key when nothing was sent; 502 outcome-unknown (first answer and retries alike, with the record
+id and Retry-After) when it was sent and its answer lost; 504/502 for the requests the proxy does
+not protect; never two sends on a dead reused connection; a unix-socket upstream.
 
 Real processes over real sockets: redis-server, tests/upstream/payments_api.py and the
 proxy binary; each test asserts what the client and the upstream observe.
@@ -11,10 +12,20 @@ import uuid
 
 import pytest
 
-from harness import free_port, pace, wait_until
+from harness import free_port, http_request, pace, wait_until
 from proxy_helpers import (
-    new_key, assert_problem, assert_not_replayed, assert_replay_of, executions_of_body,
+    new_key, assert_problem, assert_not_replayed, assert_outcome_unknown, assert_replay_of,
+    executions_of_body, metric, upstream_record_ids,
 )
+
+HELD = "idempotency_proxy_held_answers_total"
+
+
+def assert_nothing_sent(r):
+    """502 upstream-unavailable, which says that nothing was sent: no record named, no hold."""
+    doc = assert_problem(r, 502, "upstream-unavailable")
+    assert "record_id" not in doc and not r.has_header("Idempotency-Record-Id"), r
+    assert_not_replayed(r)
 
 
 def test_upstream_unreachable_is_502_and_released(start_proxy, upstream_factory):
@@ -22,10 +33,9 @@ def test_upstream_unreachable_is_502_and_released(start_proxy, upstream_factory)
     p = start_proxy(upstream_url="http://127.0.0.1:%d" % port)
     key = new_key()
     r1 = p.post(key=key)
-    assert_problem(r1, 502, "upstream-unavailable")
+    assert_nothing_sent(r1)
     r2 = p.post(key=key)
-    assert_problem(r2, 502, "upstream-unavailable")  # released, not outcome-unknown
-    assert not r2.replayed
+    assert_nothing_sent(r2)  # released, not outcome-unknown
     up = upstream_factory(port=port)
     ok = p.post(key=key)
     assert ok.status == 201, ok
@@ -33,41 +43,74 @@ def test_upstream_unreachable_is_502_and_released(start_proxy, upstream_factory)
     assert up.total() == 1
 
 
-def test_upstream_timeout_is_504_then_outcome_unknown(start_proxy, upstream):
+def test_upstream_timeout_is_outcome_unknown_first_and_on_every_retry(start_proxy, upstream):
+    """Sent, then no answer within upstream.timeout: the first answer is already
+    502 outcome-unknown (not replayed), each retry the same with Idempotent-Replayed; all name the
+    record the upstream was told of, and only the retries count as answers from a hold."""
     p = start_proxy(upstream={"timeout": "1s"})
     key = new_key()
     hs = [("X-Demo-Fault", "hang")]
     r = p.post(key=key, headers=hs)
-    assert_problem(r, 504, "upstream-timeout")
+    rid = assert_outcome_unknown(r, replayed=False)
     assert r.elapsed < 5
+    assert metric(p, HELD, required=True) == 0
     retry = p.post(key=key, headers=hs)
-    assert_problem(retry, 502, "outcome-unknown")
-    assert retry.header("Idempotent-Replayed") == "true"
+    assert_outcome_unknown(retry, replayed=True, record_id=rid)
+    assert metric(p, HELD) == 1
+    assert_outcome_unknown(p.post(key=key, headers=hs), replayed=True, record_id=rid)
+    assert metric(p, HELD) == 2
     assert upstream.total() == 1
+    assert upstream_record_ids(upstream, key) == [[rid]]
+    assert p.admin("GET", "/records/" + rid).json()["state"] == "outcome-unknown"
 
 
 @pytest.mark.parametrize("fault", ["reset", "close"])
-def test_upstream_reset_or_close_is_502_then_outcome_unknown(proxy, upstream, fault):
-    """The request was sent, then the upstream reset mid-answer or closed without one."""
+def test_upstream_reset_or_close_is_outcome_unknown_first_and_on_retries(proxy, upstream, fault):
+    """The request was sent, then the upstream reset mid-answer or closed without one:
+    outcome-unknown from the first answer on, never upstream-unavailable (which says nothing
+    was sent)."""
     key = new_key()
     hs = [("X-Demo-Fault", fault)]
-    r = proxy.post(key=key, headers=hs)
-    assert r.status == 502 and r.is_problem(), r
+    rid = assert_outcome_unknown(proxy.post(key=key, headers=hs), replayed=False)
     retry = proxy.post(key=key, headers=hs)
-    assert_problem(retry, 502, "outcome-unknown")
-    assert retry.header("Idempotent-Replayed") == "true"
+    assert_outcome_unknown(retry, replayed=True, record_id=rid)
+    assert metric(proxy, HELD) == 1
     assert upstream.total() == 1
 
 
-def test_on_ambiguous_release_lets_the_retry_execute(start_proxy, upstream):
+def test_on_ambiguous_release_answers_outcome_unknown_and_lets_the_retry_execute(start_proxy,
+                                                                                upstream):
+    """release: the first answer is the same outcome-unknown (the request was sent and its
+    answer lost), its detail says nothing is held; the claim is gone, so the retry executes."""
     p = start_proxy(upstream={"timeout": "1s"}, on_ambiguous="release")
     key = new_key()
     hs = [("X-Demo-Delay-Ms", "2000")]
-    assert_problem(p.post(key=key, headers=hs), 504, "upstream-timeout")
+    first = p.post(key=key, headers=hs)
+    rid = assert_outcome_unknown(first, replayed=False)
+    assert "does not hold" in first.problem()["detail"], first
     r = p.post(key=key)  # same fingerprint (X-Demo-* headers are not part of it)
     assert r.status == 201, r
     assert_not_replayed(r)
     assert upstream.total() == 2
+    # both executions were told the record: the second one took the released key afresh
+    assert upstream_record_ids(upstream, key) == [[rid], [rid]]
+    assert metric(p, HELD) == 0
+
+
+def test_unprotected_request_that_loses_its_answer_is_not_upstream_unavailable(start_proxy,
+                                                                               upstream):
+    """No key, so no record: a timeout is 504 upstream-timeout and a connection closed after the
+    request was sent is 502 upstream-answer-lost; neither names a record."""
+    p = start_proxy(upstream={"timeout": "1s"})
+    for fault, status, cause in (("hang", 504, "upstream-timeout"),
+                                 ("close", 502, "upstream-answer-lost")):
+        r = http_request(p.port, "POST", "/v1/payments",
+                         [("Content-Type", "application/json"), ("X-Demo-Fault", fault)],
+                         b'{"amount": 1}')
+        doc = assert_problem(r, status, cause)
+        assert "record_id" not in doc and not r.has_header("Idempotency-Record-Id"), r
+    assert upstream.total() == 2
+    assert metric(p, HELD) == 0
 
 
 def test_never_two_sends_on_a_dead_reused_upstream_connection(start_proxy, upstream_factory):
@@ -131,10 +174,10 @@ def test_upstream_connect_timeout_is_502_and_released(start_proxy):
                         upstream={"connect_timeout": "500ms", "timeout": "10s"})
         key = new_key()
         r = p.post(key=key)
-        assert_problem(r, 502, "upstream-unavailable")
+        assert_nothing_sent(r)
         assert r.elapsed < 3, r
         r2 = p.post(key=key)
-        assert_problem(r2, 502, "upstream-unavailable")  # released, not outcome-unknown
+        assert_nothing_sent(r2)  # released, not outcome-unknown
     finally:
         for c in fillers:
             c.close()

@@ -93,6 +93,8 @@ static void check_defaults(const char *name, const struct config *cfg)
     UNIT_CHECK(name, cfg->upstream_unix_path == NULL, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->upstream_connect_timeout_ms == 2000, "line %d", __LINE__);
     UNIT_CHECK(name, cfg->upstream_timeout_ms == 30000, "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->upstream_record_id_header, "Idempotency-Record-Id"), "line %d",
+               __LINE__);
     UNIT_CHECK(name, STREQ(cfg->redis_url, "redis://127.0.0.1:6379/0"), "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->redis_host, "127.0.0.1") && cfg->redis_port == 6379,
                      "line %d", __LINE__);
@@ -295,6 +297,17 @@ static void check_upstream_unix(const char *name, const struct config *cfg)
     UNIT_CHECK(name, STREQ(cfg->upstream_unix_path, "/run/legacy.sock"), "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://localhost"), "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->upstream_url, "unix:/run/legacy.sock"), "line %d", __LINE__);
+}
+
+static void check_record_id_header_off(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->upstream_record_id_header == NULL, "line %d", __LINE__);
+}
+
+static void check_record_id_header_named(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->upstream_record_id_header, "X-Correlation-Id"), "line %d",
+               __LINE__);
 }
 
 static void check_ipv6_listen(const char *name, const struct config *cfg)
@@ -650,6 +663,30 @@ static const struct config_case config_cases[] = {
       check_upstream_unix },
     { "ipv6 addresses", "listen: '[::]:8080'\nupstream:\n  url: http://[::1]:3000\n", 0, NULL,
       check_ipv6_listen },
+    { "record_id_header \"\" sends none", "upstream:\n  record_id_header: \"\"\n", 0, NULL,
+      check_record_id_header_off },
+    { "record_id_header takes another name", "upstream:\n  record_id_header: X-Correlation-Id\n",
+      0, NULL, check_record_id_header_named },
+    { "record_id_header must be a token", "upstream:\n  record_id_header: X Record\n", 2,
+      "expected an HTTP header name", NULL },
+    { "record_id_header may not be hop-by-hop", "upstream:\n  record_id_header: Connection\n",
+      2, "names a field the proxy or the upstream needs", NULL },
+    { "record_id_header may not be Authorization",
+      "upstream:\n  record_id_header: authorization\n", 2,
+      "names a field the proxy or the upstream needs", NULL },
+    { "record_id_header may not be a signature header",
+      "upstream:\n  record_id_header: Stripe-Signature\n", 2,
+      "names a field the proxy or the upstream needs", NULL },
+    { "record_id_header may not be a route's key header",
+      "upstream:\n  record_id_header: X-Op-Key\nroutes:\n  - path: /v1/p*\n"
+      "    key_header: x-op-key\n", 2, "key header or a scope header of route /v1/p", NULL },
+    { "record_id_header may not be a route's scope header",
+      "upstream:\n  record_id_header: X-Tenant\nroutes:\n  - path: /v1/p*\n"
+      "    scope_headers: [Authorization, X-Tenant]\n", 2,
+      "key header or a scope header of route /v1/p", NULL },
+    { "the default record_id_header against a route's key header",
+      "routes:\n  - path: /v1/p*\n    key_header: Idempotency-Record-Id\n", 2,
+      "upstream.record_id_header 'Idempotency-Record-Id' is also", NULL },
     { "upstream url must be http https or unix", "upstream:\n  url: ftp://h/\n", 2,
       "upstream url", NULL },
     { "upstream url needs a host", "upstream:\n  url: http://\n", 2, "upstream url", NULL },

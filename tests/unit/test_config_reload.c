@@ -179,6 +179,7 @@ static const struct {
     { "upstream.url", "", "upstream:\n  url: http://127.0.0.1:3001\n" },
     { "upstream.connect_timeout", "", "upstream:\n  connect_timeout: 3s\n" },
     { "upstream.timeout", "", "upstream:\n  timeout: 31s\n" },
+    { "upstream.record_id_header", "", "upstream:\n  record_id_header: X-Correlation-Id\n" },
     { "redis.url", "", "redis:\n  url: redis://127.0.0.1:6380/0\n" },
     { "redis.username", "redis:\n  password: p\n", "redis:\n  username: u\n  password: p\n" },
     { "redis.password", "", "redis:\n  password: p\n" },

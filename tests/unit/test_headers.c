@@ -4,24 +4,29 @@
 
 static const struct {
     const char *name;
-    bool hop, stored, forwarded;
+    bool hop, stored, forwarded, reserved;
 } cases[] = {
-    { "Connection", true, false, false },
-    { "keep-alive", true, false, false },
-    { "Transfer-Encoding", true, false, false },
-    { "TE", true, false, false },
-    { "Trailer", true, false, false },
-    { "Upgrade", true, false, false },
-    { "Proxy-Authorization", true, false, false },
-    { "Proxy-Connection", true, false, false },
-    { "Set-Cookie", false, false, true },
-    { "WWW-Authenticate", false, false, true },
-    { "Content-Length", false, false, false },
-    { "Idempotent-Replayed", false, false, true },
-    { "Expect", false, true, false },
-    { "Content-Type", false, true, true },
-    { "X-Request-Id", false, true, true },
-    { "Location", false, true, true },
+    { "Connection", true, false, false, true },
+    { "keep-alive", true, false, false, true },
+    { "Transfer-Encoding", true, false, false, true },
+    { "TE", true, false, false, true },
+    { "Trailer", true, false, false, true },
+    { "Upgrade", true, false, false, true },
+    { "Proxy-Authorization", true, false, false, true },
+    { "Proxy-Connection", true, false, false, true },
+    { "Set-Cookie", false, false, true, false },
+    { "WWW-Authenticate", false, false, true, false },
+    { "Content-Length", false, false, false, true },
+    { "Idempotent-Replayed", false, false, true, true },
+    { "Expect", false, true, false, true },
+    { "Content-Type", false, true, true, true },
+    { "X-Request-Id", false, true, true, false },
+    { "Location", false, true, true, false },
+    { "host", false, true, true, true },
+    { "Idempotency-Key", false, true, true, true },
+    { "authorization", false, true, true, true },
+    { "X-Forwarded-For", false, true, true, true },
+    { "Idempotency-Record-Id", false, true, true, false },
 };
 
 int main(void)
@@ -35,6 +40,8 @@ int main(void)
         UNIT_CHECK(name, header_is_stored(cases[i].name) == cases[i].stored, "wrong");
         snprintf(name, sizeof(name), "%s forwarded=%d", cases[i].name, cases[i].forwarded);
         UNIT_CHECK(name, header_is_forwarded(cases[i].name) == cases[i].forwarded, "wrong");
+        snprintf(name, sizeof(name), "%s reserved=%d", cases[i].name, cases[i].reserved);
+        UNIT_CHECK(name, header_is_reserved(cases[i].name) == cases[i].reserved, "wrong");
     }
     UNIT_CHECK("named by Connection", header_named_by_connection("close, X-Trace", "x-trace"),
                "not found");

@@ -19,6 +19,7 @@ int main(void)
         "invalid-target", "invalid-framing", "method-not-allowed", "too-many-header-fields",
         "overloaded", "admin-unauthorized", "invalid-resolution", "record-key-unavailable",
         "record-unreadable", "head-too-large", "method-not-implemented",
+        "upstream-answer-lost",
     };
     _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
@@ -57,7 +58,7 @@ int main(void)
         { PROBLEM_BODY_TOO_LARGE, "invalid_request_error", false },
         { PROBLEM_KEY_REUSE_MISMATCH, "idempotency_error", false },
         { PROBLEM_REQUEST_IN_PROGRESS, "idempotency_error", true },
-        { PROBLEM_OUTCOME_UNKNOWN, "api_error", false },
+        { PROBLEM_OUTCOME_UNKNOWN, "api_error", true }, /* a later retry picks up a resolution */
         { PROBLEM_STORE_UNAVAILABLE, "api_error", true },
         { PROBLEM_UPSTREAM_UNAVAILABLE, "api_error", true },
         { PROBLEM_RECORD_KEY_UNAVAILABLE, "api_error", true },
@@ -75,6 +76,7 @@ int main(void)
         { PROBLEM_INVALID_RESOLUTION, "invalid_request_error", false },
         { PROBLEM_HEAD_TOO_LARGE, "invalid_request_error", false },
         { PROBLEM_METHOD_NOT_IMPLEMENTED, "invalid_request_error", false },
+        { PROBLEM_UPSTREAM_ANSWER_LOST, "api_error", true },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);
@@ -106,6 +108,31 @@ int main(void)
         UNIT_CHECK("stripe message defaults to the title",
                    msg != NULL && strcmp(msg, "Outcome of the original request is unknown") == 0,
                    "%s", text);
+        json_decref(doc);
+        free(text);
+    }
+    /* outcome-unknown names its record in both formats; other answers name none */
+    {
+        static const char id[] = "9acc2a7218f05568c938e9f73467f97a";
+        size_t len = 0;
+        char *text = problem_body(PROBLEM_OUTCOME_UNKNOWN, 502, "why", id, false, &len);
+        json_t *doc = json_loadb(text, len, 0, NULL);
+        const char *got = json_string_value(json_object_get(doc, "record_id"));
+        UNIT_CHECK("problem: record_id member", got != NULL && strcmp(got, id) == 0 &&
+                   json_object_size(doc) == 5, "%s", text);
+        json_decref(doc);
+        free(text);
+        text = problem_body(PROBLEM_OUTCOME_UNKNOWN, 502, "why", id, true, &len);
+        doc = json_loadb(text, len, 0, NULL);
+        got = json_string_value(json_object_get(json_object_get(doc, "error"), "record_id"));
+        UNIT_CHECK("stripe: record_id in the error object", got != NULL &&
+                   strcmp(got, id) == 0 && json_object_size(doc) == 1, "%s", text);
+        json_decref(doc);
+        free(text);
+        text = problem_body(PROBLEM_MISSING_KEY, 400, "why", NULL, false, &len);
+        doc = json_loadb(text, len, 0, NULL);
+        UNIT_CHECK("no record: no member", doc != NULL &&
+                   json_object_get(doc, "record_id") == NULL, "%s", text);
         json_decref(doc);
         free(text);
     }
