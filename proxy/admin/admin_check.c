@@ -81,30 +81,55 @@ int admin_reason_check(const char *reason, size_t len, char *why, size_t whylen)
 }
 
 /*
- * One member of an If-Match list (RFC 9110 section 13.1.1, entity-tag of
- * section 8.8.3: [W/] DQUOTE *etagc DQUOTE, etagc %x21 / %x23-7E /
- * obs-text), len bytes without the OWS around it: 1 when it is "*", 2
- * when it is an entity tag that matches etag by the strong comparison
- * (section 8.8.3.2: a weak tag never does), 0 for another entity tag, -1
- * when it is not one.
+ * The next member of an If-Match list at *p (RFC 9110 section 13.1.1:
+ * 1#entity-tag or "*"; entity-tag of section 8.8.3: [W/] DQUOTE *etagc
+ * DQUOTE, etagc %x21 / %x23-7E / obs-text, so a tag may hold a comma),
+ * after the OWS and empty members before it (section 5.6.1); *p moves past
+ * it and its comma. 1 when it is "*", 2 when it is an entity tag that
+ * matches etag by the strong comparison (section 8.8.3.2: a weak tag never
+ * does), 0 for another entity tag, 3 at the end of the list, -1 when it is
+ * not one.
  */
-static int admin_if_match_member(const char *m, size_t len, const char *etag)
+static int admin_if_match_next(const char **p, const char *etag)
 {
-    size_t start = 0;
+    const char *m = *p, *end;
+    bool weak = false;
+    int r;
 
-    if (len == 1 && m[0] == '*')
-        return 1;
-    if (len >= 2 && m[0] == 'W' && m[1] == '/')
-        start = 2;
-    if (len < start + 2 || m[start] != '"' || m[len - 1] != '"')
-        return -1;
-    for (size_t i = start + 1; i < len - 1; i++) {
-        unsigned char ch = (unsigned char)m[i];
-
-        if (ch < 0x21 || ch == '"' || ch == 0x7f)
-            return -1;
+    while (*m == ' ' || *m == '\t' || *m == ',')
+        m++;
+    if (*m == '\0') {
+        *p = m;
+        return 3;
     }
-    return start == 0 && len == strlen(etag) && memcmp(m, etag, len) == 0 ? 2 : 0;
+    if (*m == '*') {
+        end = m + 1;
+        r = 1;
+    } else {
+        if (m[0] == 'W' && m[1] == '/') {
+            weak = true;
+            m += 2;
+        }
+        if (*m != '"')
+            return -1;
+        end = m + 1;
+        while (*end != '"' && *end != '\0') {
+            if ((unsigned char)*end < 0x21 || *end == 0x7f)
+                return -1;
+            end++;
+        }
+        if (*end != '"')
+            return -1;
+        end++;
+        r = !weak && (size_t)(end - m) == strlen(etag) && memcmp(m, etag, (size_t)(end - m)) == 0
+                ? 2 : 0;
+    }
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end != ',' && *end != '\0')
+        return -1;
+    *p = end;
+    return r;
 }
 
 enum admin_if_match admin_if_match(struct http_req *req, const char *etag)
@@ -114,29 +139,16 @@ enum admin_if_match admin_if_match(struct http_req *req, const char *etag)
 
     TAILQ_FOREACH(h, http_server_input_headers(req), next) {
         const char *p = h->value;
+        int r;
 
         if (strcasecmp(h->key, "If-Match") != 0)
             continue;
         given = true;
-        /* a comma-separated list; empty members are allowed and skipped (RFC 9110 5.6.1) */
-        while (*p != '\0') {
-            size_t n = strcspn(p, ","), a = 0, b = n;
-            int r;
-
-            while (a < b && (p[a] == ' ' || p[a] == '\t'))
-                a++;
-            while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t'))
-                b--;
-            if (b > a) {
-                r = admin_if_match_member(p + a, b - a, etag);
-                if (r < 0)
-                    return ADMIN_IF_MATCH_MALFORMED;
-                any |= r == 1;
-                matched |= r == 2;
-            }
-            p += n;
-            if (*p == ',')
-                p++;
+        while ((r = admin_if_match_next(&p, etag)) != 3) {
+            if (r < 0)
+                return ADMIN_IF_MATCH_MALFORMED;
+            any |= r == 1;
+            matched |= r == 2;
         }
     }
     if (!given)
