@@ -70,6 +70,15 @@ static const struct problem_kind {
                                          false },
     [PROBLEM_UPSTREAM_ANSWER_LOST] = { "upstream-answer-lost", 502, "Upstream answer lost",
         "api_error", true },
+    [PROBLEM_PRECONDITION_REQUIRED] = { "precondition-required", 428,
+                                        "If-Match required to replace a resolution",
+        "invalid_request_error", false },
+    [PROBLEM_PRECONDITION_FAILED] = { "precondition-failed", 412,
+                                      "Record changed since it was read",
+        "invalid_request_error", false },
+    [PROBLEM_RE_EXECUTE_NOT_CONFIRMED] = { "re-execute-not-confirmed", 409,
+                                           "Purge would let the request execute again",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)

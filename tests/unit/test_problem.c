@@ -20,6 +20,7 @@ int main(void)
         "overloaded", "admin-unauthorized", "invalid-resolution", "record-key-unavailable",
         "record-unreadable", "head-too-large", "method-not-implemented",
         "upstream-answer-lost",
+        "precondition-required", "precondition-failed", "re-execute-not-confirmed",
     };
     _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
@@ -77,6 +78,9 @@ int main(void)
         { PROBLEM_HEAD_TOO_LARGE, "invalid_request_error", false },
         { PROBLEM_METHOD_NOT_IMPLEMENTED, "invalid_request_error", false },
         { PROBLEM_UPSTREAM_ANSWER_LOST, "api_error", true },
+        { PROBLEM_PRECONDITION_REQUIRED, "invalid_request_error", false },
+        { PROBLEM_PRECONDITION_FAILED, "invalid_request_error", false },
+        { PROBLEM_RE_EXECUTE_NOT_CONFIRMED, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);
