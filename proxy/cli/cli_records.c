@@ -217,10 +217,26 @@ static int cli_one(const struct cli_opts *o, struct cli_client *c, const char *m
     return rc;
 }
 
+/* As fields, and a note for each scope header not given (as `record-id` notes them). */
+static void cli_lookup_human(const json_t *doc, const struct cli_answer *a, void *arg)
+{
+    const json_t *absent = json_object_get(doc, "absent_scope_headers"), *name;
+    size_t i;
+
+    cli_fields_human(doc, a, arg);
+    json_array_foreach(absent, i, name)
+        if (json_is_string(name))
+            cli_print_error("note: the route scopes keys by %s, and no --header gave it: this "
+                            "is the record of a request without that header",
+                            json_string_value(name));
+}
+
 static int cli_lookup(const struct cli_opts *o, struct cli_client *c)
 {
     char target[CLI_TARGET_MAX] = "/records/lookup", line[CLI_TARGET_MAX];
     const struct evkeyval *h;
+    struct cli_answer a;
+    int rc;
 
     if (cli_query(target, "path", o->path) != 0 || cli_query(target, "key", o->key) != 0 ||
         (o->method != NULL && cli_query(target, "method", o->method) != 0))
@@ -230,7 +246,11 @@ static int cli_lookup(const struct cli_opts *o, struct cli_client *c)
         if (cli_query(target, "header", line) != 0)
             goto too_long;
     }
-    return cli_one(o, c, "GET", target, NULL, NULL, 0, NULL);
+    rc = cli_http_call(c, "GET", target, NULL, NULL, &a);
+    if (rc == CLI_DONE)
+        rc = cli_print_answer(o, &a, cli_lookup_human, NULL, 0, NULL);
+    cli_answer_deinit(&a);
+    return rc;
 too_long:
     cli_print_error("the lookup's query is longer than %d bytes", CLI_TARGET_MAX);
     return CLI_USAGE;
