@@ -25,17 +25,14 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
-import time
 import uuid
 
 import pytest
 
-from harness import HTTPError, free_port, proxy_binary, wait_until
-from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, inbox, new_secret, \
-    queued_route, stripe_body
-from proxy_helpers import access_record_id, audit_lines, bearer, new_key, new_token, \
-    token_file
+from harness import free_port, proxy_binary, wait_until
+from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, new_secret, queued_route, \
+    stripe_body
+from proxy_helpers import audit_lines, bearer, new_key, new_token, token_file
 
 PAYMENTS = "/v1/payments*"
 CLOSE = [("X-Demo-Fault", "close")]
