@@ -22,6 +22,8 @@
 #define ADMIN_LOOKUP_PATH "/records/lookup"
 #define ADMIN_LIST_PATH "/records"
 #define ADMIN_INBOX_PATH "/inbox"
+#define ADMIN_BULK_PATH "/records/bulk"
+#define ADMIN_EXTEND_SUFFIX "/extend"
 
 /* The request's path, "" when its target has none. */
 static const char *admin_path(struct http_req *req)
@@ -85,15 +87,28 @@ static void admin_inbox_audit(struct http_req *req, const struct admin_actor *ac
     free(id);
 }
 
-/* The most body bytes req may carry: a resolve's answer, or a few KiB. */
+/* The most body bytes req may carry: a resolve's answer (one, or a bulk one), or a few KiB. */
 static size_t admin_body_limit(const struct admin_env *env, struct http_req *req)
 {
     const char *path = admin_path(req);
 
-    if (http_server_command(req) == EVHTTP_REQ_PUT &&
-        strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0)
+    if ((http_server_command(req) == EVHTTP_REQ_PUT &&
+         strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0) ||
+        (http_server_command(req) == EVHTTP_REQ_POST && strcmp(path, ADMIN_BULK_PATH) == 0))
         return env->resolve_body_limit;
     return ADMIN_MAX_BODY;
+}
+
+/* Whether path is /records/<something>/extend; *id_len: the bytes of <something>. */
+static bool admin_extend_path(const char *path, size_t *id_len)
+{
+    size_t n = strlen(path), pre = strlen(ADMIN_RECORDS_PATH), suf = strlen(ADMIN_EXTEND_SUFFIX);
+
+    if (n <= pre + suf || strncmp(path, ADMIN_RECORDS_PATH, pre) != 0 ||
+        strcmp(path + n - suf, ADMIN_EXTEND_SUFFIX) != 0)
+        return false;
+    *id_len = n - pre - suf;
+    return true;
 }
 
 void admin_too_large(struct http_req *req, void *arg)
@@ -128,6 +143,7 @@ void admin_handle(struct http_req *req, void *arg)
     const struct admin_env *env = arg;
     const char *path = admin_path(req);
     struct admin_actor actor;
+    size_t id_len;
 
     if (probe_answer(&env->probe, req))
         return;
@@ -137,6 +153,10 @@ void admin_handle(struct http_req *req, void *arg)
         admin_lookup(env, req);
     } else if (strcmp(path, ADMIN_LIST_PATH) == 0) {
         admin_list(env, req);
+    } else if (strcmp(path, ADMIN_BULK_PATH) == 0) {
+        admin_bulk(env, req, &actor);
+    } else if (admin_extend_path(path, &id_len)) {
+        admin_extend(env, req, path + strlen(ADMIN_RECORDS_PATH), id_len, &actor);
     } else if (strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0) {
         admin_records(env, req, path + strlen(ADMIN_RECORDS_PATH), &actor);
     } else if (strcmp(path, ADMIN_INBOX_PATH) == 0 ||

@@ -34,7 +34,7 @@ struct admin_env {
  * http_server head callback of the admin listener (arg: struct admin_env),
  * before any body is read: a request behind the token without a valid one
  * gets its 401 here; a body announced larger than ADMIN_MAX_BODY (for
- * PUT /records/<id>: env->resolve_body_limit) gets 413 problem
+ * PUT /records/<id> and POST /records/bulk: env->resolve_body_limit) gets 413 problem
  * body-too-large here. Either way its body is never read.
  */
 void admin_head(struct http_req *req, void *arg);
@@ -54,20 +54,40 @@ void admin_too_large(struct http_req *req, void *arg);
  * token>` when that key is set (401 + WWW-Authenticate: Bearer otherwise,
  * RFC 6750 section 3); without it the listener is on a loopback address:
  *   GET /records/<id>     a record's state, fingerprint, status, times and TTL as
- *                         JSON; never its body or header values (404 if none)
- *   DELETE /records/<id>  purge the record (404 if none; 409 while a claim's lease is live)
- *   PUT /records/<id>     resolve: {"status", "headers": [[name, value]...], "body_base64"}
- *                         becomes the finished answer of an outcome-unknown record or
- *                         of a claim whose lease ran out, so retries replay it; one
+ *                         JSON; never its body or header values (404 if none); ETag:
+ *                         the record's entity tag (record_etag)
+ *   DELETE /records/<id>[?reason=R][&confirm=re-execute]
+ *                         purge the record (404 if none; 409 while a claim's lease is
+ *                         live; a record that holds an answer, the upstream's or an
+ *                         operator's, only with confirm=re-execute and a reason: 409
+ *                         problem re-execute-not-confirmed without; 412 on a stale
+ *                         If-Match)
+ *   PUT /records/<id>     resolve: {"status", "headers": [[name, value]...], "body_base64",
+ *                         "reason"} becomes the resolution (state resolved, replayed
+ *                         like the upstream's answer) of an outcome-unknown record, of a
+ *                         claim whose lease ran out, or (with If-Match: its ETag) of a
+ *                         resolution made before, so retries replay it; one
  *                         compare-and-set on the record as read, its TTL kept (404 if
- *                         none; 409 on a live lease, a finished record, a record that
- *                         changed; 400 problem invalid-resolution for an answer that
- *                         would not be stored: RFC 9110 field rules, headers.c
- *                         header_is_stored, limits.max_stored_response, RFC 4648 base64)
- *   GET /records?state=outcome-unknown|claimed[&limit=N][&cursor=C]
- *                         the held records (claimed: leases that ran out), paged: at
- *                         most limit (1..1000, default 100) per page, the walk's next
- *                         cursor or null; SCAN on each primary, bounded per page
+ *                         none; 409 on a live lease, an answer the upstream gave, a
+ *                         record that changed; 428 problem precondition-required
+ *                         replacing a resolution without If-Match, 412 problem
+ *                         precondition-failed with a stale one; 400 problem
+ *                         invalid-resolution for an answer that would not be stored:
+ *                         RFC 9110 field rules, headers.c header_is_stored,
+ *                         limits.max_stored_response, RFC 4648 base64; or no reason)
+ *   POST /records/<id>/extend  {"seconds": N, "reason"}: a held record's TTL becomes
+ *                         N s from now (1..ADMIN_EXTEND_MAX_S), never shorter than it
+ *                         is; one compare-and-set (409 on a live lease or an answer)
+ *   POST /records/bulk    {"action": "resolve"|"purge", "state", "route",
+ *                         "older_than_seconds", "reason", "dry_run" (default true),
+ *                         "confirm", "limit", "cursor", and a resolve's answer}: every
+ *                         held record that matches, each by its own compare-and-set
+ *                         and audit line, at most ADMIN_BULK_MAX a call
+ *   GET /records[?state=outcome-unknown|claimed|resolved][&limit=N][&cursor=C]
+ *                         the held records (claimed: leases that ran out; without
+ *                         state=, every held state), paged: at most limit (1..1000,
+ *                         default 100) per page, the walk's next cursor or null; SCAN
+ *                         on each primary, bounded per page
  *   GET /records/lookup?path=P&key=K[&method=M][&header=Name: value]...
  *                         the record id and Redis key of that request (lookup.h),
  *                         and whether Redis holds the record; scope headers from
@@ -75,8 +95,9 @@ void admin_too_large(struct http_req *req, void *arg);
  *                         Authorization and Host
  *   /inbox...             the webhook inbox (inbox_admin)
  * <id> is the 32-hex record id the access log prints. Redis failures give
- * 503. A purge, a resolve, a redeliver and a dead-letter delete each write
- * one audit line (log_audit), whatever their outcome.
+ * 503. A purge, a resolve, an extension, each record a bulk change
+ * changes, a redeliver and a dead-letter delete each write one audit line
+ * (log_audit), whatever their outcome, with the operator's reason.
  */
 void admin_handle(struct http_req *req, void *arg);
 

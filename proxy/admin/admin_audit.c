@@ -19,29 +19,35 @@ const char *admin_audit_result(int status)
         return "ok";
     if (status == 404)
         return "not-found";
-    if (status == 409)
+    if (status == 409 || status == 412)
         return "conflict";
     if (status >= 400 && status < 500)
         return "refused";
     return "error";
 }
 
-/* The line, for req's client (NULL: client, taken before the request could go). */
+/*
+ * The line, for client (NULL: the actor's, taken as the request came, or
+ * else req's now).
+ */
 static void admin_audit_line(struct http_req *req, const char *client,
                              const struct admin_actor *actor, const char *action,
                              const char *record_id, const char *dead_letter_id, const char *route,
-                             const char *result, int status, int recorded_status)
+                             const char *result, int status, int recorded_status,
+                             const char *reason)
 {
     char addr[64];
 
-    if (client == NULL) {
+    if (client == NULL && actor->client[0] != '\0') {
+        client = actor->client;
+    } else if (client == NULL) {
         snprintf(addr, sizeof(addr), "%s", http_server_peer(req));
         client = addr;
     }
     log_audit(&(struct audit_entry){
         .action = action, .record_id = record_id, .dead_letter_id = dead_letter_id,
         .route = route, .client = client, .token = actor->token, .result = result,
-        .status = status, .recorded_status = recorded_status,
+        .status = status, .recorded_status = recorded_status, .reason = reason,
     });
 }
 
@@ -50,15 +56,15 @@ void admin_audit(struct http_req *req, const struct admin_actor *actor, const ch
                  int status)
 {
     admin_audit_line(req, NULL, actor, action, record_id, dead_letter_id, route,
-                     admin_audit_result(status), status, 0);
+                     admin_audit_result(status), status, 0, NULL);
 }
 
-void admin_audit_resolve(struct http_req *req, const struct admin_actor *actor,
-                         const char *record_id, const char *route, int status,
-                         int recorded_status)
+void admin_audit_record(struct http_req *req, const struct admin_actor *actor,
+                        const char *action, const char *record_id, const char *route,
+                        const char *reason, int status, int recorded_status)
 {
-    admin_audit_line(req, NULL, actor, "resolve", record_id, NULL, route,
-                     admin_audit_result(status), status, recorded_status);
+    admin_audit_line(req, NULL, actor, action, record_id, NULL, route,
+                     admin_audit_result(status), status, recorded_status, reason);
 }
 
 /* An action another module answers: what its line needs once the answer is out. */
@@ -87,7 +93,8 @@ static void admin_audit_on_done(struct http_req *req, bool written, void *arg)
     int status = http_server_status(req);
 
     admin_audit_line(req, p->client, &p->actor, p->action, NULL, p->dead_letter_id, p->route,
-                     written ? admin_audit_result(status) : "unknown", written ? status : 0, 0);
+                     written ? admin_audit_result(status) : "unknown", written ? status : 0, 0,
+                     NULL);
     admin_audit_pending_free(p);
 }
 
@@ -106,7 +113,8 @@ void admin_audit_on_answer(struct http_req *req, const struct admin_actor *actor
     if (p == NULL || (dead_letter_id != NULL && p->dead_letter_id == NULL) ||
         (route != NULL && p->route == NULL)) {
         /* no way to wait for the outcome: the attempt is on record all the same */
-        admin_audit_line(req, NULL, actor, action, NULL, dead_letter_id, route, "unknown", 0, 0);
+        admin_audit_line(req, NULL, actor, action, NULL, dead_letter_id, route, "unknown", 0, 0,
+                         NULL);
         if (p != NULL)
             admin_audit_pending_free(p);
         return;

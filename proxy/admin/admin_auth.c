@@ -61,6 +61,7 @@ bool admin_auth_check(const struct admin_env *env, struct http_req *req,
     enum bearer_verdict v;
     int lines;
 
+    snprintf(actor->client, sizeof(actor->client), "%s", http_server_peer(req));
     if (cfg->admin_token_file == NULL) {
         snprintf(actor->token, sizeof(actor->token), "-");
         return true;

@@ -1,9 +1,10 @@
 /*
- * admin_list.c - GET /records?state=outcome-unknown|claimed[&limit=N][&cursor=C]:
- * the records an operator has to act on, paged.
+ * admin_list.c - GET /records[?state=outcome-unknown|claimed|resolved]
+ * [&limit=N][&cursor=C]: the records an operator has to act on (or acted
+ * on: resolved), paged; without state=, every held state.
  *
  * A page is the record store's (store_list, store.h): the records in the
- * state asked for, at most limit of them, from the cursor of the page
+ * states asked for, at most limit of them, from the cursor of the page
  * before; this file reads the query, decides which records are listed (a
  * claim only once its lease ran out) and writes each one's entry: its id,
  * route, state, creation time, TTL and, for a claim, its lease deadline.
@@ -37,25 +38,50 @@
 
 struct admin_list_call {
     struct http_req *req;
-    enum record_state state;            /* RECORD_UNKNOWN or RECORD_CLAIMED */
-    const char *state_name;             /* as asked: "outcome-unknown" or "claimed" */
+    const char *states;                 /* the record.h state letters listed (static) */
+    const char *state_name;             /* as asked, or NULL: every held state */
 };
 
 /*
- * Whether a record the walk found in the state asked for is listed: it
- * decodes, and a claim only once its lease ran out (store_list_keep).
+ * The states of state= (NULL: not given) as record.h letters: every held
+ * state without it. NULL for a name that is none.
+ */
+static const char *admin_list_states(const char *name)
+{
+    static const char all[] = { RECORD_CLAIMED, RECORD_UNKNOWN, RECORD_RESOLVED, '\0' };
+    static const char claimed[] = { RECORD_CLAIMED, '\0' }, unknown[] = { RECORD_UNKNOWN, '\0' },
+                      resolved[] = { RECORD_RESOLVED, '\0' };
+
+    if (name == NULL)
+        return all;
+    if (strcmp(name, "claimed") == 0)
+        return claimed;
+    if (strcmp(name, "outcome-unknown") == 0)
+        return unknown;
+    if (strcmp(name, "resolved") == 0)
+        return resolved;
+    return NULL;
+}
+
+/*
+ * Whether a record the walk found in a state asked for is listed: it
+ * decodes, and is held (a claim only once its lease ran out)
+ * (store_list_keep).
  */
 static bool admin_list_keep(const char *value, size_t len, void *arg)
 {
     const struct admin_list_call *c = arg;
     struct record rec;
+    enum admin_hold hold;
 
-    return record_decode(value, len, &rec) == 0 && rec.state == c->state &&
-           !(rec.state == RECORD_CLAIMED && clock_now_ms() < rec.lease_deadline_ms);
+    if (record_decode(value, len, &rec) != 0 || strchr(c->states, (char)rec.state) == NULL)
+        return false;
+    hold = admin_hold_of(&rec, clock_now_ms());
+    return hold == ADMIN_HOLD_CLAIM || hold == ADMIN_HOLD_UNKNOWN || hold == ADMIN_HOLD_RESOLVED;
 }
 
 /* A listed record's entry, with its TTL; NULL when it cannot be built. */
-static json_t *admin_list_entry(const struct admin_list_call *c, const struct store_listed *l)
+static json_t *admin_list_entry(const struct store_listed *l)
 {
     const char *brace = strrchr(l->key, '{');
     const char *route;
@@ -69,7 +95,8 @@ static json_t *admin_list_entry(const struct admin_list_call *c, const struct st
     entry = json_pack("{s:s#, s:o, s:s, s:I, s:I}", "record_id", brace + 1,
                       (int)RECORD_ID_HEX_LEN, "route",
                       route != NULL && route[0] != '\0' ? json_string(route) : json_null(),
-                      "state", c->state_name, "created_ms", (json_int_t)rec.created_ms,
+                      "state", admin_state_name(rec.state),
+                      "created_ms", (json_int_t)rec.created_ms,
                       "ttl_ms", (json_int_t)l->ttl_ms);
     if (entry != NULL && rec.state == RECORD_CLAIMED)
         json_object_set_new(entry, "lease_deadline_ms", json_integer((json_int_t)rec.lease_deadline_ms));
@@ -90,13 +117,15 @@ static void admin_list_on_page(enum store_status st, const struct store_listed *
     }
     list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
-        json_t *entry = admin_list_entry(c, &records[i]);
+        json_t *entry = admin_list_entry(&records[i]);
 
         if (entry != NULL)
             json_array_append_new(list, entry);
     }
     if (list != NULL)
-        doc = json_pack("{s:s, s:o, s:o}", "state", c->state_name, "records", list,
+        doc = json_pack("{s:o, s:o, s:o}", "state",
+                        c->state_name != NULL ? json_string(c->state_name) : json_null(),
+                        "records", list,
                         "next_cursor", next == NULL ? json_null() : json_string(next));
     admin_reply_json(c->req, doc != NULL ? 200 : 500, doc);
     free(c);
@@ -117,18 +146,19 @@ void admin_list(const struct admin_env *env, struct http_req *req)
         return;
     }
     TAILQ_INIT(&params);
-    if (query == NULL || evhttp_parse_query_str(query, &params) != 0) {
-        admin_reply_error(req, 400, "expected ?state=outcome-unknown|claimed[&limit=N]"
-                                    "[&cursor=C]");
+    if (query != NULL && evhttp_parse_query_str(query, &params) != 0) {
+        admin_reply_error(req, 400, "expected [?state=outcome-unknown|claimed|resolved]"
+                                    "[&limit=N][&cursor=C]");
         goto done;
     }
     state = header_find_all(&params, "state", &n_state);
     limit = header_find_all(&params, "limit", &n_limit);
     cursor = header_find_all(&params, "cursor", &n_cursor);
-    if (n_state != 1 || n_limit > 1 || n_cursor > 1 ||
-        (strcmp(state, "outcome-unknown") != 0 && strcmp(state, "claimed") != 0)) {
-        admin_reply_error(req, 400, "give state=outcome-unknown or state=claimed once "
-                                    "(limit= and cursor= at most once)");
+    if (n_state > 1 || n_limit > 1 || n_cursor > 1 ||
+        (n_state == 1 && admin_list_states(state) == NULL)) {
+        admin_reply_error(req, 400, "give state=outcome-unknown, claimed or resolved at most "
+                                    "once (none: every held state), limit= and cursor= at most "
+                                    "once");
         goto done;
     }
     c = calloc(1, sizeof(*c));
@@ -137,8 +167,11 @@ void admin_list(const struct admin_env *env, struct http_req *req)
         goto done;
     }
     c->req = req;
-    c->state = strcmp(state, "claimed") == 0 ? RECORD_CLAIMED : RECORD_UNKNOWN;
-    c->state_name = c->state == RECORD_CLAIMED ? "claimed" : "outcome-unknown";
+    c->states = admin_list_states(n_state == 1 ? state : NULL);
+    /* a static name: the query's strings are freed before the page comes */
+    c->state_name = n_state == 0 ? NULL
+                    : strcmp(state, "claimed") == 0 ? "claimed"
+                    : strcmp(state, "resolved") == 0 ? "resolved" : "outcome-unknown";
     if (limit != NULL) {
         size_t digits = strspn(limit, "0123456789");
         unsigned long v = digits > 0 && digits <= 4 && limit[digits] == '\0'
@@ -155,7 +188,7 @@ void admin_list(const struct admin_env *env, struct http_req *req)
         free(c);
         goto done;
     }
-    store_list(env->store, exchange_set_conf(env->set)->key_prefix, (char)c->state, n, cursor,
+    store_list(env->store, exchange_set_conf(env->set)->key_prefix, c->states, n, cursor,
                admin_list_keep, admin_list_on_page, c);
 done:
     evhttp_clear_headers(&params);

@@ -18,6 +18,7 @@
 #include "exchange.h"
 #include "headers.h"
 #include "lookup.h"
+#include "record.h"
 #include "store.h"
 
 struct admin_lookup_call {
@@ -25,16 +26,20 @@ struct admin_lookup_call {
     json_t *doc;
 };
 
+/* Whether Redis holds the record, and its state (null: none, or one this release cannot read). */
 static void admin_lookup_on_get(enum store_status st, const char *value, size_t len, void *arg)
 {
     struct admin_lookup_call *c = arg;
+    struct record rec;
 
-    (void)len;
     if (st != STORE_OK) {
         admin_reply_error(c->req, 503, "redis unavailable");
         json_decref(c->doc);
     } else {
         json_object_set_new(c->doc, "exists", json_boolean(value != NULL));
+        json_object_set_new(c->doc, "state",
+                            value != NULL && record_decode(value, len, &rec) == 0
+                                ? json_string(admin_state_name(rec.state)) : json_null());
         admin_reply_json(c->req, 200, c->doc);
     }
     free(c);

@@ -258,7 +258,7 @@ void log_audit(const struct audit_entry *e)
     json_t *line;
 
     log_timestamp(ts, sizeof(ts));
-    line = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
+    line = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o}",
                      "audit", 1, "time", ts, "action", log_audit_string(e->action),
                      "record_id", log_audit_string(e->record_id),
                      "dead_letter_id", log_audit_string(e->dead_letter_id),
@@ -266,7 +266,8 @@ void log_audit(const struct audit_entry *e)
                      "token", log_audit_string(e->token != NULL ? e->token : "-"),
                      "result", log_audit_string(e->result), "status", e->status,
                      "recorded_status",
-                     e->recorded_status > 0 ? json_integer(e->recorded_status) : json_null());
+                     e->recorded_status > 0 ? json_integer(e->recorded_status) : json_null(),
+                     "reason", log_audit_string(e->reason));
     text = line != NULL ? json_dumps(line, JSON_COMPACT) : NULL;
     if (text == NULL) {
         /* the action happened: say so where an operator looks, without the line's data */

@@ -41,12 +41,13 @@ struct access_entry {
 void log_access(const struct access_entry *e);
 
 /*
- * One admin action that may change Redis (purge, resolve, redeliver,
- * dead-letter delete; pause and resume to come). Strings are borrowed for the
- * call; NULL prints null.
+ * One admin action that may change Redis (purge, resolve, extend, a bulk
+ * change's item, redeliver, dead-letter delete, pause, resume). Strings are
+ * borrowed for the call; NULL prints null.
  */
 struct audit_entry {
-    const char *action;         /* "purge", "resolve", "redeliver", "dead-letter-delete" */
+    const char *action;         /* "purge", "resolve", "extend", "bulk-resolve", "bulk-purge",
+                                   "redeliver", "dead-letter-delete", ... */
     const char *record_id;      /* the record acted on, or NULL */
     const char *dead_letter_id; /* the dead letter acted on, or NULL */
     const char *route;          /* the route, or NULL when the request does not name one */
@@ -55,6 +56,7 @@ struct audit_entry {
     const char *result;         /* "ok", "not-found", "conflict", "refused", "error" */
     int status;                 /* the HTTP status answered */
     int recorded_status;        /* a resolve: the status recorded; 0: none (null) */
+    const char *reason;         /* the operator's reason (a record's change), or NULL */
 };
 
 /*

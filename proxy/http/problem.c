@@ -68,6 +68,15 @@ static const struct problem_kind {
     [PROBLEM_METHOD_NOT_IMPLEMENTED] = { "method-not-implemented", 501,
                                          "Method not implemented", "invalid_request_error",
                                          false },
+    [PROBLEM_PRECONDITION_REQUIRED] = { "precondition-required", 428,
+                                        "If-Match required to replace a resolution",
+        "invalid_request_error", false },
+    [PROBLEM_PRECONDITION_FAILED] = { "precondition-failed", 412,
+                                      "Record changed since it was read",
+        "invalid_request_error", false },
+    [PROBLEM_RE_EXECUTE_NOT_CONFIRMED] = { "re-execute-not-confirmed", 409,
+                                           "Purge would let the request execute again",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)

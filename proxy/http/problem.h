@@ -32,6 +32,9 @@ enum problem {
     PROBLEM_RECORD_UNREADABLE,      /* a stored value failed authentication (changed in Redis) */
     PROBLEM_HEAD_TOO_LARGE,         /* a request line and fields over the listener's bound */
     PROBLEM_METHOD_NOT_IMPLEMENTED, /* a method the proxy does not serve (CONNECT, TRACE, unknown) */
+    PROBLEM_PRECONDITION_REQUIRED,  /* the admin's change of an operator's resolution without If-Match */
+    PROBLEM_PRECONDITION_FAILED,    /* the admin's change with a stale If-Match: the record changed */
+    PROBLEM_RE_EXECUTE_NOT_CONFIRMED, /* a purge that would let the request execute again, unconfirmed */
     PROBLEM_COUNT
 };
 

@@ -14,8 +14,10 @@
 #include <event2/keyvalq_struct.h>
 
 #include <openssl/crypto.h>
+#include <xxhash.h>
 
 #include "headers.h"
+#include "hex.h"
 #include "seal.h"
 
 static const char record_magic[3] = { 'I', 'R', '1' };
@@ -27,7 +29,8 @@ static const char record_magic2[3] = { 'I', 'R', '2' };
 
 static bool record_state_valid(int c)
 {
-    return c == RECORD_CLAIMED || c == RECORD_DONE || c == RECORD_UNKNOWN || c == RECORD_TOMBSTONE;
+    return c == RECORD_CLAIMED || c == RECORD_DONE || c == RECORD_UNKNOWN ||
+           c == RECORD_TOMBSTONE || c == RECORD_RESOLVED;
 }
 
 /* Bytes of rec's answer in plaintext; 0 for a claim, which holds none. */
@@ -395,4 +398,15 @@ enum record_state record_set_answer(struct record *rec, int status,
         rec->body_len = body_len;
     }
     return rec->state;
+}
+
+void record_etag(const char *value, size_t len, char *out)
+{
+    XXH128_canonical_t canon;
+
+    XXH128_canonicalFromHash(&canon, XXH3_128bits(value, len));
+    out[0] = '"';
+    hex_lower(canon.digest, sizeof(canon.digest), out + 1);
+    out[RECORD_ETAG_LEN - 1] = '"';
+    out[RECORD_ETAG_LEN] = '\0';
 }

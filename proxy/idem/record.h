@@ -9,7 +9,9 @@
  *
  *   off    len  field
  *   0      3    "IR2"                magic + version
- *   3      1    state                C claimed, D done, U outcome unknown, T tombstone
+ *   3      1    state                C claimed, D done, U outcome unknown, T tombstone,
+ *                                    R resolved (an operator's answer, replayed like D;
+ *                                    written since 0.5: earlier releases refuse to read it)
  *   4      32   owner token          hex; Lua reads string.sub(v, 5, 36)
  *   36     32   fingerprint          hex (HMAC under the key id's key, or XXH3-128 without)
  *   68     16   lease deadline       ms since the epoch, zero-padded decimal
@@ -60,6 +62,7 @@ enum record_state {
     RECORD_DONE = 'D',
     RECORD_UNKNOWN = 'U',
     RECORD_TOMBSTONE = 'T',
+    RECORD_RESOLVED = 'R',  /* done by an operator's resolve: replays like D */
 };
 
 struct record_field {
@@ -182,5 +185,17 @@ void record_plain_free(char *plain, size_t plain_len);
  * anything that is not a well-formed record.
  */
 int record_decode(const char *buf, size_t len, struct record *rec);
+
+#define RECORD_ETAG_LEN 34      /* chars of a record's entity tag, quotes included */
+
+/*
+ * The entity tag of a record's Redis value (len bytes at value, any bytes,
+ * decodable or not): the XXH3-128 of the whole value as 32 lowercase hex
+ * characters between double quotes, a strong validator (RFC 9110 section
+ * 8.8.3): any change of the value changes it, and its time to live is not
+ * part of it. Written NUL-terminated into out (caller-owned,
+ * RECORD_ETAG_LEN + 1 bytes). Pure.
+ */
+void record_etag(const char *value, size_t len, char *out);
 
 #endif

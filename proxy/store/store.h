@@ -11,8 +11,8 @@
  * - an atomic claim: of two store_claim calls on one key only one wins, and
  *   the loser gets the record the winner wrote;
  * - compare-and-set: store_replace_owned, store_release_owned,
- *   store_takeover, store_delete_if_unchanged and store_replace_unchanged
- *   apply only while the record is still what the caller says (its owner
+ *   store_takeover, store_delete_if_unchanged, store_replace_unchanged and
+ *   store_extend_unchanged apply only while the record is still what the caller says (its owner
  *   token, or its bytes), atomically, and say whether they applied;
  * - expiry: a record lives for the ms it was written with (store_pttl reads
  *   what is left), and is gone after;
@@ -157,6 +157,18 @@ void store_replace_unchanged(struct store *s, const char *key, const char *expec
                              size_t expected_len, const char *value, size_t len,
                              store_cas_cb *cb, void *arg);
 
+/*
+ * Operator extension as one compare-and-set: while key's record is still
+ * byte-for-byte `expected` (expected_len bytes, copied before the call
+ * returns), set its time to live to ttl_ms from now unless it is at least
+ * that already (a record's life is never shortened here; the value stays
+ * as it is). cb says whether it applied, whether the time to live changed,
+ * and the time to live the record has now (store_extend_cb).
+ */
+void store_extend_unchanged(struct store *s, const char *key, const char *expected,
+                            size_t expected_len, uint64_t ttl_ms, store_extend_cb *cb,
+                            void *arg);
+
 /* key's time to live left, ms (-2 no record, -1 no expiry). */
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg);
 
@@ -190,7 +202,7 @@ struct store_listed {
 };
 
 /*
- * Whether a record (value, len bytes) that the walk found in the state
+ * Whether a record (value, len bytes) that the walk found in a state
  * asked for is listed (a claim whose lease has not run out is not, say);
  * called on the loop as the records are read, arg as given.
  */
@@ -211,18 +223,19 @@ bool store_list_cursor_valid(const char *cursor);
 
 /*
  * The next page of the records under prefix (redis.key_prefix, copied) in
- * `state` (a record.h state letter) that keep accepts: at most limit
+ * one of `states` (record.h state letters, e.g. "CUR"; copied, at most 8)
+ * that keep accepts: at most limit
  * (1..1000) of them, from cursor (NULL or "0": the start; else a next that
  * store_list_cursor_valid accepts), with a bounded cost (with Redis: at
  * most 8 SCANs of at least 100 keys on one node after another, the primary
  * or each primary of a cluster, and one look per key that sends a record
- * back only in that state, so a finished record's body stays in Redis). A
+ * back only in those states, so a finished record's body stays in Redis). A
  * record held for the whole walk is listed; one that changes meanwhile may
  * or may not be, or twice. cb runs once, never from inside this call. Out
  * of memory in the call aborts (later, a page that cannot be held fails
  * with "out of memory").
  */
-void store_list(struct store *s, const char *prefix, char state, unsigned limit,
+void store_list(struct store *s, const char *prefix, const char *states, unsigned limit,
                 const char *cursor, store_list_keep *keep, store_list_cb *cb, void *arg);
 
 #endif

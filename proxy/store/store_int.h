@@ -40,7 +40,7 @@
  */
 enum store_record_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
-    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_COUNT
+    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_EXTEND, SCRIPT_COUNT
 };
 
 /* script's Lua text (store_script.c): a constant, static storage, never NULL. */

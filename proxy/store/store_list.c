@@ -6,7 +6,7 @@
  * node by node (the primary; with redis.cluster every primary in turn, in
  * the order of the lowest slot each owns: store_cluster_primary), and looks
  * at each key found with one script that sends back only the records in the
- * state asked for (SCRIPT_PEEK), so a finished record's body never leaves
+ * states asked for (SCRIPT_PEEK), so a finished record's body never leaves
  * Redis; the caller's keep decides which of those are listed. A page is
  * bounded: at most STORE_LIST_ROUNDS SCANs of STORE_LIST_COUNT_MIN..1000
  * keys each, and at most limit records. The cursor is "NODE-SCAN-SKIP": the
@@ -45,7 +45,7 @@ struct store_list_peek {
 
 struct store_list_call {
     struct store *s;
-    char state;                         /* the record.h state letter asked for */
+    char states[9];                     /* the record.h state letters asked for */
     unsigned limit;                     /* records per page */
     store_list_keep *keep;
     store_list_cb *cb;
@@ -146,7 +146,7 @@ static void store_list_round_done(struct store_list_call *c)
 }
 
 /*
- * A key's look (SCRIPT_PEEK): nil unless it holds a record in the state
+ * A key's look (SCRIPT_PEEK): nil unless it holds a record in a state
  * asked for, else [record, PTTL]; kept when the caller's keep lists it.
  */
 static void store_list_on_peek(enum store_status st, const struct store_reply *r, void *arg)
@@ -172,13 +172,13 @@ static void store_list_on_peek(enum store_status st, const struct store_reply *r
         store_list_round_done(c);
 }
 
-/* Look at one key of the round (SCRIPT_PEEK with the state asked for). */
+/* Look at one key of the round (SCRIPT_PEEK with the states asked for). */
 static void store_list_peek(struct store_list_peek *p)
 {
     struct store *s = p->c->s;
-    const char want[2] = { p->c->state, '\0' };
-    const char *argv[] = { "EVALSHA", s->script_sha[SCRIPT_PEEK], "1", p->key, want };
-    const size_t argvlen[] = { 7, strlen(s->script_sha[SCRIPT_PEEK]), 1, strlen(p->key), 1 };
+    const char *argv[] = { "EVALSHA", s->script_sha[SCRIPT_PEEK], "1", p->key, p->c->states };
+    const size_t argvlen[] = { 7, strlen(s->script_sha[SCRIPT_PEEK]), 1, strlen(p->key),
+                               strlen(p->c->states) };
 
     store_any(s, store_script_text(SCRIPT_PEEK), 0, 5, argv, argvlen, store_list_on_peek, p);
 }
@@ -320,7 +320,7 @@ static void store_list_on_no_map(evutil_socket_t fd, short what, void *arg)
     store_list_fail(arg, STORE_UNAVAILABLE, "redis unavailable: no Redis Cluster slot map yet");
 }
 
-void store_list(struct store *s, const char *prefix, char state, unsigned limit,
+void store_list(struct store *s, const char *prefix, const char *states, unsigned limit,
                 const char *cursor, store_list_keep *keep, store_list_cb *cb, void *arg)
 {
     struct store_list_call *c = oom_check(calloc(1, sizeof(*c)), "a listing of records");
@@ -331,7 +331,7 @@ void store_list(struct store *s, const char *prefix, char state, unsigned limit,
     if (cursor != NULL && strcmp(cursor, "0") != 0)
         (void)store_list_cursor_read(c, cursor); /* checked by the caller: store_list_cursor_valid */
     c->s = s;
-    c->state = state;
+    snprintf(c->states, sizeof(c->states), "%s", states);
     c->limit = limit;
     c->keep = keep;
     c->cb = cb;

@@ -77,17 +77,39 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "return 1\n",
     /*
      * The listing's look at one key: 4 bytes first (a finished record's body
-     * stays in Redis), the whole record and its PTTL only in state ARGV[1].
+     * stays in Redis), the whole record and its PTTL only in one of the
+     * states ARGV[1] lists (state letters, a plain find: no pattern).
      * Byte 3 (0-based) is RECORD_STATE_OFFSET, asserted below. A key of
-     * another type under the records' pattern (not the proxy's) is passed
-     * over, not an error that would stop every listing.
+     * another type under the records' pattern (not the proxy's), or one too
+     * short to have a state, is passed over, not an error that would stop
+     * every listing.
      */
     [SCRIPT_PEEK] =
         "local head = redis.pcall('GETRANGE', KEYS[1], 3, 3)\n"
-        "if type(head) ~= 'string' or head ~= ARGV[1] then\n"
+        "if type(head) ~= 'string' or #head ~= 1 or not string.find(ARGV[1], head, 1, true) "
+        "then\n"
         "  return false\n"
         "end\n"
         "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}\n",
+    /*
+     * An operator's extension of a held record (store_extend_unchanged):
+     * while the record is still byte-for-byte ARGV[1], its time to live
+     * becomes ARGV[2] ms unless it is that long already (or has no expiry):
+     * {1, new ttl} or {0, ttl as it is}; nil when the record changed or is
+     * gone. SET ... PX rewrites the same value (no PEXPIRE: the ACL lines
+     * of docs/redis.md need nothing new).
+     */
+    [SCRIPT_EXTEND] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if v ~= ARGV[1] then\n"
+        "  return false\n"
+        "end\n"
+        "local ttl = redis.call('PTTL', KEYS[1])\n"
+        "if ttl >= 0 and ttl < tonumber(ARGV[2]) then\n"
+        "  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
+        "  return {1, tonumber(ARGV[2])}\n"
+        "end\n"
+        "return {0, ttl}\n",
 };
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
 

@@ -49,6 +49,15 @@ typedef void store_value_cb(enum store_status st, const char *value, size_t len,
 /* Compare-and-set callback: applied is false when the record no longer matched. */
 typedef void store_cas_cb(enum store_status st, bool applied, void *arg);
 
+/*
+ * An extension's callback (store_extend_unchanged): applied is false when
+ * the record no longer matched (nothing changed); else changed says whether
+ * the time to live was raised, and ttl_ms is the time to live it has now
+ * (ms; -1: the key has no expiry).
+ */
+typedef void store_extend_cb(enum store_status st, bool applied, bool changed, long long ttl_ms,
+                             void *arg);
+
 /* Integer callback (TTL in ms, deleted count...). */
 typedef void store_int_cb(enum store_status st, long long value, void *arg);
 

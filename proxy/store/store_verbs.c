@@ -110,6 +110,45 @@ void store_replace_unchanged(struct store *s, const char *key, const char *expec
     store_eval(s, SCRIPT_RESOLVE, cb, arg, 6, argv, argvlen);
 }
 
+/* An extension waiting on its script's reply. */
+struct store_extend_call {
+    store_extend_cb *cb;
+    void *arg;
+};
+
+/* SCRIPT_EXTEND's reply: nil (changed or gone) or {changed 0|1, ttl ms}. */
+static void store_on_extended(enum store_status st, const struct store_reply *r, void *arg)
+{
+    struct store_extend_call *e = arg;
+
+    if (st != STORE_OK)
+        e->cb(st, false, false, 0, e->arg);
+    else if (r->type == STORE_NIL)
+        e->cb(STORE_OK, false, false, 0, e->arg);
+    else if (r->type == STORE_ARR && r->n == 2 && r->elem[0].type == STORE_INT &&
+             r->elem[1].type == STORE_INT)
+        e->cb(STORE_OK, true, r->elem[0].integer == 1, r->elem[1].integer, e->arg);
+    else /* not what the script sends: it may have been applied, nobody can say */
+        e->cb(STORE_ERROR, false, false, 0, e->arg);
+    free(e);
+}
+
+void store_extend_unchanged(struct store *s, const char *key, const char *expected,
+                            size_t expected_len, uint64_t ttl_ms, store_extend_cb *cb,
+                            void *arg)
+{
+    struct store_extend_call *e = oom_check(calloc(1, sizeof(*e)), "an extension");
+    char px[24];
+    int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)ttl_ms);
+    const char *argv[] = { "EVALSHA", s->script_sha[SCRIPT_EXTEND], "1", key, expected, px };
+    const size_t argvlen[] = { 7, strlen(s->script_sha[SCRIPT_EXTEND]), 1, strlen(key),
+                               expected_len, (size_t)n };
+
+    e->cb = cb;
+    e->arg = arg;
+    store_any(s, store_script_text(SCRIPT_EXTEND), 0, 6, argv, argvlen, store_on_extended, e);
+}
+
 void store_pttl(struct store *s, const char *key, store_int_cb *cb, void *arg)
 {
     const char *argv[] = { "PTTL", key };

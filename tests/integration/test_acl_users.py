@@ -137,13 +137,15 @@ def keyed_requests_as_the_user(p, primary, upstream):
     fresh = "acl-" + uuid.uuid4().hex
     assert p.post(key=fresh).status == 201
     assert p.post(key=fresh).replayed
-    assert p.admin("DELETE", "/records/%s" % done).status == 200
+    # a finished record: purged only with confirm=re-execute and a reason
+    assert p.admin("DELETE", "/records/%s?confirm=re-execute&reason=acl+check" % done).status \
+        == 200
     assert p.admin("GET", "/records/%s" % done).status == 404
     # admin: an outcome-unknown record resolved (its compare-and-set script, SET ... KEEPTTL)
     held = "acl-" + uuid.uuid4().hex
     assert p.post(key=held, headers=[("X-Demo-Fault", "close")]).status == 502
     unknown = record_id_cli(p, "/v1/payments", held)[0]["record_id"]
-    answer = b'{"status": 201, "headers": [], "body_base64": "e30="}'
+    answer = b'{"status": 201, "headers": [], "body_base64": "e30=", "reason": "acl check"}'
     assert p.admin("PUT", "/records/%s" % unknown, body=answer).status == 200
     resolved = p.post(key=held, headers=[("X-Demo-Fault", "close")])
     assert resolved.status == 201 and resolved.replayed and resolved.body == b"{}", resolved
@@ -390,7 +392,8 @@ def test_cluster_user_reads_the_map_follows_ask_and_waits(tmp_path, start_proxy,
         assert p.post(key=purged).status == 201 and p.post(key=purged).replayed
         done = record_id_cli(p, "/v1/payments", purged)[0]["record_id"]
         assert p.admin("GET", "/records/%s" % done).status == 200
-        assert p.admin("DELETE", "/records/%s" % done).status == 200
+        assert p.admin("DELETE", "/records/%s?confirm=re-execute&reason=acl+check" % done) \
+            .status == 200
         assert_denied_only_optional(c.alive())
         p.stop()
 

@@ -36,7 +36,9 @@ from proxy_helpers import (
 pytestmark = pytest.mark.threads
 
 AUDIT_FIELDS = ["audit", "time", "action", "record_id", "dead_letter_id", "route", "client",
-                "token", "result", "status", "recorded_status"]
+                "token", "result", "status", "recorded_status", "reason"]
+# a finished record is purged only when the operator says its key will execute again, and why
+CONFIRMED = "?confirm=re-execute&reason=" + "rehearsal%3A+purge+a+finished+record"
 
 
 def assert_unauthorized(r, invalid):
@@ -126,8 +128,10 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
                        headers=auth).status == 200
         assert p.admin("DELETE", "/inbox/%s/dead/%s" % (ENCODED, second),
                        headers=auth).status == 404
-        assert p.admin("DELETE", "/records/%s" % record_id, headers=auth).status == 200
-        assert p.admin("DELETE", "/records/%s" % record_id, headers=auth).status == 404
+        assert p.admin("DELETE", "/records/%s%s" % (record_id, CONFIRMED),
+                       headers=auth).status == 200
+        assert p.admin("DELETE", "/records/%s%s" % (record_id, CONFIRMED),
+                       headers=auth).status == 404
         assert p.admin("DELETE", "/records/not-an-id", headers=auth).status == 400
         wait_until(lambda: any(a["status"] == 200 and a.get("event") == first_event
                                for a in receiver.attempts()),
@@ -136,19 +140,20 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
         assert [l["id"] for l in p.admin("GET", "/inbox/%s/dead" % ENCODED,
                                          headers=auth).json()["dead"]] == []
 
-        want = [("redeliver", None, first, ROUTE, "ok", 200),
-                ("dead-letter-delete", None, second, ROUTE, "ok", 200),
-                ("dead-letter-delete", None, second, ROUTE, "not-found", 404),
-                ("purge", record_id, None, "/v1/payments", "ok", 200),
-                ("purge", record_id, None, None, "not-found", 404),
-                ("purge", None, None, None, "refused", 400)]
+        why = "rehearsal: purge a finished record"
+        want = [("redeliver", None, first, ROUTE, "ok", 200, None),
+                ("dead-letter-delete", None, second, ROUTE, "ok", 200, None),
+                ("dead-letter-delete", None, second, ROUTE, "not-found", 404, None),
+                ("purge", record_id, None, "/v1/payments", "ok", 200, why),
+                ("purge", record_id, None, None, "not-found", 404, why),
+                ("purge", None, None, None, "refused", 400, None)]
         lines = wait_until(lambda: (lambda a: a if len(a) == len(want) else None)(
             audit_lines(p)), what="six audit lines")
-        for line, (action, rid, dlid, route, result, status) in zip(lines, want):
+        for line, (action, rid, dlid, route, result, status, reason) in zip(lines, want):
             assert list(line) == AUDIT_FIELDS, line
             assert (line["action"], line["record_id"], line["dead_letter_id"], line["route"],
-                    line["result"], line["status"]) == (action, rid, dlid, route, result,
-                                                        status), line
+                    line["result"], line["status"], line["reason"]) == (
+                        action, rid, dlid, route, result, status, reason), line
             assert line["client"] == "127.0.0.1" and line["token"] == fingerprint(token), line
             assert line["recorded_status"] is None, line
             when = datetime.datetime.strptime(line["time"], "%Y-%m-%dT%H:%M:%S.%fZ")

@@ -279,7 +279,8 @@ def test_a_large_body_is_refused_from_its_head_before_it_is_sent(start_proxy, tm
     assert_problem(r, 401, "admin-unauthorized")
     # an authenticated resolve still takes a body beyond 4 KiB (the record is not there: 404),
     # and Expect: 100-continue gets its 100 once the body is wanted
-    doc = json.dumps({"status": 200, "headers": [], "body_base64": "QUJD" * 3000}).encode()
+    doc = json.dumps({"status": 200, "headers": [], "body_base64": "QUJD" * 3000,
+                      "reason": "bounds"}).encode()
     with connect(p.admin_port) as s:
         s.sendall(b"PUT /records/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                   b"Content-Type: application/json\r\nExpect: 100-continue\r\n"

@@ -77,9 +77,13 @@ def resolve(p, token, record_id, doc, raw=None):
                    headers=bearer(token) + [("Content-Type", "application/json")], body=body)
 
 
-def answer(status=201, headers=(("Content-Type", "application/json"),), body=b""):
-    return {"status": status, "headers": [list(h) for h in headers],
-            "body_base64": base64.b64encode(body).decode()}
+def answer(status=201, headers=(("Content-Type", "application/json"),), body=b"",
+           reason="INC-1: the upstream shows the payment"):
+    doc = {"status": status, "headers": [list(h) for h in headers],
+           "body_base64": base64.b64encode(body).decode()}
+    if reason is not None:
+        doc["reason"] = reason
+    return doc
 
 
 def resolve_lines(p):
@@ -87,11 +91,12 @@ def resolve_lines(p):
 
 
 def listing(p, token, state="outcome-unknown", limit=None, max_pages=200):
-    """Every page of the listing: (entries, pages)."""
+    """Every page of the listing (state None: every held state): (entries, pages)."""
     entries, pages, cursor = [], [], None
     for _ in range(max_pages):
-        q = "state=" + state + ("&limit=%d" % limit if limit else "") + \
-            ("&cursor=" + cursor if cursor else "")
+        q = "&".join(part for part in (
+            "state=" + state if state else "", "limit=%d" % limit if limit else "",
+            "cursor=" + cursor if cursor else "") if part)
         r = p.admin("GET", "/records?" + q, headers=bearer(token), timeout=30)
         assert r.status == 200, r
         doc = r.json()
@@ -128,8 +133,9 @@ def test_an_outcome_unknown_record_resolved_is_replayed_to_the_retry_and_execute
     r = resolve(p, token, record_id, answer(201, [("Content-Type", "application/json"),
                                                   ("X-Order", "ord_found")], body))
     assert r.status == 200, r
-    assert r.json() == {"record_id": record_id, "state": "done", "status": 201,
-                        "stored_headers": 2, "body_bytes": len(body)}
+    etag = r.header("ETag")
+    assert r.json() == {"record_id": record_id, "state": "resolved", "status": 201,
+                        "stored_headers": 2, "body_bytes": len(body), "etag": etag}
 
     retry = p.post(key=key, headers=CLOSE)
     assert retry.status == 201 and retry.replayed, retry
@@ -140,24 +146,30 @@ def test_an_outcome_unknown_record_resolved_is_replayed_to_the_retry_and_execute
     # the retention goes on from the first request: the key's TTL is kept, not reset
     ttl_after = redis.cmd("PTTL", redis_key)
     assert 0 < ttl_after <= ttl_before, (ttl_before, ttl_after)
-    got = record(p, token, record_id).json()
-    assert (got["state"], got["status"], got["body_bytes"]) == ("done", 201, len(body)), got
+    got = record(p, token, record_id)
+    assert got.header("ETag") == etag and got.json()["etag"] == etag, got
+    got = got.json()
+    assert (got["state"], got["status"], got["body_bytes"]) == ("resolved", 201, len(body)), got
 
     (line,) = resolve_lines(p)
     assert line["record_id"] == record_id and line["result"] == "ok" and line["status"] == 200
     assert line["recorded_status"] == 201 and line["token"] == fingerprint(token)
     assert line["client"] == "127.0.0.1" and line["dead_letter_id"] is None
     assert line["route"] == "/v1/payments", line
+    assert line["reason"] == "INC-1: the upstream shows the payment", line
     assert token not in p.stdout_text() + p.stderr_text()
     assert metric_values(p, "idempotency_proxy_records_resolved_total") == {
         "idempotency_proxy_records_resolved_total": 1.0}
-    # resolved: not held any more, and a second resolve finds a finished record
+    # resolved: not outcome-unknown any more, and a second resolve without If-Match (the
+    # resolution's ETag) is refused: an operator's resolution is replaced only by name
     assert listing(p, token)[0] == []
+    assert [e["record_id"] for e in listing(p, token, "resolved")[0]] == [record_id]
     value = redis.cmd("GET", redis_key)
     again = resolve(p, token, record_id, answer(200, body=b"other"))
-    assert again.status == 409, again
+    assert again.status == 428, again
+    assert again.problem()["type"] == "urn:idempotency-proxy:problem:precondition-required"
     assert redis.cmd("GET", redis_key) == value
-    assert resolve_lines(p)[-1]["result"] == "conflict"
+    assert resolve_lines(p)[-1]["result"] == "refused"
 
 
 def test_resolve_on_a_live_lease_or_a_finished_record_is_409_and_changes_nothing(
@@ -186,7 +198,7 @@ def test_resolve_on_a_live_lease_or_a_finished_record_is_409_and_changes_nothing
     assert out["r"].status == 201, out
     before = redis_contents(redis)
     done = resolve(p, token, record_id, answer(202, body=b"{}"))
-    assert done.status == 409 and "finished" in done.json()["error"], done
+    assert done.status == 409 and "never replaced" in done.json()["error"], done
     assert redis_contents(redis) == before
     retry = p.post(key=key, headers=[("X-Demo-Delay-Ms", "8000")])
     assert retry.status == 201 and retry.replayed and retry.body == out["r"].body
@@ -218,14 +230,17 @@ def test_two_resolves_sent_at_once_one_wins(tmp_path, start_proxy, redis, upstre
     for s in socks:
         with s:
             statuses.append(read_response(s, "PUT", timeout=15).status)
-    assert sorted(statuses) == [200, 409], statuses
+    # the loser read the record before the winner wrote (409: it changed) or after (428: it
+    # holds a resolution, replaced only with If-Match): either way nothing of it was written
     winner = statuses.index(200)
+    loser = statuses[1 - winner]
+    assert sorted(statuses) in ([200, 409], [200, 428]), statuses
     retry = p.post(key=key, headers=CLOSE)
     assert retry.status == 201 + winner and retry.replayed and retry.body == bodies[winner]
     assert upstream.executions(key) == 1
     lines = resolve_lines(p)
     assert sorted((l["result"], l["recorded_status"]) for l in lines) == sorted(
-        [("ok", 201 + winner), ("conflict", None)]), lines
+        [("ok", 201 + winner), ("conflict" if loser == 409 else "refused", None)]), lines
 
 
 def test_an_answer_that_cannot_be_recorded_is_400_no_record_404_no_token_401(
@@ -254,6 +269,13 @@ def test_an_answer_that_cannot_be_recorded_is_400_no_record_404_no_token_401(
         ({"status": 201, "headers": [], "body_base64": "QUJDRA"}, None),  # unpadded
         ({"status": 201, "headers": []}, None),
         (answer(201, body=b"x" * 1025), None),
+        # the operator's reason: required, one line of text, bounded
+        (answer(201, reason=None), None),
+        (answer(201, reason=""), None),
+        (answer(201, reason="x" * 513), None),
+        (answer(201, reason="two\nlines"), None),
+        (answer(201, reason="\u0085 a C1 control"), None),
+        ({"status": 201, "headers": [], "body_base64": "", "reason": 7}, None),
     ]
     for doc, raw in bad:
         r = resolve(p, token, record_id, doc, raw)
@@ -266,6 +288,7 @@ def test_an_answer_that_cannot_be_recorded_is_400_no_record_404_no_token_401(
                                             answer(201, body=b"x" * 1025)).json()["detail"]
     assert "Connection" in resolve(p, token, record_id,
                                    answer(201, [("Connection", "close")])).json()["detail"]
+    assert "reason" in resolve(p, token, record_id, answer(201, reason=None)).json()["detail"]
     # exactly the limit is recorded
     assert resolve(p, token, record_id, answer(201, body=b"y" * 1024)).status == 200
 
@@ -279,7 +302,7 @@ def test_an_answer_that_cannot_be_recorded_is_400_no_record_404_no_token_401(
         assert r.status == 401 and r.header("WWW-Authenticate", "").startswith("Bearer"), r
         assert p.admin("GET", "/records?state=outcome-unknown", headers=headers).status == 401
     lines = resolve_lines(p)
-    n_bad = len(bad) + 2
+    n_bad = len(bad) + 3
     assert [l["result"] for l in lines] == ["refused"] * n_bad + ["ok", "not-found"], lines
     assert all(l["record_id"] == record_id for l in lines[:-1]) and lines[-1]["record_id"] == absent
     assert all(l["token"] == fingerprint(token) for l in lines)
@@ -324,7 +347,9 @@ def test_the_listing_finds_3_held_records_among_2000_finished_ones(tmp_path, sta
     print("listing 2005 keys: %d pages (limit 100), %d pages (limit 1), %.2f s" % (
         len(pages), len(small_pages), elapsed))
     assert listing(p, token, "claimed")[0] == []
-    for bad in ("", "state=done", "state=claimed&state=claimed", "state=claimed&limit=0",
+    # without state=: every held state (here the outcome-unknown ones)
+    assert sorted(e["record_id"] for e in listing(p, token, None)[0]) == sorted(held)
+    for bad in ("state=done", "state=claimed&state=claimed", "state=claimed&limit=0",
                 "state=claimed&limit=1001", "state=claimed&cursor=x"):
         r = p.admin("GET", "/records?" + bad, headers=bearer(token))
         assert r.status == 400, (bad, r)

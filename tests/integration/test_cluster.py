@@ -117,7 +117,8 @@ def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, up
         rid = rkey[rkey.index("{") + 1:rkey.index("}")]
         info = proxies[1].admin("GET", "/records/" + rid)
         assert info.status == 200 and info.json()["state"] == "done", info
-        assert proxies[1].admin("DELETE", "/records/" + rid).status == 200
+        assert proxies[1].admin("DELETE", "/records/" + rid +
+                                "?confirm=re-execute&reason=cluster+routing").status == 200
         assert n.cmd("EXISTS", rkey) == 0
 
 

@@ -281,12 +281,13 @@ def test_a_resolve_under_a_keyring_is_sealed_and_replayed(start_proxy, redis, up
     rid = rkey.split("{", 1)[1].rstrip("}")
     answer = b'{"id": "ord_MARK%s"}' % k.encode()
     put = p.admin("PUT", "/records/" + rid, body=(
-        '{"status": 201, "headers": [["Content-Type", "application/json"]], "body_base64": "%s"}'
-        % base64.b64encode(answer).decode()).encode(),
+        '{"status": 201, "headers": [["Content-Type", "application/json"]], "body_base64": "%s", '
+        '"reason": "found at the upstream"}' % base64.b64encode(answer).decode()).encode(),
         headers=[("Authorization", "Bearer " + token), ("Content-Type", "application/json")])
     assert put.status == 200, put
     value = raw(redis, rkey)
-    assert head(value)[:2] == (2, "D") and head(value)[3] != "P", head(value)
+    # an operator's resolution: state R, replayed like the upstream's answer
+    assert head(value)[:2] == (2, "R") and head(value)[3] != "P", head(value)
     assert head(value)[4] == "k1", head(value)
     assert b"ord_MARK" not in value, "the resolved answer is sealed"
     retry = p.post(key=k, body=body)

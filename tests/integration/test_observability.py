@@ -103,7 +103,8 @@ def test_admin_listener_answers_the_documented_endpoints_only(start_proxy, upstr
     assert p.admin("PUT", "/records/%s" % record_id).status == 400
     # not an endpoint of this release: pause
     assert p.admin("POST", "/inbox/%2Fwh/pause").status == 404
-    assert p.admin("DELETE", "/records/%s" % record_id).status == 200
+    assert p.admin("DELETE", "/records/%s?confirm=re-execute&reason=test" % record_id).status \
+        == 200
     assert p.admin("GET", "/records/%s" % record_id).status == 404
 
 

@@ -188,7 +188,7 @@ def test_acl_user_with_the_documented_commands_works_end_to_end(start_proxy, ups
     # admin: look a record up (GET, PTTL) and purge it (compare-and-set delete)
     rid = str(record_keys(r, db=1)[0]).split("{", 1)[1].rstrip("}")
     assert p.admin("GET", "/records/" + rid).status == 200
-    assert p.admin("DELETE", "/records/" + rid).status == 200
+    assert p.admin("DELETE", "/records/" + rid + "?confirm=re-execute&reason=test").status == 200
     # idle: the health check (ROLE) keeps it ready. Every connection of the proxy runs it
     # once it has been idle for half a second (STORE_HEALTH_MS / 2): wait for as many ROLEs
     # as the proxy has connections, counted from now

@@ -19,6 +19,7 @@ int main(void)
         "invalid-target", "invalid-framing", "method-not-allowed", "too-many-header-fields",
         "overloaded", "admin-unauthorized", "invalid-resolution", "record-key-unavailable",
         "record-unreadable", "head-too-large", "method-not-implemented",
+        "precondition-required", "precondition-failed", "re-execute-not-confirmed",
     };
     _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
@@ -75,6 +76,9 @@ int main(void)
         { PROBLEM_INVALID_RESOLUTION, "invalid_request_error", false },
         { PROBLEM_HEAD_TOO_LARGE, "invalid_request_error", false },
         { PROBLEM_METHOD_NOT_IMPLEMENTED, "invalid_request_error", false },
+        { PROBLEM_PRECONDITION_REQUIRED, "invalid_request_error", false },
+        { PROBLEM_PRECONDITION_FAILED, "invalid_request_error", false },
+        { PROBLEM_RE_EXECUTE_NOT_CONFIRMED, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);

@@ -76,6 +76,32 @@ int main(void)
     r.body_len = sizeof(bin);
     round_trip("binary body byte for byte", &r);
 
+    record_base(&r, RECORD_RESOLVED);
+    r.status = 201;
+    r.completed_ms = 1764444449999ull;
+    r.n_headers = 1;
+    r.headers[0] = (struct record_field){ "Content-Type", 12, "application/json", 16 };
+    r.body = "{\"id\":\"ord_2\"}";
+    r.body_len = strlen(r.body);
+    round_trip("resolved record round trip", &r);
+    UNIT_CHECK("resolved is R at the state offset",
+               record_encode(&r, buf) > 0 && buf[RECORD_STATE_OFFSET] == 'R', "%c",
+               buf[RECORD_STATE_OFFSET]);
+    {
+        char a[RECORD_ETAG_LEN + 1], b[RECORD_ETAG_LEN + 1], c[RECORD_ETAG_LEN + 1];
+        size_t len = record_encode(&r, buf);
+
+        record_etag(buf, len, a);
+        record_etag(buf, len, b);
+        buf[len - 1] ^= 1; /* one bit of the body */
+        record_etag(buf, len, c);
+        UNIT_CHECK("an entity tag: quoted 32 hex, stable, any change changes it",
+                   strlen(a) == RECORD_ETAG_LEN && a[0] == '"' && a[RECORD_ETAG_LEN - 1] == '"' &&
+                       strspn(a + 1, "0123456789abcdef") == 32 && strcmp(a, b) == 0 &&
+                       strcmp(a, c) != 0,
+                   "%s %s %s", a, b, c);
+    }
+
     record_base(&r, RECORD_UNKNOWN);
     round_trip("outcome unknown round trip", &r);
     record_base(&r, RECORD_TOMBSTONE);

@@ -1,0 +1,359 @@
+"""Decisions on held records that can be corrected until they are safe (docs/operations.md
+"Resolving a held record", "Purging a record", "Extending a hold", "Bulk changes", "The audit
+trail"):
+
+- a resolution is a record of its own state (`resolved`) that replays like the upstream's
+  answer; it is replaced only by a `PUT` whose `If-Match` is its `ETag` (`GET /records/<id>`):
+  without one `428 precondition-required`, with a stale one `412 precondition-failed`; an
+  answer the upstream gave is never replaced (`409`);
+- a purge of a record that holds an answer (the upstream's or an operator's) is refused
+  (`409 re-execute-not-confirmed`) unless it says `confirm=re-execute` and gives a reason;
+  then the next retry executes again, once;
+- `POST /records/<id>/extend` sets a held record's time to live, never shorter than it is;
+- `POST /records/bulk` lists (dry run, the default) or changes every held record that
+  matches, each by its own compare-and-set and audit line, a bounded number per call;
+- every change writes one audit line with the operator's `reason`.
+
+Real processes only: redis-server, the demo upstream (`X-Demo-Fault: close` closes the
+connection after reading the request: the record is held as outcome unknown) and the proxy.
+"""
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from harness import wait_until
+from proxy_helpers import audit_lines, bearer, new_token, redis_contents, stdout_json, token_file
+
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): the admin thread and the workers meet on the same records.
+pytestmark = pytest.mark.threads
+
+ROUTE = "/v1/payments*"
+CLOSE = [("X-Demo-Fault", "close")]
+PRECONDITION_REQUIRED = "urn:idempotency-proxy:problem:precondition-required"
+PRECONDITION_FAILED = "urn:idempotency-proxy:problem:precondition-failed"
+NOT_CONFIRMED = "urn:idempotency-proxy:problem:re-execute-not-confirmed"
+
+
+def start(start_proxy, tmp_path, token, **kw):
+    return start_proxy(routes=[{"path": ROUTE}], admin_host="0.0.0.0",
+                       admin_token_file=token_file(tmp_path, token), **kw)
+
+
+def access_ids(p):
+    return [l["record_id"] for l in stdout_json(p)
+            if "audit" not in l and l.get("path") == "/v1/payments"]
+
+
+def hold(p, key):
+    """A request whose upstream closes the connection after reading it: 502, and the record
+    is kept as outcome unknown. Returns the record id its access-log line printed."""
+    seen = len(access_ids(p))
+    r = p.post(key=key, headers=CLOSE)
+    assert r.status == 502, r
+    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen], 5,
+                      what="the access-log line of the held request")
+
+
+def answer(status=201, body=b"", reason=None):
+    doc = {"status": status, "headers": [["Content-Type", "application/json"]],
+           "body_base64": base64.b64encode(body).decode()}
+    if reason is not None:
+        doc["reason"] = reason
+    return doc
+
+
+def admin(p, token, method, path, doc=None, headers=()):
+    return p.admin(method, path, headers=bearer(token) + list(headers),
+                   body=json.dumps(doc).encode() if doc is not None else None)
+
+
+def record_lines(p):
+    return [(l["action"], l["result"], l["status"], l["reason"]) for l in audit_lines(p)]
+
+
+def test_a_resolve_is_corrected_by_its_etag_and_a_purge_that_would_execute_again_needs_confirm(
+        tmp_path, start_proxy, redis, upstream):
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    key = "pay-" + uuid.uuid4().hex
+    record_id = hold(p, key)
+    path = "/records/" + record_id
+    redis_key = "idem:{%s}" % record_id
+
+    # the operator resolves, mistyping the status
+    r = admin(p, token, "PUT", path, answer(500, reason="INC-7: the upstream shows pay_1"))
+    assert r.status == 200 and r.json()["state"] == "resolved", r
+    got = admin(p, token, "GET", path)
+    first_etag = got.header("ETag")
+    assert got.json()["state"] == "resolved" and got.json()["etag"] == first_etag, got
+    assert first_etag == r.header("ETag") and len(first_etag) == 34, first_etag
+    assert first_etag[0] == first_etag[-1] == '"', first_etag
+    mistyped = p.post(key=key, headers=CLOSE)
+    assert mistyped.status == 500 and mistyped.replayed, mistyped
+    # the lookup names the state too
+    look = admin(p, token, "GET", "/records/lookup?path=/v1/payments&key=" + key).json()
+    assert (look["record_id"], look["exists"], look["state"]) == (record_id, True, "resolved")
+
+    # the correction: refused without If-Match, and with a stale or malformed one
+    fixed = b'{"id": "pay_1", "status": "succeeded"}'
+    why = "INC-7: status mistyped, the upstream answered 201"
+    value = redis.cmd("GET", redis_key)
+    r = admin(p, token, "PUT", path, answer(201, fixed, why))
+    assert r.status == 428 and r.problem()["type"] == PRECONDITION_REQUIRED, r
+    r = admin(p, token, "PUT", path, answer(201, fixed, why), [("If-Match", '"%s"' % ("0" * 32))])
+    assert r.status == 412 and r.problem()["type"] == PRECONDITION_FAILED, r
+    r = admin(p, token, "PUT", path, answer(201, fixed, why), [("If-Match", "W/" + first_etag)])
+    assert r.status == 412, r  # a weak tag never matches: the comparison is strong
+    r = admin(p, token, "PUT", path, answer(201, fixed, why), [("If-Match", "*")])
+    assert r.status == 428, r  # "*" does not name the resolution replaced
+    r = admin(p, token, "PUT", path, answer(201, fixed, why), [("If-Match", "not-a-tag")])
+    assert r.status == 400, r
+    assert redis.cmd("GET", redis_key) == value, "nothing was written"
+    r = admin(p, token, "PUT", path, answer(201, fixed, why),
+              [("If-Match", '"%s", %s' % ("1" * 32, first_etag))])
+    assert r.status == 200 and r.json()["status"] == 201, r
+    second_etag = r.header("ETag")
+    assert second_etag != first_etag and admin(p, token, "GET", path).header("ETag") == second_etag
+    # the first tag is stale now: a second correction made from it is refused
+    r = admin(p, token, "PUT", path, answer(202, reason="a late second correction"),
+              [("If-Match", first_etag)])
+    assert r.status == 412, r
+
+    # the correction replays to the retry; nothing executed again
+    retry = p.post(key=key, headers=CLOSE)
+    assert retry.status == 201 and retry.replayed and retry.body == fixed, retry
+    assert upstream.executions(key) == 1
+
+    # a purge would let the next retry execute again: refused unless confirmed with a reason
+    value = redis.cmd("GET", redis_key)
+    r = admin(p, token, "DELETE", path)
+    assert r.status == 409 and r.problem()["type"] == NOT_CONFIRMED, r
+    assert "execut" in r.problem()["detail"] and "confirm=re-execute" in r.problem()["detail"]
+    assert admin(p, token, "DELETE", path + "?confirm=re-execute").status == 400
+    assert admin(p, token, "DELETE", path + "?confirm=yes&reason=x").status == 400
+    assert admin(p, token, "DELETE", path + "?reason=two%0Alines").status == 400
+    assert admin(p, token, "DELETE", path + "?confirmed=re-execute&reason=x").status == 400
+    purge = path + "?confirm=re-execute&reason=INC-7%3A+customer+asked+to+pay+again"
+    r = admin(p, token, "DELETE", purge, headers=[("If-Match", first_etag)])
+    assert r.status == 412 and r.problem()["type"] == PRECONDITION_FAILED, r
+    assert redis.cmd("GET", redis_key) == value, "nothing was deleted"
+    assert p.post(key=key, headers=CLOSE).body == fixed
+    r = admin(p, token, "DELETE", purge, headers=[("If-Match", second_etag)])
+    assert r.status == 200 and r.json() == {"record_id": record_id, "deleted": True,
+                                            "state": "resolved"}, r
+    assert redis.cmd("EXISTS", redis_key) == 0
+
+    # the retry executes once more, and its answer is the upstream's: never replaced
+    again = p.post(key=key)
+    assert again.status == 201 and not again.replayed, again
+    assert upstream.executions(key) == 2
+    done_etag = wait_until(lambda: (lambda g: g.json()["state"] == "done" and g.header("ETag"))(
+        admin(p, token, "GET", path)), what="the upstream's answer recorded")
+    r = admin(p, token, "PUT", path, answer(201, reason="overwrite the upstream's"),
+              [("If-Match", done_etag)])
+    assert r.status == 409 and "never replaced" in r.json()["error"], r
+    r = admin(p, token, "DELETE", path)
+    assert r.status == 409 and r.problem()["type"] == NOT_CONFIRMED, r
+    assert p.post(key=key).replayed
+    assert upstream.executions(key) == 2
+
+    assert record_lines(p) == [
+        ("resolve", "ok", 200, "INC-7: the upstream shows pay_1"),
+        ("resolve", "refused", 428, why),
+        ("resolve", "conflict", 412, why),
+        ("resolve", "conflict", 412, why),
+        ("resolve", "refused", 428, why),
+        ("resolve", "refused", 400, why),
+        ("resolve", "ok", 200, why),
+        ("resolve", "conflict", 412, "a late second correction"),
+        ("purge", "conflict", 409, None),
+        ("purge", "refused", 400, None),
+        ("purge", "refused", 400, None),
+        ("purge", "refused", 400, None),
+        ("purge", "refused", 400, None),
+        ("purge", "conflict", 412, "INC-7: customer asked to pay again"),
+        ("purge", "ok", 200, "INC-7: customer asked to pay again"),
+        ("resolve", "conflict", 409, "overwrite the upstream's"),
+        ("purge", "conflict", 409, None),
+    ], audit_lines(p)
+    assert all(l["record_id"] == record_id for l in audit_lines(p))
+    assert [l["recorded_status"] for l in audit_lines(p) if l["result"] == "ok"] == [
+        500, 201, None]
+
+
+def test_an_extension_lengthens_a_hold_and_never_shortens_it(tmp_path, start_proxy, redis,
+                                                             upstream):
+    token = new_token()
+    p = start(start_proxy, tmp_path, token, retention="120s")
+    key = "pay-" + uuid.uuid4().hex
+    record_id = hold(p, key)
+    path = "/records/" + record_id
+    redis_key = "idem:{%s}" % record_id
+    before = redis.cmd("PTTL", redis_key)
+    assert 0 < before <= 120000, before
+    etag = admin(p, token, "GET", path).header("ETag")
+
+    r = admin(p, token, "POST", path + "/extend", {"seconds": 3600, "reason": "INC-9: "
+                                                   "waiting for the bank"})
+    assert r.status == 200, r
+    assert r.json() == {"record_id": record_id, "state": "outcome-unknown", "ttl_ms": 3600000,
+                        "changed": True}, r
+    grown = redis.cmd("PTTL", redis_key)
+    assert 3500000 < grown <= 3600000, grown
+    # the record itself is unchanged: its entity tag stays, and it is still held
+    assert admin(p, token, "GET", path).header("ETag") == etag
+    held = p.post(key=key, headers=CLOSE)
+    assert held.status == 502 and held.problem()["type"].endswith(":outcome-unknown"), held
+
+    # shorter than it is: nothing changes
+    r = admin(p, token, "POST", path + "/extend", {"seconds": 600, "reason": "by mistake"})
+    assert r.status == 200 and r.json()["changed"] is False, r
+    assert 3500000 < r.json()["ttl_ms"] <= grown, r
+    assert 3500000 < redis.cmd("PTTL", redis_key) <= grown
+
+    # refused before Redis: a malformed body; 412 on a stale If-Match; 404; 405
+    for bad in ({"seconds": 0, "reason": "x"}, {"seconds": 2592001, "reason": "x"},
+                {"seconds": "60", "reason": "x"}, {"seconds": 60}, {"seconds": 60, "reason": ""},
+                {"seconds": 60, "reason": "x", "extra": 1}):
+        r = admin(p, token, "POST", path + "/extend", bad)
+        assert r.status == 400, (bad, r)
+    r = admin(p, token, "POST", path + "/extend", {"seconds": 7200, "reason": "x"},
+              [("If-Match", '"%s"' % ("0" * 32))])
+    assert r.status == 412 and r.problem()["type"] == PRECONDITION_FAILED, r
+    assert admin(p, token, "POST", "/records/%s/extend" % ("0" * 32),
+                 {"seconds": 60, "reason": "x"}).status == 404
+    assert admin(p, token, "GET", path + "/extend").status == 405
+    assert 3500000 < redis.cmd("PTTL", redis_key) <= grown
+
+    # a resolution is held too: it can be extended
+    assert admin(p, token, "PUT", path, answer(201, b"{}", "INC-9: paid")).status == 200
+    r = admin(p, token, "POST", path + "/extend", {"seconds": 7200, "reason": "INC-9: audit"},
+              [("If-Match", admin(p, token, "GET", path).header("ETag"))])
+    assert r.status == 200 and r.json()["state"] == "resolved" and r.json()["changed"], r
+    assert 7100000 < redis.cmd("PTTL", redis_key) <= 7200000
+
+    # an answer the upstream gave is not held: 409
+    done = "pay-" + uuid.uuid4().hex
+    assert p.post(key=done).status == 201
+    look = admin(p, token, "GET", "/records/lookup?path=/v1/payments&key=" + done).json()
+    assert look["state"] == "done", look
+    done_id = look["record_id"]
+    r = admin(p, token, "POST", "/records/%s/extend" % done_id, {"seconds": 60, "reason": "x"})
+    assert r.status == 409 and r.json()["state"] == "done", r
+    assert upstream.executions(key) == 1
+
+    extends = [(l["result"], l["status"], l["reason"]) for l in audit_lines(p)
+               if l["action"] == "extend"]
+    # a refused body's line carries the reason when it was read before the refusal
+    assert extends == [("ok", 200, "INC-9: waiting for the bank"), ("ok", 200, "by mistake")] + \
+        [("refused", 400, "x")] * 3 + [("refused", 400, None)] * 3 + \
+        [("conflict", 412, "x"), ("not-found", 404, "x"), ("ok", 200, "INC-9: audit"),
+         ("conflict", 409, "x")], extends
+
+
+def bulk(p, token, doc):
+    return admin(p, token, "POST", "/records/bulk", doc)
+
+
+def test_bulk_dry_run_then_bulk_resolve_of_100_held_records(tmp_path, start_proxy, redis,
+                                                           upstream):
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    keys = ["pay-" + uuid.uuid4().hex for _ in range(100)]
+    ids = {hold(p, k): k for k in keys}
+    assert len(ids) == 100
+    finished = "pay-" + uuid.uuid4().hex
+    assert p.post(key=finished).status == 201
+    body = b'{"status": "succeeded", "found": "at the upstream"}'
+    resolve = dict(answer(201, body), action="resolve", state="outcome-unknown",
+                   route="/v1/payments")
+
+    # the dry run (the default) lists what would change, and changes nothing
+    before = redis_contents(redis)
+    r = bulk(p, token, resolve)
+    assert r.status == 200, r
+    doc = r.json()
+    assert (doc["action"], doc["dry_run"], doc["matched"], doc["changed"], doc["next_cursor"]) \
+        == ("resolve", True, 100, 0, None), doc
+    assert sorted(e["record_id"] for e in doc["records"]) == sorted(ids)
+    assert all(e == {"record_id": e["record_id"], "route": "/v1/payments",
+                     "state": "outcome-unknown", "result": "would-resolve"}
+               for e in doc["records"]), doc["records"][:3]
+    # bounded calls: limit= records a call, the walk goes on from next_cursor
+    seen, cursor, calls = [], None, 0
+    while True:
+        page = bulk(p, token, dict(resolve, limit=30, **({"cursor": cursor} if cursor else {})))
+        assert page.status == 200 and page.json()["matched"] <= 30, page
+        seen += [e["record_id"] for e in page.json()["records"]]
+        cursor, calls = page.json()["next_cursor"], calls + 1
+        if cursor is None:
+            break
+        assert calls < 20, "the walk does not end"
+    assert sorted(seen) == sorted(ids) and calls >= 4, (calls, len(seen))
+    # filters that match nothing
+    assert bulk(p, token, dict(resolve, route="/v1/other")).json()["matched"] == 0
+    assert bulk(p, token, dict(resolve, older_than_seconds=3600)).json()["matched"] == 0
+    assert bulk(p, token, dict(resolve, state="claimed")).json()["matched"] == 0
+    assert redis_contents(redis) == before
+    assert audit_lines(p) == [], "a dry run is a read"
+
+    # refused whole: no reason for a change, a malformed request
+    for bad in (dict(resolve, dry_run=False), dict(resolve, state="done"),
+                dict(resolve, action="delete"), dict(resolve, state="resolved", reason="x"),
+                dict(resolve, limit=1001), dict(resolve, dry_run="no"),
+                dict(resolve, confirm="re-execute", reason="x"), dict(resolve, status=99)):
+        r = bulk(p, token, bad)
+        assert r.status == 400, (bad, r)
+    assert redis_contents(redis) == before
+
+    # the change: each record by its own compare-and-set and audit line
+    why = "INC-11: the upstream settled the batch of 12:03"
+    r = bulk(p, token, dict(resolve, dry_run=False, reason=why))
+    assert r.status == 200, r
+    doc = r.json()
+    assert (doc["dry_run"], doc["matched"], doc["changed"], doc["next_cursor"]) == \
+        (False, 100, 100, None), doc
+    assert sorted(e["record_id"] for e in doc["records"]) == sorted(ids)
+    assert {e["result"] for e in doc["records"]} == {"resolved"}, doc["records"]
+    lines = [l for l in audit_lines(p) if l["record_id"] is not None]
+    assert sorted(l["record_id"] for l in lines) == sorted(ids)
+    assert {(l["action"], l["result"], l["status"], l["recorded_status"], l["reason"])
+            for l in lines} == {("bulk-resolve", "ok", 200, 201, why)}, lines[:3]
+
+    # every retry replays the resolution; nothing executes again
+    for k in keys:
+        retry = p.post(key=k, headers=CLOSE)
+        assert retry.status == 201 and retry.replayed and retry.body == body, retry
+        assert upstream.executions(k) == 1
+    assert bulk(p, token, resolve).json()["matched"] == 0
+
+    # the listing shows them resolved, with or without state=
+    for q in ("?state=resolved&limit=1000", "?limit=1000"):
+        listed = admin(p, token, "GET", "/records" + q).json()
+        assert sorted(e["record_id"] for e in listed["records"]) == sorted(ids), q
+        assert {e["state"] for e in listed["records"]} == {"resolved"}, q
+
+    # a bulk purge of resolutions would let each retry execute again: confirm, or 409
+    purge = {"action": "purge", "state": "resolved", "dry_run": False, "reason": "INC-11: undo",
+             "limit": 10}
+    before = redis_contents(redis)
+    r = bulk(p, token, purge)
+    assert r.status == 409 and r.problem()["type"] == NOT_CONFIRMED, r
+    assert redis_contents(redis) == before
+    r = bulk(p, token, dict(purge, confirm="re-execute"))
+    assert r.status == 200 and (r.json()["matched"], r.json()["changed"]) == (10, 10), r
+    purged = [e["record_id"] for e in r.json()["records"]]
+    assert {e["result"] for e in r.json()["records"]} == {"purged"}
+    for rid in purged:
+        assert redis.cmd("EXISTS", "idem:{%s}" % rid) == 0
+        assert p.post(key=ids[rid]).status == 201
+        assert upstream.executions(ids[rid]) == 2
+    purges = [l for l in audit_lines(p) if l["action"] == "bulk-purge"]
+    assert (purges[0]["result"], purges[0]["record_id"]) == ("conflict", None), purges[0]
+    assert sorted((l["result"], l["record_id"]) for l in purges[1:]) == sorted(
+        ("ok", rid) for rid in purged), purges
+    assert {l["reason"] for l in purges} == {"INC-11: undo"}
