@@ -23,8 +23,10 @@
 #      sent three times with one key executes once and gets three identical
 #      answers, the retries with Idempotent-Replayed: true; the admin endpoints
 #      behind the token answer 401 without it and work with it (the record the
-#      image's `record-id` names), the probes need none. The process runs
-#      as uid/gid 10001;
+#      image's `record-id` names), the probes need none; the operator CLI,
+#      run in the container (`podman exec`, as `kubectl exec` does), lists an
+#      outcome-unknown record and resolves it, and the retry replays the
+#      resolution. The process runs as uid/gid 10001;
 #   5. podman stop (the image's STOPSIGNAL, SIGTERM) while a slow payment is
 #      in flight: that payment is answered, the container exits 0.
 #
@@ -421,6 +423,40 @@ else
 fi
 metrics=$(code "$admin/metrics")
 if [[ $metrics == 200 ]]; then ok "admin: /metrics needs no token"; else fail "admin: /metrics without a token -> $metrics"; fi
+
+# The operator CLI inside the running container, as `kubectl exec POD -c idempotency-proxy --
+# idempotency-proxy admin ...` runs it: the container's user (uid 10001), its environment, the
+# read-only root filesystem, HOME=/nonexistent. A payment whose upstream closes the connection is
+# held as outcome-unknown; the CLI lists it and resolves it, and the retry replays the resolution.
+cli() { pod exec -e HOME=/nonexistent "$container" idempotency-proxy admin -c "$config_path" "$@" 2>>"$tmp/cli.err"; }
+held_key=held-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+held_code=$(code -X POST -H "Idempotency-Key: $held_key" -H 'X-Demo-Fault: close' -H 'Content-Type: application/json' -d '{"amount":700,"currency":"eur"}' "$client/v1/payments")
+held=$(once "${token_mount[@]}" -e REDIS_PASSWORD=x "$image" record-id -c "$config_path" --path /v1/payments --key "$held_key" |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["record_id"])' 2>/dev/null)
+listed=$(cli list --state outcome-unknown --json | python3 -c 'import json, sys; print(" ".join(r["record_id"] for r in json.load(sys.stdin)["records"]))' 2>/dev/null)
+table=$(cli list --state outcome-unknown)
+if [[ $held_code == 502 && -n $held && $listed == "$held" && $table == *"$held"*"outcome-unknown"* ]]; then
+  ok "CLI in the container (uid $image_uid, read-only root, HOME=/nonexistent): admin list shows the outcome-unknown record $held"
+else
+  fail "CLI list: the held POST got '$held_code', record-id '$held', listed '$listed'; $(tail -3 "$tmp/cli.err")"
+fi
+resolved=$(cli resolve "$held" --status 201 --header 'Content-Type: application/json' --body '{"id":"pay_cli"}' --reason 'image test: the upstream shows pay_cli' --json |
+  python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["record_id"], d["status"])' 2>/dev/null)
+in_ns curl -s -m 20 -D "$tmp/resolved.head" -o "$tmp/resolved.body" -H "Idempotency-Key: $held_key" \
+  -H 'Content-Type: application/json' -d '{"amount":700,"currency":"eur"}' "$client/v1/payments"
+if [[ $resolved == "$held 201" && $(status "$tmp/resolved.head") == "HTTP/1.1 201 Created" &&
+  $(replayed "$tmp/resolved.head") == true && $(cat "$tmp/resolved.body") == '{"id":"pay_cli"}' &&
+  $(executions "$held_key") == 1 ]]; then
+  ok "CLI resolve: the retry replays the resolution (201, Idempotent-Replayed: true), the upstream ran the payment once"
+else
+  fail "CLI resolve: '$resolved', the retry: $(status "$tmp/resolved.head") replayed '$(replayed "$tmp/resolved.head")' body '$(head -c 100 "$tmp/resolved.body")', executions $(executions "$held_key"); $(tail -3 "$tmp/cli.err")"
+fi
+if grep -qF "$admin_token" <<<"$listed$table$resolved" ||
+  grep -qF "$admin_token" "$tmp/cli.err" || pod logs "$container" 2>&1 | grep -qF "$admin_token"; then
+  fail "the admin token appears in the CLI's stderr or the container's log"
+else
+  ok "the admin token appears in neither the CLI's output nor the container's log"
+fi
 
 # ---------------------------------------------------------------------------
 step "5. podman stop (SIGTERM) with a payment in flight"

@@ -1,5 +1,6 @@
 /*
- * main.c - the command line (-c FILE, -t, -V, -h, record-id), signals, the worker threads.
+ * main.c - the command line (-c FILE, -t, -V, -h, record-id, admin), signals, the worker
+ * threads.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "cli.h"
 #include "clock.h"
 #include "config.h"
 #include "fingerprint.h"
@@ -49,7 +51,10 @@ static void main_usage(FILE *out)
             "       idempotency-proxy record-id -c FILE --path PATH --key KEY [--method M]\n"
             "                         [--header 'Name: value' ...]\n"
             "                                       print the record id and Redis key FILE\n"
-            "                                       gives that request (JSON)\n");
+            "                                       gives that request (JSON)\n"
+            "       idempotency-proxy admin -c FILE [--json] VERB ...\n"
+            "                                       the operator CLI: list, show, lookup, resolve,\n"
+            "                                       purge, extend, bulk, inbox (admin --help)\n");
 }
 
 /*
@@ -225,6 +230,8 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "record-id") == 0)
         return main_record_id(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "admin") == 0)
+        return cli_admin_main(argc - 1, argv + 1);
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {
         case 'c': file = optarg; break;

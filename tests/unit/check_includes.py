@@ -30,7 +30,7 @@ LEVELS = {
     "crypto": 1, "http": 1,
     "config": 2,
     "idem": 3, "upstream": 3, "listener": 3,
-    "store": 4,
+    "store": 4, "cli": 4,
     "inbox": 5,
     "exchange": 6,
     "admin": 7,

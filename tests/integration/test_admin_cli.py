@@ -1,0 +1,528 @@
+"""The operator CLI, `idempotency-proxy admin -c FILE VERB ...` (docs/operations.md "The operator
+CLI"): it loads the proxy's configuration and token file, talks to that configuration's admin
+listener and prints what it answered.
+
+- list (a table, every page, --limit, --route; every held state without --state), show (the
+  record's fields and its ETag), lookup, resolve (the retry replays the answer, the upstream ran
+  once), purge, extend, bulk (a dry run, then --apply), and the inbox's list, dead, pause,
+  resume, redeliver and delete;
+- --json prints the endpoint's JSON document as it came; without it a table or `name: value`
+  lines;
+- exit 0 done, 1 refused or not found (the problem's title and detail on stderr), 2 usage error
+  (nothing sent), 3 no admin listener there;
+- the token is never in the CLI's argv, its output or the proxy's logs, and never goes to an
+  HTTP proxy of the environment; the CLI runs with HOME=/nonexistent in a read-only working
+  directory and, where the tests run as root, with every mount of its namespace read-only: it
+  writes no file.
+
+Real processes only: redis-server, the demo upstream (`X-Demo-Fault: close` makes an
+outcome-unknown record), the inbox receiver and the proxy binary, which is also the CLI.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import uuid
+
+import pytest
+
+from harness import free_port, proxy_binary, wait_until
+from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, new_secret, queued_route, \
+    stripe_body
+from proxy_helpers import audit_lines, bearer, new_key, new_token, token_file
+
+PAYMENTS = "/v1/payments*"
+CLOSE = [("X-Demo-Fault", "close")]
+ID = re.compile(r"\b[0-9a-f]{32}\b")
+
+# Run in a mount namespace of its own whose every mount is read-only (as root), so that any
+# file the CLI tried to write would fail it; "$@" is the CLI's command line.
+READ_ONLY_SH = r"""
+awk '{print $2}' /proc/self/mounts | sort -u | while read -r m; do
+  mount -o remount,bind,ro "$(printf '%b' "$m")" 2>/dev/null
+done
+for d in / /tmp "$PWD" "$IDEM_CLI_TMP"; do
+  if [ -w "$d" ]; then echo "test setup: $d is still writable" >&2; exit 99; fi
+done
+exec "$@"
+"""
+
+
+class CLI:
+    """The binary's `admin` subcommand against one proxy's configuration: HOME=/nonexistent,
+    a read-only working directory, every mount read-only where the test runs as root. Each
+    run asserts the token is in none of its arguments and none of its output."""
+
+    def __init__(self, tmp_path, proxy, token=None):
+        self.proxy, self.token = proxy, token
+        self.tmp = str(tmp_path)
+        self.cwd = os.path.join(self.tmp, "ro-cwd")
+        os.makedirs(self.cwd, exist_ok=True)
+        os.chmod(self.cwd, 0o555)
+        self.isolated = os.geteuid() == 0 and shutil.which("unshare") is not None
+
+    def __call__(self, *args, config=None, env=None, stdin=None, check=None):
+        argv = [proxy_binary(), "admin", "-c", config or self.proxy.config_path] + list(args)
+        if self.token:
+            assert not any(self.token in a for a in argv), "the token is on the command line"
+        e = {k: v for k, v in os.environ.items() if k.startswith(("ASAN", "UBSAN", "LSAN",
+                                                                  "TSAN", "PATH"))}
+        e.update({"HOME": "/nonexistent", "IDEM_CLI_TMP": self.tmp})
+        e.update(env or {})
+        if self.isolated:
+            argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                    READ_ONLY_SH, "sh"] + argv
+        p = subprocess.run(argv, cwd=self.cwd, env=e, input=stdin, capture_output=True,
+                           timeout=60)
+        out, err = p.stdout.decode(), p.stderr.decode()
+        assert p.returncode != 99, err
+        if self.token:
+            assert self.token not in out and self.token not in err, "the token was printed"
+        if check is not None:
+            assert p.returncode == check, (p.returncode, out, err)
+        return p.returncode, out, err
+
+    def json(self, *args, **kw):
+        rc, out, err = self(*args, "--json", **kw)
+        assert rc == 0, (rc, out, err)
+        assert out.endswith("\n") and out.count("\n") == 1, "one document, one line: %r" % out
+        return json.loads(out)
+
+
+def start(start_proxy, tmp_path, **kw):
+    """A proxy whose admin listener binds 0.0.0.0 (reached on loopback) and asks for a token."""
+    token = new_token()
+    p = start_proxy(routes=[{"path": PAYMENTS}], admin_host="0.0.0.0",
+                    admin_token_file=token_file(tmp_path, token), **kw)
+    return p, token, CLI(tmp_path, p, token)
+
+
+def hold(p, key=None):
+    """A payment whose upstream closes the connection after reading it: the record is kept as
+    outcome-unknown. Returns (key, record id)."""
+    key = key or new_key("pay")
+    before = len([l for l in _access(p)])
+    r = p.post(key=key, headers=CLOSE)
+    assert r.status == 502, r
+    rid = wait_until(lambda: _access(p)[before:] and _access(p)[before]["record_id"],
+                     what="the held request's access line")
+    return key, rid
+
+
+def _access(p):
+    out = []
+    for line in p.stdout_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if "audit" not in doc and doc.get("path") == "/v1/payments":
+            out.append(doc)
+    return out
+
+
+def record(p, token, rid):
+    r = p.admin("GET", "/records/" + rid, headers=bearer(token))
+    return r
+
+
+def assert_no_token_anywhere(p, token):
+    assert token not in p.stdout_text() and token not in p.stderr_text()
+
+
+# ---- the verbs of today's endpoints ------------------------------------------------------
+
+def test_list_prints_the_held_records_as_a_table_and_as_json(tmp_path, start_proxy, redis,
+                                                               upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    held = sorted(hold(p)[1] for _ in range(3))
+    done = p.post(key=new_key("done"))
+    assert done.status == 201, done
+    rc, out, err = cli("list", "--state", "outcome-unknown", check=0)
+    lines = out.splitlines()
+    assert lines[0].split() == ["RECORD", "ID", "STATE", "ROUTE", "AGE", "EXPIRES", "IN"], out
+    rows = [l.split() for l in lines[1:-1]]
+    assert sorted(r[0] for r in rows) == held, out
+    assert all(r[1] == "outcome-unknown" and r[2] == "/v1/payments" for r in rows), out
+    assert lines[-1] == "3 held records", out
+    doc = cli.json("list", "--state", "outcome-unknown")
+    assert sorted(e["record_id"] for e in doc["records"]) == held
+    assert doc["state"] == "outcome-unknown" and doc["next_cursor"] is None
+    assert all(e["ttl_ms"] > 0 and e["route"] == "/v1/payments" for e in doc["records"])
+    # --limit stops early; --route keeps the entries of that route
+    assert len(cli.json("list", "--state", "outcome-unknown", "--limit", "2")["records"]) == 2
+    assert cli.json("list", "--state", "outcome-unknown", "--route", "/v1/other")["records"] == []
+    rc, out, _ = cli("list", "--state", "claimed", check=0)
+    assert out == "0 held records\n"
+    assert_no_token_anywhere(p, token)
+
+
+def test_list_follows_next_cursor_through_every_page(tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    held = sorted(hold(p)[1] for _ in range(5))
+    for _ in range(200):  # finished records the walk passes over
+        redis.cmd("SET", "idem:{%s}" % uuid.uuid4().hex, "not a held record")
+    doc = cli.json("list", "--state", "outcome-unknown")
+    assert sorted(e["record_id"] for e in doc["records"]) == held
+    assert doc["next_cursor"] is None
+
+
+def test_show_prints_the_records_fields_and_json_as_the_endpoint_gives_it(tmp_path, start_proxy,
+                                                                         redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    _, rid = hold(p)
+    rc, out, err = cli("show", rid, check=0)
+    fields = dict(l.split(": ", 1) for l in out.splitlines())
+    assert fields["record_id"] == rid and fields["state"] == "outcome-unknown"
+    assert fields["redis_key"] == "idem:{%s}" % rid and fields["route"] == "/v1/payments"
+    assert re.fullmatch(r"\d+ \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", fields["created_ms"])
+    assert re.fullmatch(r"\d+ \(\d+h\d\dm\)", fields["ttl_ms"]), fields["ttl_ms"]
+    doc = cli.json("show", rid)
+    direct = record(p, token, rid).json()
+    doc.pop("ttl_ms"), direct.pop("ttl_ms")
+    assert doc == direct
+
+
+def test_lookup_gives_the_record_id_a_key_maps_to_and_prints_no_key(tmp_path, start_proxy,
+                                                                     redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    doc = cli.json("lookup", "--path", "/v1/payments", "--key", key, "--method", "POST")
+    assert doc["record_id"] == rid and doc["exists"] is True
+    rc, out, err = cli("lookup", "--path", "/v1/payments", "--key", key, check=0)
+    assert "record_id: %s" % rid in out.splitlines() and "exists: true" in out.splitlines()
+    assert key not in out and key not in err
+    # a scope header given changes the record: another id, not held
+    other = cli.json("lookup", "--path", "/v1/payments", "--key", key,
+                     "--header", "Authorization: Bearer sk_test_other")
+    assert other["record_id"] != rid and other["exists"] is False
+
+
+def test_purge_deletes_an_outcome_unknown_record_and_the_retry_executes_once_more(
+        tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    assert upstream.executions(key) == 1
+    doc = cli.json("purge", rid, "--reason", "INC-7: the upstream has no such payment")
+    assert doc["record_id"] == rid and doc["deleted"] is True, doc
+    assert record(p, token, rid).status == 404
+    retry = p.post(key=key)
+    assert retry.status == 201 and not retry.replayed, retry
+    assert upstream.executions(key) == 2
+    purges = [l for l in audit_lines(p) if l["action"] == "purge"]
+    assert [(l["record_id"], l["result"]) for l in purges] == [(rid, "ok")], purges
+    # nothing left to purge: not found, exit 1, the reason on stderr
+    rc, out, err = cli("purge", "0" * 32, "--reason", "again", check=1)
+    assert out == "" and "refused (404): no such record" in err
+
+
+def test_refusals_exit_1_with_the_reason_and_json_still_prints_the_document(
+        tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    rc, out, err = cli("show", "f" * 32, check=1)
+    assert out == "" and err.strip() == "idempotency-proxy: admin: refused (404): no such record"
+    rc, out, err = cli("show", "f" * 32, "--json", check=1)
+    assert json.loads(out) == {"error": "no such record"}
+    # another token: 401, the problem's title and detail
+    other = token_file(tmp_path, new_token(), name="other-token")
+    rc, out, err = cli("list", "--state", "claimed", "--token-file", str(other), check=1)
+    assert "refused (401): " in err and "token" in err.lower(), err
+    lines = [l for l in audit_lines(p) if l.get("result") not in (None, "ok")]
+    assert token not in json.dumps(lines)
+
+
+def test_usage_errors_exit_2_and_send_nothing(tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    _, rid = hold(p)
+    bad = [
+        (),                                                  # no verb
+        ("frobnicate",),                                     # no such verb
+        ("show",), ("show", "XYZ"), ("show", rid.upper()),   # not a record id
+        ("show", rid, "--status", "201"),                    # an option of another verb
+        ("resolve", rid, "--status", "201", "--body", ""),  # no --reason
+        ("resolve", rid, "--status", "201", "--body", "", "--body-file", "/dev/null",
+         "--reason", "r"),                                   # two bodies
+        ("resolve", rid, "--body", "", "--reason", "r"),    # no --status
+        ("resolve", rid, "--status", "201", "--body", "", "--reason", "r",
+         "--header", "No Colon"),                            # not 'Name: value'
+        ("purge", rid),                                      # no --reason
+        ("purge", rid, "--reason", "r", "--confirm", "yes"),  # confirm is re-execute only
+        ("extend", rid, "--reason", "r"),                   # no --seconds
+        ("extend", rid, "--seconds", "ten", "--reason", "r"),
+        ("bulk", "--state", "claimed", "--reason", "r"),     # no --action
+        ("bulk", "--action", "purge", "--reason", "r"),      # no --state
+        ("bulk", "--action", "purge", "--state", "claimed", "--apply"),  # no --reason
+        ("bulk", "--action", "purge", "--state", "claimed", "--dry-run", "--apply",
+         "--reason", "r"),
+        ("bulk", "--action", "purge", "--state", "claimed", "--status", "201"),
+        ("lookup", "--path", "/v1/payments"),                # no --key
+        ("inbox", "pause"),                                  # no ROUTE
+        ("inbox", "redeliver", INBOX_ROUTE),                 # neither ID nor --all
+        ("inbox", "redeliver", INBOX_ROUTE, "1-0", "--all"),
+        ("inbox", "flush", INBOX_ROUTE),
+        ("list", "--bogus"),
+    ]
+    audits = len(audit_lines(p))
+    for args in bad:
+        rc, out, err = cli(*args)
+        assert rc == 2, (args, rc, out, err)
+        assert out == "" and err.startswith("idempotency-proxy: admin: "), (args, err)
+    rc, out, err = cli("list", config=str(tmp_path / "missing.yaml"), check=2)
+    assert "missing.yaml" in err
+    rc, out, err = cli("list", "--token-file", str(tmp_path / "no-token"), check=2)
+    assert "no-token: cannot open" in err
+    short = tmp_path / "short-token"
+    short.write_text("tooshort\n")
+    rc, out, err = cli("list", "--token-file", str(short), check=2)
+    assert "shorter than 32" in err and "tooshort" not in err
+    rc, out, err = cli("--help", check=0)
+    for verb in ("list", "show", "lookup", "resolve", "purge", "extend", "bulk", "inbox pause",
+                 "inbox resume", "inbox redeliver"):
+        assert "\n  %s" % verb in out, verb
+    assert "exit status: 0 done; 1 refused" in out
+    # nothing reached the admin listener: no audit line, the record untouched
+    assert len(audit_lines(p)) == audits
+    assert record(p, token, rid).json()["state"] == "outcome-unknown"
+
+
+def test_no_admin_listener_there_exits_3(tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    nobody = "http://127.0.0.1:%d" % free_port()
+    rc, out, err = cli("list", "--admin", nobody, check=3)
+    assert out == "" and "no answer" in err and nobody in err
+    _, rid = hold(p)
+    rc, out, err = cli("purge", rid, "--reason", "r", "--admin", nobody, check=3)
+    assert "may or may not" not in err, "a refused connection sent nothing"
+    # the configuration's own listener, once the proxy is gone
+    assert p.stop() == 0
+    rc, out, err = cli("show", rid, check=3)
+    assert "no answer" in err
+
+
+def test_a_loopback_listener_without_a_token_file_takes_the_cli_without_a_token(
+        tmp_path, start_proxy, redis, upstream):
+    p = start_proxy(routes=[{"path": PAYMENTS}])
+    cli = CLI(tmp_path, p)
+    _, rid = hold(p)
+    assert cli.json("show", rid)["state"] == "outcome-unknown"
+
+
+def test_the_token_never_goes_to_a_proxy_of_the_environment(tmp_path, start_proxy, redis,
+                                                            upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    trap = socket.socket()
+    trap.bind(("127.0.0.1", 0))
+    trap.listen(8)
+    trap.setblocking(False)
+    url = "http://127.0.0.1:%d" % trap.getsockname()[1]
+    env = {"http_proxy": url, "HTTP_PROXY": url, "all_proxy": url, "ALL_PROXY": url,
+           "no_proxy": "", "NO_PROXY": ""}
+    rc, out, err = cli("list", "--state", "claimed", env=env, check=0)
+    with pytest.raises(BlockingIOError):
+        trap.accept()
+    trap.close()
+
+
+# ---- resolve ---------------------------------------------------------------------------------
+
+def test_resolve_an_outcome_unknown_record_and_the_retry_replays_it(tmp_path, start_proxy,
+                                                                    redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    body = b'{"id": "pay_123", "status": "succeeded"}'
+    body_file = tmp_path / "answer.json"
+    body_file.write_bytes(body)
+    rc, out, err = cli("resolve", rid, "--status", "201",
+                       "--header", "Content-Type: application/json",
+                       "--header", "X-Request-Ref: INC-7", "--body-file", str(body_file),
+                       "--reason", "INC-7: the upstream shows pay_123 succeeded", check=0)
+    fields = dict(l.split(": ", 1) for l in out.splitlines())
+    assert fields["record_id"] == rid and fields["status"] == "201", out
+    assert fields["body_bytes"] == str(len(body)) and fields["stored_headers"] == "2"
+    retry = p.post(key=key)
+    assert retry.status == 201 and retry.replayed and retry.body == body, retry
+    assert retry.header("X-Request-Ref") == "INC-7"
+    assert retry.header("Content-Type") == "application/json"
+    assert upstream.executions(key) == 1
+    resolves = [l for l in audit_lines(p) if l["action"] == "resolve"]
+    assert [(l["record_id"], l["result"]) for l in resolves] == [(rid, "ok")], resolves
+
+
+def test_resolve_reads_the_body_from_stdin_and_sends_bytes_as_they_are(tmp_path, start_proxy,
+                                                                        redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    body = bytes(range(256)) * 3
+    cli("resolve", rid, "--status", "200", "--body-file", "-", "--reason", "binary answer",
+        stdin=body, check=0)
+    retry = p.post(key=key)
+    assert retry.status == 200 and retry.replayed and retry.body == body
+    # an answer the upstream gave is never replaced: 409, exit 1, the reason on stderr
+    answered = new_key("answered")
+    assert p.post(key=answered).status == 201
+    done = cli.json("lookup", "--path", "/v1/payments", "--key", answered)["record_id"]
+    rc, out, err = cli("resolve", done, "--status", "201", "--body", "", "--reason", "again")
+    assert rc == 1 and out == "" and "refused (409)" in err, (rc, err)
+
+
+def test_resolve_refused_by_the_proxy_prints_the_problems_title_and_detail(
+        tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    rc, out, err = cli("resolve", rid, "--status", "201", "--header", "Connection: close",
+                       "--body", "", "--reason", "a hop-by-hop field", check=1)
+    assert "refused (400): " in err and "Connection" in err, err
+    doc = json.loads(cli("resolve", rid, "--status", "201", "--header", "Connection: close",
+                         "--body", "", "--reason", "again", "--json", check=1)[1])
+    assert doc["type"].endswith(":invalid-resolution") and doc["status"] == 400
+    assert record(p, token, rid).json()["state"] == "outcome-unknown"
+
+
+# ---- the decisions of CONTRACT 15: correct, confirm, extend, bulk, every held state --------
+
+def test_a_resolution_is_corrected_with_the_etag_show_prints(tmp_path, start_proxy, redis,
+                                                            upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    cli("resolve", rid, "--status", "200", "--body", "", "--reason", "INC-8: mistyped",
+        check=0)
+    assert p.post(key=key).status == 200
+    rc, out, err = cli("show", rid, check=0)
+    fields = dict(l.split(": ", 1) for l in out.splitlines())
+    etag = fields["etag"]
+    assert etag, out
+    # without If-Match: 428, and the hint says where the etag is
+    rc, out, err = cli("resolve", rid, "--status", "201", "--body", '{"id": "pay_9"}',
+                       "--reason", "INC-8: corrected", check=1)
+    assert "refused (428)" in err and "--if-match" in err, err
+    # a stale one: 412
+    rc, out, err = cli("resolve", rid, "--status", "201", "--body", '{"id": "pay_9"}',
+                       "--reason", "INC-8: corrected", "--if-match", '"stale"', check=1)
+    assert "refused (412)" in err, err
+    cli("resolve", rid, "--status", "201", "--header", "Content-Type: application/json",
+        "--body", '{"id": "pay_9"}', "--reason", "INC-8: corrected", "--if-match", etag,
+        check=0)
+    retry = p.post(key=key)
+    assert retry.status == 201 and retry.replayed and retry.body == b'{"id": "pay_9"}'
+    assert upstream.executions(key) == 1
+    reasons = [l.get("reason") for l in audit_lines(p) if l["action"] == "resolve"]
+    assert "INC-8: mistyped" in reasons and "INC-8: corrected" in reasons, reasons
+
+
+def test_purging_a_resolved_record_needs_confirm_re_execute(tmp_path, start_proxy, redis,
+                                                           upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    key, rid = hold(p)
+    cli("resolve", rid, "--status", "201", "--body", "{}", "--reason", "INC-9", check=0)
+    rc, out, err = cli("purge", rid, "--reason", "INC-9: undo", check=1)
+    assert "refused (409)" in err, err
+    assert p.post(key=key).replayed
+    cli("purge", rid, "--reason", "INC-9: undo", "--confirm", "re-execute", check=0)
+    retry = p.post(key=key)
+    assert retry.status == 201 and not retry.replayed
+    assert upstream.executions(key) == 2
+
+
+def test_extend_sets_a_held_records_remaining_lifetime(tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path, retention="1h")
+    key, rid = hold(p)
+    assert record(p, token, rid).json()["ttl_ms"] <= 3600 * 1000
+    cli("extend", rid, "--seconds", str(3 * 86400), "--reason", "INC-10: upstream team asleep",
+        check=0)
+    assert record(p, token, rid).json()["ttl_ms"] > 2 * 86400 * 1000
+    assert int(redis.cmd("PTTL", "idem:{%s}" % rid)) > 2 * 86400 * 1000
+    extends = [l for l in audit_lines(p) if l["action"] == "extend"]
+    assert [(l["record_id"], l.get("reason")) for l in extends] == [(rid, "INC-10: upstream team asleep")]
+
+
+def test_bulk_is_a_dry_run_until_apply_then_resolves_every_match(tmp_path, start_proxy, redis,
+                                                                 upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    held = dict(hold(p) for _ in range(5))
+    ids = sorted(held.values())
+    answer = ("--status", "201", "--header", "Content-Type: application/json",
+              "--body", '{"settled": true}')
+    rc, out, err = cli("bulk", "--action", "resolve", "--state", "outcome-unknown",
+                       "--reason", "INC-11: the upstream settled every one", *answer, check=0)
+    assert sorted(ID.findall(out)) == ids, out
+    assert out.splitlines()[-1] == "dry run: 5 records match; nothing was changed (--apply " \
+                                   "changes them)", out
+    assert all(record(p, token, rid).json()["state"] == "outcome-unknown" for rid in ids)
+    doc = cli.json("bulk", "--action", "resolve", "--state", "outcome-unknown", "--reason",
+                   "INC-11: the upstream settled every one", "--apply", *answer)
+    assert doc["matched"] == 5 and doc["changed"] == 5, doc
+    assert sorted(r["record_id"] for r in doc["records"]) == ids
+    for key in held:
+        retry = p.post(key=key)
+        assert retry.status == 201 and retry.replayed and retry.body == b'{"settled": true}'
+        assert upstream.executions(key) == 1
+
+
+def test_list_without_state_lists_every_held_state(tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    _, unknown = hold(p)
+    _, resolved = hold(p)
+    cli("resolve", resolved, "--status", "201", "--body", "", "--reason", "INC-12", check=0)
+    done = p.post(key=new_key("done"))
+    assert done.status == 201
+    doc = cli.json("list")
+    got = {e["record_id"]: e["state"] for e in doc["records"]}
+    assert got.get(unknown) == "outcome-unknown", got
+    assert resolved in got and got[resolved] != "outcome-unknown", got
+    assert len(got) == 2, got
+    rc, out, err = cli("list", check=0)
+    assert out.splitlines()[-1] == "2 held records"
+
+
+# ---- the inbox ---------------------------------------------------------------------------
+
+def test_inbox_verbs_list_pause_resume_redeliver_and_delete(tmp_path, start_proxy,
+                                                             receiver_factory):
+    receiver = receiver_factory(status=500)
+    secret = new_secret()
+    token = new_token()
+    p = start_proxy(routes=[queued_route(secret, max_attempts=1)], upstream_url=receiver.url,
+                    upstream={"timeout": "30s"}, admin_host="0.0.0.0",
+                    admin_token_file=token_file(tmp_path, token))
+    cli = CLI(tmp_path, p, token)
+    events = ["evt_" + uuid.uuid4().hex for _ in range(3)]
+    for evt in events:
+        assert deliver(p, secret, stripe_body(evt)).status == 202
+    wait_until(lambda: p.admin("GET", "/inbox", headers=bearer(token)).json()["routes"][0]
+               ["dead"] == 3, what="3 dead letters")
+    rc, out, err = cli("inbox", check=0)
+    head, row = out.splitlines()
+    assert head.split() == ["ROUTE", "DEPTH", "PENDING", "SCHEDULED", "OLDEST", "DEAD", "PAUSED"]
+    assert row.split()[0] == INBOX_ROUTE and row.split()[5:] == ["3", "false"], out
+    assert cli.json("inbox", "list")["routes"][0]["admin"] == ENCODED
+    dead = cli.json("inbox", "dead", INBOX_ROUTE)["dead"]
+    assert sorted(d["event"] for d in dead) == sorted(events)
+    rc, out, err = cli("inbox", "dead", ENCODED, check=0)
+    assert all(d["id"] in out and d["event"] in out for d in dead), out
+    # pause: nothing is delivered; the audit line names the route
+    assert cli.json("inbox", "pause", INBOX_ROUTE) == {"route": INBOX_ROUTE, "paused": True}
+    receiver.control(status=200)
+    by_id = {d["event"]: d["id"] for d in dead}
+    rc, out, err = cli("inbox", "redeliver", INBOX_ROUTE, by_id[events[0]], check=0)
+    assert "redelivered: %s" % by_id[events[0]] in out.splitlines(), out
+    assert receiver.attempts() and all(a["status"] == 500 for a in receiver.attempts())
+    rc, out, err = cli("inbox", "resume", INBOX_ROUTE, check=0)
+    assert out.splitlines() == ["route: %s" % INBOX_ROUTE, "paused: false"], out
+    wait_until(lambda: [a for a in receiver.attempts() if a["status"] == 200],
+               what="the redelivered letter delivered")
+    # one dropped, the rest redelivered at once
+    cli("inbox", "delete", INBOX_ROUTE, by_id[events[1]], check=0)
+    doc = cli.json("inbox", "redeliver", INBOX_ROUTE, "--all", "--match-reason", "max_attempts")
+    assert doc == {"route": INBOX_ROUTE, "redelivered": 1}, doc
+    wait_until(lambda: sorted(a["event"] for a in receiver.attempts() if a["status"] == 200)
+               == sorted([events[0], events[2]]), what="two delivered, the dropped one not")
+    actions = [(l["action"], l.get("route")) for l in audit_lines(p)]
+    for action in ("inbox-pause", "inbox-resume", "redeliver", "dead-letter-delete",
+                   "bulk-redeliver"):
+        assert (action, INBOX_ROUTE) in actions, (action, actions)
+    rc, out, err = cli("inbox", "pause", "/webhooks/none", check=1)
+    assert "refused (404)" in err
+    assert_no_token_anywhere(p, token)
