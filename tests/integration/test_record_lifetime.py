@@ -47,8 +47,8 @@ def test_retention_counts_from_the_answer_not_the_claim(outcome, start_proxy, up
                                                         tmp_path):
     token = new_token()
     # outcome unknown: the upstream, still working, times out after SLOW_MS
-    p = start(start_proxy, tmp_path, token,
-              upstream=None if outcome == "answer" else {"timeout": "%dms" % SLOW_MS})
+    kw = {} if outcome == "answer" else {"upstream": {"timeout": "%dms" % SLOW_MS}}
+    p = start(start_proxy, tmp_path, token, **kw)
     key = new_key()
     delay = SLOW_MS if outcome == "answer" else 3 * SLOW_MS
     r = p.post(key=key, headers=[("X-Demo-Delay-Ms", str(delay))], timeout=30)
