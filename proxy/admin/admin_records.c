@@ -57,6 +57,7 @@ static const char *admin_state_name(enum record_state st)
     case RECORD_DONE: return "done";
     case RECORD_UNKNOWN: return "outcome-unknown";
     case RECORD_TOMBSTONE: return "not-replayable";
+    case RECORD_RESOLVED: return "resolved";
     }
     return "invalid";
 }

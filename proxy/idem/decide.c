@@ -12,6 +12,7 @@ enum decision decide_existing(const struct record *rec, const char *fp, uint64_t
         return DECIDE_MISMATCH;
     switch (rec->state) {
     case RECORD_DONE:
+    case RECORD_RESOLVED: /* an operator's answer replays as the upstream's would */
         return DECIDE_REPLAY;
     case RECORD_UNKNOWN:
         return DECIDE_OUTCOME_UNKNOWN;

@@ -60,6 +60,7 @@ enum record_state {
     RECORD_DONE = 'D',
     RECORD_UNKNOWN = 'U',
     RECORD_TOMBSTONE = 'T',
+    RECORD_RESOLVED = 'R',  /* done by an operator's resolve: replays like D */
 };
 
 struct record_field {
