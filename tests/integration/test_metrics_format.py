@@ -35,6 +35,10 @@ DOCUMENTED = {
     "idempotency_proxy_config_reloads_total": "counter",
     "idempotency_proxy_config_reload_failures_total": "counter",
     "idempotency_proxy_build_info": "gauge",
+    "idempotency_proxy_held_records": "gauge",
+    "idempotency_proxy_held_record_oldest_seconds": "gauge",
+    "idempotency_proxy_held_record_expiry_seconds": "gauge",
+    "idempotency_proxy_held_census_age_seconds": "gauge",
 }
 
 
@@ -109,6 +113,10 @@ def test_metrics_pass_promtool_and_count_forward_replay_mismatch(proxy, upstream
     assert check_histogram(samples, "idempotency_proxy_redis_duration_seconds") >= 3
     assert one_value(samples, "idempotency_proxy_redis_up") == 1
     assert one_value(samples, "idempotency_proxy_in_flight_requests") == 0
+    # the census of held records: every state, at 0 when nothing is held
+    for state in ("claimed_expired", "outcome_unknown", "resolved"):
+        assert one_value(samples, "idempotency_proxy_held_records", state=state) == 0
+        assert one_value(samples, "idempotency_proxy_held_record_oldest_seconds", state=state) == 0
 
     # readiness follows Redis: gone -> 503, back on the same port -> 200
     assert proxy.admin("GET", "/readyz").status == 200
