@@ -25,17 +25,18 @@ static void run_round_trip(void)
 {
     size_t len = 0;
     char *text = census_result_encode(&sample, &len);
+    const char *shown = text != NULL ? text : "(null)";
     struct census_result back;
 
     UNIT_CHECK("a result encodes as one JSON object", text != NULL && len == strlen(text) &&
-               text[0] == '{', "%s", text != NULL ? text : "(null)");
+               text[0] == '{', "%s", shown);
     UNIT_CHECK("every state is named as the gauges' state label",
                text != NULL && strstr(text, "\"claimed_expired\"") != NULL &&
                    strstr(text, "\"outcome_unknown\"") != NULL &&
-                   strstr(text, "\"resolved\"") != NULL, "%s", text);
+                   strstr(text, "\"resolved\"") != NULL, "%s", shown);
     UNIT_CHECK("the result reads back as it was written",
                text != NULL && census_result_decode(text, len, &back) == 0 &&
-                   memcmp(&back, &sample, sizeof(back)) == 0, "%s", text);
+                   memcmp(&back, &sample, sizeof(back)) == 0, "%s", shown);
     free(text);
 }
 
