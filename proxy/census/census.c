@@ -360,7 +360,8 @@ struct census *census_create(struct event_base *base, struct store *store,
     snprintf(c->result_key, sizeof(c->result_key), "%s:census:{held}:result", key_prefix);
     event_assign(&c->tick, base, -1, 0, census_on_tick, c);
     event_assign(&c->step, base, -1, 0, census_on_step_timer, c);
-    event_active(&c->tick, EV_TIMEOUT, 0);
+    /* a period after the start, as every later tick: the store has connected by then */
+    census_arm(&c->tick, period_ms);
     return c;
 }
 

@@ -41,7 +41,7 @@ struct census;
  * copied: an identity key, fixed until a restart) on base, through store
  * (borrowed; must outlive every census call, see census_stop), setting
  * metrics (borrowed) from each result; every period_ms
- * (admin.held_refresh), the first tick on the loop's first turn. NULL when
+ * (admin.held_refresh), the first tick period_ms after the start. NULL when
  * out of memory or the OS has no randomness for its lock token.
  */
 struct census *census_create(struct event_base *base, struct store *store,
