@@ -83,6 +83,8 @@ struct census {
     const char *trouble;                /* the last failure logged (static), NULL: none */
 };
 
+static const char census_unread[] = "the census result could not be read from Redis";
+
 /* Say once why the census fails, until it works again (census_well). */
 static void census_trouble(struct census *c, const char *why)
 {
@@ -297,11 +299,13 @@ static void census_on_read(enum store_status st, const struct store_reply *r, vo
         return;
     if (st != STORE_OK) {
         c->ticking = false;
-        census_trouble(c, "the census result could not be read from Redis");
+        census_trouble(c, census_unread);
         event_del(&c->tick);
         census_arm(&c->tick, c->period_ms < CENSUS_RETRY_MS ? c->period_ms : CENSUS_RETRY_MS);
         return;
     }
+    if (c->trouble == census_unread)
+        census_well(c);
     if (r->type == STORE_STR && census_result_decode(r->str, r->len, &res) == 0) {
         census_show(c, &res);
     } else if (r->type != STORE_NIL) {

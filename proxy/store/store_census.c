@@ -95,7 +95,10 @@ static void store_census_on_script(enum store_status st, const struct store_repl
 
     for (size_t i = 0; ok && i < r->n; i++)
         ok = r->elem[i].type == STORE_INT && r->elem[i].integer >= (i < 6 ? 0 : -1);
-    if (st != STORE_OK) {
+    if (st == STORE_ERROR) {
+        store_census_failed(c, st, "redis answered the census script with an error (an ACL "
+                            "user without +evalsha, +getrange or +pttl?)");
+    } else if (st != STORE_OK) {
         store_census_failed(c, st, "redis unavailable: the census could not read the records");
     } else if (!ok) {
         store_census_failed(c, STORE_ERROR,
@@ -153,7 +156,10 @@ static void store_census_on_scan(enum store_status st, const struct store_reply 
     size_t per, n;
 
     if (st != STORE_OK) {
-        store_census_failed(c, st, "redis unavailable: a node's keys could not be walked");
+        store_census_failed(c, st, st == STORE_ERROR
+                                       ? "redis answered the census's SCAN with an error (an ACL "
+                                         "user without +scan?)"
+                                       : "redis unavailable: a node's keys could not be walked");
         store_census_finish(c);
         return;
     }

@@ -7,6 +7,7 @@ the gauges count it.
   "a held record exists" of docker/prometheus/alerts.yaml fires, and the others stay quiet;
 - an outcome-unknown record counts as outcome_unknown, a record resolved by an operator (state
   `R`) as resolved; a finished record and a live claim are not counted;
+- a census that cannot walk (an ACL user without +scan) says so once and its age grows;
 - `admin.held_refresh` applies live on `SIGHUP`;
 - two proxies on one Redis: the census walks on one at a time (the lock: their SCANs never
   interleave, seen by Redis's MONITOR), and both export the same counts.
@@ -26,11 +27,12 @@ import time
 import pytest
 import yaml
 
-from harness import HTTPError, wait_until
+from harness import HTTPError, log_line, wait_until
 from proxy_helpers import (
     assert_problem, in_background, metric, metrics_text, new_key, parse_exposition, promtool_path,
     reload_and_wait, rewrite,
 )
+from redis_topology import ACL_COMMANDS
 
 REFRESH = {"held_refresh": "1s"}
 HELD = "idempotency_proxy_held_records"
@@ -184,6 +186,25 @@ def test_held_records_count_by_state_and_nothing_else_does(start_proxy, upstream
     wait_held(p, "resolved", 1)
     assert held(p, "outcome_unknown") == 0
     assert metric(p, OLDEST, state="resolved") > 0
+
+
+def test_a_census_that_cannot_walk_says_so_and_its_age_grows(start_proxy, upstream, redis):
+    """An ACL user without +scan: the census logs why once, the gauges show nothing held and
+    the census's age grows (the stale-census alert's input); with +scan granted it works
+    again."""
+    rules = ["on", ">pw", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
+        ["+" + c for c in ACL_COMMANDS]
+    redis.run_as("idem-proxy", "pw", [r for r in rules if r != "+scan"])
+    p = start_proxy(admin_config=REFRESH)
+    assert p.post(key=new_key(), headers=[("X-Demo-Fault", "close")]).status == 502
+    log_line(p, "held census: redis answered the census's SCAN with an error")
+    wait_until(lambda: metric(p, AGE) >= 3, what="the census's age past 3 s")
+    assert held(p, "outcome_unknown") == 0
+    assert census_result(redis) is None
+    redis.run_as("idem-proxy", "pw", rules)
+    log_line(p, "held census: works again")
+    wait_held(p, "outcome_unknown", 1)
+    assert p.stderr_text().count("held census: redis answered") == 1, "said once, not per pass"
 
 
 def test_held_refresh_applies_on_sighup(start_proxy, upstream, redis):
