@@ -34,6 +34,11 @@ from proxy_helpers import (
 )
 from redis_topology import ACL_COMMANDS
 
+# tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
+# (IDEM_TEST_WORKERS=2): the census and /metrics run on the admin worker's thread, the
+# requests on the others (docs/internals.md).
+pytestmark = pytest.mark.threads
+
 REFRESH = {"held_refresh": "1s"}
 HELD = "idempotency_proxy_held_records"
 OLDEST = "idempotency_proxy_held_record_oldest_seconds"
