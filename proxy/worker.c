@@ -169,6 +169,7 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
         http_server_set_limits(w->client, &limits);
     }
     exchange_set_config(w->xs, cfg);
+    census_set_period(w->census, cfg->held_refresh_ms);
     inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
@@ -340,8 +341,11 @@ static void worker_deinit(struct worker *w)
      * answer or forward, so the upstream and listeners must still exist.
      */
     inbox_stop(w->webhook_inbox);
+    census_stop(w->census);
     store_destroy(w->store);
     w->store = NULL;
+    census_destroy(w->census);
+    w->census = NULL;
     exchange_set_destroy(w->xs);
     w->xs = NULL;
     upstream_destroy(w->upstream);
@@ -511,6 +515,16 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
     if (w->admin_only) {
         w->admin.store = w->store;
         w->admin.set = w->xs;
+    }
+    /* one census per process, off the data plane when there is an admin worker */
+    if (w->admin_only || (index == 0 && cfg->admin_listen.host == NULL)) {
+        w->census = census_create(w->base, w->store, &p->metrics, cfg->key_prefix,
+                                  cfg->held_refresh_ms);
+        if (w->census == NULL) {
+            snprintf(err, errlen, "cannot start the census of held records: out of memory "
+                     "or no randomness");
+            goto failed;
+        }
     }
     return 0;
 

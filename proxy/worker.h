@@ -17,6 +17,7 @@
 
 #include "admin.h"
 #include "budget.h"
+#include "census.h"
 #include "config.h"
 #include "exchange.h"
 #include "inbox.h"
@@ -45,6 +46,8 @@ struct worker {
     struct exchange_set *xs;                /* its requests, owned; exchange_set_conf(xs) is the
                                                running config */
     struct inbox *webhook_inbox;            /* queued routes' consumer (inbox.h); NULL: none */
+    struct census *census;                  /* the held records' census (census.h): on one
+                                               worker of the process; NULL on the others */
     struct evconnlistener *client_lev;      /* bound, until client takes it over */
     struct http_server *client;             /* the client listener (a serving worker) */
     struct http_server *admin_server;       /* the admin worker only */

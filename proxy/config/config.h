@@ -74,6 +74,8 @@ struct endpoint_list {
 /* Most worker threads `workers:` may ask for. */
 #define CONFIG_MAX_WORKERS 64
 #define CONFIG_MAX_CONNECTIONS 1000000 /* limits.max_connections at most */
+#define CONFIG_HELD_REFRESH_MIN_MS 1000     /* admin.held_refresh at least: 1s */
+#define CONFIG_HELD_REFRESH_MAX_MS 3600000  /* and at most: 1h */
 
 struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
@@ -82,6 +84,8 @@ struct config {
     char *admin_token_file;         /* admin.token_file as written; NULL: none, and then
                                        admin_listen must be a loopback address; owned */
     struct bearer_token admin_token; /* that file's token, as its digest (admin_token_file set) */
+    uint64_t held_refresh_ms;       /* admin.held_refresh: the census of held records runs and
+                                       is read this often, ms (CONFIG_HELD_REFRESH_MIN_MS..MAX) */
     unsigned workers;               /* threads serving `listen`, 1..CONFIG_MAX_WORKERS;
                                        0 for `auto` (config_workers resolves it) */
 

@@ -309,7 +309,8 @@ config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url
     config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret,
     config_set_sentinel_master, config_set_sentinel_address,
-    config_set_cluster_address, config_set_token_file, config_set_record_id_header;
+    config_set_cluster_address, config_set_token_file, config_set_record_id_header,
+    config_set_held_refresh;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;

@@ -160,6 +160,7 @@ const struct config_key config_encryption_keys[] = {
  */
 const struct config_key config_admin_keys[] = {
     { "token_file", .reload = LIVE, .set = config_set_token_file, .offset = CFG(admin_token_file) },
+    { "held_refresh", .reload = LIVE, .set = config_set_held_refresh, .offset = CFG(held_refresh_ms) },
     { .name = NULL },
 };
 
@@ -316,6 +317,8 @@ const size_t config_n_sections = CONFIG_ARRAY_SIZE(config_sections);
 const char config_builtin_yaml[] =
     "listen: 0.0.0.0:8080\n"
     "admin_listen: 127.0.0.1:9901\n"
+    "admin:\n"
+    "  held_refresh: 60s\n"
     "workers: 1\n"
     "upstream:\n"
     "  url: http://127.0.0.1:3000\n"

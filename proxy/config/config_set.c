@@ -145,6 +145,19 @@ int config_set_connections(struct config_loader *ld, const struct config_key *ke
     return 0;
 }
 
+/* admin.held_refresh: a duration from CONFIG_HELD_REFRESH_MIN_MS to CONFIG_HELD_REFRESH_MAX_MS. */
+int config_set_held_refresh(struct config_loader *ld, const struct config_key *key,
+                            yaml_node_t *node, char **text, void *obj)
+{
+    uint64_t *field = (uint64_t *)((char *)obj + key->offset);
+
+    if (config_parse_duration_ms(*text, field) < 0 || *field < CONFIG_HELD_REFRESH_MIN_MS ||
+        *field > CONFIG_HELD_REFRESH_MAX_MS)
+        return config_error(ld, node, "bad %s '%s': expected a duration from 1s to 1h, e.g. "
+                            "60s", key->name, *text);
+    return 0;
+}
+
 /* workers: 1..CONFIG_MAX_WORKERS, or auto (stored as 0, config_workers resolves it). */
 int config_set_workers(struct config_loader *ld, const struct config_key *key,
                        yaml_node_t *node, char **text, void *obj)

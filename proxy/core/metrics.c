@@ -10,6 +10,8 @@
 
 #include <event2/buffer.h>
 
+#include "clock.h"
+
 /* Upper bounds in seconds, shared by the latency histograms. */
 static const double metrics_bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -18,6 +20,7 @@ static const double metrics_bounds[METRICS_BUCKETS] = {
 int metrics_init(struct metrics *m)
 {
     memset(m, 0, sizeof(*m));
+    m->started_ms = clock_now_ms();
     return pthread_mutex_init(&m->lock, NULL) == 0 ? 0 : -1;
 }
 
@@ -181,6 +184,72 @@ static void metrics_render_pair(struct evbuffer *out, const char *name, const ch
 
 static void metrics_render_inbox(struct metrics *m, struct evbuffer *out);
 
+void metrics_held_set(struct metrics *m, const struct metrics_held *h)
+{
+    pthread_mutex_lock(&m->lock);
+    m->held = *h;
+    m->held_known = true;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Seconds from a to b (ms since the epoch), 0 when b is not after a. */
+static double metrics_seconds_between(uint64_t a, uint64_t b)
+{
+    return b > a ? (double)(b - a) / 1000.0 : 0.0;
+}
+
+/*
+ * The census of held records (docs/operations.md#held-records): every state
+ * always, 0 when none; the ages and the time to expiry as of now. Lock held.
+ */
+static void metrics_render_held(struct metrics *m, struct evbuffer *out)
+{
+    static const char *const states[METRICS_HELD_STATES] = {
+        [METRICS_HELD_CLAIMED_EXPIRED] = "claimed_expired",
+        [METRICS_HELD_OUTCOME_UNKNOWN] = "outcome_unknown",
+        [METRICS_HELD_RESOLVED] = "resolved",
+    };
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        { "idempotency_proxy_held_records",
+          "Held records by state as the last census of Redis counted them (claimed_expired: a "
+          "claim whose lease ran out; outcome_unknown; resolved: an operator's answer); the "
+          "same on every instance." },
+        { "idempotency_proxy_held_record_oldest_seconds",
+          "Age of the oldest held record of a state, since its first request claimed the key; "
+          "0 when none." },
+        { "idempotency_proxy_held_record_expiry_seconds",
+          "Seconds until the first held record of a state expires with its retention (a retry "
+          "after that executes again); 0 when none." },
+    };
+    uint64_t now = clock_now_ms();
+
+    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+        evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g].name,
+                            gauges[g].help, gauges[g].name);
+        for (int i = 0; i < METRICS_HELD_STATES; i++) {
+            uint64_t records = m->held_known ? m->held.state[i].records : 0;
+            uint64_t created = m->held.state[i].oldest_created_ms;
+            uint64_t expiry = m->held.state[i].soonest_expiry_ms;
+            double v = g == 0 ? (double)records
+                     : records == 0 ? 0.0
+                     : g == 1 ? (created != 0 ? metrics_seconds_between(created, now) : 0.0)
+                     : (expiry != 0 ? metrics_seconds_between(now, expiry) : 0.0);
+
+            evbuffer_add_printf(out, "%s{state=\"%s\"} %.*f\n", gauges[g].name, states[i],
+                                g == 0 ? 0 : 3, v);
+        }
+    }
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_held_census_age_seconds Seconds since the "
+                        "census whose counts the held-record gauges show completed; while none "
+                        "has been read, since the process started.\n"
+                        "# TYPE idempotency_proxy_held_census_age_seconds gauge\n"
+                        "idempotency_proxy_held_census_age_seconds %.3f\n",
+                        metrics_seconds_between(m->held_known ? m->held.finished_ms
+                                                              : m->started_ms, now));
+}
+
 /* Per key id, what was sealed and opened since the process started (g->keys). */
 static void metrics_render_keyring(struct evbuffer *out, const struct metrics_gauges *g)
 {
@@ -315,6 +384,7 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           "outcome-unknown from an outcome-unknown record or a claim whose "
                           "lease ran out (customers hitting a hold; first answers not counted).",
                           (double)m->counters[METRICS_HELD_ANSWERS]);
+    metrics_render_held(m, out);
     metrics_render_scalar(out, "idempotency_proxy_records_resolved_total", "counter",
                           "Records an operator resolved with PUT /records/<id>: an "
                           "outcome-unknown record or an expired claim made a finished one.",

@@ -69,6 +69,24 @@ struct metrics_inbox {
     bool paused;            /* POST /inbox/<route>/pause: nothing is delivered */
 };
 
+/* The held states of the census (census.h), in the order of their state label. */
+enum metrics_held_state {
+    METRICS_HELD_CLAIMED_EXPIRED,   /* state="claimed_expired": a claim whose lease ran out */
+    METRICS_HELD_OUTCOME_UNKNOWN,   /* state="outcome_unknown" */
+    METRICS_HELD_RESOLVED,          /* state="resolved": an operator's answer */
+    METRICS_HELD_STATES
+};
+
+/* A census of held records (docs/operations.md#held-records), as its pass completed. */
+struct metrics_held {
+    uint64_t finished_ms;           /* when the pass completed, ms since the epoch */
+    struct {
+        uint64_t records;
+        uint64_t oldest_created_ms;     /* the earliest created time, ms since the epoch; 0: none */
+        uint64_t soonest_expiry_ms;     /* when the first expires, ms since the epoch; 0: none */
+    } state[METRICS_HELD_STATES];
+};
+
 struct metrics {
     pthread_mutex_t lock;                   /* guards everything below */
     struct metrics_request_count *requests; /* owned array */
@@ -81,6 +99,9 @@ struct metrics {
     char followed_primary[300];             /* the primary the last failover counted led to */
     struct metrics_inbox *inboxes;          /* owned array */
     size_t n_inboxes;
+    uint64_t started_ms;                    /* metrics_init's time, ms since the epoch */
+    bool held_known;                        /* a census result was set */
+    struct metrics_held held;               /* the last one (metrics_held_set) */
 };
 
 /* Most distinct primaries /metrics lists: one per worker at most (CONFIG_MAX_WORKERS). */
@@ -166,6 +187,15 @@ void metrics_gauge_primary(struct metrics_gauges *g, const char *address);
  */
 void metrics_inbox_gauges(struct metrics *m, const char *route, double depth, double oldest_s,
                           bool paused);
+
+/*
+ * Set the census of held records the gauges show (copied): every instance
+ * sets the same census, read from Redis (census.h). The gauges compute the
+ * ages and the time to expiry from it at each render:
+ * idempotency_proxy_held_records{state}, _held_record_oldest_seconds{state},
+ * _held_record_expiry_seconds{state} and idempotency_proxy_held_census_age_seconds.
+ */
+void metrics_held_set(struct metrics *m, const struct metrics_held *h);
 
 /* Record one latency observation of histogram h, in seconds. */
 void metrics_observe(struct metrics *m, enum metrics_latency h, double seconds);

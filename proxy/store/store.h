@@ -23,8 +23,9 @@
  *   (store_types.h);
  * - a durability wait (store_wait_replicas): how many copies beyond the
  *   one written hold a write, so a claim can be refused when too few do;
- * - readiness (store_ready, store_unready) that any thread may read, and
- *   the listing of held records page by page (store_list).
+ * - readiness (store_ready, store_unready) that any thread may read, the
+ *   listing of held records page by page (store_list), and their census
+ *   step by step (store_census_step).
  *
  * The Redis backend: one async connection to the Redis primary on the
  * worker's event_base (hiredis >= 1.0 API), or with redis.sentinel the
@@ -237,5 +238,68 @@ bool store_list_cursor_valid(const char *cursor);
  */
 void store_list(struct store *s, const char *prefix, const char *states, unsigned limit,
                 const char *cursor, store_list_keep *keep, store_list_cb *cb, void *arg);
+
+/* ---- the census of held records (census.h, docs/operations.md#held-records) ---- */
+
+/*
+ * The held states the census counts: a claim whose lease ran out (what a
+ * proxy that died mid-flight leaves), outcome-unknown, and resolved by an
+ * operator. A live claim is a request in flight, not counted.
+ */
+enum store_held_state {
+    STORE_HELD_CLAIMED_EXPIRED,
+    STORE_HELD_OUTCOME_UNKNOWN,
+    STORE_HELD_RESOLVED,
+    STORE_HELD_STATES
+};
+
+/* The records of one held state a walk counted so far. */
+struct store_held {
+    uint64_t records;
+    uint64_t oldest_created_ms;     /* the earliest created time among them, ms since the
+                                       epoch; 0: none */
+    uint64_t soonest_expiry_ms;     /* when the first of them expires, ms since the epoch
+                                       (the step's clock plus its time to live); 0: none */
+};
+
+#define STORE_CENSUS_CURSOR_MAX 24
+
+/* Where a census walk is, and what it counted. Zeroed (store_census_init) before its first step. */
+struct store_census_walk {
+    bool started;                   /* the first step ran: nodes is set */
+    bool done;                      /* every node was walked: held is the whole count */
+    unsigned node, nodes;           /* the node walked, of how many */
+    char scan[STORE_CENSUS_CURSOR_MAX]; /* its SCAN cursor, "0" at its start */
+    uint64_t keys;                  /* record keys looked at */
+    struct store_held held[STORE_HELD_STATES];
+};
+
+/* Start w afresh: nothing walked, nothing counted. */
+void store_census_init(struct store_census_walk *w);
+
+/*
+ * A step's end: st STORE_OK (w advanced, perhaps done), else why (static
+ * text) and the walk is over unfinished: start a new one.
+ */
+typedef void store_census_cb(enum store_status st, const char *why, void *arg);
+
+/*
+ * One step of census walk w (caller-owned, untouched by anyone else until
+ * cb) over the records under prefix (redis.key_prefix, copied): at most one
+ * SCAN of count keys (its COUNT) on one node, the primary or each primary
+ * of a cluster in turn, and the keys it found classified where they are
+ * (with Redis: by one short script per batch of at most STORE_CENSUS_BATCH
+ * keys, one per key with redis.cluster, that reads each record's head and
+ * sends back only counts, the oldest created time and the shortest time to
+ * live per held state; no record leaves Redis). A claim counts as expired
+ * when its lease deadline is not after now_ms (ms since the epoch). SCAN's
+ * guarantee holds: a record held for the whole walk is counted, one that
+ * changes meanwhile may or may not be, or twice. cb runs once, never from
+ * inside this call. Out of memory aborts.
+ */
+void store_census_step(struct store *s, const char *prefix, struct store_census_walk *w,
+                       uint64_t now_ms, unsigned count, store_census_cb *cb, void *arg);
+
+#define STORE_CENSUS_BATCH 100      /* keys per census script at most (one node) */
 
 #endif

@@ -7,10 +7,12 @@
  *
  * Calls run one way: store.c (the store's life: create, destroy, node
  * events, the health tick), store_verbs.c (the public commands) and
- * store_list.c (the listing of held records) call store_wait.c (WAIT
- * batching, replica lag) and store_cmd.c (command objects, the setup
- * queue, dispatch, replies, redirects); store_wait.c calls store_cmd.c;
- * store_cmd.c calls none of them.
+ * store_list.c (the listing of held records, and the walk over the record
+ * keys it shares) call store_wait.c (WAIT batching, replica lag) and
+ * store_cmd.c (command objects, the setup queue, dispatch, replies,
+ * redirects); store_census.c (the census of held records) calls
+ * store_list.c's walk and store_verbs.c's store_any; store_wait.c calls
+ * store_cmd.c; store_cmd.c calls none of them.
  */
 #ifndef IDEM_STORE_INT_H
 #define IDEM_STORE_INT_H
@@ -40,7 +42,7 @@
  */
 enum store_record_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
-    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_EXTEND, SCRIPT_COUNT
+    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_EXTEND, SCRIPT_CENSUS, SCRIPT_COUNT
 };
 
 /* script's Lua text (store_script.c): a constant, static storage, never NULL. */
@@ -60,6 +62,40 @@ void store_script_digest(const char *text, char out[STORE_SCRIPT_SHA_LEN + 1]);
  */
 void store_any(struct store *s, const char *script, int key_arg, int argc, const char **argv,
                const size_t *argvlen, store_reply_cb *cb, void *arg);
+
+/* ---- store_list.c: the walk over the record keys, node by node ---- */
+
+#define STORE_WALK_CURSOR_MAX 24    /* a SCAN cursor: a 64-bit decimal, and its NUL */
+#define STORE_WALK_MATCH_MAX 300    /* SCAN MATCH's pattern of the record keys, and its NUL */
+
+/*
+ * SCAN MATCH's pattern of every record key under prefix (redis.key_prefix,
+ * borrowed), "PREFIX:{" 32 '?' "}" with the prefix's glob characters
+ * escaped, into match (caller-owned, STORE_WALK_MATCH_MAX bytes).
+ */
+void store_walk_match(const char *prefix, char *match);
+
+/*
+ * How many primaries a walk visits: 1 (redis.url, redis.sentinel), or with
+ * redis.cluster those of the slot map now (0: no map yet).
+ */
+unsigned store_walk_nodes(struct store *s);
+
+/*
+ * `SCAN cursor MATCH match COUNT count` on node (0..store_walk_nodes - 1),
+ * never redirected: the primary, or with redis.cluster the node-th primary
+ * of the map (store_cluster_primary); a node not in the map fails
+ * STORE_UNAVAILABLE. cursor and match are copied; cb runs once (store.h).
+ */
+void store_walk_scan(struct store *s, unsigned node, const char *cursor, const char *match,
+                     unsigned count, store_reply_cb *cb, void *arg);
+
+/*
+ * A SCAN reply's parts: the next cursor copied into next (caller-owned,
+ * STORE_WALK_CURSOR_MAX bytes), and in *keys the array of keys (r's
+ * element; NULL for none). -1 when r is not [decimal cursor, keys].
+ */
+int store_walk_reply(const struct store_reply *r, char *next, const struct store_reply **keys);
 
 #define STORE_HEALTH_MS 1000
 

@@ -30,7 +30,6 @@
 
 #define STORE_LIST_ROUNDS 8         /* SCANs per page at most */
 #define STORE_LIST_COUNT_MIN 100    /* keys per SCAN at least (its COUNT) */
-#define STORE_LIST_CURSOR_MAX 24    /* a SCAN cursor: a 64-bit decimal */
 
 struct store_list_call;
 
@@ -51,15 +50,15 @@ struct store_list_call {
     store_list_cb *cb;
     void *arg;
     unsigned node, nodes;               /* where the walk is, of how many */
-    char scan[STORE_LIST_CURSOR_MAX];   /* the node's SCAN cursor this round starts from */
+    char scan[STORE_WALK_CURSOR_MAX];   /* the node's SCAN cursor this round starts from */
     unsigned skip;                      /* listed records of that batch on pages already */
     unsigned rounds;
-    char match[2 * CONFIG_MAX_KEY_PREFIX + RECORD_ID_HEX_LEN + 8];
+    char match[STORE_WALK_MATCH_MAX];
     struct store_list_peek *page;       /* the page's records (value set), n_page of them */
     size_t n_page;
     struct store_list_peek *peeks;      /* the round's keys */
     size_t n_peeks, pending;
-    char next_scan[STORE_LIST_CURSOR_MAX];
+    char next_scan[STORE_WALK_CURSOR_MAX];
     bool failed;                        /* a look at a key failed: the page fails */
 };
 
@@ -183,6 +182,18 @@ static void store_list_peek(struct store_list_peek *p)
     store_any(s, store_script_text(SCRIPT_PEEK), 0, 5, argv, argvlen, store_list_on_peek, p);
 }
 
+int store_walk_reply(const struct store_reply *r, char *next, const struct store_reply **keys)
+{
+    if (r->type != STORE_ARR || r->n != 2 || r->elem[0].type != STORE_STR ||
+        r->elem[0].len == 0 || r->elem[0].len >= STORE_WALK_CURSOR_MAX ||
+        strspn(r->elem[0].str, "0123456789") != r->elem[0].len ||
+        (r->elem[1].type != STORE_ARR && r->elem[1].type != STORE_NIL))
+        return -1;
+    memcpy(next, r->elem[0].str, r->elem[0].len + 1);
+    *keys = r->elem[1].type == STORE_ARR ? &r->elem[1] : NULL;
+    return 0;
+}
+
 /* A SCAN's reply: [next cursor, [keys]]. */
 static void store_list_on_scan(enum store_status st, const struct store_reply *r, void *arg)
 {
@@ -193,17 +204,12 @@ static void store_list_on_scan(enum store_status st, const struct store_reply *r
         store_list_fail(c, st, "redis unavailable: a node's keys could not be walked");
         return;
     }
-    if (r->type != STORE_ARR || r->n != 2 || r->elem[0].type != STORE_STR ||
-        r->elem[0].len == 0 || r->elem[0].len >= STORE_LIST_CURSOR_MAX ||
-        strspn(r->elem[0].str, "0123456789") != r->elem[0].len ||
-        (r->elem[1].type != STORE_ARR && r->elem[1].type != STORE_NIL)) {
+    if (store_walk_reply(r, c->next_scan, &keys) != 0) {
         store_list_fail(c, STORE_ERROR,
                         "redis answered SCAN with something else than a cursor and keys");
         return;
     }
-    memcpy(c->next_scan, r->elem[0].str, r->elem[0].len + 1);
-    keys = &r->elem[1];
-    c->n_peeks = keys->type == STORE_ARR ? keys->n : 0;
+    c->n_peeks = keys != NULL ? keys->n : 0;
     c->peeks = c->n_peeks > 0 ? calloc(c->n_peeks, sizeof(*c->peeks)) : NULL;
     if (c->n_peeks > 0 && c->peeks == NULL) {
         c->n_peeks = 0;
@@ -226,31 +232,26 @@ static void store_list_on_scan(enum store_status st, const struct store_reply *r
     }
 }
 
-/*
- * `SCAN cursor MATCH match COUNT count` on node c->node, never redirected:
- * the primary, or with redis.cluster the node-th primary of the map
- * (store_cluster_primary); a node not in the map fails STORE_UNAVAILABLE.
- */
-static void store_list_scan(struct store_list_call *c, unsigned count)
+void store_walk_scan(struct store *s, unsigned node, const char *cursor, const char *match,
+                     unsigned count, store_reply_cb *cb, void *arg)
 {
-    struct store *s = c->s;
     char n[16];
-    const char *argv[] = { "SCAN", c->scan, "MATCH", c->match, "COUNT", n };
+    const char *argv[] = { "SCAN", cursor, "MATCH", match, "COUNT", n };
     size_t argvlen[6];
-    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, c);
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, arg);
     unsigned nodes = 1;
 
     snprintf(n, sizeof(n), "%u", count);
     for (int i = 0; i < 6; i++)
         argvlen[i] = strlen(argv[i]);
-    cmd->cb.any = store_list_on_scan;
-    if (s->cluster == NULL && c->node == 0) {
+    cmd->cb.any = cb;
+    if (s->cluster == NULL && node == 0) {
         store_submit(cmd, 6, argv, argvlen);
         return;
     }
     /* a node's own keys: no key to route by, and no redirection to follow */
     cmd->conn = s->cluster != NULL && !s->destroying
-                    ? store_cluster_primary(s->cluster, c->node, &nodes) : NULL;
+                    ? store_cluster_primary(s->cluster, node, &nodes) : NULL;
     store_cmd_save(cmd, 6, argv, argvlen);
     store_dispatch(cmd);
 }
@@ -264,7 +265,7 @@ static void store_list_round(struct store_list_call *c)
         return;
     }
     c->rounds++;
-    store_list_scan(c, count);
+    store_walk_scan(c->s, c->node, c->scan, c->match, count, store_list_on_scan, c);
 }
 
 /* "NODE-SCAN-SKIP", three decimals, into c when c is not NULL; false when it is not one. */
@@ -275,7 +276,7 @@ static bool store_list_cursor_read(struct store_list_call *c, const char *cursor
     if (n1 == 0 || n1 > 9 || cursor[n1] != '-')
         return false;
     n2 = strspn(cursor + n1 + 1, "0123456789");
-    if (n2 == 0 || n2 >= STORE_LIST_CURSOR_MAX || cursor[n1 + 1 + n2] != '-')
+    if (n2 == 0 || n2 >= STORE_WALK_CURSOR_MAX || cursor[n1 + 1 + n2] != '-')
         return false;
     n3 = strspn(cursor + n1 + 2 + n2, "0123456789");
     if (n3 == 0 || n3 > 9 || cursor[n1 + 2 + n2 + n3] != '\0')
@@ -294,22 +295,32 @@ bool store_list_cursor_valid(const char *cursor)
     return strcmp(cursor, "0") == 0 || store_list_cursor_read(NULL, cursor);
 }
 
-/* SCAN MATCH's pattern of every record key: the prefix with glob characters escaped. */
-static void store_list_match(struct store_list_call *c, const char *prefix)
+void store_walk_match(const char *prefix, char *match)
 {
     size_t n = 0;
 
+    _Static_assert(STORE_WALK_MATCH_MAX >= 2 * CONFIG_MAX_KEY_PREFIX + RECORD_ID_HEX_LEN + 4,
+                   "an escaped prefix, :{, the id's ?s, } and the NUL fit");
     for (const char *p = prefix; *p != '\0' && n < 2 * CONFIG_MAX_KEY_PREFIX; p++) {
         if (strchr("*?[]\\", *p) != NULL)
-            c->match[n++] = '\\';
-        c->match[n++] = *p;
+            match[n++] = '\\';
+        match[n++] = *p;
     }
-    c->match[n++] = ':';
-    c->match[n++] = '{';
+    match[n++] = ':';
+    match[n++] = '{';
     for (int i = 0; i < RECORD_ID_HEX_LEN; i++)
-        c->match[n++] = '?';
-    c->match[n++] = '}';
-    c->match[n] = '\0';
+        match[n++] = '?';
+    match[n++] = '}';
+    match[n] = '\0';
+}
+
+unsigned store_walk_nodes(struct store *s)
+{
+    unsigned nodes = 1;
+
+    if (s->cluster != NULL)
+        (void)store_cluster_primary(s->cluster, 0, &nodes);
+    return nodes;
 }
 
 /* The loop's turn after a listing that has no node to walk: no slot map yet. */
@@ -336,10 +347,8 @@ void store_list(struct store *s, const char *prefix, const char *states, unsigne
     c->keep = keep;
     c->cb = cb;
     c->arg = arg;
-    c->nodes = 1;
-    if (s->cluster != NULL)
-        (void)store_cluster_primary(s->cluster, 0, &c->nodes);
-    store_list_match(c, prefix);
+    c->nodes = store_walk_nodes(s);
+    store_walk_match(prefix, c->match);
     if (c->nodes == 0) {
         if (event_base_once(s->base, -1, EV_TIMEOUT, store_list_on_no_map, c, &now) != 0)
             oom_abort("a listing of records");

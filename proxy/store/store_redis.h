@@ -7,8 +7,9 @@
  * policy. Commands go through the store's queue, cluster routing, timeout
  * and reply classes (store.c's header says how); the callback rule of
  * store.h holds: every call reports exactly once, never synchronously.
- * The inbox (inbox_store.c: its streams and scripts) and the worker (its
- * Redis gauges) use it; the exchange, the admin API and the janitor do not.
+ * The inbox (inbox_store.c: its streams and scripts), the census of held
+ * records (its lock and result keys) and the worker (its Redis gauges) use
+ * it; the exchange, the admin API and the janitor do not.
  */
 #ifndef IDEM_STORE_REDIS_H
 #define IDEM_STORE_REDIS_H

@@ -110,8 +110,52 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  return {1, tonumber(ARGV[2])}\n"
         "end\n"
         "return {0, ttl}\n",
+    /*
+     * The census's look at a batch of keys (store_census.c): the first 100
+     * bytes of each (magic, state, owner, fingerprint, lease deadline,
+     * created: the same offsets in IR1 and IR2), never the record; a held
+     * record counted by state, 1 a claim whose lease deadline (bytes 68..83)
+     * is not after ARGV[1] (ms), 2 outcome-unknown, 3 resolved, with the
+     * earliest created time (bytes 84..99) and the shortest PTTL of each
+     * (-1: none has one). Another key under the records' pattern (not the
+     * proxy's, another type) is passed over.
+     */
+    [SCRIPT_CENSUS] =
+        "local now = tonumber(ARGV[1])\n"
+        "local n, oldest, ttl = {0, 0, 0}, {0, 0, 0}, {-1, -1, -1}\n"
+        "for _, k in ipairs(KEYS) do\n"
+        "  local h = redis.pcall('GETRANGE', k, 0, 99)\n"
+        "  if type(h) == 'string' and #h == 100 and\n"
+        "      (string.sub(h, 1, 3) == 'IR2' or string.sub(h, 1, 3) == 'IR1') then\n"
+        "    local st, i = string.sub(h, 4, 4), nil\n"
+        "    if st == 'U' then\n"
+        "      i = 2\n"
+        "    elseif st == 'R' then\n"
+        "      i = 3\n"
+        "    elseif st == 'C' then\n"
+        "      local lease = tonumber(string.sub(h, 69, 84))\n"
+        "      if lease and lease <= now then\n"
+        "        i = 1\n"
+        "      end\n"
+        "    end\n"
+        "    if i then\n"
+        "      local created = tonumber(string.sub(h, 85, 100)) or 0\n"
+        "      local left = redis.call('PTTL', k)\n"
+        "      n[i] = n[i] + 1\n"
+        "      if created > 0 and (oldest[i] == 0 or created < oldest[i]) then\n"
+        "        oldest[i] = created\n"
+        "      end\n"
+        "      if left >= 0 and (ttl[i] < 0 or left < ttl[i]) then\n"
+        "        ttl[i] = left\n"
+        "      end\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return {n[1], n[2], n[3], oldest[1], oldest[2], oldest[3], ttl[1], ttl[2], ttl[3]}\n",
 };
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
+_Static_assert(RECORD_CLAIMED == 'C' && RECORD_UNKNOWN == 'U' && RECORD_RESOLVED == 'R',
+               "SCRIPT_CENSUS reads record.h's state letters");
 
 const char *store_script_text(enum store_record_script script)
 {

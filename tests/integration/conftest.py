@@ -124,6 +124,7 @@ def start_proxy(request, tmp_path, redis, upstream):
       admin=False                 disable the admin listener
       admin_host="0.0.0.0"        bind admin_listen there (still reached on 127.0.0.1)
       admin_token_file=PATH       admin: {token_file: PATH}
+      admin_config={...}          more keys of the admin section (held_refresh="1s")
       config_text=                write exactly this YAML (ports still chosen here:
                                   use {port}, {admin_port}, {upstream}, {redis})
       env={...}                   extra environment for the process
@@ -137,13 +138,15 @@ def start_proxy(request, tmp_path, redis, upstream):
 
     def start(routes=None, upstream_url=None, redis_url=None, admin=True, config_text=None,
               env=None, name=None, wrapper=None, admin_host="127.0.0.1", admin_token_file=None,
-              **overrides):
+              admin_config=None, **overrides):
         port = free_port()
         admin_port = free_port() if admin else None
         up = upstream_url or upstream.url
         rd = redis_url or redis.url
-        if admin_token_file is not None:
-            overrides["admin"] = {"token_file": str(admin_token_file)}
+        if admin_token_file is not None or admin_config:
+            overrides["admin"] = dict(admin_config or {})
+            if admin_token_file is not None:
+                overrides["admin"]["token_file"] = str(admin_token_file)
         if config_text is None:
             cfg = build_config(port, admin_port, up, rd, routes=routes, admin_host=admin_host,
                                **overrides)

@@ -212,11 +212,14 @@ def promtool_check(text_bytes):
 # record keys
 # --------------------------------------------------------------------------
 
-def record_keys(redis, prefix="idem", db=0, inbox=True):
+def record_keys(redis, prefix="idem", db=0, inbox=True, census=False):
     """The keys of redis (database db) that start with prefix, sorted: the proxy's records and,
-    unless inbox=False, its inbox's streams and keys (":inbox:" in the key)."""
+    unless inbox=False, its inbox's streams and keys (":inbox:" in the key); with census=True
+    the census of held records' lock and result too (":census:", docs/operations.md "Held
+    records"), which are no records."""
     return [k for k in redis.keys("*", db=db)
-            if str(k).startswith(prefix) and (inbox or ":inbox:" not in str(k))]
+            if str(k).startswith(prefix) and (inbox or ":inbox:" not in str(k))
+            and (census or ":census:" not in str(k))]
 
 
 # --------------------------------------------------------------------------

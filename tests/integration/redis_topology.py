@@ -129,7 +129,7 @@ def acl_setuser(redis, user, *rules):
 
 # The proxy's exact command list (README "Redis in production"): the minimal ACL.
 ACL_COMMANDS = ["select", "role", "ping", "get", "set", "del", "pttl", "eval",
-                "evalsha", "wait"]
+                "evalsha", "wait", "scan", "getrange"]
 ACL_RULES = ["on", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
     ["+" + c for c in ACL_COMMANDS]
 

@@ -14,6 +14,7 @@ each feature the proxy runs as the documented user on real servers, and the test
 The Sentinel and Cluster cases start topologies and carry the `topology` marker.
 """
 
+import json
 import re
 import urllib.parse
 import uuid
@@ -21,7 +22,7 @@ import uuid
 import pytest
 
 from harness import (
-    documented_acl_rules, documented_acl_users, hold, log_line, readyz, wait_ready, wait_until,
+    RedisError, documented_acl_rules, documented_acl_users, hold, log_line, readyz, wait_ready, wait_until,
 )
 from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
 from proxy_helpers import metric, record_id_cli
@@ -101,6 +102,26 @@ def redis_as_user(url, **kw):
     return dict({"url": url, "username": USER, "password": PASSWORD}, **kw)
 
 
+# the census of held records every second, so a test sees it walk the records it made
+CENSUS = {"held_refresh": "1s"}
+
+
+def census_walked(servers, db=0):
+    """Waits for a census of held records that looked at a record key (its SCAN, and the
+    GETRANGE of its script); its result is on one of servers (the others of a cluster answer
+    MOVED)."""
+    def walked():
+        for server in servers:
+            try:
+                v = server.cmd("GET", "idem:census:{held}:result", db=db)
+            except RedisError:
+                continue
+            if v is not None and json.loads(v)["keys"] > 0:
+                return True
+        return False
+    wait_until(walked, what="a census that walked the records")
+
+
 def test_the_page_documents_a_user_per_feature():
     users = documented_acl_users()
     assert list(users) == HEADINGS, list(users)
@@ -163,9 +184,10 @@ def test_core_user_runs_claims_replays_waits_and_the_policy_check(heading, polic
         reset_counts(primary)
         p = start_proxy(redis=redis_as_user(primary.url_db(1), min_replicas=1,
                                             replica_timeout="1s", timeout="2s"),
-                        workers=1)
+                        workers=1, admin_config=CENSUS)
         wait_ready(p)
         keyed_requests_as_the_user(p, primary, upstream)
+        census_walked([primary], db=1)
         assert metric(p, "idempotency_proxy_redis_eviction_policy_ok") == policy_ok
         assert_denied_only_optional([primary])
         assert_every_command_ran([primary], rules)
@@ -363,7 +385,7 @@ def test_cluster_user_reads_the_map_follows_ask_and_waits(tmp_path, start_proxy,
             reset_counts(n)
         p = start_proxy(redis=cluster_redis(c, username=USER, password=PASSWORD,
                                             min_replicas=1, replica_timeout="1s",
-                                            timeout="2s"), workers=1)
+                                            timeout="2s"), workers=1, admin_config=CENSUS)
         wait_ready(p)
         keys = []
         for _ in range(10):
@@ -394,6 +416,8 @@ def test_cluster_user_reads_the_map_follows_ask_and_waits(tmp_path, start_proxy,
         assert p.admin("GET", "/records/%s" % done).status == 200
         assert p.admin("DELETE", "/records/%s?confirm=re-execute&reason=acl+check" % done) \
             .status == 200
+        # the census: SCAN on each primary, a script per record key
+        census_walked(primaries)
         assert_denied_only_optional(c.alive())
         p.stop()
 

@@ -454,7 +454,7 @@ def slots_of(node):
 def scan_all(node):
     keys, cursor = [], "0"
     while True:
-        cursor, batch = node.cmd("SCAN", cursor, "MATCH", "idem:*", "COUNT", 1000)
+        cursor, batch = node.cmd("SCAN", cursor, "MATCH", "idem:{*", "COUNT", 1000)
         keys += batch
         if cursor in ("0", b"0"):
             return keys

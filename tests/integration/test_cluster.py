@@ -65,7 +65,7 @@ def record_counts(cluster):
     for n in cluster.primaries():
         keys, cursor = [], "0"
         while True:
-            cursor, batch = n.cmd("SCAN", cursor, "MATCH", "idem:*", "COUNT", 1000)
+            cursor, batch = n.cmd("SCAN", cursor, "MATCH", "idem:{*", "COUNT", 1000)
             keys += batch
             if cursor in ("0", b"0"):
                 break
@@ -112,7 +112,7 @@ def test_keyed_traffic_spreads_over_every_primary(fresh_cluster, start_proxy, up
     assert metric(proxies[0], "idempotency_proxy_redis_cluster_map_refreshes_total") >= 1
     # the admin API routes by slot too: one record of each primary, read and purged
     for n in c.primaries():
-        rkey = n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1][0]
+        rkey = n.cmd("SCAN", "0", "MATCH", "idem:{*", "COUNT", 1000)[1][0]
         rkey = rkey.decode() if isinstance(rkey, bytes) else rkey
         rid = rkey[rkey.index("{") + 1:rkey.index("}")]
         info = proxies[1].admin("GET", "/records/" + rid)
@@ -386,7 +386,7 @@ def test_records_copied_from_one_node_replay_through_the_cluster(fresh_cluster, 
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
     assert sum(record_counts(c).values()) == len(keys)
     for n in c.primaries():
-        for k in n.cmd("SCAN", "0", "MATCH", "idem:*", "COUNT", 1000)[1]:
+        for k in n.cmd("SCAN", "0", "MATCH", "idem:{*", "COUNT", 1000)[1]:
             assert n.cmd("PTTL", k) > 0
     p = start_proxy(redis=cluster_redis(c), workers=1)
     wait_ready(p)

@@ -634,7 +634,7 @@ def test_claim_left_by_a_proxy_killed_before_the_append_is_taken_over(start_prox
             f.result()
     finally:
         gate.stop()
-    wait_until(lambda: [k for k in redis.keys("idem:*") if ":inbox:" not in k],
+    wait_until(lambda: [k for k in redis.keys("idem:{*") if ":inbox:" not in k],
                what="A's claim landed")
     assert receiver.attempts() == []
     # B waits out A's lease (in_flight: wait), then takes the claim over and queues the
@@ -791,7 +791,7 @@ def test_a_delivery_with_more_header_fields_than_it_may_store_is_refused_and_sta
     assert refused.problem()["type"].endswith(":too-many-header-fields"), refused.body
     again = github_delivery(p, secret, big, body, pad)
     assert again.status == 431 and not again.replayed, again
-    records = [k for k in redis.keys("idem:*") if ":inbox:" not in k]
+    records = [k for k in redis.keys("idem:{*") if ":inbox:" not in k]
     assert len(records) == 1, records  # the normal event's; no claim for the refused one
     assert big not in [a["event"] for a in receiver.attempts()]
     wait_until(lambda: (lambda s: (s["depth"], s["pending"], s["scheduled"], s["dead"]))(

@@ -288,7 +288,7 @@ def test_past_the_budget_a_new_request_gets_503_overloaded_before_anything_is_cl
     assert r.header("Retry-After") == "1" and not r.replayed, r
     # nothing forwarded, nothing claimed
     assert upstream.executions(key) == 0
-    assert len(redis.keys("idem:*")) == 1, redis.keys("idem:*")
+    assert len(redis.keys("idem:{*")) == 1, redis.keys("idem:{*")
     # an unprotected request is refused the same way
     r = http_request(p.port, "POST", "/v2/unrouted", body=b"x", timeout=30)
     assert overloaded(r), r

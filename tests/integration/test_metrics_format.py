@@ -36,6 +36,10 @@ DOCUMENTED = {
     "idempotency_proxy_config_reload_failures_total": "counter",
     "idempotency_proxy_held_answers_total": "counter",
     "idempotency_proxy_build_info": "gauge",
+    "idempotency_proxy_held_records": "gauge",
+    "idempotency_proxy_held_record_oldest_seconds": "gauge",
+    "idempotency_proxy_held_record_expiry_seconds": "gauge",
+    "idempotency_proxy_held_census_age_seconds": "gauge",
 }
 
 
@@ -113,6 +117,10 @@ def test_metrics_pass_promtool_and_count_forward_replay_mismatch(proxy, upstream
     # no held record was answered from: the counter is there, at 0, with no labels
     assert [(l, v) for n, l, v in samples
             if n == "idempotency_proxy_held_answers_total"] == [({}, 0)]
+    # the census of held records: every state, at 0 when nothing is held
+    for state in ("claimed_expired", "outcome_unknown", "resolved"):
+        assert one_value(samples, "idempotency_proxy_held_records", state=state) == 0
+        assert one_value(samples, "idempotency_proxy_held_record_oldest_seconds", state=state) == 0
 
     # readiness follows Redis: gone -> 503, back on the same port -> 200
     assert proxy.admin("GET", "/readyz").status == 200

@@ -86,7 +86,7 @@ def test_sigterm_waits_to_release_the_claim_of_a_refused_request(start_proxy, up
     finally:
         redis.resume()
     assert p.wait(15) == 0
-    assert redis.keys("idem:*") == []
+    assert redis.keys("idem:{*") == []
     retry = start_proxy().post(key=key)
     assert retry.status == 201 and not retry.replayed, retry
     assert upstream.executions(key) == 1
@@ -118,7 +118,7 @@ def test_sigterm_waits_for_the_release_itself_not_only_the_look_that_found_the_c
         assert p.alive(), "exited with the release of a claim unanswered"
         release.set()
         assert p.wait(15) == 0
-        assert redis.keys("idem:*") == []
+        assert redis.keys("idem:{*") == []
     finally:
         release.set()
         gate.stop()

@@ -31,7 +31,7 @@ LEVELS = {
     "config": 2,
     "idem": 3, "upstream": 3, "listener": 3,
     "store": 4, "cli": 4,
-    "inbox": 5,
+    "census": 5, "inbox": 5,
     "exchange": 6,
     "admin": 7,
     "worker": 8,

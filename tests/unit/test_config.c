@@ -88,6 +88,7 @@ static void check_defaults(const char *name, const struct config *cfg)
     UNIT_CHECK(name, STREQ(cfg->admin_listen.host, "127.0.0.1") && cfg->admin_listen.port == 9901,
                      "line %d", __LINE__);
     UNIT_CHECK(name, cfg->workers == 1 && config_workers(cfg) == 1, "line %d", __LINE__);
+    UNIT_CHECK(name, cfg->held_refresh_ms == 60000, "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->upstream_url, "http://127.0.0.1:3000"), "line %d", __LINE__);
     UNIT_CHECK(name, STREQ(cfg->upstream_base, "http://127.0.0.1:3000"), "line %d", __LINE__);
     UNIT_CHECK(name, cfg->upstream_unix_path == NULL, "line %d", __LINE__);
@@ -453,6 +454,12 @@ static void check_admin_token(const char *name, const struct config *cfg)
                cfg->admin_listen.host);
 }
 
+static void check_held_refresh(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->held_refresh_ms == 1500, "held_refresh %llu ms",
+               (unsigned long long)cfg->held_refresh_ms);
+}
+
 static void check_loopback_admin(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, cfg->admin_token_file == NULL && cfg->admin_listen.host != NULL,
@@ -804,6 +811,16 @@ static const struct config_case config_cases[] = {
     { "listen may not be empty", "listen: \"\"\n", 1, "host:port", NULL },
     { "admin_listen same port as listen", "listen: 0.0.0.0:9000\nadmin_listen: 127.0.0.1:9000\n",
       2, "same port", NULL },
+
+    /* the census of held records */
+    { "admin.held_refresh is read", "admin:\n  held_refresh: 1500ms\n", 0, NULL,
+      check_held_refresh },
+    { "admin.held_refresh under 1s is refused", "admin:\n  held_refresh: 999ms\n", 2,
+      "bad held_refresh '999ms': expected a duration from 1s to 1h", NULL },
+    { "admin.held_refresh over 1h is refused", "admin:\n  held_refresh: 61m\n", 2,
+      "from 1s to 1h", NULL },
+    { "admin.held_refresh needs a unit", "admin:\n  held_refresh: 60\n", 2, "bad held_refresh",
+      NULL },
 
     /* the admin token */
     { "admin_listen on every interface needs admin.token_file", "admin_listen: 0.0.0.0:9901\n",

@@ -213,6 +213,7 @@ static const struct {
     /* two token files: the path changes, and with it the token */
     { "admin.token_file", "admin:\n  token_file: " TOKEN_A "\n",
       "admin:\n  token_file: " TOKEN_B "\n" },
+    { "admin.held_refresh", "", "admin:\n  held_refresh: 5s\n" },
     { "encryption.keyring", "encryption:\n  keyring: " KEYRING_A "\n",
       "encryption:\n  keyring: " KEYRING_B "\n" },
     { "encryption.accept_plaintext_until", "encryption:\n  keyring: " KEYRING_A "\n",
