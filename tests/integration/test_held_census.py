@@ -143,6 +143,8 @@ def test_a_killed_proxys_claim_is_counted_and_its_alert_fires(start_proxy, upstr
     r = p2.post(key=key, headers=hs)
     assert_problem(r, 502, "outcome-unknown")
     assert upstream.total() == 1
+    # ... and is counted (the first answer, lost with p1, is not a held answer)
+    assert metric(p2, "idempotency_proxy_held_answers_total", required=True) == 1
 
     # the alert, evaluated by promtool on what Prometheus would have scraped
     rule = alert_rule("IdempotencyProxyHeldRecords")
@@ -156,8 +158,9 @@ def test_a_killed_proxys_claim_is_counted_and_its_alert_fires(start_proxy, upstr
         {"eval_time": "2m", "alertname": "IdempotencyProxyHeldRecordExpiring", "exp_alerts": []},
         {"eval_time": "2m", "alertname": "IdempotencyProxyHeldCensusStale", "exp_alerts": []},
     ]
-    series = scraped_series(text, "127.0.0.1:%d" % p2.admin_port)
-    assert len(series) == 3 * 3 + 1, series
+    series = scraped_series(metrics_text(p2), "127.0.0.1:%d" % p2.admin_port)
+    # three gauges by three states, the census's age, the held answers
+    assert len(series) == 3 * 3 + 2, series
     rc, out = promtool_test(tmp_path, series, cases)
     assert rc == 0, out
 
