@@ -779,6 +779,18 @@ def stdout_json(p):
     return lines
 
 
+def access_ids(p, path="/v1/payments"):
+    """The record ids of p's access-log lines for path (audit lines left out), oldest first."""
+    return [l["record_id"] for l in stdout_json(p)
+            if "audit" not in l and l.get("path") == path]
+
+
+def start_with_admin_token(start_proxy, tmp_path, token, route="/v1/payments*", **kw):
+    """A proxy protecting route, its admin listener on 0.0.0.0 behind token."""
+    return start_proxy(routes=[{"path": route}], admin_host="0.0.0.0",
+                       admin_token_file=token_file(tmp_path, token), **kw)
+
+
 def audit_lines(p):
     return [l for l in stdout_json(p) if l.get("audit") is True]
 

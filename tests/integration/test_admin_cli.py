@@ -32,7 +32,7 @@ import pytest
 from harness import free_port, proxy_binary, wait_until
 from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, new_secret, queued_route, \
     stripe_body
-from proxy_helpers import audit_lines, bearer, new_key, new_token, token_file
+from proxy_helpers import access_ids, audit_lines, bearer, new_key, new_token, token_file
 
 PAYMENTS = "/v1/payments*"
 CLOSE = [("X-Demo-Fault", "close")]
@@ -104,24 +104,12 @@ def hold(p, key=None):
     """A payment whose upstream closes the connection after reading it: the record is kept as
     outcome-unknown. Returns (key, record id)."""
     key = key or new_key("pay")
-    before = len([l for l in _access(p)])
+    before = len(access_ids(p))
     r = p.post(key=key, headers=CLOSE)
     assert r.status == 502, r
-    rid = wait_until(lambda: _access(p)[before:] and _access(p)[before]["record_id"],
+    rid = wait_until(lambda: access_ids(p)[before:] and access_ids(p)[before],
                      what="the held request's access line")
     return key, rid
-
-
-def _access(p):
-    out = []
-    for line in p.stdout_text().splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if "audit" not in doc and doc.get("path") == "/v1/payments":
-            out.append(doc)
-    return out
 
 
 def record(p, token, rid):

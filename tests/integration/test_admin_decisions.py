@@ -25,7 +25,9 @@ import uuid
 import pytest
 
 from harness import wait_until
-from proxy_helpers import audit_lines, bearer, new_token, redis_contents, stdout_json, token_file
+from proxy_helpers import (
+    access_ids, audit_lines, bearer, new_token, redis_contents, start_with_admin_token,
+)
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
 # (IDEM_TEST_WORKERS=2): the admin thread and the workers meet on the same records.
@@ -39,13 +41,7 @@ NOT_CONFIRMED = "urn:idempotency-proxy:problem:re-execute-not-confirmed"
 
 
 def start(start_proxy, tmp_path, token, **kw):
-    return start_proxy(routes=[{"path": ROUTE}], admin_host="0.0.0.0",
-                       admin_token_file=token_file(tmp_path, token), **kw)
-
-
-def access_ids(p):
-    return [l["record_id"] for l in stdout_json(p)
-            if "audit" not in l and l.get("path") == "/v1/payments"]
+    return start_with_admin_token(start_proxy, tmp_path, token, ROUTE, **kw)
 
 
 def hold(p, key):

@@ -34,8 +34,8 @@ import pytest
 
 from harness import HTTPError, read_response, wait_ready, wait_until
 from proxy_helpers import (
-    access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token, redis_contents,
-    stdout_json, token_file,
+    access_ids, access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token,
+    redis_contents, start_with_admin_token, token_file,
 )
 from redis_topology import ClusterGroup, SentinelGroup
 
@@ -48,13 +48,7 @@ CLOSE = [("X-Demo-Fault", "close")]
 
 
 def start(start_proxy, tmp_path, token, **kw):
-    return start_proxy(routes=[{"path": ROUTE}], admin_host="0.0.0.0",
-                       admin_token_file=token_file(tmp_path, token), **kw)
-
-
-def access_ids(p):
-    return [l["record_id"] for l in stdout_json(p)
-            if "audit" not in l and l.get("path") == "/v1/payments"]
+    return start_with_admin_token(start_proxy, tmp_path, token, ROUTE, **kw)
 
 
 def hold(p, key, headers=()):
