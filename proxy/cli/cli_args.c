@@ -343,7 +343,9 @@ static int cli_args_check(struct cli_opts *o, char **pos, int n)
             cli_print_error("--confirm re-execute goes with --action purge");
             return -1;
         }
-        if (strcmp(o->action, "purge") == 0)
+        /* a dry run of a resolve lists what would change: the answer comes with --apply */
+        if (strcmp(o->action, "purge") == 0 ||
+            (!o->apply && o->status == CLI_UNSET && o->body == NULL && o->body_file == NULL))
             break;
         /* a bulk resolve takes resolve's answer */
         __attribute__((fallthrough));

@@ -255,7 +255,10 @@ int cli_http_call(struct cli_client *c, const char *method, const char *target,
         (payload != NULL && cli_http_field(&fields, "Expect:") != 0))
         goto oom;
     if (if_match != NULL) {
-        snprintf(line, sizeof(line), "If-Match: %s", if_match);
+        /* show prints the tag quoted; pasted without its quotes it is the same tag */
+        bool bare = if_match[0] != '"' && strncmp(if_match, "W/", 2) != 0 &&
+                    strcmp(if_match, "*") != 0;
+        snprintf(line, sizeof(line), bare ? "If-Match: \"%s\"" : "If-Match: %s", if_match);
         if (cli_http_field(&fields, line) != 0)
             goto oom;
     }

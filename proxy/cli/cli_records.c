@@ -420,8 +420,9 @@ static void cli_bulk_human(const json_t *doc, const struct cli_answer *a, void *
         cli_print_row(widths, 4, cells);
     }
     if (*dry_run)
-        printf("dry run: %lld record%s match; nothing was changed (--apply changes them)\n",
-               (long long)json_integer_value(matched), json_integer_value(matched) == 1 ? "" : "s");
+        printf("dry run: %lld record%s; nothing was changed (--apply changes them)\n",
+               (long long)json_integer_value(matched),
+               json_integer_value(matched) == 1 ? " matches" : "s match");
     else
         printf("%lld record%s matched, %lld changed\n", (long long)json_integer_value(matched),
                json_integer_value(matched) == 1 ? "" : "s",
@@ -445,7 +446,9 @@ static json_t *cli_bulk_request(const struct cli_opts *o, int *rc)
         json_decref(doc);
         return NULL;
     }
-    if (strcmp(o->action, "resolve") == 0 && (*rc = cli_answer_members(o, doc)) != 0) {
+    /* a resolve's dry run may come without its answer (cli_args.c checks --apply has one) */
+    if (strcmp(o->action, "resolve") == 0 && o->status != CLI_UNSET &&
+        (*rc = cli_answer_members(o, doc)) != 0) {
         json_decref(doc);
         return NULL;
     }

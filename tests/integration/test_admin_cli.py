@@ -390,9 +390,11 @@ def test_a_resolution_is_corrected_with_the_etag_show_prints(tmp_path, start_pro
     rc, out, err = cli("resolve", rid, "--status", "201", "--body", '{"id": "pay_9"}',
                        "--reason", "INC-8: corrected", "--if-match", '"stale"', check=1)
     assert "refused (412)" in err, err
+    # the tag as show prints it, or pasted without its quotes: the same tag
+    assert etag.startswith('"') and etag.endswith('"'), etag
     cli("resolve", rid, "--status", "201", "--header", "Content-Type: application/json",
-        "--body", '{"id": "pay_9"}', "--reason", "INC-8: corrected", "--if-match", etag,
-        check=0)
+        "--body", '{"id": "pay_9"}', "--reason", "INC-8: corrected", "--if-match",
+        etag.strip('"'), check=0)
     retry = p.post(key=key)
     assert retry.status == 201 and retry.replayed and retry.body == b'{"id": "pay_9"}'
     assert upstream.executions(key) == 1
@@ -433,11 +435,22 @@ def test_bulk_is_a_dry_run_until_apply_then_resolves_every_match(tmp_path, start
     ids = sorted(held.values())
     answer = ("--status", "201", "--header", "Content-Type: application/json",
               "--body", '{"settled": true}')
+    # the dry run needs no answer (and takes one); the route as the file writes it, "*" and all
+    for extra in ((), answer):
+        rc, out, err = cli("bulk", "--action", "resolve", "--state", "outcome-unknown",
+                           "--route", PAYMENTS, *extra, check=0)
+        assert sorted(ID.findall(out)) == ids, out
+        assert out.splitlines()[-1] == "dry run: 5 records match; nothing was changed " \
+                                       "(--apply changes them)", out
+        assert err == "", err
+    # a route no route of the file is named: 0, and a note that says so, with the names
     rc, out, err = cli("bulk", "--action", "resolve", "--state", "outcome-unknown",
-                       "--reason", "INC-11: the upstream settled every one", *answer, check=0)
-    assert sorted(ID.findall(out)) == ids, out
-    assert out.splitlines()[-1] == "dry run: 5 records match; nothing was changed (--apply " \
-                                   "changes them)", out
+                       "--route", "/v2/payments", check=0)
+    assert out.splitlines()[-1].startswith("dry run: 0 records match"), out
+    assert 'no route of' in err and '"/v2/payments"' in err and '"/v1/payments"' in err, err
+    # --apply needs the answer
+    cli("bulk", "--action", "resolve", "--state", "outcome-unknown", "--apply", "--reason",
+        "INC-11", check=2)
     assert all(record(p, token, rid).json()["state"] == "outcome-unknown" for rid in ids)
     doc = cli.json("bulk", "--action", "resolve", "--state", "outcome-unknown", "--reason",
                    "INC-11: the upstream settled every one", "--apply", *answer)

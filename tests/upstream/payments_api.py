@@ -142,7 +142,12 @@ class State:
                 "body_length": len(body),
                 "time": time.time(),
             })
-            return n
+        # the one line a legacy API adds to its log (docs/operations.md "Correlating with the
+        # upstream"): the proxy's record id, never the idempotency key
+        sys.stderr.write("payments_api: executed ord_%d %s %s Idempotency-Record-Id=%s\n"
+                         % (n, method, path, grouped.get("idempotency-record-id", ["-"])[0]))
+        sys.stderr.flush()
+        return n
 
 
     # -- large transfers (/_demo/blob, /_demo/sink, demo_blob=N): one record per tag
