@@ -158,12 +158,12 @@ static void exchange_answer_after_write(struct exchange *x)
                                  "with the same key and body after Retry-After to get the "
                                  "resolution, and quote the record_id to support", false);
     } else {
-        /* on_ambiguous: release: the claim is gone, nothing is held to pick up */
-        exchange_outcome_unknown(x, "the request was sent upstream but its answer was lost "
-                                 "(timeout, reset or cut short), so it may or may not have "
-                                 "executed; this route does not hold such requests "
-                                 "(on_ambiguous: release): a retry with the same key executes "
-                                 "it again", false);
+        /*
+         * on_ambiguous: release: the claim is gone, nothing is held to pick up.
+         * Not outcome-unknown, whose rule tells clients to retry for a
+         * resolution: here a retry executes the operation again.
+         */
+        exchange_release_lost(x);
     }
 }
 

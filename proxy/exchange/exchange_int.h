@@ -228,6 +228,17 @@ void exchange_problem(struct exchange *x, enum problem p, int status, const char
 void exchange_outcome_unknown(struct exchange *x, const char *detail, bool replayed);
 
 /*
+ * A protected request sent upstream whose answer was lost, on a route with
+ * on_ambiguous: release (the claim is released: a retry executes again):
+ * 504 upstream-timeout after a timeout, else 502 upstream-answer-lost, each
+ * naming the record (record_id member, Idempotency-Record-Id), no
+ * Retry-After, and in the Stripe format Stripe-Should-Retry as the cause
+ * says (docs/client-contract.md#outcome-unknown, "Under on_ambiguous:
+ * release").
+ */
+void exchange_release_lost(struct exchange *x);
+
+/*
  * Just before x's request leaves for the upstream or the inbox: every
  * field the client sent under upstream.record_id_header is dropped (a
  * client must not choose the correlation), and a protected request

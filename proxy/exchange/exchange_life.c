@@ -253,6 +253,21 @@ void exchange_outcome_unknown(struct exchange *x, const char *detail, bool repla
                             REPLY_OUTCOME_UNKNOWN_RETRY_AFTER_S, replayed, x->record_id);
 }
 
+void exchange_release_lost(struct exchange *x)
+{
+    static const char detail[] =
+        "the request was sent upstream but its answer was lost, so it may or may not have "
+        "executed; this route does not hold such requests (on_ambiguous: release): a retry "
+        "with the same key executes it again, so find out first (quote the record_id)";
+
+    if (x->upstream == UPSTREAM_TIMEOUT)
+        exchange_answer_problem(x, PROBLEM_UPSTREAM_TIMEOUT, 504, detail, 0, false,
+                                x->record_id);
+    else
+        exchange_answer_problem(x, PROBLEM_UPSTREAM_ANSWER_LOST, 502, detail, 0, false,
+                                x->record_id);
+}
+
 void exchange_tag_upstream(struct exchange *x, bool protected)
 {
     struct evkeyvalq *in = http_server_input_headers(x->req);

@@ -68,8 +68,9 @@ static const struct problem_kind {
     [PROBLEM_METHOD_NOT_IMPLEMENTED] = { "method-not-implemented", 501,
                                          "Method not implemented", "invalid_request_error",
                                          false },
+    /* sent, and nothing holds it: a retry may execute it again, so no SDK retries on its own */
     [PROBLEM_UPSTREAM_ANSWER_LOST] = { "upstream-answer-lost", 502, "Upstream answer lost",
-        "api_error", true },
+        "api_error", false },
     [PROBLEM_PRECONDITION_REQUIRED] = { "precondition-required", 428,
                                         "If-Match required to replace a resolution",
         "invalid_request_error", false },

@@ -78,16 +78,23 @@ def test_upstream_reset_or_close_is_outcome_unknown_first_and_on_retries(proxy, 
     assert upstream.total() == 1
 
 
-def test_on_ambiguous_release_answers_outcome_unknown_and_lets_the_retry_execute(start_proxy,
-                                                                                upstream):
-    """release: the first answer is the same outcome-unknown (the request was sent and its
-    answer lost), its detail says nothing is held; the claim is gone, so the retry executes."""
+@pytest.mark.parametrize("fault,status,cause", [("delay", 504, "upstream-timeout"),
+                                                ("close", 502, "upstream-answer-lost")])
+def test_on_ambiguous_release_is_not_outcome_unknown_and_lets_the_retry_execute(
+        start_proxy, upstream, fault, status, cause):
+    """release: the claim is released, so the answer must not be outcome-unknown (whose rule
+    says: retry to pick up a resolution; here the retry executes again): 504 upstream-timeout
+    or 502 upstream-answer-lost, naming the record, without Retry-After; the retry executes."""
     p = start_proxy(upstream={"timeout": "1s"}, on_ambiguous="release")
     key = new_key()
-    hs = [("X-Demo-Delay-Ms", "2000")]
+    hs = [("X-Demo-Delay-Ms", "2000")] if fault == "delay" else [("X-Demo-Fault", "close")]
     first = p.post(key=key, headers=hs)
-    rid = assert_outcome_unknown(first, replayed=False)
-    assert "does not hold" in first.problem()["detail"], first
+    doc = assert_problem(first, status, cause)
+    assert "does not hold" in doc["detail"], first
+    rid = doc["record_id"]
+    assert first.header("Idempotency-Record-Id") == rid, first
+    assert first.header("Retry-After") is None, first
+    assert_not_replayed(first)
     r = p.post(key=key)  # same fingerprint (X-Demo-* headers are not part of it)
     assert r.status == 201, r
     assert_not_replayed(r)

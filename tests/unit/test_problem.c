@@ -77,7 +77,7 @@ int main(void)
         { PROBLEM_INVALID_RESOLUTION, "invalid_request_error", false },
         { PROBLEM_HEAD_TOO_LARGE, "invalid_request_error", false },
         { PROBLEM_METHOD_NOT_IMPLEMENTED, "invalid_request_error", false },
-        { PROBLEM_UPSTREAM_ANSWER_LOST, "api_error", true },
+        { PROBLEM_UPSTREAM_ANSWER_LOST, "api_error", false },
         { PROBLEM_PRECONDITION_REQUIRED, "invalid_request_error", false },
         { PROBLEM_PRECONDITION_FAILED, "invalid_request_error", false },
         { PROBLEM_RE_EXECUTE_NOT_CONFIRMED, "invalid_request_error", false },
