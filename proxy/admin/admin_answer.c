@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "clock.h"
+#include "decide.h"
 #include "config.h"
 #include "headers.h"
 #include "record.h"
@@ -182,7 +183,15 @@ int admin_answer_parse(struct admin_answer *a, const json_t *doc, char *why, siz
         snprintf(why, len, "\"body_base64\" is missing (\"\" records an empty body)");
         return -1;
     }
-    return admin_answer_body(a, json_object_get(doc, "body_base64"), why, len);
+    if (admin_answer_body(a, json_object_get(doc, "body_base64"), why, len) != 0)
+        return -1;
+    /* RFC 9110 sections 15.3.5 and 15.4.5: no content; a replay would drop it unseen */
+    if ((a->status == 204 || a->status == 304) && a->body_len > 0) {
+        snprintf(why, len, "a %d answer has no body (RFC 9110): \"body_base64\" must be \"\"",
+                 a->status);
+        return -1;
+    }
+    return 0;
 }
 
 bool admin_answer_released(const struct admin_answer *a, const struct config *conf,
@@ -193,10 +202,9 @@ bool admin_answer_released(const struct admin_answer *a, const struct config *co
 
         if (strcmp(r->path, route) != 0)
             continue;
-        for (size_t j = 0; j < r->policy.n_release_statuses; j++)
-            if (r->policy.release_statuses[j] == a->status)
-                return true;
-        return false;
+        /* what an upstream answer with this status would do: release_statuses, and every
+           non-2xx on a webhook route (the provider's retry must be delivered) */
+        return decide_releases(&r->policy, a->status);
     }
     return false;
 }

@@ -234,8 +234,10 @@ void admin_answer_deinit(struct admin_answer *a);
 int admin_answer_parse(struct admin_answer *a, const json_t *doc, char *why, size_t len);
 
 /*
- * Whether a's status is in the release_statuses of the route of conf whose
- * path is route (NULL or "": none): an answer the proxy never records.
+ * Whether an upstream answer with a's status would release the claim on
+ * the route of conf whose path is route (NULL or "": none): its
+ * release_statuses, and every non-2xx on a webhook route (decide_releases).
+ * Such an answer is never recorded, so it is never a resolution.
  */
 bool admin_answer_released(const struct admin_answer *a, const struct config *conf,
                            const char *route);

@@ -210,12 +210,12 @@ static void admin_resolve_on_get(enum store_status st, const char *value, size_t
     if (!admin_resolve_allowed(c, &old, value, len))
         return;
     if (admin_answer_released(&c->answer, conf, c->route)) {
-        char why[400];
+        char why[512];
 
         /* the route's release_statuses are never recorded: each retry would replay "retry" */
-        snprintf(why, sizeof(why), "status %d is in the release_statuses of route %s: an "
-                 "upstream answer with it releases the claim and is never recorded",
-                 c->answer.status, c->route);
+        snprintf(why, sizeof(why), "route %s never records status %d (its release_statuses, "
+                 "or a non-2xx on a webhook route): an upstream answer with it releases the "
+                 "claim, so a retry executes", c->route, c->answer.status);
         admin_resolve_refused(c, PROBLEM_INVALID_RESOLUTION, why);
         return;
     }

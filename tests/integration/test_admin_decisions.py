@@ -27,6 +27,7 @@ import pytest
 from harness import wait_until
 from proxy_helpers import (
     access_ids, audit_lines, bearer, new_token, redis_contents, start_with_admin_token,
+    token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -353,3 +354,44 @@ def test_bulk_dry_run_then_bulk_resolve_of_100_held_records(tmp_path, start_prox
     assert sorted((l["result"], l["record_id"]) for l in purges[1:]) == sorted(
         ("ok", rid) for rid in purged), purges
     assert {l["reason"] for l in purges} == {"INC-11: undo"}
+
+
+def test_a_resolve_never_records_an_answer_the_route_would_release_or_replay_differently(
+        tmp_path, start_proxy, redis, upstream):
+    """On a webhook route every non-2xx releases the claim (the provider's retry must be
+    delivered), so it is never a resolution either; a 204 or 304 has no body (RFC 9110), and a
+    replay would drop one unseen: both 400 invalid-resolution, nothing written."""
+    token = new_token()
+    hook = "/webhooks/gh"
+    p = start_proxy(routes=[{"path": ROUTE},
+                            {"path": hook, "key_from": "header:X-GitHub-Delivery",
+                             "verify": "none"}],
+                    admin_host="0.0.0.0", admin_token_file=token_file(tmp_path, token))
+    delivery = "d-" + uuid.uuid4().hex
+    seen = len(access_ids(p, hook))
+    r = p.post(path=hook, headers=[("X-GitHub-Delivery", delivery)] + CLOSE)
+    assert r.status == 502, r
+    executed = upstream.total()
+    hook_id = wait_until(lambda: access_ids(p, hook)[seen:] and access_ids(p, hook)[seen], 5,
+                         what="the access-log line of the held delivery")
+    before = redis_contents(redis)
+    r = admin(p, token, "PUT", "/records/" + hook_id, answer(500, b"{}", reason="INC-13"))
+    assert r.status == 400 and r.problem()["type"].endswith(":invalid-resolution"), r
+    assert "webhook" in r.problem()["detail"], r
+    assert redis_contents(redis) == before
+    assert admin(p, token, "PUT", "/records/" + hook_id,
+                 answer(200, b"{}", reason="INC-13: delivered")).status == 200
+    retry = p.post(path=hook, headers=[("X-GitHub-Delivery", delivery)])
+    assert retry.status == 200 and retry.replayed, retry
+    assert upstream.total() == executed
+
+    key = "pay-" + uuid.uuid4().hex
+    record_id = hold(p, key)
+    for status in (204, 304):
+        r = admin(p, token, "PUT", "/records/" + record_id,
+                  answer(status, b'{"id": "pay_1"}', reason="INC-14"))
+        assert r.status == 400 and "no body" in r.problem()["detail"], r
+    assert admin(p, token, "PUT", "/records/" + record_id,
+                 answer(204, b"", reason="INC-14: no content")).status == 200
+    retry = p.post(key=key)
+    assert retry.status == 204 and retry.replayed and retry.body == b"", retry
