@@ -230,6 +230,11 @@ static int admin_records_purge_query(struct admin_records_call *c, char *why, si
     int n_reason = 0, n_confirm = 0, rc = -1;
 
     TAILQ_INIT(&params);
+    /* a decoded value is a C string: %00 would cut the reason the audit line keeps */
+    if (query != NULL && strcasestr(query, "%00") != NULL) {
+        snprintf(why, len, "the query holds %%00 (NUL), which no reason= or confirm= may");
+        goto done;
+    }
     if (query != NULL && evhttp_parse_query_str(query, &params) != 0) {
         snprintf(why, len, "the query must be reason=...[&confirm=re-execute], percent-encoded");
         goto done;

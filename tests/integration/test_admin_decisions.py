@@ -395,3 +395,16 @@ def test_a_resolve_never_records_an_answer_the_route_would_release_or_replay_dif
                  answer(204, b"", reason="INC-14: no content")).status == 200
     retry = p.post(key=key)
     assert retry.status == 204 and retry.replayed and retry.body == b"", retry
+
+
+def test_a_purge_reason_with_a_nul_is_refused_whole(tmp_path, start_proxy, redis, upstream):
+    """reason=abc%00def would reach the audit line as "abc": refused, nothing deleted."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    record_id = hold(p, "pay-" + uuid.uuid4().hex)
+    before = redis_contents(redis)
+    for query in ("reason=abc%00%0Adef", "reason=ok&confirm=re-execute%00"):
+        r = admin(p, token, "DELETE", "/records/%s?%s" % (record_id, query))
+        assert r.status == 400 and "NUL" in r.json()["error"], r
+    assert redis_contents(redis) == before
+    assert admin(p, token, "DELETE", "/records/%s?reason=abc" % record_id).status == 200
