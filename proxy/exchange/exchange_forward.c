@@ -254,6 +254,31 @@ static bool exchange_write_retry(struct exchange *x, enum store_status st)
     return true;
 }
 
+/*
+ * Our answer found the record no longer ours: a retry took the claim over
+ * (on_ambiguous: release) or an operator resolved or purged it while the
+ * request was at the upstream with its lease run out (a stalled proxy). An
+ * operator's resolution then stands against what the upstream said: an
+ * error, so that someone compares the two (docs/operations.md#resolving-a-held-record).
+ */
+static void exchange_on_overtaken(enum store_status st, const char *value, size_t len,
+                                  void *arg)
+{
+    struct exchange *x = arg;
+    struct record rec;
+
+    if (st == STORE_OK && value != NULL && record_decode(value, len, &rec) == 0 &&
+        rec.state == RECORD_RESOLVED)
+        log_msg(LOG_ERROR, "exchange %s: the upstream answered %d, but an operator resolved the "
+                "record while the request was at the upstream (its lease had run out): retries "
+                "replay the operator's answer, not the upstream's; compare them "
+                "(GET /records/%s)", x->record_id, x->resp_status, x->record_id);
+    else
+        log_msg(LOG_WARN, "exchange %s: record no longer ours; answer not recorded",
+                x->record_id);
+    exchange_unref(x);
+}
+
 /* The one callback of WRITING: whatever was written, or not, the client gets its answer. */
 static void exchange_on_written(enum store_status st, bool applied, void *arg)
 {
@@ -280,8 +305,8 @@ static void exchange_on_written(enum store_status st, bool applied, void *arg)
                                             : "could not mark the outcome unknown; the claim "
                                               "ends with its lease, which reads the same");
     } else if (!applied && x->write == WRITE_ANSWER) {
-        log_msg(LOG_WARN, "exchange %s: record no longer ours; answer not recorded",
-                x->record_id);
+        exchange_ref(x);
+        store_get(x->set->store, x->record_key, exchange_on_overtaken, x);
     } else if (x->write_retrying) {
         log_msg(LOG_INFO, "exchange %s: the record write went through on a later attempt",
                 x->record_id);

@@ -20,14 +20,15 @@ connection after reading the request: the record is held as outcome unknown) and
 
 import base64
 import json
+import signal
 import uuid
 
 import pytest
 
-from harness import wait_until
+from harness import log_line, wait_until
 from proxy_helpers import (
-    access_ids, audit_lines, bearer, new_token, redis_contents, start_with_admin_token,
-    token_file,
+    access_ids, audit_lines, bearer, in_background, new_token, record_id_cli, redis_contents,
+    start_with_admin_token, token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -408,3 +409,32 @@ def test_a_purge_reason_with_a_nul_is_refused_whole(tmp_path, start_proxy, redis
         assert r.status == 400 and "NUL" in r.json()["error"], r
     assert redis_contents(redis) == before
     assert admin(p, token, "DELETE", "/records/%s?reason=abc" % record_id).status == 200
+
+
+def test_a_resolution_made_while_a_stalled_proxys_request_was_at_the_upstream_is_an_error_line(
+        tmp_path, start_proxy, redis, upstream):
+    """The request's proxy stops (SIGSTOP) while its request is at the upstream; its lease
+    runs out; an operator resolves the record through another proxy; the stalled one resumes
+    and gets the upstream's 201. Retries replay the operator's answer (the record is no longer
+    the stalled proxy's); its log says so at error level, so someone compares the two."""
+    token = new_token()
+    p1 = start(start_proxy, tmp_path, token, lease="1s")
+    p2 = start(start_proxy, tmp_path, token, lease="1s")
+    key = "pay-" + uuid.uuid4().hex
+    first = in_background(p1.post, key=key, headers=[("X-Demo-Delay-Ms", "3000")], timeout=30)
+    wait_until(lambda: upstream.total() == 1, what="the request at the upstream")
+    record_id = record_id_cli(p1, "/v1/payments", key)[0]["record_id"]
+    p1.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: admin(p2, token, "GET", "/records/" + record_id).json()
+                   .get("lease_expired") is True, what="the stalled request's lease run out")
+        r = admin(p2, token, "PUT", "/records/" + record_id,
+                  answer(402, b'{"declined": true}', reason="INC-15: the bank said declined"))
+        assert r.status == 200, r
+    finally:
+        p1.signal(signal.SIGCONT)
+    assert first.result().status == 201
+    log_line(p1, "an operator resolved the record while the request was at the upstream")
+    retry = p2.post(key=key)
+    assert retry.status == 402 and retry.replayed, retry
+    assert upstream.total() == 1
