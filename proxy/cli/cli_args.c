@@ -20,6 +20,14 @@
 /* --timeout at most: a bulk change of many records is one exchange; an hour bounds a hang. */
 #define CLI_TIMEOUT_MAX_S 3600
 #define CLI_TIMEOUT_DEFAULT_S 60
+/*
+ * The calls a walk of list or bulk takes at most by default: a listing's
+ * call passes over at least 8,000 record keys unless its page is full, a
+ * bulk change's 128,000 (docs/operations.md); more is a walk that does not
+ * end.
+ */
+#define CLI_MAX_CALLS_DEFAULT 10000
+#define CLI_MAX_CALLS_MAX 10000000
 
 /* Which verbs take an option: one bit per enum cli_verb. */
 #define V(verb) (1u << (verb))
@@ -30,7 +38,7 @@ enum cli_opt {
     OPT_ADMIN = 256, OPT_TOKEN_FILE, OPT_JSON, OPT_TIMEOUT, OPT_STATE, OPT_ROUTE, OPT_LIMIT,
     OPT_PATH, OPT_KEY, OPT_HEADER, OPT_METHOD, OPT_STATUS, OPT_BODY, OPT_BODY_FILE, OPT_REASON,
     OPT_IF_MATCH, OPT_CONFIRM, OPT_SECONDS, OPT_ACTION, OPT_OLDER_THAN, OPT_DRY_RUN, OPT_APPLY,
-    OPT_ALL, OPT_MATCH_REASON, OPT_BEFORE, OPT_END,
+    OPT_ALL, OPT_MATCH_REASON, OPT_BEFORE, OPT_MAX_CALLS, OPT_END,
 };
 
 static const struct option cli_options[] = {
@@ -61,6 +69,7 @@ static const struct option cli_options[] = {
     { "all", no_argument, NULL, OPT_ALL },
     { "match-reason", required_argument, NULL, OPT_MATCH_REASON },
     { "before", required_argument, NULL, OPT_BEFORE },
+    { "max-calls", required_argument, NULL, OPT_MAX_CALLS },
     { NULL, 0, NULL, 0 },
 };
 
@@ -70,6 +79,7 @@ static unsigned cli_option_verbs(int opt)
     switch (opt) {
     case OPT_STATE: case OPT_ROUTE: return V(CLI_LIST) | V(CLI_BULK);
     case OPT_LIMIT: return V(CLI_LIST);
+    case OPT_MAX_CALLS: return V(CLI_LIST) | V(CLI_BULK);
     case OPT_PATH: case OPT_KEY: case OPT_METHOD: return V(CLI_LOOKUP);
     case OPT_HEADER: return V(CLI_LOOKUP) | V(CLI_RESOLVE) | V(CLI_BULK);
     case OPT_STATUS: case OPT_BODY: case OPT_BODY_FILE: return V(CLI_RESOLVE) | V(CLI_BULK);
@@ -81,6 +91,28 @@ static unsigned cli_option_verbs(int opt)
     case OPT_ALL: case OPT_MATCH_REASON: case OPT_BEFORE: return V(CLI_INBOX);
     default: return V_ALL;
     }
+}
+
+/* Whether opt takes a value (its flags may be given again: they say the same). */
+static bool cli_option_takes_value(int opt)
+{
+    for (const struct option *d = cli_options; d->name != NULL; d++)
+        if (d->val == opt)
+            return d->has_arg == required_argument;
+    return false;
+}
+
+/* opt as the help names it: "-c/--config", "--reason". */
+static const char *cli_option_name(int opt)
+{
+    static char name[64];
+
+    for (const struct option *d = cli_options; d->name != NULL; d++)
+        if (d->val == opt) {
+            snprintf(name, sizeof(name), "%s--%s", opt == OPT_CONFIG ? "-c/" : "", d->name);
+            return name;
+        }
+    return "an option";
 }
 
 static const char *const cli_verb_names[] = {
@@ -105,7 +137,7 @@ void cli_args_usage(FILE *out)
         "are reached on loopback) with the token of its admin.token_file. Writes no file.\n"
         "\n"
         "verbs:\n"
-        "  list [--state S] [--route R] [--limit N]\n"
+        "  list [--state S] [--route R] [--limit N] [--max-calls N]\n"
         "        held records, every page (every held state without --state)\n"
         "  show ID\n"
         "        one record, and its ETag (for resolve --if-match)\n"
@@ -120,7 +152,7 @@ void cli_args_usage(FILE *out)
         "        keep a held record N seconds from now\n"
         "  bulk --action resolve|purge --state S [--route R] [--older-than SECONDS]\n"
         "       [--dry-run | --apply --reason R] [--status N --header ... --body S |\n"
-        "       --body-file F] [--confirm re-execute]\n"
+        "       --body-file F] [--confirm re-execute] [--max-calls N]\n"
         "        every matching record; lists them only (a dry run) unless --apply\n"
         "  inbox [list]                     each queued route: depth, dead letters, paused\n"
         "  inbox dead ROUTE                 the route's dead letters\n"
@@ -140,11 +172,17 @@ void cli_args_usage(FILE *out)
         "  --admin URL         http://HOST:PORT of the admin listener instead of admin_listen\n"
         "  --token-file F      the bearer token's file instead of admin.token_file\n"
         "  --timeout SECONDS   how long one exchange may take (default %d)\n"
+        "  --max-calls N       list, bulk: the calls of the walk at most (default %d); a walk\n"
+        "                      stopped there, or whose next_cursor repeats, exits 1\n"
+        "  An option that takes a value is given once (--header as often as needed).\n"
         "\n"
-        "exit status: 0 done; 1 refused by the proxy, or not found (the reason on stderr);\n"
-        "2 usage error, or FILE or the token file does not load; 3 the admin listener could\n"
-        "not be reached or gave no whole answer (a change may or may not have been made).\n",
-        CLI_TIMEOUT_DEFAULT_S);
+        "exit status: 0 done; 1 refused by the proxy, or not found (the reason on stderr),\n"
+        "or a walk that does not end; 2 usage error, or FILE or the token file does not\n"
+        "load (nothing sent); 3 the admin listener could not be reached (nothing sent), or\n"
+        "gave a read no whole answer; 4 a change was sent and the proxy could not tell\n"
+        "whether it was made (a 502, 503 or 504, or no whole answer): look with show (or\n"
+        "inbox dead) before sending it again.\n",
+        CLI_TIMEOUT_DEFAULT_S, CLI_MAX_CALLS_DEFAULT);
 }
 
 /* A whole number of [min, max] from text; 0, or -1 after the usage line. */
@@ -219,6 +257,8 @@ static int cli_args_set(struct cli_opts *o, int opt, const char *arg)
     case OPT_ALL: o->all = true; break;
     case OPT_MATCH_REASON: o->match_reason = arg; break;
     case OPT_BEFORE: o->before = arg; break;
+    case OPT_MAX_CALLS:
+        return cli_number("max-calls", arg, 1, CLI_MAX_CALLS_MAX, &o->max_calls);
     }
     return 0;
 }
@@ -373,6 +413,7 @@ int cli_args_parse(struct cli_opts *o, int argc, char **argv)
     memset(o, 0, sizeof(*o));
     TAILQ_INIT(&o->headers);
     o->timeout_s = CLI_TIMEOUT_DEFAULT_S;
+    o->max_calls = CLI_MAX_CALLS_DEFAULT;
     o->limit = o->status = o->seconds = o->older_than = CLI_UNSET;
     if (pos == NULL) {
         cli_print_error("out of memory");
@@ -390,6 +431,11 @@ int cli_args_parse(struct cli_opts *o, int argc, char **argv)
         if (opt == '?' || opt == ':') {
             cli_print_error("unknown option, or an option without its value: %s (admin --help)",
                             argv[optind - 1]);
+            goto done;
+        }
+        /* two values of one option: which one was meant (-c: which cluster) is not ours to pick */
+        if (seen[opt] && opt != OPT_HEADER && cli_option_takes_value(opt)) {
+            cli_print_error("%s is given twice: give it once", cli_option_name(opt));
             goto done;
         }
         if (cli_args_set(o, opt, optarg) != 0)

@@ -211,12 +211,15 @@ static int cli_http_take(struct cli_client *c, const char *method, struct cli_an
     if (curl_easy_header(c->easy, "ETag", 0, CURLH_HEADER, -1, &etag) == CURLHE_OK &&
         strlen(etag->value) < sizeof(a->etag))
         snprintf(a->etag, sizeof(a->etag), "%s", etag->value);
+    /* a string with \u0000 is still JSON: its text is printed escaped (cli_print_clean) */
     if (cli_http_is_json(content_type) && a->body != NULL)
-        a->doc = json_loadb(a->body, a->len, 0, &jerr);
+        a->doc = json_loadb(a->body, a->len, JSON_ALLOW_NUL, &jerr);
     if (a->status >= 200 && a->status < 300 && a->doc == NULL) {
-        cli_print_error("%s %s answered %ld without a JSON document: is it the admin listener?",
-                        method, c->base, a->status);
-        return CLI_UNREACHABLE;
+        cli_print_error("%s %s answered %ld without a JSON document: is it the admin listener?%s",
+                        method, c->base, a->status, a->change
+                        ? " The change may or may not have been made: look before sending it "
+                          "again" : "");
+        return a->change ? CLI_UNKNOWN : CLI_UNREACHABLE;
     }
     return CLI_DONE;
 }
@@ -233,16 +236,16 @@ static int cli_http_field(struct curl_slist **fields, const char *line)
 }
 
 int cli_http_call(struct cli_client *c, const char *method, const char *target,
-                  const json_t *body, const char *if_match, struct cli_answer *a)
+                  const json_t *body, const char *if_match, bool change, struct cli_answer *a)
 {
     char errbuf[CURL_ERROR_SIZE] = "", *url = NULL, *payload = NULL, line[320];
     struct curl_slist *fields = NULL;
-    bool change = strcmp(method, "GET") != 0;
     CURL *e = c->easy;
     CURLcode rc;
     int out = CLI_UNREACHABLE;
 
     memset(a, 0, sizeof(*a));
+    a->change = change;
     if (asprintf(&url, "%s%s", c->base, target) < 0) {
         url = NULL;
         goto oom;
@@ -293,11 +296,16 @@ int cli_http_call(struct cli_client *c, const char *method, const char *target,
         /* a request that may have been sent may have been carried out */
         bool unsent = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
                       rc == CURLE_URL_MALFORMAT || rc == CURLE_UNSUPPORTED_PROTOCOL;
+        const char *why = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+        char clean[4 * CURL_ERROR_SIZE];
 
-        cli_print_error("%s %s: no answer: %s%s", method, c->base,
-                        errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc),
+        /* libcurl's error may quote what the server sent */
+        cli_print_clean(clean, sizeof(clean), why, strlen(why));
+        cli_print_error("%s %s: no answer: %s%s", method, c->base, clean,
                         change && !unsent ? "; the change may or may not have been made: look "
                                             "before sending it again" : "");
+        if (change && !unsent)
+            out = CLI_UNKNOWN;
     }
     goto done;
 oom:

@@ -67,8 +67,11 @@ static void cli_inbox_list_human(const json_t *doc, const struct cli_answer *a, 
                 cli_print_cell(json_object_get(r, names[k]), text[k], sizeof(text[k]));
             cells[k] = text[k];
         }
-        cli_print_span(json_is_number(oldest) ? (long long)(json_number_value(oldest) * 1000)
-                                              : -1, text[4], sizeof(text[4]));
+        /* a number past a century is no age (nor one a long long holds in ms) */
+        cli_print_span(json_is_number(oldest) && json_number_value(oldest) >= 0 &&
+                       json_number_value(oldest) < 100.0 * 365 * 86400
+                           ? (long long)(json_number_value(oldest) * 1000) : -1,
+                       text[4], sizeof(text[4]));
         cli_print_row(widths, 7, cells);
     }
 }
@@ -98,7 +101,9 @@ static void cli_inbox_dead_human(const json_t *doc, const struct cli_answer *a, 
     cli_print_row(widths, 5, head);
     json_array_foreach(dead, i, d) {
         const char *died = json_string_value(json_object_get(d, "died"));
-        long long ago = died != NULL ? (long long)now.tv_sec * 1000 - atoll(died) : -1;
+        long long at = died != NULL ? strtoll(died, NULL, 10) : -1;
+        long long now_ms = (long long)now.tv_sec * 1000;
+        long long ago = at >= 0 && at <= now_ms ? now_ms - at : -1;
         size_t used;
 
         cli_print_cell(json_object_get(d, "id"), text[0], sizeof(text[0]));
@@ -188,7 +193,7 @@ int cli_inbox_run(const struct cli_opts *o, struct cli_client *c)
         cli_print_error("the request's target is longer than %d bytes", CLI_INBOX_TARGET_MAX);
         return CLI_USAGE;
     }
-    rc = cli_http_call(c, method, target, NULL, NULL, &a);
+    rc = cli_http_call(c, method, target, NULL, NULL, strcmp(method, "GET") != 0, &a);
     if (rc == CLI_DONE)
         rc = cli_print_answer(o, &a, human, NULL, 0, NULL);
     cli_answer_deinit(&a);

@@ -34,9 +34,13 @@ struct config;
 /* The exit statuses, as docs/operations.md#the-operator-cli documents them. */
 enum cli_exit {
     CLI_DONE = 0,           /* the proxy did it (2xx) */
-    CLI_REFUSED = 1,        /* the proxy refused it, or there is no such record (4xx, 5xx) */
+    CLI_REFUSED = 1,        /* the proxy refused it, or there is no such record (4xx, 5xx);
+                             * or a walk of list or bulk that would not end */
     CLI_USAGE = 2,          /* the command cannot be run as given: options, FILE, token */
-    CLI_UNREACHABLE = 3,    /* no answer from the admin listener, or not one it gives */
+    CLI_UNREACHABLE = 3,    /* the admin listener could not be reached (nothing was sent), or
+                             * a read got no answer, or not one the listener gives */
+    CLI_UNKNOWN = 4,        /* a change was sent and the proxy could not tell whether it was
+                             * made: a 502, 503 or 504, no whole answer, or not one it gives */
 };
 
 enum cli_verb {
@@ -61,6 +65,7 @@ struct cli_opts {
     const char *token_file;     /* --token-file: instead of admin.token_file */
     bool json;                  /* --json: the endpoint's JSON document on stdout */
     long long timeout_s;        /* --timeout: seconds one exchange may take */
+    long long max_calls;        /* --max-calls: the exchanges a walk of list or bulk takes */
     enum cli_verb verb;
     enum cli_inbox_verb inbox_verb;
     const char *id;             /* a record id, or a dead letter's id */
@@ -84,6 +89,7 @@ struct cli_client {
 /* One answer of the admin listener, all owned (cli_answer_deinit). */
 struct cli_answer {
     long status;                /* HTTP status */
+    bool change;                /* the request may change something: its outcome matters */
     char *body;                 /* the bytes sent, NUL-terminated; len bytes */
     size_t len;
     json_t *doc;                /* the body parsed when the answer is JSON, else NULL */
@@ -124,13 +130,16 @@ void cli_http_close(struct cli_client *c);
 /*
  * One exchange: method (static) on c->base + target (path and query,
  * percent-encoded: never printed, a lookup's holds a key), with body as its
- * JSON (borrowed; NULL: none) and If-Match: if_match (NULL: none). Returns
- * CLI_DONE with *a filled, whatever its status; or CLI_UNREACHABLE after a
- * line on stderr (no connection, no whole answer, or a 2xx answer that is
- * not JSON), which for a change says that it may or may not have been made.
+ * JSON (borrowed; NULL: none) and If-Match: if_match (NULL: none); change
+ * says whether the request may change anything (kept in a->change). Returns
+ * CLI_DONE with *a filled, whatever its status. Else a line on stderr and:
+ * CLI_UNREACHABLE when nothing was sent (no connection), or, for a read, no
+ * whole answer or a 2xx answer that is not JSON; CLI_UNKNOWN for the same
+ * after a change may have been sent (the line says it may or may not have
+ * been made).
  */
 int cli_http_call(struct cli_client *c, const char *method, const char *target,
-                  const json_t *body, const char *if_match, struct cli_answer *a);
+                  const json_t *body, const char *if_match, bool change, struct cli_answer *a);
 
 void cli_answer_deinit(struct cli_answer *a);
 
@@ -160,11 +169,11 @@ int cli_inbox_run(const struct cli_opts *o, struct cli_client *c);
 typedef void (*cli_human_fn)(const json_t *doc, const struct cli_answer *a, void *arg);
 
 /*
- * The end of a verb: a 2xx answer printed (with --json its document as
- * sent, else by human) and CLI_DONE; any other status as one line on stderr
- * (the problem's title and detail, or the error) plus, with --json, the
- * document on stdout, and CLI_REFUSED. hint (NULL: none) is added to the
- * line for the status it names (hint_status).
+ * The end of a verb: a 2xx answer printed (with --json its document,
+ * cli_print_json; else by human, or as fields when human is NULL) and
+ * CLI_DONE; any other status as cli_print_refusal's line plus, with
+ * --json, the document on stdout, and cli_print_refusal's status. hint
+ * (NULL: none) is added to the line for the status it names (hint_status).
  */
 int cli_print_answer(const struct cli_opts *o, const struct cli_answer *a, cli_human_fn human,
                      void *arg, long hint_status, const char *hint);
@@ -172,9 +181,29 @@ int cli_print_answer(const struct cli_opts *o, const struct cli_answer *a, cli_h
 /*
  * The one line on stderr of a refusal: the status, then the problem's
  * title and detail (RFC 9457), or the admin listener's {"error"}, or the
- * first line of a text answer; hint added for hint_status.
+ * first line of a text answer, its control characters escaped
+ * (cli_print_clean); hint added for hint_status. Returns CLI_UNKNOWN for a
+ * 502, 503 or 504 to a change (the line says to look before sending it
+ * again), else CLI_REFUSED.
  */
-void cli_print_refusal(const struct cli_answer *a, long hint_status, const char *hint);
+int cli_print_refusal(const struct cli_answer *a, long hint_status, const char *hint);
+
+/*
+ * doc as one line of JSON on stdout (compact, members in order); a DEL or
+ * C1 control character in a string, which jansson writes as it is, as a
+ * \u escape, as jansson writes the C0 ones. -1 out of memory, else 0.
+ */
+int cli_print_json(const json_t *doc);
+
+/*
+ * text (len bytes, NULs included) into out (size bytes, NUL-terminated) for
+ * a terminal: every C0 control character, DEL, C1 control character (as
+ * UTF-8, or a lone byte) and byte that is not part of well-formed UTF-8
+ * (RFC 3629) as \xHH (a C1 one by its code point: U+009B is \x9b); the
+ * rest as it is. Cut short at a whole character or escape when out is full.
+ * Returns the bytes written (without the NUL).
+ */
+size_t cli_print_clean(char *out, size_t size, const char *text, size_t len);
 
 /* doc's members as `name: value` lines, times and TTLs also in words. */
 void cli_print_fields(const json_t *doc);
@@ -185,7 +214,10 @@ void cli_print_row(const int *widths, size_t n, const char *const *cells);
 /* ms as a short span: 950ms, 42s, 3m07s, 5h02m, 2d04h. Into buf (size bytes). */
 void cli_print_span(long long ms, char *buf, size_t size);
 
-/* A JSON member as text for a cell: a string as is, null "-", else compact JSON. */
+/*
+ * A JSON member as text for a cell: a string as is, null "-", else compact
+ * JSON; its control characters escaped (cli_print_clean).
+ */
 void cli_print_cell(const json_t *value, char *buf, size_t size);
 
 /* A usage or local failure: "idempotency-proxy: admin: " and the text, on stderr. */

@@ -42,6 +42,75 @@ void cli_print_span(long long ms, char *buf, size_t size)
         snprintf(buf, size, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
 }
 
+/*
+ * The length of the well-formed UTF-8 sequence at p (left bytes there), 1
+ * for ASCII; 0 when it is not one (RFC 3629 section 4: no overlong form,
+ * no surrogate, nothing past U+10FFFF).
+ */
+static size_t cli_print_utf8_len(const unsigned char *p, size_t left)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        n = 2;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (left < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+size_t cli_print_clean(char *out, size_t size, const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t used = 0, i = 0, n;
+    char escape[5];
+
+    if (size == 0)
+        return 0;
+    while (i < len) {
+        n = cli_print_utf8_len(p + i, len - i);
+        if (n == 1 && (p[i] < 0x20 || p[i] == 0x7f))
+            snprintf(escape, sizeof(escape), "\\x%02x", p[i]);
+        else if (n == 0)
+            snprintf(escape, sizeof(escape), "\\x%02x", p[i]);
+        else if (n == 2 && p[i] == 0xc2 && p[i + 1] <= 0x9f) /* U+0080..U+009F */
+            snprintf(escape, sizeof(escape), "\\x%02x", p[i + 1]);
+        else
+            escape[0] = '\0';
+        if (escape[0] != '\0') {
+            if (used + 4 >= size)
+                break;
+            memcpy(out + used, escape, 4);
+            used += 4;
+            i += n == 0 ? 1 : n;
+        } else {
+            if (used + n >= size)
+                break;
+            memcpy(out + used, p + i, n);
+            used += n;
+            i += n;
+        }
+    }
+    out[used] = '\0';
+    return used;
+}
+
 void cli_print_cell(const json_t *value, char *buf, size_t size)
 {
     char *text;
@@ -49,10 +118,11 @@ void cli_print_cell(const json_t *value, char *buf, size_t size)
     if (value == NULL || json_is_null(value)) {
         snprintf(buf, size, "-");
     } else if (json_is_string(value)) {
-        snprintf(buf, size, "%s", json_string_value(value));
+        cli_print_clean(buf, size, json_string_value(value), json_string_length(value));
     } else {
+        /* a string inside may hold DEL or C1 characters: jansson writes them as they are */
         text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
-        snprintf(buf, size, "%s", text != NULL ? text : "?");
+        cli_print_clean(buf, size, text != NULL ? text : "?", text != NULL ? strlen(text) : 1);
         free(text);
     }
 }
@@ -99,11 +169,12 @@ void cli_print_fields(const json_t *doc)
 {
     const char *name;
     json_t *value;
-    char text[4096];
+    char text[4096], clean[1024];
 
     json_object_foreach((json_t *)doc, name, value) {
         cli_print_value(name, value, text, sizeof(text));
-        printf("%s: %s\n", name, text);
+        cli_print_clean(clean, sizeof(clean), name, strlen(name));
+        printf("%s: %s\n", clean, text);
     }
 }
 
@@ -117,49 +188,90 @@ void cli_print_row(const int *widths, size_t n, const char *const *cells)
     }
 }
 
-void cli_print_refusal(const struct cli_answer *a, long hint_status, const char *hint)
+/* Whether a is a 502, 503 or 504 to a change: the proxy (or a gateway) could not tell. */
+static bool cli_print_unsure(const struct cli_answer *a)
+{
+    return a->change && (a->status == 502 || a->status == 503 || a->status == 504);
+}
+
+int cli_print_refusal(const struct cli_answer *a, long hint_status, const char *hint)
 {
     const json_t *title = json_object_get(a->doc, "title");
     const json_t *detail = json_object_get(a->doc, "detail");
     const json_t *error = json_object_get(a->doc, "error");
     const char *tail = hint != NULL && a->status == hint_status ? hint : NULL;
-    char line[512];
+    char line[1024];
+    size_t used = 0;
 
+    line[0] = '\0';
     if (json_is_string(title) || json_is_string(detail)) {
-        snprintf(line, sizeof(line), "%s%s%s", json_is_string(title) ? json_string_value(title)
-                                                                       : "",
-                 json_is_string(title) && json_is_string(detail) ? ": " : "",
-                 json_is_string(detail) ? json_string_value(detail) : "");
+        if (json_is_string(title))
+            used = cli_print_clean(line, sizeof(line), json_string_value(title),
+                                   json_string_length(title));
+        if (json_is_string(title) && json_is_string(detail) && used + 2 < sizeof(line)) {
+            memcpy(line + used, ": ", 3);
+            used += 2;
+        }
+        if (json_is_string(detail))
+            cli_print_clean(line + used, sizeof(line) - used, json_string_value(detail),
+                            json_string_length(detail));
     } else if (json_is_string(error)) {
-        snprintf(line, sizeof(line), "%s", json_string_value(error));
-    } else {
-        snprintf(line, sizeof(line), "%.*s", (int)strcspn(a->body != NULL ? a->body : "",
-                                                            "\r\n"),
-                 a->body != NULL ? a->body : "");
+        cli_print_clean(line, sizeof(line), json_string_value(error), json_string_length(error));
+    } else if (a->body != NULL) {
+        cli_print_clean(line, sizeof(line), a->body, strcspn(a->body, "\r\n"));
     }
-    cli_print_error("refused (%ld): %s%s%s", a->status, line[0] != '\0' ? line : "no reason given",
-                    tail != NULL ? "; " : "", tail != NULL ? tail : "");
+    cli_print_error("refused (%ld): %s%s%s%s", a->status, line[0] != '\0' ? line
+                                                                         : "no reason given",
+                    tail != NULL ? "; " : "", tail != NULL ? tail : "",
+                    cli_print_unsure(a) ? "; the change may or may not have been made: look "
+                                          "before sending it again" : "");
+    return cli_print_unsure(a) ? CLI_UNKNOWN : CLI_REFUSED;
+}
+
+int cli_print_json(const json_t *doc)
+{
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    const unsigned char *p;
+
+    if (text == NULL)
+        return -1;
+    /*
+     * jansson's output is UTF-8 whose only bytes past ASCII are in strings: a
+     * 0x7f is DEL, and 0xc2 (a lead byte) then 0x80..0x9f is a C1 character.
+     */
+    for (p = (const unsigned char *)text; *p != '\0'; p++) {
+        if (*p == 0x7f) {
+            fputs("\\u007F", stdout);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            printf("\\u00%02X", p[1]);
+            p++;
+        } else {
+            putchar(*p);
+        }
+    }
+    putchar('\n');
+    free(text);
+    return 0;
 }
 
 int cli_print_answer(const struct cli_opts *o, const struct cli_answer *a, cli_human_fn human,
                      void *arg, long hint_status, const char *hint)
 {
     bool ok = a->status >= 200 && a->status < 300;
-    char *text;
+    int rc = CLI_DONE;
 
     if (o->json && a->doc != NULL) {
-        text = json_dumps(a->doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (text == NULL) {
+        if (cli_print_json(a->doc) != 0) {
             cli_print_error("out of memory");
             return CLI_REFUSED;
         }
-        printf("%s\n", text);
-        free(text);
-    } else if (ok) {
+    } else if (ok && human != NULL) {
         human(a->doc, a, arg);
+    } else if (ok) {
+        cli_print_fields(a->doc);
     }
     if (!ok)
-        cli_print_refusal(a, hint_status, hint);
+        rc = cli_print_refusal(a, hint_status, hint);
     fflush(stdout);
-    return ok ? CLI_DONE : CLI_REFUSED;
+    return rc;
 }

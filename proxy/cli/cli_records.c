@@ -31,6 +31,8 @@
 /* The largest body --body-file reads, bytes (the proxy refuses more than max_stored_response). */
 #define CLI_BODY_MAX (64u << 20)
 #define CLI_TARGET_MAX 8192
+/* A cursor of the walk at most, bytes (the endpoints' are "NODE-SCAN-SKIP", a few dozen). */
+#define CLI_CURSOR_MAX 512
 
 /* Now, in ms since the epoch, for a record's age. */
 static long long cli_now_ms(void)
@@ -62,7 +64,7 @@ static void cli_list_human(const json_t *doc, const struct cli_answer *a, void *
     const long long *limit = arg;
     long long now = cli_now_ms();
     int widths[5] = { 32, 15, 5, 8, 0 };
-    char route[256], state[64], age[32], ttl[32];
+    char id[160], route[256], state[64], age[32], ttl[32];
     const char *cells[5];
     size_t i;
 
@@ -83,13 +85,14 @@ static void cli_list_human(const json_t *doc, const struct cli_answer *a, void *
 
         cli_print_cell(json_object_get(entry, "route"), route, sizeof(route));
         cli_print_cell(json_object_get(entry, "state"), state, sizeof(state));
-        cli_print_span(json_is_integer(created) ? now - (long long)json_integer_value(created)
-                                                : -1, age, sizeof(age));
+        /* a time from the future (or before 1970) has no age */
+        cli_print_span(json_is_integer(created) && json_integer_value(created) >= 0 &&
+                       json_integer_value(created) <= now
+                           ? now - (long long)json_integer_value(created) : -1, age, sizeof(age));
         cli_print_span(json_is_integer(ttl_ms) ? (long long)json_integer_value(ttl_ms) : -1,
                        ttl, sizeof(ttl));
-        cells[0] = json_string_value(json_object_get(entry, "record_id"));
-        if (cells[0] == NULL)
-            cells[0] = "?";
+        cli_print_cell(json_object_get(entry, "record_id"), id, sizeof(id));
+        cells[0] = id;
         cells[1] = state;
         cells[2] = route;
         cells[3] = age;
@@ -111,24 +114,48 @@ static bool cli_list_wanted(const struct cli_opts *o, const json_t *entry)
 }
 
 /*
+ * Whether next (a next_cursor the walk was given) was given before; if not,
+ * it is kept in seen. A walk whose cursor comes round again would go round
+ * for ever: SCAN's cursors do not (a failover during the walk may make it
+ * so: list again).
+ */
+static bool cli_walk_repeats(json_t *seen, const char *next)
+{
+    if (json_object_get(seen, next) != NULL)
+        return true;
+    json_object_set_new(seen, next, json_true());
+    return false;
+}
+
+/*
  * Every page, following next_cursor to the end or to --limit; the pages'
  * entries make one document of the endpoint's shape, the last cursor read
- * as its next_cursor (null: the walk is over).
+ * as its next_cursor (null: the walk is over). At most o->max_calls pages,
+ * and never a cursor twice: a walk stopped so prints what it listed, then
+ * why on stderr, and is CLI_REFUSED.
  */
 static int cli_list(const struct cli_opts *o, struct cli_client *c)
 {
-    json_t *all = json_array(), *doc = NULL, *entry;
+    json_t *all = json_array(), *seen = json_object(), *doc = NULL, *entry;
+    const json_t *records, *next;
     struct cli_answer a;
-    char target[CLI_TARGET_MAX], limit[32], cursor[512] = "";
-    long long page;
+    char target[CLI_TARGET_MAX], limit[32], cursor[CLI_CURSOR_MAX] = "", stopped[160] = "";
+    long long page, calls = 0;
     int rc = CLI_DONE;
     size_t i;
 
-    if (all == NULL) {
+    if (all == NULL || seen == NULL) {
         cli_print_error("out of memory");
+        json_decref(all);
+        json_decref(seen);
         return CLI_REFUSED;
     }
-    for (;;) {
+    for (;; calls++) {
+        if (calls == o->max_calls) {
+            snprintf(stopped, sizeof(stopped), "GET /records: stopped after %lld calls "
+                     "(--max-calls) with the walk not over", calls);
+            break;
+        }
         page = o->limit == CLI_UNSET || o->route != NULL
                    ? CLI_LIST_PAGE_MAX
                    : o->limit - (long long)json_array_size(all);
@@ -141,21 +168,23 @@ static int cli_list(const struct cli_opts *o, struct cli_client *c)
             rc = CLI_USAGE;
             break;
         }
-        rc = cli_http_call(c, "GET", target, NULL, NULL, &a);
+        rc = cli_http_call(c, "GET", target, NULL, NULL, false, &a);
         if (rc != CLI_DONE) {
             cli_answer_deinit(&a);
             break;
         }
-        if (a.status != 200) {
+        if (a.status < 200 || a.status > 299) {
             rc = cli_print_answer(o, &a, NULL, NULL, 0, NULL);
             cli_answer_deinit(&a);
             break;
         }
-        const json_t *records = json_object_get(a.doc, "records");
-        const json_t *next = json_object_get(a.doc, "next_cursor");
-        if (!json_is_array(records) || !(json_is_null(next) || json_is_string(next)) ||
+        records = json_object_get(a.doc, "records");
+        next = json_object_get(a.doc, "next_cursor");
+        if (a.status != 200 || !json_is_array(records) ||
+            !(json_is_null(next) || json_is_string(next)) ||
             (json_is_string(next) && json_string_length(next) >= sizeof(cursor))) {
-            cli_print_error("GET /records answered without records and next_cursor");
+            cli_print_error("GET /records answered %ld without the listing's records and "
+                            "next_cursor: is it the admin listener?", a.status);
             cli_answer_deinit(&a);
             rc = CLI_UNREACHABLE;
             break;
@@ -175,8 +204,13 @@ static int cli_list(const struct cli_opts *o, struct cli_client *c)
         if (cursor[0] == '\0' || (o->limit != CLI_UNSET &&
                                   (long long)json_array_size(all) >= o->limit))
             break;
+        if (cli_walk_repeats(seen, cursor)) {
+            snprintf(stopped, sizeof(stopped), "GET /records answered a next_cursor it gave "
+                     "before, so the walk would not end: stopped there (list again)");
+            break;
+        }
     }
-    if (rc == CLI_DONE) {
+    if (rc == CLI_DONE && doc != NULL) {
         json_object_set(doc, "records", all);
         json_object_set_new(doc, "next_cursor", cursor[0] != '\0' ? json_string(cursor)
                                                                   : json_null());
@@ -187,8 +221,13 @@ static int cli_list(const struct cli_opts *o, struct cli_client *c)
         rc = cli_print_answer(o, &a, cli_list_human, (void *)&o->limit, 0, NULL);
         cli_answer_deinit(&a);
     }
+    if (stopped[0] != '\0') {
+        cli_print_error("%s; printed: the records listed until then", stopped);
+        rc = CLI_REFUSED;
+    }
     json_decref(doc);
     json_decref(all);
+    json_decref(seen);
     return rc;
 }
 
@@ -197,10 +236,14 @@ static int cli_list(const struct cli_opts *o, struct cli_client *c)
 /* A document as `name: value` lines, and the ETag when the answer has one. */
 static void cli_fields_human(const json_t *doc, const struct cli_answer *a, void *arg)
 {
+    char etag[4 * sizeof(a->etag)];
+
     (void)arg;
     cli_print_fields(doc);
-    if (a->etag[0] != '\0' && json_object_get(doc, "etag") == NULL)
-        printf("etag: %s\n", a->etag);
+    if (a->etag[0] != '\0' && json_object_get(doc, "etag") == NULL) {
+        cli_print_clean(etag, sizeof(etag), a->etag, strlen(a->etag));
+        printf("etag: %s\n", etag);
+    }
 }
 
 /* One exchange whose answer is printed as fields. */
@@ -209,7 +252,7 @@ static int cli_one(const struct cli_opts *o, struct cli_client *c, const char *m
                    long hint_status, const char *hint)
 {
     struct cli_answer a;
-    int rc = cli_http_call(c, method, target, body, if_match, &a);
+    int rc = cli_http_call(c, method, target, body, if_match, strcmp(method, "GET") != 0, &a);
 
     if (rc == CLI_DONE)
         rc = cli_print_answer(o, &a, cli_fields_human, NULL, hint_status, hint);
@@ -221,14 +264,17 @@ static int cli_one(const struct cli_opts *o, struct cli_client *c, const char *m
 static void cli_lookup_human(const json_t *doc, const struct cli_answer *a, void *arg)
 {
     const json_t *absent = json_object_get(doc, "absent_scope_headers"), *name;
+    char clean[256];
     size_t i;
 
     cli_fields_human(doc, a, arg);
-    json_array_foreach(absent, i, name)
-        if (json_is_string(name))
-            cli_print_error("note: the route scopes keys by %s, and no --header gave it: this "
-                            "is the record of a request without that header",
-                            json_string_value(name));
+    json_array_foreach(absent, i, name) {
+        if (!json_is_string(name))
+            continue;
+        cli_print_cell(name, clean, sizeof(clean));
+        cli_print_error("note: the route scopes keys by %s, and no --header gave it: this is "
+                        "the record of a request without that header", clean);
+    }
 }
 
 static int cli_lookup(const struct cli_opts *o, struct cli_client *c)
@@ -246,7 +292,7 @@ static int cli_lookup(const struct cli_opts *o, struct cli_client *c)
         if (cli_query(target, "header", line) != 0)
             goto too_long;
     }
-    rc = cli_http_call(c, "GET", target, NULL, NULL, &a);
+    rc = cli_http_call(c, "GET", target, NULL, NULL, false, &a);
     if (rc == CLI_DONE)
         rc = cli_print_answer(o, &a, cli_lookup_human, NULL, 0, NULL);
     cli_answer_deinit(&a);
@@ -461,29 +507,55 @@ static bool cli_bulk_add(json_t *into, const json_t *page)
 {
     const json_t *records = json_object_get(page, "records");
     const char *counts[2] = { "matched", "changed" };
+    json_int_t sum[2];
 
     if (!json_is_array(records))
         return false;
     for (size_t i = 0; i < 2; i++)
-        json_object_set_new(into, counts[i], json_integer(
-            json_integer_value(json_object_get(into, counts[i])) +
-            json_integer_value(json_object_get(page, counts[i]))));
+        if (__builtin_add_overflow(json_integer_value(json_object_get(into, counts[i])),
+                                   json_integer_value(json_object_get(page, counts[i])),
+                                   &sum[i]))
+            return false;
+    for (size_t i = 0; i < 2; i++)
+        json_object_set_new(into, counts[i], json_integer(sum[i]));
     return json_array_extend(json_object_get(into, "records"), (json_t *)records) == 0;
+}
+
+/* How many of a walk's records have the result "error": Redis failed on them (looked at first). */
+static size_t cli_bulk_errors(const json_t *walk)
+{
+    const json_t *entry;
+    size_t i, n = 0;
+
+    json_array_foreach(json_object_get(walk, "records"), i, entry) {
+        const char *result = json_string_value(json_object_get(entry, "result"));
+
+        n += result != NULL && strcmp(result, "error") == 0;
+    }
+    return n;
 }
 
 /*
  * Every call the walk takes: one call changes (or, in a dry run, lists)
  * at most a bounded number of records and answers next_cursor, and the
  * next call goes on from there until it is null. The pages make one
- * document of the endpoint's shape. A call that fails prints what the
- * calls before it (and its own partial answer) did, then its refusal.
+ * document of the endpoint's shape, next_cursor where the walk stopped. A
+ * walk that stops early prints what the calls before (and a refused
+ * call's partial answer) did, then why: a refusal (cli_print_refusal's
+ * status), no answer or not a bulk change's (CLI_UNREACHABLE, or with
+ * --apply CLI_UNKNOWN), a cursor given twice or o->max_calls calls
+ * (CLI_REFUSED). With --apply, a record whose result is "error" makes it
+ * CLI_UNKNOWN: the proxy could not tell whether it was changed.
  */
 static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
 {
     bool dry_run = !o->apply;
-    json_t *request = NULL, *walk = NULL;
+    json_t *request = NULL, *walk = NULL, *seen = json_object();
     const json_t *next;
     struct cli_answer a, failed;
+    char stopped[160] = "";
+    long long calls;
+    size_t errors = 0;
     int rc;
 
     memset(&failed, 0, sizeof(failed));
@@ -491,54 +563,88 @@ static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
     walk = json_pack("{s:s, s:b, s:I, s:I, s:[], s:n}", "action", o->action, "dry_run", dry_run,
                      "matched", (json_int_t)0, "changed", (json_int_t)0, "records",
                      "next_cursor");
-    if (request == NULL || walk == NULL) {
-        if (walk == NULL && request != NULL)
+    if (request == NULL || walk == NULL || seen == NULL) {
+        if (request != NULL)
             cli_print_error("out of memory");
         json_decref(request);
         json_decref(walk);
+        json_decref(seen);
         return rc != CLI_DONE ? rc : CLI_REFUSED;
     }
-    for (;;) {
-        rc = cli_http_call(c, "POST", "/records/bulk", request, NULL, &a);
+    for (calls = 0;; calls++) {
+        if (calls == o->max_calls) {
+            snprintf(stopped, sizeof(stopped), "POST /records/bulk: stopped after %lld calls "
+                     "(--max-calls) with the walk not over", calls);
+            break;
+        }
+        rc = cli_http_call(c, "POST", "/records/bulk", request, NULL, o->apply, &a);
         if (rc != CLI_DONE) {
             cli_answer_deinit(&a);
             break;
         }
-        if (!cli_bulk_add(walk, a.doc) && a.status == 200) {
-            cli_print_error("POST /records/bulk answered without records");
-            cli_answer_deinit(&a);
-            rc = CLI_UNREACHABLE;
+        if (a.status < 200 || a.status > 299) {
+            cli_bulk_add(walk, a.doc); /* a refusal may say what it did before it failed */
+            failed = a; /* its refusal is printed after what was done */
             break;
         }
         next = json_object_get(a.doc, "next_cursor");
-        if (a.status != 200 || !json_is_string(next)) {
-            if (a.status != 200)
-                failed = a; /* its refusal is printed after what was done */
-            else
-                cli_answer_deinit(&a);
+        if (a.status != 200 || !(json_is_null(next) || json_is_string(next)) ||
+            (json_is_string(next) && json_string_length(next) >= CLI_CURSOR_MAX) ||
+            !cli_bulk_add(walk, a.doc)) {
+            cli_print_error("POST /records/bulk answered %ld without a bulk change's records "
+                            "and next_cursor: is it the admin listener?%s", a.status, o->apply
+                            ? " The change may or may not have been made: look before sending "
+                              "it again" : "");
+            cli_answer_deinit(&a);
+            rc = o->apply ? CLI_UNKNOWN : CLI_UNREACHABLE;
+            break;
+        }
+        json_object_set(walk, "next_cursor", (json_t *)next);
+        if (json_is_null(next)) {
+            cli_answer_deinit(&a);
+            break;
+        }
+        if (cli_walk_repeats(seen, json_string_value(next))) {
+            snprintf(stopped, sizeof(stopped), "POST /records/bulk answered a next_cursor it "
+                     "gave before, so the walk would not end: stopped there");
+            cli_answer_deinit(&a);
             break;
         }
         json_object_set(request, "cursor", (json_t *)next);
         cli_answer_deinit(&a);
     }
-    if (rc == CLI_DONE && failed.status != 0 &&
-        json_array_size(json_object_get(walk, "records")) == 0) {
+    if (failed.status != 0 && json_array_size(json_object_get(walk, "records")) == 0) {
         rc = cli_print_answer(o, &failed, NULL, NULL, 0, NULL); /* nothing was done */
-    } else if (rc == CLI_DONE) {
+    } else if (rc == CLI_DONE || json_array_size(json_object_get(walk, "records")) > 0) {
+        /* what was done, even when a later call failed */
+        errors = o->apply ? cli_bulk_errors(walk) : 0;
         memset(&a, 0, sizeof(a));
         a.status = 200;
         a.doc = walk;
         walk = NULL;
-        rc = cli_print_answer(o, &a, cli_bulk_human, &dry_run, 0, NULL);
-        cli_answer_deinit(&a);
-        if (failed.status != 0) {
-            cli_print_refusal(&failed, 0, NULL);
+        if (cli_print_answer(o, &a, cli_bulk_human, &dry_run, 0, NULL) != CLI_DONE &&
+            rc == CLI_DONE)
             rc = CLI_REFUSED;
-        }
+        cli_answer_deinit(&a);
+        if (failed.status != 0)
+            rc = cli_print_refusal(&failed, 0, NULL);
+    }
+    if (stopped[0] != '\0') {
+        cli_print_error("%s; printed: the records the calls until then %s", stopped,
+                        o->apply ? "changed (or tried to: their result)" : "listed");
+        rc = CLI_REFUSED;
+    }
+    if (errors > 0) {
+        cli_print_error("%zu record%s the result error: Redis failed, and the proxy could not "
+                        "tell whether %s changed: show %s before sending the change again",
+                        errors, errors == 1 ? " has" : "s have", errors == 1 ? "it was"
+                        : "they were", errors == 1 ? "it" : "each");
+        rc = CLI_UNKNOWN;
     }
     cli_answer_deinit(&failed);
     json_decref(request);
     json_decref(walk);
+    json_decref(seen);
     return rc;
 }
 

@@ -8,28 +8,35 @@ listener and prints what it answered.
   resume, redeliver and delete;
 - --json prints the endpoint's JSON document as it came; without it a table or `name: value`
   lines;
-- exit 0 done, 1 refused or not found (the problem's title and detail on stderr), 2 usage error
-  (nothing sent), 3 no admin listener there;
+- exit 0 done, 1 refused or not found (the problem's title and detail on stderr) or a walk that
+  does not end (a next_cursor given twice, --max-calls), 2 usage error (nothing sent; an option
+  given twice too), 3 no admin listener there (or no answer to a read), 4 a change whose outcome
+  the proxy could not tell (a 503, or no answer once sent);
+- no answer makes it crash or loop, and the listener's text reaches the terminal with its
+  control characters escaped (a stand-in listener gives the answers the real one never does);
 - the token is never in the CLI's argv, its output or the proxy's logs, and never goes to an
   HTTP proxy of the environment; the CLI runs with HOME=/nonexistent in a read-only working
   directory and, where the tests run as root, with every mount of its namespace read-only: it
   writes no file.
 
-Real processes only: redis-server, the demo upstream (`X-Demo-Fault: close` makes an
-outcome-unknown record), the inbox receiver and the proxy binary, which is also the CLI.
+Real processes: redis-server, the demo upstream (`X-Demo-Fault: close` makes an
+outcome-unknown record), the inbox receiver and the proxy binary, which is also the CLI; for
+answers the admin listener never gives, a stand-in listener (FakeListener) on a real socket.
 """
 
+import http.server
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import threading
 import uuid
 
 import pytest
 
-from harness import free_port, proxy_binary, wait_until
+from harness import build_config, free_port, proxy_binary, to_yaml, wait_until
 from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, new_secret, queued_route, \
     stripe_body
 from proxy_helpers import access_ids, audit_lines, bearer, new_key, new_token, token_file
@@ -527,3 +534,282 @@ def test_inbox_verbs_list_pause_resume_redeliver_and_delete(tmp_path, start_prox
     rc, out, err = cli("inbox", "pause", "/webhooks/none", check=1)
     assert "refused (404)" in err
     assert_no_token_anywhere(p, token)
+
+
+# ---- what no listener's answer can make the CLI do ---------------------------------------------
+
+class FakeListener:
+    """A stand-in admin listener on a loopback port (for answers the real one never gives):
+    answer(method, path, body) returns (status, content type, body[, fields]) or None to close
+    the connection without an answer once the request is read; every request is kept."""
+
+    def __init__(self, answer):
+        fake = self
+        self.answer, self.requests = answer, []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                fake.requests.append((self.command, self.path, body))
+                got = fake.answer(self.command, self.path, body)
+                if got is None:
+                    self.close_connection = True
+                    return
+                status, ctype, data = got[:3]
+                data = data if isinstance(data, bytes) else json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (got[3] if len(got) > 3 else []):
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            do_GET = do_PUT = do_POST = do_DELETE = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """(make, cli): make(answer) starts a FakeListener; cli(listener, *args) runs the CLI with a
+    configuration of its own (no proxy, no Redis needed) against it."""
+    token = new_token()
+    config = tmp_path / "fake.yaml"
+    config.write_text(to_yaml(build_config(
+        free_port(), free_port(), "http://127.0.0.1:3000", "redis://127.0.0.1:6379",
+        routes=[{"path": PAYMENTS}],
+        admin={"token_file": str(token_file(tmp_path, token))})) + "\n")
+    runner = CLI(tmp_path, type("NoProxy", (), {"config_path": str(config)})(), token)
+    started = []
+
+    def make(answer):
+        started.append(FakeListener(answer))
+        return started[-1]
+
+    def cli(listener, *args, **kw):
+        return runner(*args, "--admin", listener.url, **kw)
+    yield make, cli
+    for listener in started:
+        listener.close()
+
+
+RID = "ab" * 16
+LISTING = {"state": None, "records": [{"record_id": RID, "route": "/v1/payments",
+                                       "state": "outcome-unknown", "created_ms": 1,
+                                       "ttl_ms": 1000}], "next_cursor": None}
+BULK = {"action": "purge", "dry_run": True, "matched": 1, "changed": 0,
+        "records": [{"record_id": RID, "route": "/v1/payments", "state": "outcome-unknown",
+                     "result": "would-purge"}], "next_cursor": None}
+
+
+@pytest.mark.parametrize("status", [201, 202, 206])
+def test_a_2xx_other_than_200_to_list_or_bulk_is_no_answer_of_theirs_and_no_crash(
+        fake, status):
+    make, cli = fake
+    listener = make(lambda m, path, b: (status, "application/json",
+                                        LISTING if path.startswith("/records?") else BULK))
+    rc, out, err = cli(listener, "list")
+    assert rc == 3 and "GET /records answered %d" % status in err, (rc, out, err)
+    rc, out, err = cli(listener, "bulk", "--action", "purge", "--state", "outcome-unknown")
+    assert rc == 3 and "POST /records/bulk answered %d" % status in err, (rc, out, err)
+    # the same answer to a change: the CLI cannot tell what was done
+    rc, out, err = cli(listener, "bulk", "--action", "purge", "--state", "outcome-unknown",
+                       "--apply", "--reason", "r")
+    assert rc == 4 and "may or may not" in err, (rc, out, err)
+
+
+# answers a listener should never give, to each reading verb: none may crash the CLI
+ODD_ANSWERS = [
+    (200, "application/json", []),
+    (200, "application/json", {"records": [1, None, "x", [RID]], "next_cursor": None,
+                               "routes": [1, {"oldest_age_s": 1e308}], "dead": [None,
+                               {"died": "-9223372036854775808"}]}),
+    (200, "application/json", {"records": [{"record_id": 7, "created_ms": -2 ** 63,
+                                            "ttl_ms": 2 ** 63 - 1, "route": {"a": [1]}}],
+                               "next_cursor": None, "matched": 2 ** 63 - 1,
+                               "changed": 2 ** 63 - 1, "absent_scope_headers": [1, None]}),
+    (200, "application/json", {"records": [], "next_cursor": 12}),
+    (200, "application/json", {"records": {}, "next_cursor": None}),
+    (299, "application/problem+json", {"title": None}),
+    (204, "application/json", b""),
+    (500, "text/plain", b"\xff\xfe" * 1000),
+]
+
+
+@pytest.mark.parametrize("answer", ODD_ANSWERS, ids=range(len(ODD_ANSWERS)))
+def test_no_answer_of_a_listener_crashes_the_cli(fake, answer):
+    make, cli = fake
+    listener = make(lambda m, p, b: answer)
+    for args in (("list",), ("show", RID), ("lookup", "--path", "/v1/payments", "--key", "k"),
+                 ("bulk", "--action", "purge", "--state", "claimed"), ("inbox",),
+                 ("inbox", "dead", "/webhooks/x"), ("list", "--json")):
+        rc, out, err = cli(listener, *args)
+        assert rc in (0, 1, 3), (args, rc, out, err)
+        if rc != 0:
+            assert err.startswith("idempotency-proxy: admin: "), (args, rc, err)
+
+
+def paged(cursors):
+    """A listing (GET /records) or a bulk change (POST) whose n-th call answers cursors(n)."""
+    calls = [0]
+
+    def answer(method, path, body):
+        calls[0] += 1
+        doc = dict(LISTING if method == "GET" else BULK, next_cursor=cursors(calls[0]))
+        return 200, "application/json", doc
+    return answer
+
+
+@pytest.mark.parametrize("cursors,calls", [
+    (lambda n: "same", 2),                       # never moves on
+    (lambda n: "ab"[n % 2], 3),                  # a, b, a: round and round
+])
+def test_a_next_cursor_that_repeats_stops_the_walk_with_exit_1(fake, cursors, calls):
+    make, cli = fake
+    for verb in (("list",), ("bulk", "--action", "purge", "--state", "claimed")):
+        listener = make(paged(cursors))
+        rc, out, err = cli(listener, *verb)
+        assert rc == 1, (verb, rc, out, err)
+        assert "next_cursor it gave before" in err, err
+        assert len(listener.requests) == calls, listener.requests
+        assert out.count(RID) == calls, out  # what the calls gave is printed
+        rc, out, err = cli(listener, *verb, "--json")
+        assert rc == 1 and json.loads(out)["next_cursor"] is not None, (rc, out, err)
+
+
+def test_max_calls_bounds_the_walk_of_list_and_bulk(fake):
+    make, cli = fake
+    for verb in (("list",), ("bulk", "--action", "purge", "--state", "claimed")):
+        listener = make(paged(lambda n: "c%d" % n))
+        rc, out, err = cli(listener, *verb, "--max-calls", "5")
+        assert rc == 1 and "stopped after 5 calls" in err and "--max-calls" in err, (rc, err)
+        assert len(listener.requests) == 5
+    rc, out, err = cli(listener, "show", RID, "--max-calls", "5", check=2)
+    assert "show does not take --max-calls" in err
+
+
+CONTROLS = "\x1b]0;owned\x07\x1b[2J\x00\x08\t\r\n\x7f\u0085\u009b"
+
+
+def assert_no_controls(text, allowed="\n"):
+    bad = [c for c in text if (ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f) and c not in allowed]
+    assert not bad, (bad, text)
+
+
+def test_server_text_is_printed_with_its_control_characters_escaped(fake):
+    make, cli = fake
+    problem = {"title": "T" + CONTROLS, "detail": "D" + CONTROLS}
+    listener = make(lambda m, p, b: (409, "application/problem+json", problem))
+    rc, out, err = cli(listener, "show", RID, check=1)
+    assert_no_controls(err)
+    assert "T\\x1b]0;owned\\x07\\x1b[2J\\x00\\x08\\x09\\x0d\\x0a\\x7f\\x85\\x9b: D" in err, err
+    # --json: the document as JSON, its control characters escaped there too
+    rc, out, err = cli(listener, "show", RID, "--json", check=1)
+    assert_no_controls(out + err)
+    assert json.loads(out) == problem
+    for doc in ({"error": "E" + CONTROLS}, b"text \x1b[2J\x9b\xc2\x9b answer"):
+        listener = make(lambda m, p, b, doc=doc: (
+            503, "application/json" if isinstance(doc, dict) else "text/plain", doc))
+        rc, out, err = cli(listener, "show", RID, check=1)
+        assert_no_controls(err)
+        assert "\\x1b" in err, err
+    # the fields and tables of an answer, and its ETag (no JSON parser takes \u0000 in a name)
+    record = {"record_id" + CONTROLS.replace("\x00", ""): RID, "route": "/v1/" + CONTROLS, "state": CONTROLS}
+    listing = dict(LISTING, records=[dict(LISTING["records"][0], record_id=CONTROLS,
+                                          route="/r" + CONTROLS)])
+    listener = make(lambda m, p, b: (200, "application/json",
+                                     listing if p.startswith("/records?") else record,
+                                     [("ETag", '"e\x1bx"')]))
+    for args in (("show", RID), ("list",), ("show", RID, "--json"), ("list", "--json")):
+        rc, out, err = cli(listener, *args, check=0)
+        assert_no_controls(out + err)
+        assert "\\x1b" in out or "\\u001b" in out.lower(), (args, out)
+        if "--json" in args:
+            json.loads(out)
+
+
+def test_an_option_given_twice_is_refused_naming_it(tmp_path, fake):
+    make, cli = fake
+    listener = make(lambda m, p, b: (200, "application/json", {"record_id": RID}))
+    other = tmp_path / "other.yaml"
+    other.write_text("listen: 127.0.0.1:1\n")
+    for args, name in [
+        (("-c", str(other), "show", RID), "--config"),
+        (("--config", str(other), "show", RID), "--config"),
+        (("purge", RID, "--reason", "a", "--reason", "b"), "--reason"),
+        (("list", "--state", "claimed", "--state", "resolved"), "--state"),
+        (("show", RID, "--timeout", "5", "--timeout", "6"), "--timeout"),
+        (("show", RID, "--admin", listener.url), "--admin"),
+    ]:
+        rc, out, err = cli(listener, *args)
+        assert rc == 2 and "%s is given twice" % name in err, (args, rc, err)
+    assert listener.requests == []
+    # --header is one field a time, given as often as needed
+    cli(listener, "lookup", "--path", "/v1/payments", "--key", "k", "--header", "A: 1",
+        "--header", "B: 2", "--json", "--json", check=0)
+    assert len(listener.requests) == 1 and "header=A" in listener.requests[0][1]
+
+
+# ---- a change whose outcome the proxy cannot tell --------------------------------------------
+
+CHANGES = [
+    ("resolve", RID, "--status", "201", "--body", "", "--reason", "r"),
+    ("purge", RID, "--reason", "r"),
+    ("extend", RID, "--seconds", "60", "--reason", "r"),
+    ("bulk", "--action", "purge", "--state", "claimed", "--apply", "--reason", "r"),
+    ("inbox", "pause", "/webhooks/x"),
+    ("inbox", "redeliver", "/webhooks/x", "1-0"),
+    ("inbox", "delete", "/webhooks/x", "1-0"),
+]
+READS = [("show", RID), ("list",), ("bulk", "--action", "purge", "--state", "claimed"),
+         ("inbox", "dead", "/webhooks/x")]
+
+
+def test_a_503_or_a_lost_answer_to_a_change_exits_4_and_to_a_read_1_or_3(fake):
+    make, cli = fake
+    unknown = {"error": "redis did not answer; the answer may or may not be recorded: look at "
+                        "the record (GET /records/<id>) before trying again"}
+    answering = make(lambda m, p, b: (503, "application/json", unknown))
+    silent = make(lambda m, p, b: None)
+    for args in CHANGES:
+        rc, out, err = cli(answering, *args)
+        assert rc == 4 and "refused (503)" in err and "look" in err, (args, rc, err)
+        rc, out, err = cli(silent, *args)
+        assert rc == 4 and "may or may not have been made" in err, (args, rc, err)
+    for args in READS:
+        rc, out, err = cli(answering, *args)
+        assert rc == 1 and "refused (503)" in err, (args, rc, err)
+        rc, out, err = cli(silent, *args)
+        assert rc == 3 and "no answer" in err and "may or may not" not in err, (args, err)
+    # a bulk change whose record says Redis failed on it: that record is not known either
+    errors = make(lambda m, p, b: (200, "application/json", dict(
+        BULK, dry_run=False, records=[dict(BULK["records"][0], result="error")])))
+    rc, out, err = cli(errors, *CHANGES[3])
+    assert rc == 4 and "1 record has the result error" in err and RID in out, (rc, out, err)
+    # nothing listening: nothing was sent, 3 for a change too
+    rc, out, err = cli(type("Nobody", (), {"url": "http://127.0.0.1:%d" % free_port()})(),
+                       *CHANGES[0])
+    assert rc == 3 and "may or may not" not in err, (rc, err)
+
+
+def test_a_resolve_the_proxy_could_not_carry_out_for_want_of_redis_exits_4(
+        tmp_path, start_proxy, redis, upstream):
+    p, token, cli = start(start_proxy, tmp_path)
+    _, rid = hold(p)
+    redis.pause()
+    try:
+        rc, out, err = cli("resolve", rid, "--status", "201", "--body", "", "--reason", "INC-13")
+    finally:
+        redis.resume()
+    assert rc == 4 and "refused (503)" in err and "look" in err, (rc, out, err)
+    assert wait_until(lambda: record(p, token, rid).status == 200 and record(p, token, rid),
+                      what="the record readable again").json()["state"] == "outcome-unknown"
