@@ -278,6 +278,8 @@ void exchange_tag_upstream(struct exchange *x, bool protected)
     const char *name = x->conf->upstream_record_id_header;
     struct evkeyval *h;
 
+    for (size_t i = 0; i < x->conf->n_upstream_record_id_retired; i++)
+        exchange_drop_alike(in, x->conf->upstream_record_id_retired[i]);
     if (name == NULL)
         return;
     exchange_drop_alike(in, name);

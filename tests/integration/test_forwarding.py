@@ -11,7 +11,7 @@ import re
 import socket
 import time
 
-from harness import Connection, _Reader, build_request, http_request, read_response
+from harness import Connection, _Reader, build_request, http_request, log_lines, read_response
 from proxy_helpers import (
     new_key, access_lines, assert_problem, assert_replay_of, record_id_cli, reload_and_wait,
     rewrite, run_check, upstream_record_ids,
@@ -193,6 +193,36 @@ def test_record_id_header_name_is_configurable_and_a_reload_applies_it(start_pro
     rid = record_id_cli(p, "/v1/payments", after)[0]["record_id"]
     assert upstream_record_ids(upstream, after, "x-ledger-ref") == [[rid]]
     assert upstream_record_ids(upstream, after, "x-proxy-record") == [[]]
+
+
+def test_after_a_rename_the_old_record_id_name_is_still_dropped_until_restart(start_proxy,
+                                                                             upstream, redis):
+    """The upstream's logs still hold the old name: after a reload renames the field (or sets
+    it to ""), a client's field under the old name ('-' and '_' alike) is still dropped from
+    every forwarded request, and the log says so."""
+    p = start_proxy(upstream={"record_id_header": "X-Proxy-Record"})
+    forged = [("X-Proxy-Record", "forged"), ("x_proxy_record", "forged")]
+    rewrite(p, upstream, redis, upstream={"record_id_header": "X-Ledger-Ref"})
+    reload_and_wait(p, "reloaded")
+    assert log_lines(p, "record_id_header was X-Proxy-Record", "until the proxy restarts")
+    key = new_key()
+    assert p.post(key=key, headers=forged).status == 201
+    rid = record_id_cli(p, "/v1/payments", key)[0]["record_id"]
+    sent = [e for e in upstream.history() if e["key"] == key]
+    assert alike(sent[0]["headers"], "x-proxy-record") == [], sent
+    assert alike(sent[0]["headers"], "x-ledger-ref") == [("X-Ledger-Ref", rid)], sent
+    assert http_request(p.port, "GET", "/v1/other", forged).status == 200
+    assert alike(upstream.last_request()["headers"], "x-proxy-record") == [], \
+        upstream.last_request()
+    # "" sends none, and drops both names it had
+    rewrite(p, upstream, redis, upstream={"record_id_header": ""})
+    reload_and_wait(p, "reloaded")
+    key = new_key()
+    assert p.post(key=key, headers=forged + [("X-Ledger-Ref", "forged")]).status == 201
+    sent = [e for e in upstream.history() if e["key"] == key]
+    assert alike(sent[0]["headers"], "x-proxy-record") == [], sent
+    assert alike(sent[0]["headers"], "x-ledger-ref") == [], sent
+    assert upstream_record_ids(upstream, key) == [[]]
 
 
 def test_the_upstream_is_reached_directly_whatever_proxy_the_environment_names(start_proxy,
