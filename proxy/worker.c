@@ -618,6 +618,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     char err[1024];
     struct config *cfg = config_create(file, err, sizeof(err));
     char why[256];
+    int retired;
 
     if (cfg == NULL) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", err);
@@ -634,6 +635,18 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
         return -1;
     }
+    /* a renamed record id field: the old name stays the proxy's until restart */
+    retired = config_retire_record_id_header(cfg, running);
+    if (retired < 0) {
+        log_msg(LOG_ERROR, "reload refused, running configuration kept: out of memory");
+        config_unref(cfg);
+        metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);
+        return -1;
+    }
+    if (retired > 0)
+        log_msg(LOG_INFO, "upstream.record_id_header was %s: a client's field of that name is "
+                "still dropped from forwarded requests until the proxy restarts",
+                running->upstream_record_id_header);
     for (unsigned i = 1; i < p->n; i++) {
         struct worker_message m = { .kind = WORKER_MSG_RELOAD, .cfg = config_ref(cfg) };
         if (worker_post(&p->workers[i], &m) != 0) {

@@ -106,6 +106,9 @@ void config_deinit(struct config *cfg)
     free(cfg->upstream_base);
     free(cfg->upstream_unix_path);
     free(cfg->upstream_record_id_header);
+    for (size_t i = 0; i < cfg->n_upstream_record_id_retired; i++)
+        free(cfg->upstream_record_id_retired[i]);
+    free(cfg->upstream_record_id_retired);
     free(cfg->redis_url);
     free(cfg->redis_host);
     free(cfg->redis_unix_path);

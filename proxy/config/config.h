@@ -76,6 +76,8 @@ struct endpoint_list {
 #define CONFIG_MAX_CONNECTIONS 1000000 /* limits.max_connections at most */
 #define CONFIG_HELD_REFRESH_MIN_MS 1000     /* admin.held_refresh at least: 1s */
 #define CONFIG_HELD_REFRESH_MAX_MS 3600000  /* and at most: 1h */
+/* Most earlier upstream.record_id_header names a running proxy still drops (the newest kept). */
+#define CONFIG_RECORD_ID_RETIRED_MAX 8
 
 struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
@@ -98,6 +100,12 @@ struct config {
     char *upstream_record_id_header; /* upstream.record_id_header: the field that carries the
                                        record id on each forwarded protected request; NULL:
                                        none (written ""); owned */
+    char **upstream_record_id_retired; /* the names record_id_header had before the reloads
+                                       since the start, oldest first, at most
+                                       CONFIG_RECORD_ID_RETIRED_MAX: a client's field of one of
+                                       them is still dropped (config_retire_record_id_header);
+                                       each owned, like the array; NULL when none */
+    size_t n_upstream_record_id_retired;
 
     char *redis_url;                /* as written; may hold the password: never log it; owned */
     char *redis_host;               /* TCP host, or NULL for a unix socket; owned */
@@ -366,6 +374,24 @@ enum config_reload {
  */
 enum config_reload config_reload_check(const struct config *boot, const struct config *running,
                                        const struct config *next, char *why, size_t whylen);
+
+/*
+ * Before next replaces running (a reload config_reload_check accepted):
+ * next keeps dropping, from the requests it forwards, the client's fields
+ * under the names upstream.record_id_header had since the start (running's
+ * name and the ones running kept), so that after a rename a client cannot
+ * write the name the upstream's logs still hold
+ * (docs/operations.md#correlating-with-the-upstream). Left out: next's own
+ * name, a route's key or scope header in next (the upstream needs it as
+ * the client sent it), repeats ('-' and '_' alike, header_name_alike), and
+ * all but the newest CONFIG_RECORD_ID_RETIRED_MAX. Sets
+ * next->upstream_record_id_retired (next must not be shared yet); running
+ * is borrowed. Returns 1 when running's own name is among the kept (a
+ * rename the log should tell), 0 when not, -1 when out of memory (next
+ * unchanged: refuse the reload).
+ */
+int config_retire_record_id_header(struct config *next, const struct config *running)
+    __attribute__((warn_unused_result));
 
 /*
  * The reload class of the key at path (borrowed), dotted as the documents

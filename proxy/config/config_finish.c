@@ -7,6 +7,7 @@
  * and config_replicas.c's; the keyring is config_keyring.c's.
  */
 #include "config_int.h"
+#include "headers.h"
 #include "webhook.h"
 
 #include <stdlib.h>
@@ -215,9 +216,10 @@ static int config_check_limits(struct config_loader *ld)
 
 /*
  * upstream.record_id_header must not be a route's key header or one of its
- * scope headers: the proxy replaces that field on the requests it forwards,
- * so the upstream would no longer see what the client sent (and a key read
- * by the upstream too would become the record id).
+ * scope headers ('-' and '_' alike, header_name_alike): the proxy drops the
+ * client's fields of that name from the requests it forwards, so the
+ * upstream would no longer see what the client sent (and a key read by the
+ * upstream too would become the record id).
  */
 static int config_check_record_id_header(struct config_loader *ld)
 {
@@ -232,10 +234,10 @@ static int config_check_record_id_header(struct config_loader *ld)
     for (size_t i = 0; i < cfg->n_routes; i++) {
         const struct route_policy *policy = &cfg->routes[i].policy;
         bool clash = policy->key_from == KEY_FROM_HEADER &&
-                     strcasecmp(policy->key_header, name) == 0;
+                     header_name_alike(policy->key_header, name);
 
         for (size_t j = 0; j < policy->n_scope_headers && !clash; j++)
-            clash = strcasecmp(policy->scope_headers[j], name) == 0;
+            clash = header_name_alike(policy->scope_headers[j], name);
         if (clash)
             return config_error(ld, where != NULL ? where : ld->route_nodes[i],
                                 "upstream.record_id_header '%s' is also the key header or a "

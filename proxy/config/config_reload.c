@@ -2,13 +2,17 @@
  * config_reload.c - what a SIGHUP may change (config.h, config_reload_check):
  * one walk of the schema (config_schema.c) per refused class, the RESTART
  * keys against the boot config and the IDENTITY keys against the running
- * one (config_compare.c compares), and the class of a key by its path.
+ * one (config_compare.c compares), the class of a key by its path, and the
+ * record id header names a reload retires.
  * Pure: no I/O.
  */
 #include "config_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "headers.h"
 
 /* ---- the check ------------------------------------------------------------- */
 
@@ -85,4 +89,66 @@ enum config_reload config_key_reload(const char *path)
             r = config_section_reload(key->section, path);
     }
     return r;
+}
+
+/* ---- retired record id header names ---------------------------------------- */
+
+/* Whether next reads name from its clients: its own record id name, a route's key or scope. */
+static bool config_record_id_name_used(const struct config *next, const char *name)
+{
+    if (next->upstream_record_id_header != NULL &&
+        header_name_alike(next->upstream_record_id_header, name))
+        return true;
+    for (size_t i = 0; i < next->n_routes; i++) {
+        const struct route_policy *policy = &next->routes[i].policy;
+
+        if (policy->key_from == KEY_FROM_HEADER && header_name_alike(policy->key_header, name))
+            return true;
+        for (size_t j = 0; j < policy->n_scope_headers; j++)
+            if (header_name_alike(policy->scope_headers[j], name))
+                return true;
+    }
+    return false;
+}
+
+int config_retire_record_id_header(struct config *next, const struct config *running)
+{
+    const char *from[CONFIG_RECORD_ID_RETIRED_MAX + 1], *kept[CONFIG_RECORD_ID_RETIRED_MAX + 1];
+    size_t n_from = 0, n_kept = 0;
+    bool retired_now;
+    char **names;
+
+    for (size_t i = 0; i < running->n_upstream_record_id_retired; i++)
+        from[n_from++] = running->upstream_record_id_retired[i];
+    if (running->upstream_record_id_header != NULL)
+        from[n_from++] = running->upstream_record_id_header;
+    /* newest first, so that a name that comes back keeps its newest place */
+    for (size_t i = n_from; i-- > 0;) {
+        bool seen = config_record_id_name_used(next, from[i]);
+
+        for (size_t j = 0; j < n_kept && !seen; j++)
+            seen = header_name_alike(kept[j], from[i]);
+        if (!seen)
+            kept[n_kept++] = from[i];
+    }
+    if (n_kept > CONFIG_RECORD_ID_RETIRED_MAX) /* the oldest goes */
+        n_kept = CONFIG_RECORD_ID_RETIRED_MAX;
+    if (n_kept == 0)
+        return 0;
+    /* running's own name, when kept, is the newest: from[] ends with it */
+    retired_now = running->upstream_record_id_header != NULL &&
+                  kept[0] == running->upstream_record_id_header;
+    if ((names = calloc(n_kept, sizeof(*names))) == NULL)
+        return -1;
+    for (size_t i = 0; i < n_kept; i++) { /* back to oldest first */
+        if ((names[i] = strdup(kept[n_kept - 1 - i])) == NULL) {
+            while (i-- > 0)
+                free(names[i]);
+            free(names);
+            return -1;
+        }
+    }
+    next->upstream_record_id_retired = names;
+    next->n_upstream_record_id_retired = n_kept;
+    return retired_now ? 1 : 0;
 }

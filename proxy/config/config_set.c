@@ -190,26 +190,51 @@ int config_set_string(struct config_loader *ld, const struct config_key *key,
 
 /*
  * upstream.record_id_header: "" sends none (NULL); else a field name the
- * proxy does not keep for itself (header_is_reserved), as the proxy replaces
- * whatever the client sent under it. Its clash with a route's key or scope
- * header is config_finish's to find.
+ * proxy does not keep for itself (header_is_reserved) nor one upstreams or
+ * intermediaries act on (header_is_interpreted), as the proxy drops
+ * whatever the client sent under it. '-' and '_' read alike (an upstream
+ * may, header_name_alike): the client's fields alike it are dropped too.
+ * Its clash with a route's key or scope header is config_finish's to find.
  */
 int config_set_record_id_header(struct config_loader *ld, const struct config_key *key,
                                 yaml_node_t *node, char **text, void *obj)
 {
     struct config *cfg = obj;
+    char *dashed;
+    bool reserved;
 
     if ((*text)[0] != '\0' && !config_is_token(*text))
         return config_error(ld, node, "bad %s '%s': expected an HTTP header name (RFC 9110 "
                             "token), or \"\" to send none", key->name, *text);
-    if ((*text)[0] != '\0' && (header_is_reserved(*text) || webhook_is_signature_header(*text)))
+    if ((*text)[0] == '\0') {
+        free(cfg->upstream_record_id_header);
+        cfg->upstream_record_id_header = NULL;
+        return 0;
+    }
+    /* the reserved names are written with '-': compare the name so spelled */
+    if ((dashed = strdup(*text)) == NULL)
+        return config_error(ld, node, "out of memory");
+    for (char *c = dashed; *c != '\0'; c++)
+        *c = *c == '_' ? '-' : *c;
+    reserved = header_is_reserved(dashed) || webhook_is_signature_header(dashed);
+    free(dashed);
+    if (reserved)
         return config_error(ld, node, "%s '%s' names a field the proxy or the upstream needs "
                             "as the client sent it (hop-by-hop, framing, routing, credentials, "
-                            "idempotency or webhook signature fields), and the proxy replaces "
-                            "this one on every forwarded request; pick another name, such as "
+                            "idempotency or webhook signature fields; '_' reads as '-'), and "
+                            "the proxy drops the client's field of this name from every "
+                            "forwarded request; pick another name, such as "
+                            "Idempotency-Record-Id, or \"\" to send none", key->name, *text);
+    if (header_is_interpreted(*text))
+        return config_error(ld, node, "%s '%s' names a field upstreams or intermediaries act "
+                            "on (client address or scheme, X-Forwarded-*, Via, conditions "
+                            "If-*, Range, caching, Accept*, Content-*, Prefer, Origin, Referer, "
+                            "User-Agent, method overrides, signatures; '_' reads as '-'), and "
+                            "the proxy drops the client's field of this name from every "
+                            "forwarded request; pick a name of its own, such as "
                             "Idempotency-Record-Id, or \"\" to send none", key->name, *text);
     free(cfg->upstream_record_id_header);
-    cfg->upstream_record_id_header = (*text)[0] != '\0' ? config_take(text) : NULL;
+    cfg->upstream_record_id_header = config_take(text);
     return 0;
 }
 

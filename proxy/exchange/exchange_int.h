@@ -239,13 +239,18 @@ void exchange_outcome_unknown(struct exchange *x, const char *detail, bool repla
 void exchange_release_lost(struct exchange *x);
 
 /*
- * Just before x's request leaves for the upstream or the inbox: every
- * field the client sent under upstream.record_id_header is dropped (a
- * client must not choose the correlation), and a protected request
- * (FORWARDING, a queued delivery) gets that field set to its record id
- * (docs/operations.md#correlating-with-the-upstream). Changes x's request's
- * fields in place: nothing reads them after the forward. Nothing when the
- * setting is "".
+ * Just before x's request leaves for the upstream or the inbox, whether it
+ * is protected or passes: every field the client sent under
+ * upstream.record_id_header, or under a name that setting had before a
+ * reload, is dropped, '-' and '_' alike in any case (a client must not
+ * choose the correlation, nor forge it for a CGI or WSGI upstream, which
+ * reads both spellings as one); a protected request (FORWARDING, a queued
+ * delivery) then gets that field set to its record id, and a Connection
+ * option naming it is removed so that the hop-by-hop strip keeps it
+ * (docs/operations.md#correlating-with-the-upstream). Changes x's
+ * request's fields in place: nothing reads them after the forward. Out of
+ * memory aborts (oom.h: the claim is held). With the setting "" only the
+ * earlier names are dropped.
  */
 void exchange_tag_upstream(struct exchange *x, bool protected);
 

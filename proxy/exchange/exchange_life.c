@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -268,17 +269,52 @@ void exchange_release_lost(struct exchange *x)
                                 x->record_id);
 }
 
+/* Drop every field of in whose name is alike name ('-' and '_' alike, any case). */
+static void exchange_drop_alike(struct evkeyvalq *in, const char *name)
+{
+    for (;;) {
+        const struct evkeyval *h;
+        const char *found = NULL;
+
+        TAILQ_FOREACH(h, in, next)
+            if (header_name_alike(h->key, name)) {
+                found = h->key;
+                break;
+            }
+        /* the first field named found is h: any earlier one would be alike too */
+        if (found == NULL || evhttp_remove_header(in, found) != 0)
+            return;
+    }
+}
+
 void exchange_tag_upstream(struct exchange *x, bool protected)
 {
     struct evkeyvalq *in = http_server_input_headers(x->req);
     const char *name = x->conf->upstream_record_id_header;
+    struct evkeyval *h;
 
+    for (size_t i = 0; i < x->conf->n_upstream_record_id_retired; i++)
+        exchange_drop_alike(in, x->conf->upstream_record_id_retired[i]);
     if (name == NULL)
         return;
-    while (evhttp_remove_header(in, name) == 0)
-        ;
+    exchange_drop_alike(in, name);
+    if (!protected)
+        return;
+    /*
+     * The upstream strips the fields a Connection option names (RFC 9110
+     * 7.6.1): the client's of this name are gone, so its option is void and
+     * must not strip ours. Field values are malloc'd, as libevent's are.
+     */
+    TAILQ_FOREACH(h, in, next) {
+        if (strcasecmp(h->key, "Connection") != 0 || !header_named_by_connection(h->value, name))
+            continue;
+        char *value = oom_check(header_connection_without(h->value, name),
+                                "the Connection field of a forwarded request");
+        free(h->value);
+        h->value = value;
+    }
     /* the claim is ours by now: no answer can stand for a half-built request (oom.h) */
-    if (protected && evhttp_add_header(in, name, x->record_id) != 0)
+    if (evhttp_add_header(in, name, x->record_id) != 0)
         oom_abort("the record id field of a forwarded request");
 }
 

@@ -3,6 +3,7 @@
  */
 #include "headers.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
@@ -110,6 +111,85 @@ bool header_is_reserved(const char *name)
     size_t len = strlen(name);
 
     return header_hop_by_hop(name, len) || header_in(name, len, kept);
+}
+
+/* c as header_name_alike compares it: lower case, '_' as '-'. */
+static char header_fold(char c)
+{
+    return c == '_' ? '-' : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+}
+
+/* The first len bytes of a and b are alike (header_name_alike). */
+static bool header_alike_n(const char *a, const char *b, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (header_fold(a[i]) != header_fold(b[i]))
+            return false;
+    return true;
+}
+
+bool header_name_alike(const char *a, const char *b)
+{
+    size_t len = strlen(a);
+
+    return strlen(b) == len && header_alike_n(a, b, len);
+}
+
+bool header_is_interpreted(const char *name)
+{
+    static const struct header_name exact[] = {
+        HEADER_NAME("Accept"), HEADER_NAME("Cache-Control"), HEADER_NAME("Date"),
+        HEADER_NAME("Digest"), HEADER_NAME("Early-Data"), HEADER_NAME("From"),
+        HEADER_NAME("Front-End-Https"), HEADER_NAME("Max-Forwards"), HEADER_NAME("Origin"),
+        HEADER_NAME("Pragma"), HEADER_NAME("Prefer"), HEADER_NAME("Range"),
+        HEADER_NAME("Referer"), HEADER_NAME("Repr-Digest"), HEADER_NAME("Signature"),
+        HEADER_NAME("Signature-Input"), HEADER_NAME("True-Client-IP"), HEADER_NAME("User-Agent"),
+        HEADER_NAME("Via"), HEADER_NAME("Want-Digest"), HEADER_NAME("X-Client-IP"),
+        HEADER_NAME("X-HTTP-Method"), HEADER_NAME("X-HTTP-Method-Override"),
+        HEADER_NAME("X-Method-Override"), HEADER_NAME("X-Real-IP"), HEADER_NAME("X-Rewrite-URL"),
+        HEADER_NAME("X-Scheme"), HEADER_NAME("X-Url-Scheme"), { NULL, 0 },
+    };
+    /* families: a new member is interpreted as its siblings are */
+    static const struct header_name prefix[] = {
+        HEADER_NAME("Accept-"), HEADER_NAME("Access-Control-"), HEADER_NAME("Content-"),
+        HEADER_NAME("If-"), HEADER_NAME("Sec-"), HEADER_NAME("X-Forwarded"),
+        HEADER_NAME("X-Original-"), { NULL, 0 },
+    };
+    size_t len = strlen(name);
+
+    for (const struct header_name *h = exact; h->name != NULL; h++)
+        if (h->len == len && header_alike_n(name, h->name, len))
+            return true;
+    for (const struct header_name *h = prefix; h->name != NULL; h++)
+        if (h->len <= len && header_alike_n(name, h->name, h->len))
+            return true;
+    return false;
+}
+
+char *header_connection_without(const char *connection, const char *name)
+{
+    /* every kept option gains at most ", " over the separator it had */
+    size_t name_len = strlen(name), used = 0;
+    char *out = malloc(2 * strlen(connection) + 1);
+    const char *p = connection;
+
+    if (out == NULL)
+        return NULL;
+    while (*p != '\0') {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, " \t,");
+        if (n > 0 && !(n == name_len && strncasecmp(p, name, n) == 0)) {
+            if (used > 0) {
+                memcpy(out + used, ", ", 2);
+                used += 2;
+            }
+            memcpy(out + used, p, n);
+            used += n;
+        }
+        p += n;
+    }
+    out[used] = '\0';
+    return out;
 }
 
 const char *header_find_all(const struct evkeyvalq *headers, const char *name, int *count)

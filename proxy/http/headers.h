@@ -56,6 +56,37 @@ bool header_is_queued(const char *name);
  */
 bool header_is_reserved(const char *name);
 
+/*
+ * Whether a and b name the same field once '-' and '_' read alike
+ * (case-insensitive): a CGI, WSGI or Rack upstream turns both spellings into
+ * one variable (RFC 3875 4.1.18, HTTP_A_B), so a client's "A_B" can stand
+ * for the proxy's "A-B" there. Borrows both.
+ */
+bool header_name_alike(const char *a, const char *b);
+
+/*
+ * Whether upstreams or the intermediaries before them act on a request
+ * field of this name, so that upstream.record_id_header may not name it
+ * (the proxy replaces the client's field on every forwarded request;
+ * docs/configuration.md#upstream): the client's address, scheme, host or
+ * original target (X-Forwarded-*, X-Real-IP, X-Original-*, Via,
+ * Max-Forwards...), method overrides, conditions and ranges (If-*, Range),
+ * caching (Cache-Control, Pragma), negotiation and representation
+ * (Accept*, Content-*, Prefer), the browser's context (Origin, Referer,
+ * User-Agent, Sec-*, Access-Control-*), message signatures. '-' and '_'
+ * read alike, case-insensitive; borrows name. Pure.
+ */
+bool header_is_interpreted(const char *name);
+
+/*
+ * A Connection field value without the options equal to name
+ * (case-insensitive, as header_named_by_connection compares), the others
+ * joined by ", ": so a client cannot nominate a field the proxy adds
+ * itself (RFC 9110 7.6.1 strips the fields Connection names). The result
+ * is malloc'd, the caller's; NULL when out of memory.
+ */
+char *header_connection_without(const char *connection, const char *name);
+
 struct evkeyvalq;
 
 /*

@@ -11,10 +11,10 @@ import re
 import socket
 import time
 
-from harness import Connection, _Reader, build_request, http_request, read_response
+from harness import Connection, _Reader, build_request, http_request, log_lines, read_response
 from proxy_helpers import (
     new_key, access_lines, assert_problem, assert_replay_of, record_id_cli, reload_and_wait,
-    rewrite, upstream_record_ids,
+    rewrite, run_check, upstream_record_ids,
 )
 
 
@@ -104,6 +104,71 @@ def test_a_client_sent_record_id_header_is_not_passed_on(proxy, upstream):
         "idempotency-record-id" not in names, upstream.last_request()
 
 
+def alike(headers, name="idempotency-record-id"):
+    """The (name, value) pairs of headers whose name is name once '-' and '_' read alike, in
+    any case: the spellings a CGI or WSGI upstream reads as one variable."""
+    fold = name.lower().replace("_", "-")
+    return [(k, v) for k, v in headers if k.lower().replace("_", "-") == fold]
+
+
+def test_a_connection_option_cannot_strip_the_record_id(proxy, upstream):
+    """A client's Connection header that names the record id field does not keep it from the
+    upstream (the proxy's own field is not the client's hop-by-hop field); the other fields
+    it names are still stripped."""
+    for connection in ("keep-alive, Idempotency-Record-Id, X-Hop", "idempotency-record-id,x-hop",
+                       "X-Hop,Idempotency-Record-Id, close"):
+        key = new_key()
+        r = proxy.post(key=key, headers=[("Connection", connection), ("X-Hop", "1"),
+                                         ("Idempotency-Record-Id", "forged")])
+        assert r.status == 201, (connection, r)
+        rid = record_id_cli(proxy, "/v1/payments", key)[0]["record_id"]
+        sent = [e["headers"] for e in upstream.history() if e["key"] == key]
+        assert len(sent) == 1, (connection, sent)
+        assert alike(sent[0]) == [("Idempotency-Record-Id", rid)], (connection, sent)
+        assert alike(sent[0], "x-hop") == [], (connection, sent)
+
+
+def test_a_client_field_spelled_with_underscores_is_not_passed_on(proxy, upstream):
+    """Idempotency_Record_Id (any case, '-' and '_' mixed) is dropped from every forwarded
+    request: a CGI or WSGI upstream would read it as the record id. A protected request
+    carries only the proxy's field; an unkeyed POST and a pass-through GET carry none."""
+    forged = [("Idempotency_Record_Id", "forged-1"), ("IDEMPOTENCY_RECORD_ID", "forged-2"),
+              ("idempotency-record_id", "forged-3")]
+    key = new_key()
+    assert proxy.post(key=key, headers=forged).status == 201
+    rid = record_id_cli(proxy, "/v1/payments", key)[0]["record_id"]
+    sent = [e for e in upstream.history() if e["key"] == key]
+    assert len(sent) == 1 and alike(sent[0]["headers"]) == [("Idempotency-Record-Id", rid)], \
+        sent
+    unkeyed = http_request(proxy.port, "POST", "/v1/payments",
+                           [("Content-Type", "application/json")] + forged, b'{"amount": 3}')
+    assert unkeyed.status == 201, unkeyed
+    assert alike(upstream.last_request()["headers"]) == [], upstream.last_request()
+    got = http_request(proxy.port, "GET", "/v1/other", forged)
+    assert got.status == 200, got
+    assert upstream.last_request()["method"] == "GET", upstream.last_request()
+    assert alike(upstream.last_request()["headers"]) == [], upstream.last_request()
+
+
+def test_record_id_header_refuses_names_upstreams_act_on(tmp_path):
+    """`-t` refuses, naming the line, a record_id_header an upstream or an intermediary acts
+    on (the proxy drops the client's field of that name), '_' read as '-'."""
+    for name in ("X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Range", "If-Match",
+                 "if-none-match", "Via", "Max-Forwards", "Cache-Control", "Pragma",
+                 "Accept-Language", "Origin", "Referer", "User-Agent", "Prefer",
+                 "X_Forwarded_Proto"):
+        rc, out, path = run_check(tmp_path, "routes:\n  - path: /v1/payments*\n"
+                                  "upstream:\n  record_id_header: %s\n" % name)
+        assert rc != 0 and "configuration OK" not in out, (name, out)
+        assert "%s:4:" % path in out and "upstreams or intermediaries act on" in out, (name, out)
+    for name in ("X_Forwarded_For", "Idempotency_Key", "Content_Type"):
+        rc, out, path = run_check(tmp_path, "upstream:\n  record_id_header: %s\n" % name)
+        assert rc != 0 and "%s:2:" % path in out and "needs as the client sent it" in out, \
+            (name, out)
+    rc, out, _ = run_check(tmp_path, "upstream:\n  record_id_header: X-Ledger-Ref\n")
+    assert rc == 0, out
+
+
 def test_record_id_header_empty_sends_none_and_drops_nothing(start_proxy, upstream):
     p = start_proxy(upstream={"record_id_header": ""})
     key, plain = new_key(), new_key()
@@ -128,6 +193,36 @@ def test_record_id_header_name_is_configurable_and_a_reload_applies_it(start_pro
     rid = record_id_cli(p, "/v1/payments", after)[0]["record_id"]
     assert upstream_record_ids(upstream, after, "x-ledger-ref") == [[rid]]
     assert upstream_record_ids(upstream, after, "x-proxy-record") == [[]]
+
+
+def test_after_a_rename_the_old_record_id_name_is_still_dropped_until_restart(start_proxy,
+                                                                             upstream, redis):
+    """The upstream's logs still hold the old name: after a reload renames the field (or sets
+    it to ""), a client's field under the old name ('-' and '_' alike) is still dropped from
+    every forwarded request, and the log says so."""
+    p = start_proxy(upstream={"record_id_header": "X-Proxy-Record"})
+    forged = [("X-Proxy-Record", "forged"), ("x_proxy_record", "forged")]
+    rewrite(p, upstream, redis, upstream={"record_id_header": "X-Ledger-Ref"})
+    reload_and_wait(p, "reloaded")
+    assert log_lines(p, "record_id_header was X-Proxy-Record", "until the proxy restarts")
+    key = new_key()
+    assert p.post(key=key, headers=forged).status == 201
+    rid = record_id_cli(p, "/v1/payments", key)[0]["record_id"]
+    sent = [e for e in upstream.history() if e["key"] == key]
+    assert alike(sent[0]["headers"], "x-proxy-record") == [], sent
+    assert alike(sent[0]["headers"], "x-ledger-ref") == [("X-Ledger-Ref", rid)], sent
+    assert http_request(p.port, "GET", "/v1/other", forged).status == 200
+    assert alike(upstream.last_request()["headers"], "x-proxy-record") == [], \
+        upstream.last_request()
+    # "" sends none, and drops both names it had
+    rewrite(p, upstream, redis, upstream={"record_id_header": ""})
+    reload_and_wait(p, "reloaded")
+    key = new_key()
+    assert p.post(key=key, headers=forged + [("X-Ledger-Ref", "forged")]).status == 201
+    sent = [e for e in upstream.history() if e["key"] == key]
+    assert alike(sent[0]["headers"], "x-proxy-record") == [], sent
+    assert alike(sent[0]["headers"], "x-ledger-ref") == [], sent
+    assert upstream_record_ids(upstream, key) == [[]]
 
 
 def test_the_upstream_is_reached_directly_whatever_proxy_the_environment_names(start_proxy,

@@ -109,6 +109,28 @@ def test_queued_delivery_carries_its_record_id_on_every_attempt(start_proxy, rec
     assert [a["headers"].get("idempotency-record-id") for a in attempts] == [rid, rid], attempts
 
 
+def test_queued_delivery_record_id_cannot_be_stripped_or_forged(start_proxy, receiver_factory):
+    """A provider's Connection option naming the record id field does not keep it from the
+    receiver, and its Idempotency_Record_Id (any case, '-' and '_' alike, as a CGI or WSGI
+    receiver reads it) is not queued: the receiver gets the record id alone."""
+    receiver = receiver_factory()
+    secret = new_secret()
+    p = start_inbox_proxy(start_proxy, receiver, secret)
+    evt = "evt_" + uuid.uuid4().hex
+    r = deliver(p, secret, stripe_body(evt),
+                headers=[("Connection", "keep-alive, Idempotency-Record-Id"),
+                         ("Idempotency_Record_Id", "forged-1"),
+                         ("idempotency-record_ID", "forged-2")])
+    assert r.status == 202, r
+    wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
+               what="delivered")
+    rid = access_record_id(p, ROUTE)
+    [attempt] = receiver.attempts()
+    named = {k: v for k, v in attempt["headers"].items()
+             if k.replace("_", "-") == "idempotency-record-id"}
+    assert named == {"idempotency-record-id": rid}, attempt
+
+
 def test_github_queued_receiver_gets_event_headers_and_signature(start_proxy,
                                                                  receiver_factory):
     receiver = receiver_factory()

@@ -311,6 +311,12 @@ static void check_record_id_header_named(const char *name, const struct config *
                __LINE__);
 }
 
+static void check_record_id_header_accepted(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->upstream_record_id_header, "Accepted-Ref"), "line %d",
+               __LINE__);
+}
+
 static void check_ipv6_listen(const char *name, const struct config *cfg)
 {
     UNIT_CHECK(name, STREQ(cfg->listen.host, "::") && cfg->listen.port == 8080,
@@ -691,6 +697,34 @@ static const struct config_case config_cases[] = {
       "upstream:\n  record_id_header: X-Tenant\nroutes:\n  - path: /v1/p*\n"
       "    scope_headers: [Authorization, X-Tenant]\n", 2,
       "key header or a scope header of route /v1/p", NULL },
+    { "record_id_header with '_' may not alias a reserved field",
+      "upstream:\n  record_id_header: X_Forwarded_For\n", 2,
+      "names a field the proxy or the upstream needs", NULL },
+    { "record_id_header with '_' may not alias a signature header",
+      "upstream:\n  record_id_header: stripe_signature\n", 2,
+      "names a field the proxy or the upstream needs", NULL },
+    { "record_id_header may not be X-Forwarded-Proto",
+      "upstream:\n  record_id_header: X-Forwarded-Proto\n", 2,
+      "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be X-Forwarded-Host",
+      "upstream:\n  record_id_header: x-forwarded-host\n", 2,
+      "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be X-Real-IP", "upstream:\n  record_id_header: X-Real-IP\n",
+      2, "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be Range", "upstream:\n  record_id_header: Range\n", 2,
+      "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be an If- field", "upstream:\n  record_id_header: If-Match\n",
+      2, "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be an Accept field",
+      "upstream:\n  record_id_header: Accept_Language\n", 2,
+      "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may not be Via", "upstream:\n  record_id_header: via\n", 2,
+      "names a field upstreams or intermediaries act on", NULL },
+    { "record_id_header may be a name that only starts like one",
+      "upstream:\n  record_id_header: Accepted-Ref\n", 0, NULL, check_record_id_header_accepted },
+    { "record_id_header may not alias a route's key header with '_'",
+      "upstream:\n  record_id_header: X_Op_Key\nroutes:\n  - path: /v1/p*\n"
+      "    key_header: x-op-key\n", 2, "key header or a scope header of route /v1/p", NULL },
     { "the default record_id_header against a route's key header",
       "routes:\n  - path: /v1/p*\n    key_header: Idempotency-Record-Id\n", 2,
       "upstream.record_id_header 'Idempotency-Record-Id' is also", NULL },

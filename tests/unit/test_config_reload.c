@@ -9,7 +9,8 @@
  * then the keys other modules read from the running and the boot config
  * alike, which must never become live; then the route identity rules, the
  * queued routes, and the two baselines (restart keys against the boot
- * config, identity keys against the running one). Prints `ok NAME` or
+ * config, identity keys against the running one), and the record id
+ * header names a reload keeps dropping. Prints `ok NAME` or
  * `FAIL NAME: why` per check (unit.h); exits 1 if any check failed.
  */
 #include <stdbool.h>
@@ -488,6 +489,90 @@ static void run_baseline_cases(void)
     config_deinit(&live);
 }
 
+/* ---- retired record id header names ------------------------------------ */
+
+/* next's retired names, joined by ' ' ("" for none), into out. */
+static const char *retired_names(const struct config *next, char *out, size_t len)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < next->n_upstream_record_id_retired; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i > 0 ? " " : "",
+                                 next->upstream_record_id_retired[i]);
+    return out;
+}
+
+/*
+ * A chain of reloads, each of yaml[i] over the one before: after each, the
+ * names the next config still drops and whether the running one was retired.
+ */
+static void run_retired_cases(void)
+{
+    static const struct {
+        const char *name, *yaml, *want;
+        int rc;
+    } steps[] = {
+        { "the first name", "upstream:\n  record_id_header: X-One\n", "", 0 },
+        { "a rename retires the old name", "upstream:\n  record_id_header: X-Two\n", "X-One",
+          1 },
+        { "\"\" retires the name too", "upstream:\n  record_id_header: \"\"\n", "X-One X-Two",
+          1 },
+        { "a name that comes back is no longer retired ('_' as '-')",
+          "upstream:\n  record_id_header: X_One\n", "X-Two", 0 },
+        { "a retired name a route now reads as its key is not dropped",
+          "upstream:\n  record_id_header: X-Three\nroutes:\n  - path: /v1/p*\n"
+          "    key_header: X-Two\n", "X_One", 1 },
+        { "the same name again retires nothing", "upstream:\n  record_id_header: x-three\n",
+          "X_One", 0 },
+    };
+    struct config cfg[2];
+    char got[512], name[160];
+    int cur = 0;
+
+    if (!load("retired record id names", "the first config", steps[0].yaml, &cfg[0]))
+        return;
+    for (size_t i = 1; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        int next = 1 - cur, rc;
+
+        if (!load(steps[i].name, "the next config", steps[i].yaml, &cfg[next]))
+            break;
+        rc = config_retire_record_id_header(&cfg[next], &cfg[cur]);
+        snprintf(name, sizeof(name), "retired record id names: %s", steps[i].name);
+        UNIT_CHECK(name, rc == steps[i].rc &&
+                   strcmp(retired_names(&cfg[next], got, sizeof(got)), steps[i].want) == 0,
+                   "rc %d, kept '%s'; want %d, '%s'", rc, got, steps[i].rc, steps[i].want);
+        config_deinit(&cfg[cur]);
+        cur = next;
+    }
+    config_deinit(&cfg[cur]);
+
+    /* ten renames: the newest CONFIG_RECORD_ID_RETIRED_MAX are kept, oldest first */
+    char yaml[96], want[512] = "";
+    size_t used = 0;
+
+    snprintf(yaml, sizeof(yaml), "upstream:\n  record_id_header: X-R0\n");
+    if (!load("retired record id names: at most 8", "X-R0", yaml, &cfg[0]))
+        return;
+    cur = 0;
+    for (int i = 1; i <= 10; i++) {
+        int next = 1 - cur;
+
+        snprintf(yaml, sizeof(yaml), "upstream:\n  record_id_header: X-R%d\n", i);
+        if (!load("retired record id names: at most 8", yaml, yaml, &cfg[next]))
+            break;
+        UNIT_CHECK("retired record id names: at most 8 (each rename)",
+                   config_retire_record_id_header(&cfg[next], &cfg[cur]) == 1, "X-R%d", i);
+        config_deinit(&cfg[cur]);
+        cur = next;
+    }
+    for (int i = 10 - CONFIG_RECORD_ID_RETIRED_MAX; i < 10; i++)
+        used += (size_t)snprintf(want + used, sizeof(want) - used, "%sX-R%d", used ? " " : "", i);
+    UNIT_CHECK("retired record id names: at most 8, the newest",
+               strcmp(retired_names(&cfg[cur], got, sizeof(got)), want) == 0, "kept '%s'", got);
+    config_deinit(&cfg[cur]);
+}
+
 static char keyring_dir[] = "/tmp/test_config_reload.XXXXXX";
 
 /* Writes the keyrings and token files the cases name into a new temporary directory and enters it. */
@@ -543,6 +628,7 @@ int main(void)
     run_inbox_cases();
     run_baseline_cases();
     run_keyring_cases();
+    run_retired_cases();
     unlink(KEYRING_A);
     unlink(KEYRING_B);
     unlink(TOKEN_A);
