@@ -12,6 +12,7 @@
 - `GET /records?state=outcome-unknown` (and `state=claimed`) lists every held record among
   thousands of finished ones, page by page (a small `limit` too), on a single Redis and on a
   3-primary Redis Cluster;
+- a key of another type under a record id is "not a record" (409), never "redis unavailable";
 - `idempotency_proxy_outcome_unknown_total{route}` counts the records written in that state,
   `idempotency_proxy_records_resolved_total` the resolutions;
 - listing and resolving work through Redis Sentinel, and on a cluster each resolve goes to its
@@ -347,6 +348,30 @@ def test_the_listing_finds_3_held_records_among_2000_finished_ones(tmp_path, sta
                 "state=claimed&limit=1001", "state=claimed&cursor=x"):
         r = p.admin("GET", "/records?" + bad, headers=bearer(token))
         assert r.status == 400, (bad, r)
+
+
+def test_a_key_of_another_type_under_a_record_id_is_not_a_record(tmp_path, start_proxy, redis,
+                                                                  upstream):
+    """A hash under a record's key: GET, DELETE, PUT and extend answer 409 "not a record" and
+    leave it alone (not 503 "redis unavailable"); the purge's audit line says 409."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    record_id = "e" * 32
+    redis.cmd("HSET", "idem:{%s}" % record_id, "not", "a record")
+    for method, path, body in (
+            ("GET", "/records/" + record_id, None),
+            ("DELETE", "/records/%s?reason=x&confirm=re-execute" % record_id, None),
+            ("PUT", "/records/" + record_id, json.dumps(answer()).encode()),
+            ("POST", "/records/%s/extend" % record_id,
+             json.dumps({"seconds": 60, "reason": "x"}).encode())):
+        r = p.admin(method, path, headers=bearer(token), body=body)
+        assert r.status == 409, (method, r)
+        assert r.json()["error"].startswith("not a record"), (method, r)
+    assert redis.cmd("HGET", "idem:{%s}" % record_id, "not") == "a record"
+    purges = [l for l in audit_lines(p) if l["action"] == "purge"]
+    assert [(l["record_id"], l["status"]) for l in purges] == [(record_id, 409)], purges
+    look = p.admin("GET", "/records/lookup?path=/v1/payments&key=k", headers=bearer(token))
+    assert look.status == 200, look
 
 
 def test_a_claim_whose_lease_ran_out_is_listed_as_claimed_and_can_be_resolved(

@@ -42,7 +42,7 @@ static const struct {
     { "READONLY", STORE_REPLY_NOT_PRIMARY, true },           /* a code alone */
     /* everything else: this command failed */
     { "ERR unknown command 'FOO'", STORE_REPLY_FAILED, false },
-    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_FAILED,
+    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_WRONG_TYPE,
       false },
     { "NOPERM User idem-proxy has no permissions to run the 'evalsha' command",
       STORE_REPLY_FAILED, false },
