@@ -95,7 +95,8 @@ void admin_too_large(struct http_req *req, void *arg);
  *                         Authorization and Host
  *   /inbox...             the webhook inbox (inbox_admin)
  * <id> is the 32-hex record id the access log prints. Redis failures give
- * 503. A purge, a resolve, an extension, each record a bulk change
+ * 503 (a refused command of the listing's walk: naming NOPERM); a key of
+ * another type than a record gives 409 (STORE_WRONG_TYPE). A purge, a resolve, an extension, each record a bulk change
  * changes, a redeliver and a dead-letter delete each write one audit line
  * (log_audit), whatever their outcome, with the operator's reason.
  */
