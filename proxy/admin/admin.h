@@ -82,7 +82,8 @@ void admin_too_large(struct http_req *req, void *arg);
  *                         "older_than_seconds", "reason", "dry_run" (default true),
  *                         "confirm", "limit", "cursor", and a resolve's answer}: every
  *                         held record that matches, each by its own compare-and-set
- *                         and audit line, at most ADMIN_BULK_MAX a call
+ *                         and audit line, at most ADMIN_BULK_MAX a call, a bounded
+ *                         number of changes and bytes out at a time (admin_bulk.c)
  *   GET /records[?state=outcome-unknown|claimed|resolved][&limit=N][&cursor=C]
  *                         the held records (claimed: leases that ran out; without
  *                         state=, every held state), paged: at most limit (1..1000,
