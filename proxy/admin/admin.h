@@ -82,7 +82,8 @@ void admin_too_large(struct http_req *req, void *arg);
  *                         "older_than_seconds", "reason", "dry_run" (default true),
  *                         "confirm", "limit", "cursor", and a resolve's answer}: every
  *                         held record that matches, each by its own compare-and-set
- *                         and audit line, at most ADMIN_BULK_MAX a call
+ *                         and audit line, at most ADMIN_BULK_MAX a call, a bounded
+ *                         number of changes and bytes out at a time (admin_bulk.c)
  *   GET /records[?state=outcome-unknown|claimed|resolved][&limit=N][&cursor=C]
  *                         the held records (claimed: leases that ran out; without
  *                         state=, every held state), paged: at most limit (1..1000,
@@ -95,7 +96,8 @@ void admin_too_large(struct http_req *req, void *arg);
  *                         Authorization and Host
  *   /inbox...             the webhook inbox (inbox_admin)
  * <id> is the 32-hex record id the access log prints. Redis failures give
- * 503. A purge, a resolve, an extension, each record a bulk change
+ * 503 (a refused command of the listing's walk: naming NOPERM); a key of
+ * another type than a record gives 409 (STORE_WRONG_TYPE). A purge, a resolve, an extension, each record a bulk change
  * changes, a redeliver and a dead-letter delete each write one audit line
  * (log_audit), whatever their outcome, with the operator's reason.
  */

@@ -11,9 +11,16 @@
  * primary), a page at a time; each match of a page is changed by its own
  * compare-and-set on the record as the walk read it
  * (store_replace_unchanged, store_delete_if_unchanged), with its own
- * audit line, and the next page is asked for once they all answered. One
- * call matches at most `limit` (ADMIN_BULK_MAX) records and walks at most
- * ADMIN_BULK_PAGES pages: next_cursor then says where the next call goes
+ * audit line, and the next page is asked for once they all answered.
+ *
+ * What one call holds is bounded, whatever the answer's size: at most
+ * ADMIN_BULK_WRITES changes are out at a time, and at most
+ * ADMIN_BULK_WRITE_BYTES of records (the new one and the one compared;
+ * one change at a time when a single one is larger); a resolution is
+ * encoded only as its change is sent. One call matches at most `limit`
+ * (ADMIN_BULK_MAX) records, walks at most ADMIN_BULK_PAGES pages and sends
+ * about ADMIN_BULK_CALL_BYTES of records at most (a resolve's pages are
+ * sized by its answer): next_cursor then says where the next call goes
  * on.
  */
 #include "admin_int.h"
@@ -23,12 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/queue.h>
+
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 
 #include "http_server.h"
 #include "clock.h"
 #include "config.h"
 #include "exchange.h"
+#include "metrics.h"
 #include "record_id.h"
 #include "record.h"
 #include "store.h"
@@ -36,14 +47,30 @@
 /* Records a page of the walk holds at most (their values are in memory meanwhile). */
 #define ADMIN_BULK_PAGE 250
 
+/* Changes out at a time at most, and bytes of records they send at most (at least one). */
+#define ADMIN_BULK_WRITES 16
+#define ADMIN_BULK_WRITE_BYTES (8u << 20)
+
+/* Bytes of records one call sends, about: then it answers with its next_cursor. */
+#define ADMIN_BULK_CALL_BYTES (64u << 20)
+
+/* A resolution's bytes beside its answer's (head, key id, route, sealing), for sizing pages. */
+#define ADMIN_BULK_RECORD_OVERHEAD 4608
+
 struct admin_bulk_call;
 
-/* One record changed, waiting on its compare-and-set. */
+/* One record of a page to change: waiting to be sent, or on its compare-and-set. */
 struct admin_bulk_item {
     struct admin_bulk_call *c;
     json_t *entry;                  /* its entry in the answer (borrowed from c->records) */
+    char key[RECORD_KEY_MAX];
     char record_id[RECORD_ID_HEX_LEN + 1];
     char route[256];                /* "" for none */
+    char *value;                    /* the record as the walk read it (owned), len bytes */
+    size_t len;
+    char *encoded;                  /* resolve: the new record once made (owned), encoded_len */
+    size_t encoded_len;
+    size_t bytes;                   /* what its change sends: value and new record */
 };
 
 struct admin_bulk_call {
@@ -60,16 +87,33 @@ struct admin_bulk_call {
     unsigned limit;                 /* records to match at most */
     char reason[ADMIN_REASON_MAX + 1]; /* "" when not given (a dry run) */
     struct admin_answer answer;     /* resolve: the answer recorded */
-    char cursor[64];                /* where the walk goes on; "" from the start */
+    char cursor[STORE_LIST_CURSOR_MAX]; /* where the walk goes on; "" from the start */
     bool walk_over;
     unsigned pages;
-    size_t matched, changed, pending;
+    size_t matched, changed;
+    struct admin_bulk_item *items;  /* the page's changes, sent in order */
+    size_t n_items, next;           /* of them; the next to send */
+    size_t inflight, inflight_bytes; /* changes out, and the bytes they sent */
+    uint64_t sent_bytes;            /* bytes of records this call sent */
     json_t *records;
     const char *failed;             /* static: why the walk stopped, or NULL */
 };
 
+/* The page's items and what they still hold. */
+static void admin_bulk_items_free(struct admin_bulk_call *c)
+{
+    for (size_t i = 0; i < c->n_items; i++) {
+        free(c->items[i].value);
+        free(c->items[i].encoded);
+    }
+    free(c->items);
+    c->items = NULL;
+    c->n_items = c->next = 0;
+}
+
 static void admin_bulk_free(struct admin_bulk_call *c)
 {
+    admin_bulk_items_free(c);
     admin_answer_deinit(&c->answer);
     json_decref(c->records);
     free(c->route);
@@ -111,85 +155,115 @@ static void admin_bulk_page(struct admin_bulk_call *c);
 /* Every change of a page answered: the next page, or the answer. */
 static void admin_bulk_next(struct admin_bulk_call *c)
 {
+    admin_bulk_items_free(c);
     if (c->failed != NULL || c->walk_over || c->matched >= c->limit ||
-        c->pages >= ADMIN_BULK_PAGES)
+        c->pages >= ADMIN_BULK_PAGES || c->sent_bytes >= ADMIN_BULK_CALL_BYTES)
         admin_bulk_finish(c);
     else
         admin_bulk_page(c);
 }
 
-/* An item's outcome: its result in the answer, its audit line; the page goes on once all are in. */
-static void admin_bulk_item_done(struct admin_bulk_item *it, enum store_status st, bool applied)
+static void admin_bulk_pump(struct admin_bulk_call *c);
+
+/*
+ * An item's outcome: its result in the answer and its audit line
+ * (status 0: its compare-and-set answered with st and applied; else the
+ * status of a change never sent).
+ */
+static void admin_bulk_item_result(struct admin_bulk_item *it, int status, enum store_status st,
+                                   bool applied)
 {
     struct admin_bulk_call *c = it->c;
-    int status = st != STORE_OK ? 503 : applied ? 200 : 409;
-    const char *result = st != STORE_OK ? "error" : !applied ? "conflict"
-                         : c->resolve ? "resolved" : "purged";
+    const char *result;
 
+    if (status == 0)
+        status = st != STORE_OK ? 503 : applied ? 200 : 409;
+    result = status == 200 ? (c->resolve ? "resolved" : "purged")
+             : status == 409 ? "conflict" : status == 400 ? "refused" : "error";
     json_object_set_new(it->entry, "result", json_string(result));
-    if (status == 200)
+    if (status == 200) {
         c->changed++;
+        if (c->resolve)
+            metrics_count(c->env->metrics, METRICS_RECORDS_RESOLVED);
+    }
     admin_audit_record(c->req, &c->actor, admin_bulk_action(c), it->record_id,
                        it->route[0] != '\0' ? it->route : NULL, c->reason, status,
                        status == 200 && c->resolve ? c->answer.status : 0);
-    free(it);
-    if (--c->pending == 0)
-        admin_bulk_next(c);
 }
 
 static void admin_bulk_on_changed(enum store_status st, bool applied, void *arg)
 {
-    admin_bulk_item_done(arg, st, applied);
+    struct admin_bulk_item *it = arg;
+    struct admin_bulk_call *c = it->c;
+
+    admin_bulk_item_result(it, 0, st, applied);
+    c->inflight--;
+    c->inflight_bytes -= it->bytes;
+    admin_bulk_pump(c);
 }
 
 /*
- * Change one record of the page (l: as the walk read it) by its own
- * compare-and-set; false when it is not sent (its result and audit line
- * are written then).
+ * Make a resolve item's new record (its route may refuse the status:
+ * release_statuses); false when it cannot be changed (its result and audit
+ * line are written then).
  */
-static bool admin_bulk_change(struct admin_bulk_call *c, const struct store_listed *l,
-                              const struct record *rec, json_t *entry)
+static bool admin_bulk_encode(struct admin_bulk_call *c, struct admin_bulk_item *it)
 {
     const struct config *conf = exchange_set_conf(c->env->set);
-    struct admin_bulk_item *it = calloc(1, sizeof(*it));
-    const char *brace = strrchr(l->key, '{');
-    char *encoded;
-    size_t len = 0;
-    int status;
+    struct record rec;
 
-    if (it == NULL) {
-        json_object_set_new(entry, "result", json_string("error"));
+    if (record_decode(it->value, it->len, &rec) != 0) {
+        admin_bulk_item_result(it, 500, STORE_OK, false); /* kept by admin_bulk_keep: decodes */
         return false;
-    }
-    it->c = c;
-    it->entry = entry;
-    memcpy(it->record_id, brace + 1, RECORD_ID_HEX_LEN);
-    if (admin_record_route(rec, it->route, sizeof(it->route)) == NULL)
-        it->route[0] = '\0';
-    if (!c->resolve) {
-        store_delete_if_unchanged(c->env->store, l->key, l->value, l->len,
-                                  admin_bulk_on_changed, it);
-        return true;
     }
     if (admin_answer_released(&c->answer, conf, it->route)) {
         /* this record's route never records that status (release_statuses) */
-        status = 400;
-        encoded = NULL;
-    } else {
-        encoded = admin_answer_record(&c->answer, rec, conf, l->key, &len, NULL);
-        status = encoded == NULL ? 500 : 0;
-    }
-    if (encoded == NULL) {
-        json_object_set_new(entry, "result", json_string(status == 400 ? "refused" : "error"));
-        admin_audit_record(c->req, &c->actor, admin_bulk_action(c), it->record_id,
-                           it->route[0] != '\0' ? it->route : NULL, c->reason, status, 0);
-        free(it);
+        admin_bulk_item_result(it, 400, STORE_OK, false);
         return false;
     }
-    store_replace_unchanged(c->env->store, l->key, l->value, l->len, encoded, len,
-                            admin_bulk_on_changed, it);
-    free(encoded);
+    it->encoded = admin_answer_record(&c->answer, &rec, conf, it->key, &it->encoded_len, NULL);
+    if (it->encoded == NULL) {
+        admin_bulk_item_result(it, 500, STORE_OK, false);
+        return false;
+    }
     return true;
+}
+
+/*
+ * Send the page's changes in order while fewer than ADMIN_BULK_WRITES are
+ * out and what they send stays within ADMIN_BULK_WRITE_BYTES (one at a
+ * time when a single one is larger); once every change of the page
+ * answered, the walk goes on. Each answer calls this again.
+ */
+static void admin_bulk_pump(struct admin_bulk_call *c)
+{
+    while (c->next < c->n_items && c->inflight < ADMIN_BULK_WRITES) {
+        struct admin_bulk_item *it = &c->items[c->next];
+
+        if (c->resolve && it->encoded == NULL && !admin_bulk_encode(c, it)) {
+            c->next++;
+            continue;
+        }
+        it->bytes = it->len + it->encoded_len;
+        if (c->inflight > 0 && c->inflight_bytes + it->bytes > ADMIN_BULK_WRITE_BYTES)
+            break;
+        c->next++;
+        c->inflight++;
+        c->inflight_bytes += it->bytes;
+        c->sent_bytes += it->bytes;
+        /* both copy what they send: the item's buffers go now */
+        if (c->resolve)
+            store_replace_unchanged(c->env->store, it->key, it->value, it->len, it->encoded,
+                                    it->encoded_len, admin_bulk_on_changed, it);
+        else
+            store_delete_if_unchanged(c->env->store, it->key, it->value, it->len,
+                                      admin_bulk_on_changed, it);
+        free(it->value);
+        free(it->encoded);
+        it->value = it->encoded = NULL;
+    }
+    if (c->inflight == 0 && c->next == c->n_items)
+        admin_bulk_next(c);
 }
 
 /* Whether a record the walk found in the state asked for matches (store_list_keep). */
@@ -210,6 +284,7 @@ static bool admin_bulk_keep(const char *value, size_t len, void *arg)
     return rec.created_ms <= c->created_by_ms;
 }
 
+/* A page of the walk: its matches into the answer, and (no dry run) its changes sent. */
 static void admin_bulk_on_page(enum store_status st, const struct store_listed *records,
                                size_t n, const char *next, const char *why, void *arg)
 {
@@ -224,9 +299,13 @@ static void admin_bulk_on_page(enum store_status st, const struct store_listed *
     c->walk_over = next == NULL;
     if (next != NULL)
         snprintf(c->cursor, sizeof(c->cursor), "%s", next);
-    c->pending = 1; /* held until every change of the page is sent */
+    if (!c->dry_run && n > 0 && (c->items = calloc(n, sizeof(*c->items))) == NULL) {
+        c->failed = "out of memory";
+        n = 0;
+    }
     for (size_t i = 0; i < n; i++) {
         const char *brace = strrchr(records[i].key, '{');
+        struct admin_bulk_item *it;
         char route[256];
         struct record rec;
         json_t *entry;
@@ -245,20 +324,51 @@ static void admin_bulk_on_page(enum store_status st, const struct store_listed *
             break;
         }
         c->matched++;
-        if (!c->dry_run && admin_bulk_change(c, &records[i], &rec, entry))
-            c->pending++;
+        if (c->dry_run)
+            continue;
+        it = &c->items[c->n_items];
+        if ((it->value = malloc(records[i].len + 1)) == NULL) {
+            json_object_set_new(entry, "result", json_string("error"));
+            continue;
+        }
+        it->c = c;
+        it->entry = entry;
+        snprintf(it->key, sizeof(it->key), "%s", records[i].key);
+        memcpy(it->record_id, brace + 1, RECORD_ID_HEX_LEN);
+        memcpy(it->value, records[i].value, records[i].len);
+        it->len = records[i].len;
+        if (admin_record_route(&rec, it->route, sizeof(it->route)) == NULL)
+            it->route[0] = '\0';
+        c->n_items++;
     }
-    if (--c->pending == 0)
-        admin_bulk_next(c);
+    admin_bulk_pump(c);
 }
 
+/*
+ * The next page: at most ADMIN_BULK_PAGE records and what the call may
+ * still match; a resolve's, only as many as the bytes the call may still
+ * send hold of its answer (at least one).
+ */
 static void admin_bulk_page(struct admin_bulk_call *c)
 {
     size_t room = c->limit - c->matched;
 
+    if (room > ADMIN_BULK_PAGE)
+        room = ADMIN_BULK_PAGE;
+    if (c->resolve && !c->dry_run) {
+        size_t each = ADMIN_BULK_RECORD_OVERHEAD + c->answer.body_len;
+        struct evkeyval *h;
+        size_t fit;
+
+        TAILQ_FOREACH(h, &c->answer.headers, next)
+            each += strlen(h->key) + strlen(h->value) + 6;
+        fit = (ADMIN_BULK_CALL_BYTES - c->sent_bytes) / each;
+        if (fit < room)
+            room = fit > 0 ? fit : 1;
+    }
     store_list(c->env->store, exchange_set_conf(c->env->set)->key_prefix, c->state,
-               (unsigned)(room < ADMIN_BULK_PAGE ? room : ADMIN_BULK_PAGE),
-               c->cursor[0] != '\0' ? c->cursor : NULL, admin_bulk_keep, admin_bulk_on_page, c);
+               (unsigned)room, c->cursor[0] != '\0' ? c->cursor : NULL, admin_bulk_keep,
+               admin_bulk_on_page, c);
 }
 
 /* "state": a held state's name into c. 0, or -1 with why. */
@@ -318,7 +428,7 @@ static int admin_bulk_filters(struct admin_bulk_call *c, const json_t *doc, char
     if (limit != NULL)
         c->limit = (unsigned)json_integer_value(limit);
     cursor = json_object_get(doc, "cursor");
-    if (cursor != NULL && (!json_is_string(cursor) || json_string_length(cursor) >= 64 ||
+    if (cursor != NULL && (!json_is_string(cursor) || json_string_length(cursor) >= STORE_LIST_CURSOR_MAX ||
                            !store_list_cursor_valid(json_string_value(cursor)))) {
         snprintf(why, len, "\"cursor\" must be a next_cursor this endpoint gave");
         return -1;

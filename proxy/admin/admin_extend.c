@@ -78,8 +78,9 @@ static void admin_extend_on_get(enum store_status st, const char *value, size_t 
     enum admin_hold hold;
 
     if (st != STORE_OK) {
-        admin_extend_done(c, 503, json_pack("{s:s}", "error",
-                                            "redis unavailable; nothing was changed"));
+        admin_extend_done(c, st == STORE_WRONG_TYPE ? 409 : 503, json_pack(
+            "{s:s}", "error", st == STORE_WRONG_TYPE ? ADMIN_NOT_A_RECORD
+                                                     : "redis unavailable; nothing was changed"));
         return;
     }
     if (value == NULL) {

@@ -50,6 +50,14 @@ struct http_req;
 /* Seconds an extension may ask for at most: 30 days. */
 #define ADMIN_EXTEND_MAX_S 2592000
 
+/*
+ * The 409 error of a record endpoint whose key holds a Redis value of
+ * another type (STORE_WRONG_TYPE: a hash under the records' prefix, say).
+ */
+#define ADMIN_NOT_A_RECORD                                                                      \
+    "not a record: the key holds a Redis value of another type than the proxy's records "     \
+    "(strings); nothing was done"
+
 /* Records one bulk call matches at most; the walk goes on with its next_cursor. */
 #define ADMIN_BULK_MAX 1000
 

@@ -8,9 +8,11 @@
  * before; this file reads the query, decides which records are listed (a
  * claim only once its lease ran out) and writes each one's entry: its id,
  * route, state, creation time, TTL and, for a claim, its lease deadline.
- * The cursor is the store's; its guarantee carries over: a record held for
- * the whole walk is listed; one that changes meanwhile may or may not be,
- * or twice.
+ * The cursor is the store's (a place in the walk by record id, store_list.c);
+ * its guarantee carries over: a record held for the whole walk is listed,
+ * whatever happens to the others meanwhile; one that changes meanwhile may
+ * or may not be, or twice. A page the store could not walk (NOPERM, Redis
+ * unreachable) is a 503 with the store's reason, never an empty page.
  */
 #include "admin_int.h"
 

@@ -32,9 +32,14 @@ static void admin_lookup_on_get(enum store_status st, const char *value, size_t 
     struct admin_lookup_call *c = arg;
     struct record rec;
 
-    if (st != STORE_OK) {
+    if (st != STORE_OK && st != STORE_WRONG_TYPE) {
         admin_reply_error(c->req, 503, "redis unavailable");
         json_decref(c->doc);
+    } else if (st == STORE_WRONG_TYPE) {
+        /* a key of another type: there, and no record */
+        json_object_set_new(c->doc, "exists", json_true());
+        json_object_set_new(c->doc, "state", json_null());
+        admin_reply_json(c->req, 200, c->doc);
     } else {
         json_object_set_new(c->doc, "exists", json_boolean(value != NULL));
         json_object_set_new(c->doc, "state",

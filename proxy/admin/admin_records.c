@@ -90,9 +90,16 @@ static void admin_on_pttl(enum store_status st, long long ttl_ms, void *arg)
     admin_records_free(c);
 }
 
-/* The status and error of a read that found no record (503 or 404); 0 when there is one. */
+/*
+ * The status and error of a read that found no record (404; 409 for a key
+ * of another type; 503); 0 when there is one.
+ */
 static int admin_records_missing(enum store_status st, const char *value, const char **error)
 {
+    if (st == STORE_WRONG_TYPE) {
+        *error = ADMIN_NOT_A_RECORD;
+        return 409;
+    }
     if (st != STORE_OK) {
         *error = "redis unavailable";
         return 503;

@@ -192,8 +192,9 @@ static void admin_resolve_on_get(enum store_status st, const char *value, size_t
     size_t encoded_len = 0;
 
     if (st != STORE_OK) {
-        admin_resolve_done(c, 503, json_pack("{s:s}", "error",
-                                             "redis unavailable; nothing was written"));
+        admin_resolve_done(c, st == STORE_WRONG_TYPE ? 409 : 503, json_pack(
+            "{s:s}", "error", st == STORE_WRONG_TYPE ? ADMIN_NOT_A_RECORD
+                                                     : "redis unavailable; nothing was written"));
         return;
     }
     if (value == NULL) {

@@ -386,8 +386,9 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                           (double)m->counters[METRICS_HELD_ANSWERS]);
     metrics_render_held(m, out);
     metrics_render_scalar(out, "idempotency_proxy_records_resolved_total", "counter",
-                          "Records an operator resolved with PUT /records/<id>: an "
-                          "outcome-unknown record or an expired claim made a finished one.",
+                          "Records an operator resolved, with PUT /records/<id> or each one "
+                          "a POST /records/bulk resolved: an outcome-unknown record or an "
+                          "expired claim made a resolved one (corrections too).",
                           (double)m->counters[METRICS_RECORDS_RESOLVED]);
     metrics_render_pair(out, "idempotency_proxy_decrypt_failures_total",
                         "Stored records and queued deliveries that could not be decrypted, by "

@@ -210,16 +210,24 @@ struct store_listed {
 typedef bool store_list_keep(const char *value, size_t len, void *arg);
 
 /*
- * A page: st STORE_OK with n records (in the order the walk found them) and
- * next, the cursor of the next page (NULL: the walk is over); else why (a
- * static text for the answer: "redis unavailable: ..." when the backend
- * failed, "out of memory" when the page could not be held) and n 0.
- * Everything is borrowed for the call.
+ * A page: st STORE_OK with n records (batch by batch in the walk's order,
+ * the records of one batch in record-id order) and next, the cursor of the
+ * next page (NULL: the walk is over); else why (a static text for the
+ * answer: "redis answered ... with an error (NOPERM: ...)" when Redis
+ * refused a command of the walk, "redis unavailable: ..." when the backend
+ * failed otherwise, "out of memory" when the page could not be held) and
+ * n 0. Everything is borrowed for the call.
  */
 typedef void store_list_cb(enum store_status st, const struct store_listed *records, size_t n,
                            const char *next, const char *why, void *arg);
 
-/* Whether cursor is one a listing's page gave as next ("0" too: the start). Pure. */
+/* Bytes of a listing's cursor at most, with its NUL. */
+#define STORE_LIST_CURSOR_MAX 128
+
+/*
+ * Whether cursor is one a listing's page gave as next ("0" too: the start;
+ * an earlier release's too). Pure.
+ */
 bool store_list_cursor_valid(const char *cursor);
 
 /*
@@ -230,11 +238,15 @@ bool store_list_cursor_valid(const char *cursor);
  * store_list_cursor_valid accepts), with a bounded cost (with Redis: at
  * most 8 SCANs of at least 100 keys on one node after another, the primary
  * or each primary of a cluster, and one look per key that sends a record
- * back only in those states, so a finished record's body stays in Redis). A
- * record held for the whole walk is listed; one that changes meanwhile may
- * or may not be, or twice. cb runs once, never from inside this call. Out
- * of memory in the call aborts (later, a page that cannot be held fails
- * with "out of memory").
+ * back only in those states, so a finished record's body stays in Redis).
+ * Only keys whose record id is 32 lowercase hex characters are looked at.
+ * A record held for the whole walk is listed, whatever happens meanwhile
+ * to the others (resolved, purged, expired: a cursor says where the walk is
+ * by record id, never by a count); one that changes meanwhile may or may
+ * not be, or twice. A command Redis refuses (NOPERM) fails the page: never
+ * a page that leaves records out. cb runs once, never from inside this
+ * call. Out of memory in the call aborts (later, a page that cannot be held
+ * fails with "out of memory").
  */
 void store_list(struct store *s, const char *prefix, const char *states, unsigned limit,
                 const char *cursor, store_list_keep *keep, store_list_cb *cb, void *arg);

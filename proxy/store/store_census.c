@@ -3,7 +3,9 @@
  * store_census_step): one SCAN on one node (store_list.c's walk), then the
  * keys it found classified where they are by SCRIPT_CENSUS, which sends back
  * nine integers per batch (three counts, three created times, three times to
- * live) and never a record. Without redis.cluster a batch is up to
+ * live) and never a record. A command of the script that Redis refuses (an
+ * ACL user without +getrange: NOPERM) fails the script, and so the step:
+ * never a batch counted as holding nothing. Without redis.cluster a batch is up to
  * STORE_CENSUS_BATCH keys in one script, so the step costs Redis one SCAN
  * and a few short scripts; with it every key is its own script (a script's
  * keys must share a slot, and each record's key has a slot of its own).
@@ -96,8 +98,9 @@ static void store_census_on_script(enum store_status st, const struct store_repl
     for (size_t i = 0; ok && i < r->n; i++)
         ok = r->elem[i].type == STORE_INT && r->elem[i].integer >= (i < 6 ? 0 : -1);
     if (st == STORE_ERROR) {
-        store_census_failed(c, st, "redis answered the census script with an error (an ACL "
-                            "user without +evalsha, +getrange or +pttl?)");
+        store_census_failed(c, st, "redis answered the census script with an error (NOPERM: "
+                            "an ACL user without +scan +getrange, +evalsha or +pttl? the "
+                            "redis line before says what Redis refused)");
     } else if (st != STORE_OK) {
         store_census_failed(c, st, "redis unavailable: the census could not read the records");
     } else if (!ok) {
@@ -157,8 +160,8 @@ static void store_census_on_scan(enum store_status st, const struct store_reply 
 
     if (st != STORE_OK) {
         store_census_failed(c, st, st == STORE_ERROR
-                                       ? "redis answered the census's SCAN with an error (an ACL "
-                                         "user without +scan?)"
+                                       ? "redis answered the census's SCAN with an error "
+                                         "(NOPERM: an ACL user without +scan +getrange?)"
                                        : "redis unavailable: a node's keys could not be walked");
         store_census_finish(c);
         return;

@@ -236,7 +236,8 @@ static int store_resend_script(struct store_cmd *cmd)
 /*
  * An error reply fails the command: STORE_REFUSED when it proves the
  * command did not run and the node cannot take it now (the caller may send
- * it again), else STORE_ERROR. One that says the node is not the primary
+ * it again), STORE_WRONG_TYPE when the key holds another type (WRONGTYPE),
+ * else STORE_ERROR. One that says the node is not the primary
  * now drops the connection first, so nothing more goes to it before the
  * role is checked again.
  */
@@ -259,7 +260,8 @@ static void store_on_error_reply(struct store_cmd *cmd, const redisReply *r)
         log_msg(LOG_WARN, "redis %s: error reply (%s): %.*s", store_conn_addr(cmd->conn),
                 store_reply_class_name(cls), (int)r->len, r->str);
     }
-    store_cmd_report(cmd, store_reply_class_refused(cls) ? STORE_REFUSED : STORE_ERROR, NULL);
+    store_cmd_report(cmd, store_reply_class_refused(cls) ? STORE_REFUSED
+                          : cls == STORE_REPLY_WRONG_TYPE ? STORE_WRONG_TYPE : STORE_ERROR, NULL);
     store_cmd_free(cmd);
 }
 
@@ -442,6 +444,8 @@ const char *store_status_name(enum store_status st)
         return "connection lost";
     case STORE_REFUSED:
         return "refused for now";
+    case STORE_WRONG_TYPE:
+        return "not a record (another type)";
     }
     return "failed";
 }

@@ -27,6 +27,8 @@ static const struct store_reply_code store_reply_codes[] = {
     { "MASTERDOWN", STORE_REPLY_NOT_PRIMARY }, /* a replica that lost its primary */
     { "MOVED", STORE_REPLY_NOT_PRIMARY },      /* cluster: another node owns the slot */
     { "ASK", STORE_REPLY_NOT_PRIMARY },
+    /* a value of another type under the key: not a record */
+    { "WRONGTYPE", STORE_REPLY_WRONG_TYPE },
     { NULL, STORE_REPLY_FAILED },
 };
 
@@ -59,6 +61,8 @@ const char *store_reply_class_name(enum store_reply_class c)
         return "the node refuses writes for now";
     case STORE_REPLY_NOT_PRIMARY:
         return "not the primary now";
+    case STORE_REPLY_WRONG_TYPE:
+        return "another type than a string under the key";
     case STORE_REPLY_FAILED:
         break;
     }

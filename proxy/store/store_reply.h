@@ -24,7 +24,7 @@
 #include <hiredis/hiredis.h>
 
 enum store_reply_class {
-    STORE_REPLY_FAILED,      /* any other error (ERR, WRONGTYPE, NOPERM, ...): this command
+    STORE_REPLY_FAILED,      /* any other error (ERR, NOPERM, OOM, ...): this command
                                 failed, the connection is fine */
     STORE_REPLY_NOSCRIPT,    /* the script cache is empty (a restarted or new Redis): send the
                                 script's body with EVAL */
@@ -33,6 +33,8 @@ enum store_reply_class {
     STORE_REPLY_NOT_PRIMARY, /* READONLY, LOADING, MASTERDOWN, MOVED, ASK: not the primary (or
                                 not usable) now; this command failed and the connection must
                                 be dropped, re-resolved and its ROLE checked again */
+    STORE_REPLY_WRONG_TYPE,  /* WRONGTYPE: the key holds another type (STORE_WRONG_TYPE); this
+                                command failed, the connection is fine */
 };
 
 /*

@@ -80,14 +80,20 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
      * stays in Redis), the whole record and its PTTL only in one of the
      * states ARGV[1] lists (state letters, a plain find: no pattern).
      * Byte 3 (0-based) is RECORD_STATE_OFFSET, asserted below. A key of
-     * another type under the records' pattern (not the proxy's), or one too
-     * short to have a state, is passed over, not an error that would stop
-     * every listing.
+     * another type under the records' pattern (WRONGTYPE: not the proxy's),
+     * or one too short to have a state, is passed over; any other error
+     * (NOPERM: an ACL user without +getrange) is the script's error, so the
+     * page fails and says so instead of listing nothing (fail closed).
      */
     [SCRIPT_PEEK] =
         "local head = redis.pcall('GETRANGE', KEYS[1], 3, 3)\n"
-        "if type(head) ~= 'string' or #head ~= 1 or not string.find(ARGV[1], head, 1, true) "
-        "then\n"
+        "if type(head) == 'table' then\n"
+        "  if string.sub(tostring(head.err), 1, 9) == 'WRONGTYPE' then\n"
+        "    return false\n"
+        "  end\n"
+        "  return head\n"
+        "end\n"
+        "if #head ~= 1 or not string.find(ARGV[1], head, 1, true) then\n"
         "  return false\n"
         "end\n"
         "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}\n",
@@ -111,43 +117,95 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "end\n"
         "return {0, ttl}\n",
     /*
-     * The census's look at a batch of keys (store_census.c): the first 100
-     * bytes of each (magic, state, owner, fingerprint, lease deadline,
-     * created: the same offsets in IR1 and IR2), never the record; a held
-     * record counted by state, 1 a claim whose lease deadline (bytes 68..83)
-     * is not after ARGV[1] (ms), 2 outcome-unknown, 3 resolved, with the
-     * earliest created time (bytes 84..99) and the shortest PTTL of each
-     * (-1: none has one). Another key under the records' pattern (not the
-     * proxy's, another type) is passed over.
+     * The census's look at a batch of keys (store_census.c): the fixed head
+     * of each (its first 124 bytes: magic, state, owner, fingerprint, lease
+     * deadline, created, completed and, in IR2, the answer flag and the
+     * lengths of key id and route; in IR1 the answer's status and field
+     * count), never the answer; a held record counted by state, 1 a claim
+     * whose lease deadline (bytes 68..83) is not after ARGV[1] (ms), 2
+     * outcome-unknown, 3 resolved, with the earliest created time (bytes
+     * 84..99) and the shortest PTTL of each (-1: none has one). What
+     * record_decode (record.c) checks cheaply is checked here too, so that
+     * a value that merely starts like a record is not counted: the fixed
+     * fields' digits and hex, IR2's key id (its characters), that the value
+     * is long enough for its key id and route, that a claim ends there, and
+     * a plaintext answer's status and field count; what is left unchecked
+     * is a plaintext answer's fields (docs/operations.md#held-records). A
+     * key of another type (WRONGTYPE: not the proxy's) is passed over; any
+     * other error (NOPERM: an ACL user without +getrange) is the script's
+     * error, so the census fails and says so (fail closed).
      */
     [SCRIPT_CENSUS] =
         "local now = tonumber(ARGV[1])\n"
         "local n, oldest, ttl = {0, 0, 0}, {0, 0, 0}, {-1, -1, -1}\n"
-        "for _, k in ipairs(KEYS) do\n"
-        "  local h = redis.pcall('GETRANGE', k, 0, 99)\n"
-        "  if type(h) == 'string' and #h == 100 and\n"
-        "      (string.sub(h, 1, 3) == 'IR2' or string.sub(h, 1, 3) == 'IR1') then\n"
-        "    local st, i = string.sub(h, 4, 4), nil\n"
-        "    if st == 'U' then\n"
-        "      i = 2\n"
-        "    elseif st == 'R' then\n"
-        "      i = 3\n"
-        "    elseif st == 'C' then\n"
-        "      local lease = tonumber(string.sub(h, 69, 84))\n"
-        "      if lease and lease <= now then\n"
-        "        i = 1\n"
-        "      end\n"
+        "local function digits(s)\n"
+        "  return string.find(s, '^[0-9]+$') ~= nil\n"
+        "end\n"
+        "local function held(k, h)\n"
+        "  local magic, st, i = string.sub(h, 1, 3), string.sub(h, 4, 4), nil\n"
+        "  if st == 'U' then\n"
+        "    i = 2\n"
+        "  elseif st == 'R' then\n"
+        "    i = 3\n"
+        "  elseif st == 'C' then\n"
+        "    i = 1\n"
+        "  else\n"
+        "    return nil\n"
+        "  end\n"
+        "  if not ((magic == 'IR2' and #h >= 123) or (magic == 'IR1' and #h == 124)) or\n"
+        "      not string.find(string.sub(h, 5, 68), '^[0-9a-f]+$') or\n"
+        "      not digits(string.sub(h, 69, 116)) then\n"
+        "    return nil\n"
+        "  end\n"
+        "  if i == 1 and tonumber(string.sub(h, 69, 84)) > now then\n"
+        "    return nil\n"
+        "  end\n"
+        "  if magic == 'IR1' then\n"
+        "    if not digits(string.sub(h, 117, 124)) or tonumber(string.sub(h, 120, 124)) > 128 then\n"
+        "      return nil\n"
         "    end\n"
-        "    if i then\n"
-        "      local created = tonumber(string.sub(h, 85, 100)) or 0\n"
-        "      local left = redis.call('PTTL', k)\n"
-        "      n[i] = n[i] + 1\n"
-        "      if created > 0 and (oldest[i] == 0 or created < oldest[i]) then\n"
-        "        oldest[i] = created\n"
-        "      end\n"
-        "      if left >= 0 and (ttl[i] < 0 or left < ttl[i]) then\n"
-        "        ttl[i] = left\n"
-        "      end\n"
+        "    return i\n"
+        "  end\n"
+        "  local answer, l, r = string.sub(h, 117, 117), string.sub(h, 118, 119), "
+        "string.sub(h, 120, 123)\n"
+        "  if (answer ~= 'P' and answer ~= 'S') or not digits(l .. r) then\n"
+        "    return nil\n"
+        "  end\n"
+        "  l, r = tonumber(l), tonumber(r)\n"
+        "  if l > 32 or r > 4096 then\n"
+        "    return nil\n"
+        "  end\n"
+        "  local rest = redis.call('GETRANGE', k, 123, 123 + l + r + 7)\n"
+        "  local tail = string.sub(rest, l + r + 1)\n"
+        "  if #rest < l + r or (l > 0 and not string.find(string.sub(rest, 1, l), "
+        "'^[A-Za-z0-9._-]+$')) then\n"
+        "    return nil\n"
+        "  end\n"
+        "  if i == 1 then\n"
+        "    if #tail ~= 0 then\n"
+        "      return nil\n"
+        "    end\n"
+        "  elseif answer == 'P' and (#tail < 8 or not digits(string.sub(tail, 1, 8)) or\n"
+        "      tonumber(string.sub(tail, 4, 8)) > 128) then\n"
+        "    return nil\n"
+        "  end\n"
+        "  return i\n"
+        "end\n"
+        "for _, k in ipairs(KEYS) do\n"
+        "  local h = redis.pcall('GETRANGE', k, 0, 123)\n"
+        "  if type(h) == 'table' and string.sub(tostring(h.err), 1, 9) ~= 'WRONGTYPE' then\n"
+        "    return h\n"
+        "  end\n"
+        "  local i = type(h) == 'string' and held(k, h) or nil\n"
+        "  if i then\n"
+        "    local created = tonumber(string.sub(h, 85, 100)) or 0\n"
+        "    local left = redis.call('PTTL', k)\n"
+        "    n[i] = n[i] + 1\n"
+        "    if created > 0 and (oldest[i] == 0 or created < oldest[i]) then\n"
+        "      oldest[i] = created\n"
+        "    end\n"
+        "    if left >= 0 and (ttl[i] < 0 or left < ttl[i]) then\n"
+        "      ttl[i] = left\n"
         "    end\n"
         "  end\n"
         "end\n"
@@ -156,6 +214,9 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
 _Static_assert(RECORD_CLAIMED == 'C' && RECORD_UNKNOWN == 'U' && RECORD_RESOLVED == 'R',
                "SCRIPT_CENSUS reads record.h's state letters");
+_Static_assert(RECORD_HEAD_LEN == 124 && RECORD_HEAD2_LEN == 123 && KEYRING_ID_MAX == 32 &&
+                   RECORD_ROUTE_MAX == 4096 && RECORD_MAX_HEADERS == 128,
+               "SCRIPT_CENSUS reads record.h's head as record_decode does");
 
 const char *store_script_text(enum store_record_script script)
 {

@@ -24,15 +24,18 @@ enum store_status {
                                LOADING, MASTERDOWN, an unfollowed MOVED or ASK:
                                store_reply.h): nothing was applied, and the same command may
                                succeed later */
+    STORE_WRONG_TYPE = -6,  /* the key holds a value of another type than a record (Redis:
+                               WRONGTYPE, a hash under the records' prefix, say): not a
+                               record the proxy wrote; nothing was done */
 };
 
 /*
  * Whether a command that failed with st may succeed when sent again
  * unchanged: no connection, a timeout, a lost connection (each: it may
  * have been applied, so only an idempotent write may be sent again) and a
- * refusal for now (not applied). False for STORE_OK and STORE_ERROR (an
- * error reply that will not change by itself: NOPERM, WRONGTYPE, OOM, an
- * unexpected reply).
+ * refusal for now (not applied). False for STORE_OK, STORE_ERROR (an
+ * error reply that will not change by itself: NOPERM, OOM, an unexpected
+ * reply) and STORE_WRONG_TYPE.
  */
 bool store_status_retryable(enum store_status st);
 

@@ -136,7 +136,8 @@ def test_the_page_documents_a_user_per_feature():
 # --------------------------------------------------------------------------
 
 def keyed_requests_as_the_user(p, primary, upstream):
-    """Claim, WAIT, forward, record, replay, 409, release, admin read and purge, NOSCRIPT."""
+    """Claim, WAIT, forward, record, replay, 409, release, admin read and purge, NOSCRIPT, the
+    listing and a bulk dry run, a resolve."""
     key = "acl-" + uuid.uuid4().hex
     first = p.post(key=key, body=b'{"amount": 1}')
     assert first.status == 201, first
@@ -166,6 +167,13 @@ def keyed_requests_as_the_user(p, primary, upstream):
     held = "acl-" + uuid.uuid4().hex
     assert p.post(key=held, headers=[("X-Demo-Fault", "close")]).status == 502
     unknown = record_id_cli(p, "/v1/payments", held)[0]["record_id"]
+    # the listing and a bulk dry run walk the records as the user (SCAN, the peek's GETRANGE)
+    listed = p.admin("GET", "/records?state=outcome-unknown")
+    assert listed.status == 200, listed
+    assert [e["record_id"] for e in listed.json()["records"]] == [unknown], listed.json()
+    dry = p.admin("POST", "/records/bulk", body=json.dumps(
+        {"action": "purge", "state": "outcome-unknown"}).encode())
+    assert dry.status == 200 and dry.json()["matched"] == 1, dry
     answer = b'{"status": 201, "headers": [], "body_base64": "e30=", "reason": "acl check"}'
     assert p.admin("PUT", "/records/%s" % unknown, body=answer).status == 200
     resolved = p.post(key=held, headers=[("X-Demo-Fault", "close")])

@@ -12,6 +12,10 @@ trail"):
 - `POST /records/<id>/extend` sets a held record's time to live, never shorter than it is;
 - `POST /records/bulk` lists (dry run, the default) or changes every held record that
   matches, each by its own compare-and-set and audit line, a bounded number per call;
+  following next_cursor reaches every match (1,200 records purged, none left), and a resolve
+  with a 1 MiB answer changes every record with a bounded number of changes and bytes out
+  at a time (the proxy's peak memory, its probes answered meanwhile); each record resolved
+  counts in `idempotency_proxy_records_resolved_total`;
 - every change writes one audit line with the operator's `reason`.
 
 Real processes only: redis-server, the demo upstream (`X-Demo-Fault: close` closes the
@@ -25,10 +29,10 @@ import uuid
 
 import pytest
 
-from harness import log_line, wait_until
+from harness import http_request, log_line, wait_until
 from proxy_helpers import (
-    access_ids, audit_lines, bearer, in_background, new_token, record_id_cli, redis_contents,
-    start_with_admin_token, token_file,
+    access_ids, audit_lines, bearer, in_background, metric, new_token, proc_status,
+    record_id_cli, redis_contents, sanitized, start_with_admin_token, token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -321,6 +325,7 @@ def test_bulk_dry_run_then_bulk_resolve_of_100_held_records(tmp_path, start_prox
     assert sorted(l["record_id"] for l in lines) == sorted(ids)
     assert {(l["action"], l["result"], l["status"], l["recorded_status"], l["reason"])
             for l in lines} == {("bulk-resolve", "ok", 200, 201, why)}, lines[:3]
+    assert metric(p, "idempotency_proxy_records_resolved_total", required=True) == 100
 
     # every retry replays the resolution; nothing executes again
     for k in keys:
@@ -438,3 +443,85 @@ def test_a_resolution_made_while_a_stalled_proxys_request_was_at_the_upstream_is
     retry = p2.post(key=key)
     assert retry.status == 402 and retry.replayed, retry
     assert upstream.total() == 1
+
+
+def held_copies(redis, record_id, n, ttl_ms=3600000):
+    """n more outcome-unknown records: copies of a held one under fresh record ids (one
+    script); returns their ids."""
+    redis.cmd("EVAL", "local v = redis.call('GET', KEYS[1]) for i = 1, tonumber(ARGV[1]) do "
+              "redis.call('SET', string.format('idem:{%032x}', i), v, 'PX', ARGV[2]) end",
+              1, "idem:{%s}" % record_id, n, ttl_ms)
+    return ["%032x" % i for i in range(1, n + 1)]
+
+
+def bulk_walk(p, token, doc, max_calls=50):
+    """Every call of a bulk change, following next_cursor: the answers' documents."""
+    docs, cursor = [], None
+    for _ in range(max_calls):
+        r = bulk(p, token, dict(doc, **({"cursor": cursor} if cursor else {})))
+        assert r.status == 200, r
+        docs.append(r.json())
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return docs
+    raise AssertionError("the walk did not end within %d calls" % max_calls)
+
+
+def test_a_bulk_purge_reaches_every_match_across_pages_and_calls(tmp_path, start_proxy, redis,
+                                                                 upstream):
+    """1,200 held records, more than a page (250) and a call (1,000) hold: purged page after
+    page, each page's purges moving the keys SCAN finds, the walk still reaches every one."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    first = hold(p, "pay-" + uuid.uuid4().hex)
+    ids = [first] + held_copies(redis, first, 1199)
+    assert len(redis.keys("idem:{*}")) == 1200
+    docs = bulk_walk(p, token, {"action": "purge", "state": "outcome-unknown", "dry_run": False,
+                                "reason": "INC-12: the upstream never got them"})
+    assert len(docs) >= 2, [d["matched"] for d in docs]
+    purged = [e["record_id"] for d in docs for e in d["records"]]
+    assert sorted(purged) == sorted(ids), (len(purged), len(set(purged)))
+    assert {e["result"] for d in docs for e in d["records"]} == {"purged"}
+    assert sum(d["changed"] for d in docs) == 1200
+    assert redis.keys("idem:{*}") == [], "records left held"
+
+
+def test_a_bulk_resolve_of_a_1_mib_answer_changes_every_record_with_bounded_memory(
+        tmp_path, start_proxy, redis, upstream):
+    """A 1 MiB answer (under max_stored_response) recorded into 50 held records: every one is
+    resolved (over as many calls as next_cursor asks), the proxy's peak memory grows by far
+    less than 50 copies of the answer, and /healthz answers while the calls run."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token, limits={"max_stored_response": "2MiB"})
+    first = hold(p, "pay-" + uuid.uuid4().hex)
+    ids = [first] + held_copies(redis, first, 49)
+    body = bytes(range(256)) * 4096
+    assert len(body) == 1 << 20
+    idle_peak = proc_status(p.pid())["VmHWM"]
+    probes, stop = [], []
+
+    def probe():
+        # a hang bound, not a timing: each probe must be answered while the bulk runs
+        while not stop:
+            probes.append(http_request(p.admin_port, "GET", "/healthz", timeout=10).status)
+    prober = in_background(probe)
+    try:
+        docs = bulk_walk(p, token, dict(answer(201, body), action="resolve",
+                                        state="outcome-unknown", dry_run=False,
+                                        reason="INC-13: settled; the receipt is the answer"))
+    finally:
+        stop.append(True)
+        prober.result()
+    assert probes and set(probes) == {200}, probes
+    resolved = [e["record_id"] for d in docs for e in d["records"]]
+    assert sorted(resolved) == sorted(ids), [(d["matched"], d["changed"]) for d in docs]
+    assert {e["result"] for d in docs for e in d["records"]} == {"resolved"}
+    assert sum(d["changed"] for d in docs) == 50
+    for rid in ids:
+        assert redis.cmd("GETRANGE", "idem:{%s}" % rid, 3, 3) == "R", rid
+    assert metric(p, "idempotency_proxy_records_resolved_total", required=True) == 50
+    grown = proc_status(p.pid())["VmHWM"] - idle_peak
+    print("bulk resolve of 50 x 1 MiB: %d calls, peak RSS grew %.1f MiB" % (
+        len(docs), grown / (1 << 20)))
+    # 50 answers all in flight at once held 2-3 copies of each (over 100 MiB)
+    assert grown <= 64 * (1 << 20) or sanitized(p.pid()), grown

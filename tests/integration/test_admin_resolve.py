@@ -11,7 +11,9 @@
   attempt writes its audit line; no token is 401;
 - `GET /records?state=outcome-unknown` (and `state=claimed`) lists every held record among
   thousands of finished ones, page by page (a small `limit` too), on a single Redis and on a
-  3-primary Redis Cluster;
+  3-primary Redis Cluster; a record held for the whole walk is listed even when the records
+  listed before it are resolved or purged between pages;
+- a key of another type under a record id is "not a record" (409), never "redis unavailable";
 - `idempotency_proxy_outcome_unknown_total{route}` counts the records written in that state,
   `idempotency_proxy_records_resolved_total` the resolutions;
 - listing and resolving work through Redis Sentinel, and on a cluster each resolve goes to its
@@ -347,6 +349,70 @@ def test_the_listing_finds_3_held_records_among_2000_finished_ones(tmp_path, sta
                 "state=claimed&limit=1001", "state=claimed&cursor=x"):
         r = p.admin("GET", "/records?" + bad, headers=bearer(token))
         assert r.status == 400, (bad, r)
+
+
+def page(p, token, query):
+    r = p.admin("GET", "/records?" + query, headers=bearer(token))
+    assert r.status == 200, r
+    return r.json()
+
+
+def test_a_record_held_for_the_whole_walk_is_listed_whatever_happens_to_the_others(
+        tmp_path, start_proxy, redis, upstream):
+    """Three outcome-unknown records in one SCAN batch, listed one a page: resolving the
+    record a page listed, then purging the next one, moves none of the others out of the
+    walk (the cursor names a record id, not a count of records)."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    held = sorted(hold(p, "pay-" + uuid.uuid4().hex) for _ in range(3))
+    first = page(p, token, "state=outcome-unknown&limit=1")
+    assert [e["record_id"] for e in first["records"]] == held[:1], first
+    # the batch goes on after the record listed: its id, and where the batch's SCAN ended
+    node, scan, after, end = first["next_cursor"].split("-")
+    assert (node, after) == ("0", held[0]), first
+    assert resolve(p, token, held[0], answer()).status == 200
+    second = page(p, token, "state=outcome-unknown&limit=1&cursor=" + first["next_cursor"])
+    assert [e["record_id"] for e in second["records"]] == held[1:2], second
+    r = p.admin("DELETE", "/records/%s?reason=INC-2%%3A+never+sent" % held[1],
+                headers=bearer(token))
+    assert r.status == 200, r
+    rest, cursor = [], second["next_cursor"]
+    while cursor is not None:
+        doc = page(p, token, "state=outcome-unknown&limit=1&cursor=" + cursor)
+        rest += [e["record_id"] for e in doc["records"]]
+        cursor = doc["next_cursor"]
+    assert rest == held[2:], rest
+    # a cursor of an earlier release (NODE-SCAN-COUNT) lists its batch again: nothing is lost
+    again = page(p, token, "state=outcome-unknown&limit=10&cursor=0-0-2")
+    assert [e["record_id"] for e in again["records"]] == held[2:], again
+    for bad in ("0-0-%s-0" % held[0].upper(), "0-0-%s" % held[0], "0-0-%s-" % held[0],
+                "0-0-%s-0-1" % held[0]):
+        r = p.admin("GET", "/records?cursor=" + bad, headers=bearer(token))
+        assert r.status == 400, (bad, r)
+
+
+def test_a_key_of_another_type_under_a_record_id_is_not_a_record(tmp_path, start_proxy, redis,
+                                                                  upstream):
+    """A hash under a record's key: GET, DELETE, PUT and extend answer 409 "not a record" and
+    leave it alone (not 503 "redis unavailable"); the purge's audit line says 409."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    record_id = "e" * 32
+    redis.cmd("HSET", "idem:{%s}" % record_id, "not", "a record")
+    for method, path, body in (
+            ("GET", "/records/" + record_id, None),
+            ("DELETE", "/records/%s?reason=x&confirm=re-execute" % record_id, None),
+            ("PUT", "/records/" + record_id, json.dumps(answer()).encode()),
+            ("POST", "/records/%s/extend" % record_id,
+             json.dumps({"seconds": 60, "reason": "x"}).encode())):
+        r = p.admin(method, path, headers=bearer(token), body=body)
+        assert r.status == 409, (method, r)
+        assert r.json()["error"].startswith("not a record"), (method, r)
+    assert redis.cmd("HGET", "idem:{%s}" % record_id, "not") == "a record"
+    purges = [l for l in audit_lines(p) if l["action"] == "purge"]
+    assert [(l["record_id"], l["status"]) for l in purges] == [(record_id, 409)], purges
+    look = p.admin("GET", "/records/lookup?path=/v1/payments&key=k", headers=bearer(token))
+    assert look.status == 200, look
 
 
 def test_a_claim_whose_lease_ran_out_is_listed_as_claimed_and_can_be_resolved(

@@ -7,7 +7,10 @@ the gauges count it.
   "a held record exists" of docker/prometheus/alerts.yaml fires, and the others stay quiet;
 - an outcome-unknown record counts as outcome_unknown, a record resolved by an operator (state
   `R`) as resolved; a finished record and a live claim are not counted;
-- a census that cannot walk (an ACL user without +scan) says so once and its age grows;
+- a census that cannot walk (an ACL user without +scan, or without +getrange) says so once,
+  publishes nothing and its age grows; the listing and bulk changes answer 503 naming NOPERM;
+- a value that only starts like a held record is not counted (the census counts what the
+  listing lists);
 - `admin.held_refresh` applies live on `SIGHUP`;
 - two proxies on one Redis: the census walks on one at a time (the lock: their SCANs never
   interleave, seen by Redis's MONITOR), and both export the same counts.
@@ -196,23 +199,82 @@ def test_held_records_count_by_state_and_nothing_else_does(start_proxy, upstream
     assert metric(p, OLDEST, state="resolved") > 0
 
 
-def test_a_census_that_cannot_walk_says_so_and_its_age_grows(start_proxy, upstream, redis):
-    """An ACL user without +scan: the census logs why once, the gauges show nothing held and
-    the census's age grows (the stale-census alert's input); with +scan granted it works
-    again."""
+@pytest.mark.parametrize("missing, said", [
+    ("+scan", "held census: redis answered the census's SCAN with an error (NOPERM: an ACL "
+              "user without +scan +getrange?)"),
+    ("+getrange", "held census: redis answered the census script with an error (NOPERM: an ACL "
+                  "user without +scan +getrange"),
+])
+def test_a_census_that_cannot_walk_says_so_and_its_age_grows(missing, said, start_proxy,
+                                                             upstream, redis):
+    """An ACL user without +scan, or with +scan but without +getrange (its scripts' GETRANGE
+    refused): the census logs why once, publishes nothing (never a count of 0 held), the
+    gauges show nothing held and the census's age grows (the stale-census alert's input); the
+    listing and a bulk change answer 503 naming NOPERM, never an empty 200. With the command
+    granted it works again."""
     rules = ["on", ">pw", "resetkeys", "~idem:*", "resetchannels", "-@all"] + \
         ["+" + c for c in ACL_COMMANDS]
-    redis.run_as("idem-proxy", "pw", [r for r in rules if r != "+scan"])
+    redis.run_as("idem-proxy", "pw", [r for r in rules if r != missing])
     p = start_proxy(admin_config=REFRESH)
     assert p.post(key=new_key(), headers=[("X-Demo-Fault", "close")]).status == 502
-    log_line(p, "held census: redis answered the census's SCAN with an error")
+    log_line(p, said)
     wait_until(lambda: metric(p, AGE) >= 3, what="the census's age past 3 s")
     assert held(p, "outcome_unknown") == 0
     assert census_result(redis) is None
+    for r in (p.admin("GET", "/records?state=outcome-unknown"), p.admin("GET", "/records"),
+              p.admin("POST", "/records/bulk", body=json.dumps(
+                  {"action": "purge", "state": "outcome-unknown"}).encode()),
+              p.admin("POST", "/records/bulk", body=json.dumps(
+                  {"action": "purge", "state": "outcome-unknown", "dry_run": False,
+                   "reason": "acl check"}).encode())):
+        assert r.status == 503, r
+        assert "NOPERM" in r.json()["error"] and "+scan +getrange" in r.json()["error"], r
+    assert redis.keys("idem:{*}"), "nothing was purged"
     redis.run_as("idem-proxy", "pw", rules)
     log_line(p, "held census: works again")
     wait_held(p, "outcome_unknown", 1)
     assert p.stderr_text().count("held census: redis answered") == 1, "said once, not per pass"
+    r = p.admin("GET", "/records?state=outcome-unknown")
+    assert r.status == 200 and len(r.json()["records"]) == 1, r
+
+
+def test_a_value_that_only_starts_like_a_held_record_is_not_counted(start_proxy, upstream,
+                                                                     redis):
+    """The census counts what the listing lists: values under record keys that start with
+    `IR2U` but are no record (garbage, a record cut short, a head whose digits were changed)
+    are not counted, nor is a hash; a whole copy of a held record is."""
+    p = start_proxy(admin_config=REFRESH)
+    assert p.post(key=new_key(), headers=[("X-Demo-Fault", "close")]).status == 502
+    (key,) = redis.keys("idem:{*}")
+    value = redis.cmd("GET", key)
+    value = value.encode() if isinstance(value, str) else value
+    # IR2 (proxy/idem/record.h): the key id and route lengths at 117 and 119, then a
+    # plaintext answer (no keyring) whose head is status and field count (8 digits)
+    head = 123 + int(value[117:119]) + int(value[119:123])
+    assert value[:4] == b"IR2U" and value[116:117] == b"P" and head > 123, value[:130]
+    assert len(value) >= head + 8, value
+    others = {
+        "garbage": b"IR2U" + b"z" * 196,
+        "cut inside its route": value[:head - 1],
+        "cut before its answer": value[:head],
+        "a lease digit changed": value[:70] + b"x" + value[71:],
+        "an owner not hex": value[:5] + b"Z" + value[6:],
+        "a field count over 128": value[:head + 3] + b"00999" + value[head + 8:],
+    }
+    for i, v in enumerate(others.values()):
+        redis.cmd("SET", "idem:{%032x}" % (i + 1), v)
+    redis.cmd("SET", "idem:{%032x}" % 100, value)           # a copy: a held record
+    redis.cmd("HSET", "idem:{%032x}" % 101, "not", "a record")
+    started_ms = int(time.time() * 1000)
+    result = wait_until(lambda: census_after(redis, started_ms),
+                        what="a census that started after the values were written")
+    assert result["keys"] == len(others) + 3
+    assert result["held"]["outcome_unknown"]["records"] == 2, result
+    listed = p.admin("GET", "/records?state=outcome-unknown&limit=1000")
+    assert listed.status == 200, listed
+    assert sorted(e["record_id"] for e in listed.json()["records"]) == sorted(
+        [key[len("idem:{"):-1], "%032x" % 100]), listed.json()
+    wait_held(p, "outcome_unknown", 2)
 
 
 def test_held_refresh_applies_on_sighup(start_proxy, upstream, redis):

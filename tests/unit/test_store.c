@@ -9,7 +9,8 @@
  * 7.0) and the MOVED / ASK redirections. Then how far behind a replica is,
  * from samples of the primary's offset. Then what a ROLE reply says
  * (store_role_is_primary): master, replica (slave), sentinel, an error, a
- * malformed reply.
+ * malformed reply. Then which cursors the listing of held records takes
+ * (store_list_cursor_valid).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "store.h"
 #include "store_reply.h"
 #include "unit.h"
 
@@ -42,7 +44,7 @@ static const struct {
     { "READONLY", STORE_REPLY_NOT_PRIMARY, true },           /* a code alone */
     /* everything else: this command failed */
     { "ERR unknown command 'FOO'", STORE_REPLY_FAILED, false },
-    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_FAILED,
+    { "WRONGTYPE Operation against a key holding the wrong kind of value", STORE_REPLY_WRONG_TYPE,
       false },
     { "NOPERM User idem-proxy has no permissions to run the 'evalsha' command",
       STORE_REPLY_FAILED, false },
@@ -213,9 +215,49 @@ static void check_role(void)
     }
 }
 
+/* The listing's cursors (store_list.c): NODE-SCAN-0, or NODE-SCAN-ID-END after a page cut a batch. */
+static void check_list_cursor(void)
+{
+    static const struct {
+        const char *cursor;
+        bool valid;
+    } cursors[] = {
+        { "0", true },
+        { "0-1536-0", true },
+        { "2-18446744073709551615-0", true },
+        { "0-1536-3", true },       /* an earlier release's count: read as nothing passed over */
+        { "0-1536-9acc2a7218f05568c938e9f73467f97a-0", true },
+        { "1-7-00000000000000000000000000000000-4096", true },
+        { "", false },
+        { "x", false },
+        { "0-0", false },
+        { "0--0", false },
+        { "-0-0", false },
+        { "1234567890-0-0", false },                        /* node: 9 digits at most */
+        { "0-123456789012345678901234-0", false },          /* a SCAN cursor is 64-bit */
+        { "0-0-1234567890", false },                        /* a count of 10 digits */
+        { "0-0-9ACC2A7218F05568C938E9F73467F97A-0", false }, /* ids are lowercase */
+        { "0-0-9acc2a7218f05568c938e9f73467f97-0", false },  /* 31 characters */
+        { "0-0-9acc2a7218f05568c938e9f73467f97a", false },
+        { "0-0-9acc2a7218f05568c938e9f73467f97a-", false },
+        { "0-0-9acc2a7218f05568c938e9f73467f97a-0-1", false },
+        { "0-0-9acc2a7218f05568c938e9f73467f97a-x", false },
+    };
+
+    for (size_t i = 0; i < sizeof(cursors) / sizeof(cursors[0]); i++)
+        UNIT_CHECK(cursors[i].cursor, store_list_cursor_valid(cursors[i].cursor) ==
+                   cursors[i].valid, "valid %d, want %d",
+                   store_list_cursor_valid(cursors[i].cursor), cursors[i].valid);
+    UNIT_CHECK("the longest cursor fits STORE_LIST_CURSOR_MAX",
+               strlen("999999999-18446744073709551615-9acc2a7218f05568c938e9f73467f97a-"
+                      "18446744073709551615") < STORE_LIST_CURSOR_MAX, "%d",
+               STORE_LIST_CURSOR_MAX);
+}
+
 int main(void)
 {
     check_role();
+    check_list_cursor();
     check_cluster();
     check_replica_lag();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
