@@ -97,6 +97,8 @@ struct admin_bulk_call {
     uint64_t sent_bytes;            /* bytes of records this call sent */
     json_t *records;
     const char *failed;             /* static: why the walk stopped, or NULL */
+    char (*ids)[RECORD_ID_HEX_LEN + 1]; /* record_ids, sorted (owned); NULL: every record */
+    size_t n_ids;
 };
 
 /* The page's items and what they still hold. */
@@ -117,6 +119,7 @@ static void admin_bulk_free(struct admin_bulk_call *c)
     admin_answer_deinit(&c->answer);
     json_decref(c->records);
     free(c->route);
+    free(c->ids);
     free(c);
 }
 
@@ -267,6 +270,55 @@ static void admin_bulk_pump(struct admin_bulk_call *c)
 }
 
 /* Whether a record the walk found in the state asked for matches (store_list_keep). */
+static int admin_bulk_id_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, RECORD_ID_HEX_LEN);
+}
+
+/* Whether record_id (its first RECORD_ID_HEX_LEN bytes) is one record_ids names (all without). */
+static bool admin_bulk_named(const struct admin_bulk_call *c, const char *record_id)
+{
+    return c->ids == NULL ||
+           bsearch(record_id, c->ids, c->n_ids, sizeof(*c->ids), admin_bulk_id_cmp) != NULL;
+}
+
+/*
+ * "record_ids": at most ADMIN_BULK_MAX_IDS record ids (32 lowercase hex)
+ * that bound the change to the records a dry run listed, so that a record
+ * held after the review (or grown past older_than_seconds) is never
+ * changed unseen. 0, or -1 with why.
+ */
+static int admin_bulk_ids(struct admin_bulk_call *c, const json_t *ids, char *why, size_t len)
+{
+    size_t i;
+    const json_t *id;
+
+    if (ids == NULL)
+        return 0;
+    if (!json_is_array(ids) || json_array_size(ids) == 0 ||
+        json_array_size(ids) > ADMIN_BULK_MAX_IDS) {
+        snprintf(why, len, "\"record_ids\" must be an array of 1..%d record ids",
+                 ADMIN_BULK_MAX_IDS);
+        return -1;
+    }
+    c->ids = calloc(json_array_size(ids), sizeof(*c->ids));
+    if (c->ids == NULL) {
+        snprintf(why, len, "out of memory");
+        return -1;
+    }
+    json_array_foreach(ids, i, id) {
+        if (!json_is_string(id) ||
+            !admin_record_id_ok(json_string_value(id), json_string_length(id))) {
+            snprintf(why, len, "\"record_ids\"[%zu] is not a record id (32 lowercase hex)", i);
+            return -1;
+        }
+        memcpy(c->ids[i], json_string_value(id), RECORD_ID_HEX_LEN + 1);
+    }
+    c->n_ids = json_array_size(ids);
+    qsort(c->ids, c->n_ids, sizeof(*c->ids), admin_bulk_id_cmp);
+    return 0;
+}
+
 static bool admin_bulk_keep(const char *value, size_t len, void *arg)
 {
     const struct admin_bulk_call *c = arg;
@@ -312,6 +364,8 @@ static void admin_bulk_on_page(enum store_status st, const struct store_listed *
 
         if (brace == NULL || record_decode(records[i].value, records[i].len, &rec) != 0)
             continue; /* kept by admin_bulk_keep: decodes */
+        if (!admin_bulk_named(c, brace + 1))
+            continue; /* record_ids: not one the operator reviewed */
         entry = json_pack("{s:s#, s:o, s:s, s:s}", "record_id", brace + 1,
                           (int)RECORD_ID_HEX_LEN, "route",
                           admin_record_route(&rec, route, sizeof(route)) != NULL
@@ -443,13 +497,14 @@ static int admin_bulk_parse(struct admin_bulk_call *c, const json_t *doc, char *
 {
     static const char *const members[] = {
         "action", "state", "route", "older_than_seconds", "reason", "dry_run", "confirm",
-        "limit", "cursor", "status", "headers", "body_base64", NULL,
+        "limit", "cursor", "status", "headers", "body_base64", "record_ids", NULL,
     };
     const json_t *dry = json_object_get(doc, "dry_run"), *confirm;
 
     if (admin_json_members(doc, members, why, len) != 0 ||
         admin_bulk_state(c, json_object_get(doc, "state"), why, len) != 0 ||
-        admin_bulk_filters(c, doc, why, len) != 0)
+        admin_bulk_filters(c, doc, why, len) != 0 ||
+        admin_bulk_ids(c, json_object_get(doc, "record_ids"), why, len) != 0)
         return -1;
     if (dry != NULL && !json_is_boolean(dry)) {
         snprintf(why, len, "\"dry_run\" must be true or false (default true: nothing changes)");

@@ -17,6 +17,7 @@
 
 #include "http_server.h"
 #include "record.h"
+#include "record_id.h"
 
 enum admin_hold admin_hold_of(const struct record *rec, uint64_t now_ms)
 {
@@ -211,4 +212,9 @@ int admin_json_reason(const json_t *doc, char *out, char *why, size_t len)
         return -1;
     memcpy(out, json_string_value(reason), json_string_length(reason) + 1);
     return 0;
+}
+
+bool admin_record_id_ok(const char *id, size_t len)
+{
+    return len == RECORD_ID_HEX_LEN && strspn(id, "0123456789abcdef") >= RECORD_ID_HEX_LEN;
 }

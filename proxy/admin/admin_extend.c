@@ -165,7 +165,7 @@ void admin_extend(const struct admin_env *env, struct http_req *req, const char 
         free(c);
         return;
     }
-    if (id_len != RECORD_ID_HEX_LEN || strspn(id, "0123456789abcdef") < RECORD_ID_HEX_LEN) {
+    if (!admin_record_id_ok(id, id_len)) {
         admin_extend_done(c, 400, json_pack("{s:s}", "error",
                                             "a record id is 32 lowercase hex characters"));
         return;

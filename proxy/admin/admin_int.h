@@ -60,6 +60,7 @@ struct http_req;
 
 /* Records one bulk call matches at most; the walk goes on with its next_cursor. */
 #define ADMIN_BULK_MAX 1000
+#define ADMIN_BULK_MAX_IDS 1000         /* record_ids of one bulk change at most */
 
 /* Pages of the listing (store_list) one bulk call walks at most. */
 #define ADMIN_BULK_PAGES 64
@@ -184,6 +185,9 @@ const char *admin_state_name(enum record_state st);
  * why (whylen bytes, for a 400). Pure.
  */
 int admin_reason_check(const char *reason, size_t len, char *why, size_t whylen);
+
+/* Whether id (len bytes) is a record id: RECORD_ID_HEX_LEN lowercase hex characters. */
+bool admin_record_id_ok(const char *id, size_t len);
 
 /* What req's If-Match fields say of a record whose entity tag is etag (record_etag). */
 enum admin_if_match {

@@ -304,7 +304,7 @@ void admin_records(const struct admin_env *env, struct http_req *req, const char
     struct admin_records_call *c;
     char key[RECORD_KEY_MAX];
 
-    if (strlen(id) != RECORD_ID_HEX_LEN || strspn(id, "0123456789abcdef") != RECORD_ID_HEX_LEN) {
+    if (!admin_record_id_ok(id, strlen(id))) {
         /* a change of no record at all is still an attempt: on record, without the id sent */
         if (purge)
             admin_audit_record(req, actor, "purge", NULL, NULL, NULL, 400, 0);

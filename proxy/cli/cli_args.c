@@ -38,7 +38,7 @@ enum cli_opt {
     OPT_ADMIN = 256, OPT_TOKEN_FILE, OPT_JSON, OPT_TIMEOUT, OPT_STATE, OPT_ROUTE, OPT_LIMIT,
     OPT_PATH, OPT_KEY, OPT_HEADER, OPT_METHOD, OPT_STATUS, OPT_BODY, OPT_BODY_FILE, OPT_REASON,
     OPT_IF_MATCH, OPT_CONFIRM, OPT_SECONDS, OPT_ACTION, OPT_OLDER_THAN, OPT_DRY_RUN, OPT_APPLY,
-    OPT_ALL, OPT_MATCH_REASON, OPT_BEFORE, OPT_MAX_CALLS, OPT_END,
+    OPT_ALL, OPT_MATCH_REASON, OPT_BEFORE, OPT_MAX_CALLS, OPT_ONLY_FROM, OPT_END,
 };
 
 static const struct option cli_options[] = {
@@ -66,6 +66,7 @@ static const struct option cli_options[] = {
     { "older-than", required_argument, NULL, OPT_OLDER_THAN },
     { "dry-run", no_argument, NULL, OPT_DRY_RUN },
     { "apply", no_argument, NULL, OPT_APPLY },
+    { "only-from", required_argument, NULL, OPT_ONLY_FROM },
     { "all", no_argument, NULL, OPT_ALL },
     { "match-reason", required_argument, NULL, OPT_MATCH_REASON },
     { "before", required_argument, NULL, OPT_BEFORE },
@@ -87,7 +88,8 @@ static unsigned cli_option_verbs(int opt)
     case OPT_IF_MATCH: return V(CLI_RESOLVE) | V(CLI_EXTEND);
     case OPT_CONFIRM: return V(CLI_PURGE) | V(CLI_BULK);
     case OPT_SECONDS: return V(CLI_EXTEND);
-    case OPT_ACTION: case OPT_OLDER_THAN: case OPT_DRY_RUN: case OPT_APPLY: return V(CLI_BULK);
+    case OPT_ACTION: case OPT_OLDER_THAN: case OPT_DRY_RUN: case OPT_APPLY: case OPT_ONLY_FROM:
+        return V(CLI_BULK);
     case OPT_ALL: case OPT_MATCH_REASON: case OPT_BEFORE: return V(CLI_INBOX);
     default: return V_ALL;
     }
@@ -152,8 +154,9 @@ void cli_args_usage(FILE *out)
         "        keep a held record N seconds from now\n"
         "  bulk --action resolve|purge --state S [--route R] [--older-than SECONDS]\n"
         "       [--dry-run | --apply --reason R] [--status N --header ... --body S |\n"
-        "       --body-file F] [--confirm re-execute] [--max-calls N]\n"
-        "        every matching record; lists them only (a dry run) unless --apply\n"
+        "       --body-file F] [--confirm re-execute] [--max-calls N] [--only-from F]\n"
+        "        every matching record; lists them only (a dry run) unless --apply;\n"
+        "        --only-from F (a dry run's output, \"-\": stdin) changes only the ids it lists\n"
         "  inbox [list]                     each queued route: depth, dead letters, paused\n"
         "  inbox dead ROUTE                 the route's dead letters\n"
         "  inbox pause ROUTE                stop the route's deliveries\n"
@@ -254,6 +257,7 @@ static int cli_args_set(struct cli_opts *o, int opt, const char *arg)
         return cli_number("older-than", arg, 0, 100LL * 365 * 86400, &o->older_than);
     case OPT_DRY_RUN: o->dry_run = true; break;
     case OPT_APPLY: o->apply = true; break;
+    case OPT_ONLY_FROM: o->only_from = arg; break;
     case OPT_ALL: o->all = true; break;
     case OPT_MATCH_REASON: o->match_reason = arg; break;
     case OPT_BEFORE: o->before = arg; break;
@@ -336,6 +340,11 @@ static int cli_args_check(struct cli_opts *o, char **pos, int n)
     }
     if (o->reason != NULL && cli_has_control(o->reason)) {
         cli_print_error("--reason is one line of text");
+        return -1;
+    }
+    if (o->only_from != NULL && o->body_file != NULL && strcmp(o->only_from, "-") == 0 &&
+        strcmp(o->body_file, "-") == 0) {
+        cli_print_error("--only-from - and --body-file -: stdin can be only one of them");
         return -1;
     }
     if (o->confirm != NULL && strcmp(o->confirm, "re-execute") != 0) {

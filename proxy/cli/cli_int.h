@@ -72,6 +72,7 @@ struct cli_opts {
     const char *inbox_route;    /* inbox: ROUTE, a path as written or its `admin` string */
     const char *state, *route, *path, *key, *method, *reason, *if_match, *confirm;
     const char *body, *body_file, *action, *match_reason, *before;
+    const char *only_from;          /* bulk --only-from F ("-": stdin): the reviewed ids */
     long long limit, status, seconds, older_than;   /* CLI_UNSET when not given */
     bool dry_run, apply, all;
     struct evkeyvalq headers;   /* --header 'Name: value', in order */

@@ -304,15 +304,15 @@ too_long:
 
 /* ---- the answer of a resolve ------------------------------------------------ */
 
-/* --body-file F ("-": stdin), whole, into *out (malloc'd); 0, or -1 after the usage line. */
-static int cli_body_read(const char *path, unsigned char **out, size_t *len)
+/* opt F ("-": stdin), whole, into *out (malloc'd); 0, or -1 after the usage line. */
+static int cli_file_read(const char *opt, const char *path, unsigned char **out, size_t *len)
 {
     FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     unsigned char *buf = NULL, *grown;
     size_t used = 0, cap = 0, n;
 
     if (fp == NULL) {
-        cli_print_error("--body-file %s: cannot open: %s", path, strerror(errno));
+        cli_print_error("%s %s: cannot open: %s", opt, path, strerror(errno));
         return -1;
     }
     do {
@@ -320,7 +320,7 @@ static int cli_body_read(const char *path, unsigned char **out, size_t *len)
             cap = cap == 0 ? 65536 : cap * 2;
             grown = cap <= CLI_BODY_MAX + 1 ? realloc(buf, cap) : NULL;
             if (grown == NULL) {
-                cli_print_error("--body-file %s: %s", path, cap > CLI_BODY_MAX + 1
+                cli_print_error("%s %s: %s", opt, path, cap > CLI_BODY_MAX + 1
                                 ? "larger than 64 MiB" : "out of memory");
                 goto failed;
             }
@@ -330,7 +330,7 @@ static int cli_body_read(const char *path, unsigned char **out, size_t *len)
         used += n;
     } while (n > 0);
     if (ferror(fp)) {
-        cli_print_error("--body-file %s: cannot read: %s", path, strerror(errno));
+        cli_print_error("%s %s: cannot read: %s", opt, path, strerror(errno));
         goto failed;
     }
     if (fp != stdin)
@@ -359,7 +359,7 @@ static int cli_answer_members(const struct cli_opts *o, json_t *doc)
     int rc = CLI_REFUSED;
 
     if (o->body_file != NULL) {
-        if (cli_body_read(o->body_file, &body, &len) != 0) {
+        if (cli_file_read("--body-file", o->body_file, &body, &len) != 0) {
             json_decref(headers);
             return CLI_USAGE;
         }
@@ -466,7 +466,8 @@ static void cli_bulk_human(const json_t *doc, const struct cli_answer *a, void *
         cli_print_row(widths, 4, cells);
     }
     if (*dry_run)
-        printf("dry run: %lld record%s; nothing was changed (--apply changes them)\n",
+        printf("dry run: %lld record%s; nothing was changed (--apply --only-from FILE, FILE "
+               "this output, changes exactly these)\n",
                (long long)json_integer_value(matched),
                json_integer_value(matched) == 1 ? " matches" : "s match");
     else
@@ -476,6 +477,48 @@ static void cli_bulk_human(const json_t *doc, const struct cli_answer *a, void *
 }
 
 /* The request of a bulk verb without its cursor; NULL after the line on stderr. */
+/*
+ * --only-from F: the record ids of a dry run's output (the first field of
+ * each line that is one: the table's rows; a plain list of ids works too)
+ * into doc's "record_ids", so that --apply changes only what was reviewed.
+ * 0, or a CLI exit status after its line.
+ */
+static int cli_only_from(const char *path, json_t *doc)
+{
+    unsigned char *text;
+    size_t len;
+    json_t *ids = json_array();
+    char *line, *save = NULL;
+    int rc = CLI_USAGE;
+
+    if (ids == NULL || cli_file_read("--only-from", path, &text, &len) != 0) {
+        json_decref(ids);
+        return CLI_USAGE;
+    }
+    text = realloc(text, len + 1);
+    if (text == NULL)
+        goto done;
+    text[len] = '\0';
+    for (line = strtok_r((char *)text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        size_t n = strcspn(line, " \t\r");
+
+        if (n == 32 && strspn(line, "0123456789abcdef") >= 32 &&
+            json_array_append_new(ids, json_stringn(line, 32)) != 0)
+            goto done;
+    }
+    if (json_array_size(ids) == 0 || json_array_size(ids) > 1000) {
+        cli_print_error("--only-from %s: %zu record ids (a dry run's output, or one id a line; "
+                        "1..1000)", path, json_array_size(ids));
+        goto done;
+    }
+    rc = json_object_set(doc, "record_ids", ids) != 0 ? CLI_REFUSED : 0;
+done:
+    free(text);
+    json_decref(ids);
+    return rc;
+}
+
 static json_t *cli_bulk_request(const struct cli_opts *o, int *rc)
 {
     json_t *doc = json_pack("{s:s, s:b}", "action", o->action, "dry_run", !o->apply);
@@ -495,6 +538,10 @@ static json_t *cli_bulk_request(const struct cli_opts *o, int *rc)
     /* a resolve's dry run may come without its answer (cli_args.c checks --apply has one) */
     if (strcmp(o->action, "resolve") == 0 && o->status != CLI_UNSET &&
         (*rc = cli_answer_members(o, doc)) != 0) {
+        json_decref(doc);
+        return NULL;
+    }
+    if (o->only_from != NULL && (*rc = cli_only_from(o->only_from, doc)) != 0) {
         json_decref(doc);
         return NULL;
     }

@@ -448,7 +448,8 @@ def test_bulk_is_a_dry_run_until_apply_then_resolves_every_match(tmp_path, start
                            "--route", PAYMENTS, *extra, check=0)
         assert sorted(ID.findall(out)) == ids, out
         assert out.splitlines()[-1] == "dry run: 5 records match; nothing was changed " \
-                                       "(--apply changes them)", out
+                                       "(--apply --only-from FILE, FILE this output, changes " \
+                                       "exactly these)", out
         assert err == "", err
     # a route no route of the file is named: 0, and a note that says so, with the names
     rc, out, err = cli("bulk", "--action", "resolve", "--state", "outcome-unknown",
@@ -813,3 +814,39 @@ def test_a_resolve_the_proxy_could_not_carry_out_for_want_of_redis_exits_4(
     assert rc == 4 and "refused (503)" in err and "look" in err, (rc, out, err)
     assert wait_until(lambda: record(p, token, rid).status == 200 and record(p, token, rid),
                       what="the record readable again").json()["state"] == "outcome-unknown"
+
+
+def test_bulk_apply_only_from_a_dry_run_changes_only_what_was_reviewed(tmp_path, start_proxy,
+                                                                      redis, upstream):
+    """The dry run is reviewed; a record held after it (another incident) must not be
+    purged unseen by the apply: --only-from the dry run's output bounds the change to its
+    ids, so the later record stays held and its retry executes nothing."""
+    p, token, cli = start(start_proxy, tmp_path)
+    reviewed = dict(hold(p) for _ in range(3))
+    rc, out, err = cli("bulk", "--action", "purge", "--state", "outcome-unknown", check=0)
+    dry = tmp_path / "dry-run.txt"
+    dry.write_text(out)
+    assert sorted(ID.findall(out)) == sorted(reviewed.values()), out
+    later_key, later = hold(p)
+    # without --only-from the apply would purge the later record too: its dry run says so
+    rc, out, err = cli("bulk", "--action", "purge", "--state", "outcome-unknown", check=0)
+    assert later in out, out
+    doc = cli.json("bulk", "--action", "purge", "--state", "outcome-unknown", "--apply",
+                   "--reason", "INC-16: none reached the upstream", "--only-from", str(dry))
+    assert sorted(r["record_id"] for r in doc["records"]) == sorted(reviewed.values()), doc
+    assert doc["changed"] == 3, doc
+    assert record(p, token, later).json()["state"] == "outcome-unknown"
+    retry = p.post(key=later_key)
+    assert retry.status == 502 and retry.replayed, retry
+    assert upstream.executions(later_key) == 1
+    # from stdin too; a file with no id in it is a usage error, nothing sent
+    empty = tmp_path / "empty.txt"
+    empty.write_text("nothing here\n")
+    cli("bulk", "--action", "purge", "--state", "outcome-unknown", "--apply", "--reason", "r",
+        "--only-from", str(empty), check=2)
+    assert record(p, token, later).json()["state"] == "outcome-unknown"
+    rc, out, err = cli("bulk", "--action", "purge", "--state", "outcome-unknown", "--apply",
+                       "--reason", "INC-17", "--only-from", "-", stdin=(later + "\n").encode(),
+                       check=0)
+    assert record(p, token, later).status == 404
+

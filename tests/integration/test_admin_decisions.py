@@ -525,3 +525,23 @@ def test_a_bulk_resolve_of_a_1_mib_answer_changes_every_record_with_bounded_memo
         len(docs), grown / (1 << 20)))
     # 50 answers all in flight at once held 2-3 copies of each (over 100 MiB)
     assert grown <= 64 * (1 << 20) or sanitized(p.pid()), grown
+
+
+def test_bulk_record_ids_bound_a_change_to_the_records_named(tmp_path, start_proxy, redis,
+                                                           upstream):
+    """record_ids: only the records a dry run listed (and that still match) change; a malformed
+    list is refused whole."""
+    token = new_token()
+    p = start(start_proxy, tmp_path, token)
+    a, b = hold(p, "pay-" + uuid.uuid4().hex), hold(p, "pay-" + uuid.uuid4().hex)
+    base = {"action": "purge", "state": "outcome-unknown", "reason": "INC-18"}
+    before = redis_contents(redis)
+    for ids in ([], ["A" * 32], [a[:31]], "x", [a] * 1001):
+        r = bulk(p, token, dict(base, dry_run=False, record_ids=ids))
+        assert r.status == 400, (ids if len(ids) < 5 else len(ids), r)
+    assert redis_contents(redis) == before
+    r = bulk(p, token, dict(base, dry_run=False, record_ids=[a, "0" * 32]))
+    assert r.status == 200 and [e["record_id"] for e in r.json()["records"]] == [a], r
+    assert r.json()["changed"] == 1
+    assert admin(p, token, "GET", "/records/" + a).status == 404
+    assert admin(p, token, "GET", "/records/" + b).json()["state"] == "outcome-unknown"
