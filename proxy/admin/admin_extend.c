@@ -35,6 +35,8 @@ struct admin_extend_call {
     char route[256];                /* the record's route, "" for none */
     const char *state;              /* the record's state name (static), once read */
     long long seconds;              /* the time to live asked for */
+    long long ttl_ms;               /* the time to live set, while its replicas are waited for */
+    bool changed;
 };
 
 /* The audit line, then doc (stolen) as the answer; frees c. */
@@ -46,6 +48,33 @@ static void admin_extend_done(struct admin_extend_call *c, int status, json_t *d
                        c->reason[0] != '\0' ? c->reason : NULL, status, 0);
     admin_reply_json(c->req, status, doc);
     free(c);
+}
+
+static void admin_extend_answer(struct admin_extend_call *c, long long ttl_ms, bool changed)
+{
+    admin_extend_done(c, 200, json_pack("{s:s, s:s, s:I, s:b}", "record_id", c->record_id,
+                                        "state", c->state, "ttl_ms", (json_int_t)ttl_ms,
+                                        "changed", changed));
+}
+
+/*
+ * redis.min_replicas: the extension is answered 200 only once that many
+ * replicas hold it; else 503 (the CLI's "could not tell"): on the primary,
+ * not yet where a failover would look (docs/operations.md#extending-a-hold).
+ */
+static void admin_extend_on_replicated(enum store_status st, long long replicas, void *arg)
+{
+    struct admin_extend_call *c = arg;
+    unsigned want = exchange_set_conf(c->env->set)->redis_min_replicas;
+
+    if (st == STORE_OK && replicas >= (long long)want)
+        admin_extend_answer(c, c->ttl_ms, c->changed);
+    else
+        admin_extend_done(c, 503, json_pack(
+            "{s:s, s:I}", "error", "extended on the primary, but not confirmed by "
+            "redis.min_replicas replicas within redis.replica_timeout: a failover now could "
+            "lose it; look at its ttl_ms (GET /records/<id>) and extend again", "ttl_ms",
+            (json_int_t)c->ttl_ms));
 }
 
 static void admin_extend_on_done(enum store_status st, bool applied, bool changed,
@@ -63,10 +92,13 @@ static void admin_extend_on_done(enum store_status st, bool applied, bool change
         admin_extend_done(c, 409, json_pack(
             "{s:s}", "error", "the record changed (or went away) since it was read; nothing was "
                               "changed: look at it again"));
-    else
-        admin_extend_done(c, 200, json_pack("{s:s, s:s, s:I, s:b}", "record_id", c->record_id,
-                                            "state", c->state, "ttl_ms", (json_int_t)ttl_ms,
-                                            "changed", changed));
+    else if (changed && exchange_set_conf(c->env->set)->redis_min_replicas > 0) {
+        /* an extension a failover loses would let the key expire as it was due to */
+        c->ttl_ms = ttl_ms;
+        c->changed = changed;
+        store_wait_replicas(c->env->store, true, admin_extend_on_replicated, c);
+    } else
+        admin_extend_answer(c, ttl_ms, changed);
 }
 
 /* The record as read: held (and, with If-Match, the one named), then extended. */

@@ -9,6 +9,7 @@ Real processes only: a redis-server primary and a replica started with --replica
 on loopback ports (a frozen replica is SIGSTOPped), the demo upstream, the proxy.
 """
 
+import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,8 +21,8 @@ from harness import (
     wait_ready, wait_until,
 )
 from proxy_helpers import (
-    assert_problem, metric, new_key, parse_exposition, promtool_check, promtool_path, record_keys,
-    reload_and_wait, rewrite, run_check,
+    assert_problem, bearer, metric, new_key, new_token, parse_exposition, promtool_check,
+    promtool_path, record_keys, reload_and_wait, rewrite, run_check, token_file,
 )
 from redis_gate import RedisGate
 from redis_topology import ACL_RULES, acl_setuser, in_sync, replica_pair
@@ -475,3 +476,37 @@ def test_a_frozen_replica_turns_readyz_503_without_traffic(start_proxy, upstream
         wait_until(lambda: readyz(p) == 200, what="ready once it caught up")
         assert p.post(key=new_key()).status == 201
         assert upstream.total() == 1
+
+
+def test_an_extension_is_answered_once_min_replicas_hold_it(start_proxy, upstream, pair,
+                                                            tmp_path):
+    """An operator's extension that a failover loses lets the key expire when it was due, and
+    a retry then executes: under min_replicas it is 200 only once the replicas hold it; with
+    the replica frozen, 503 (the CLI's "could not tell"), and the primary has it."""
+    primary, replica = pair
+    token = new_token()
+    p = start_replicated(start_proxy, primary, replica_timeout="300ms", redis={"timeout": "1s"},
+                         retention="1h", admin_host="0.0.0.0",
+                         admin_token_file=token_file(tmp_path, token))
+    # a replica just synced acknowledges the stream from its next REPLCONF ACK on: until
+    # then a claim falls short (503, nothing forwarded, nothing held)
+    held = lambda: p.post(key=new_key(), headers=[("X-Demo-Fault", "close")])
+    r = wait_until(lambda: [r for r in [held()] if r.status != 503], interval=0.2,
+                   what="a claim the replica holds")[0]
+    assert r.status == 502, r
+    rid = r.json()["record_id"]
+    extend = lambda days: p.admin(
+        "POST", "/records/%s/extend" % rid, headers=bearer(token),
+        body=json.dumps({"seconds": days * 86400, "reason": "INC-19"}).encode())
+    r = extend(2)
+    assert r.status == 200 and r.json()["changed"] is True, r
+    replica.pause()
+    try:
+        r = extend(3)
+        assert r.status == 503 and "not confirmed" in r.json()["error"], r
+        assert int(primary.cmd("PTTL", "idem:{%s}" % rid)) > 2 * 86400 * 1000 + 3600 * 1000
+    finally:
+        replica.resume()
+    wait_until(lambda: in_sync(primary, replica), what="the replica caught up")
+    r = extend(4)
+    assert r.status == 200 and r.json()["changed"] is True, r
