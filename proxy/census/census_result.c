@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "json_text.h"
+
 #define CENSUS_RESULT_VERSION 1
 
 const char *const census_state_names[STORE_HELD_STATES] = {
@@ -21,7 +23,6 @@ const char *const census_state_names[STORE_HELD_STATES] = {
 char *census_result_encode(const struct census_result *r, size_t *len)
 {
     json_t *held = json_object(), *doc;
-    char *text;
 
     for (int i = 0; held != NULL && i < STORE_HELD_STATES; i++) {
         const struct store_held *h = &r->held[i];
@@ -42,13 +43,7 @@ char *census_result_encode(const struct census_result *r, size_t *len)
                     "started_ms", (json_int_t)r->started_ms,
                     "finished_ms", (json_int_t)r->finished_ms,
                     "keys", (json_int_t)r->keys, "held", held);
-    if (doc == NULL)
-        return NULL;
-    text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (text != NULL)
-        *len = strlen(text);
-    return text;
+    return json_text(doc, len);
 }
 
 /* obj's member name as a whole number from 0 up into *out; false when it is not one. */

@@ -8,6 +8,8 @@
 
 #include <jansson.h>
 
+#include "json_text.h"
+
 static const struct problem_kind {
     const char *slug;
     int status;
@@ -92,20 +94,6 @@ const char *problem_slug(enum problem p)
     return problem_kinds[p].slug;
 }
 
-/* doc as compact JSON, malloc'd, its length in *len; NULL when doc is. Steals doc. */
-static char *problem_dump(json_t *doc, size_t *len)
-{
-    char *text;
-
-    if (doc == NULL)
-        return NULL;
-    text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (text != NULL)
-        *len = strlen(text);
-    return text;
-}
-
 /* RFC 9457's members of cause p; NULL when out of memory. */
 static json_t *problem_doc(enum problem p, int status, const char *detail)
 {
@@ -130,7 +118,7 @@ static json_t *problem_stripe_doc(enum problem p, const char *detail, json_t **e
 
 char *problem_json(enum problem p, int status, const char *detail, size_t *len)
 {
-    return problem_dump(problem_doc(p, status, detail), len);
+    return json_text(problem_doc(p, status, detail), len);
 }
 
 char *problem_body(enum problem p, int status, const char *detail, const char *record_id,
@@ -146,7 +134,7 @@ char *problem_body(enum problem p, int status, const char *detail, const char *r
         json_decref(doc);
         return NULL;
     }
-    return problem_dump(doc, len);
+    return json_text(doc, len);
 }
 
 const char *problem_stripe_type(enum problem p)
@@ -163,5 +151,5 @@ char *problem_stripe_json(enum problem p, const char *detail, size_t *len)
 {
     json_t *error;
 
-    return problem_dump(problem_stripe_doc(p, detail, &error), len);
+    return json_text(problem_stripe_doc(p, detail, &error), len);
 }

@@ -1,0 +1,19 @@
+/*
+ * json_text.c - see json_text.h.
+ */
+#include "json_text.h"
+
+#include <string.h>
+
+char *json_text(json_t *doc, size_t *len)
+{
+    char *text;
+
+    if (doc == NULL)
+        return NULL;
+    text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (text != NULL)
+        *len = strlen(text);
+    return text;
+}
