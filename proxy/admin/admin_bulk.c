@@ -65,7 +65,7 @@ struct admin_bulk_item {
     json_t *entry;                  /* its entry in the answer (borrowed from c->records) */
     char key[RECORD_KEY_MAX];
     char record_id[RECORD_ID_HEX_LEN + 1];
-    char route[256];                /* "" for none */
+    char route[RECORD_ROUTE_MAX + 1];                /* "" for none */
     char *value;                    /* the record as the walk read it (owned), len bytes */
     size_t len;
     char *encoded;                  /* resolve: the new record once made (owned), encoded_len */
@@ -358,7 +358,7 @@ static void admin_bulk_on_page(enum store_status st, const struct store_listed *
     for (size_t i = 0; i < n; i++) {
         const char *brace = strrchr(records[i].key, '{');
         struct admin_bulk_item *it;
-        char route[256];
+        char route[RECORD_ROUTE_MAX + 1];
         struct record rec;
         json_t *entry;
 

@@ -32,7 +32,7 @@ struct admin_extend_call {
     char record_id[RECORD_ID_HEX_LEN + 1];
     char record_key[RECORD_KEY_MAX];
     char reason[ADMIN_REASON_MAX + 1]; /* "" until read */
-    char route[256];                /* the record's route, "" for none */
+    char route[RECORD_ROUTE_MAX + 1];                /* the record's route, "" for none */
     const char *state;              /* the record's state name (static), once read */
     long long seconds;              /* the time to live asked for */
     long long ttl_ms;               /* the time to live set, while its replicas are waited for */

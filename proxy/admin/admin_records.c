@@ -40,7 +40,7 @@ struct admin_records_call {
     char record_key[RECORD_KEY_MAX];
     json_t *doc;                /* GET: the answer being built */
     char etag[RECORD_ETAG_LEN + 1]; /* GET: the record's entity tag */
-    char route[256];            /* DELETE: the route the record names, "" for none */
+    char route[RECORD_ROUTE_MAX + 1];            /* DELETE: the route the record names, "" for none */
     char reason[ADMIN_REASON_MAX + 1]; /* DELETE: reason=, "" when not given */
     bool confirmed;             /* DELETE: confirm=re-execute */
     const char *state;          /* DELETE: the state purged (static), NULL until read */

@@ -40,7 +40,7 @@ struct admin_resolve_call {
     struct admin_answer answer;
     char reason[ADMIN_REASON_MAX + 1]; /* "" until read */
     size_t stored_headers;          /* fields in the record written */
-    char route[256];                /* the record's route (admin_record_route), "" for none */
+    char route[RECORD_ROUTE_MAX + 1];                /* the record's route (admin_record_route), "" for none */
     char etag[RECORD_ETAG_LEN + 1]; /* the entity tag of the record written */
 };
 
@@ -214,9 +214,9 @@ static void admin_resolve_on_get(enum store_status st, const char *value, size_t
         char why[512];
 
         /* the route's release_statuses are never recorded: each retry would replay "retry" */
-        snprintf(why, sizeof(why), "route %s never records status %d (its release_statuses, "
-                 "or a non-2xx on a webhook route): an upstream answer with it releases the "
-                 "claim, so a retry executes", c->route, c->answer.status);
+        snprintf(why, sizeof(why), "route %.200s never records status %d (its "
+                 "release_statuses, or a non-2xx on a webhook route): an upstream answer with "
+                 "it releases the claim, so a retry executes", c->route, c->answer.status);
         admin_resolve_refused(c, PROBLEM_INVALID_RESOLUTION, why);
         return;
     }

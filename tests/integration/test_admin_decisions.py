@@ -545,3 +545,24 @@ def test_bulk_record_ids_bound_a_change_to_the_records_named(tmp_path, start_pro
     assert r.json()["changed"] == 1
     assert admin(p, token, "GET", "/records/" + a).status == 404
     assert admin(p, token, "GET", "/records/" + b).json()["state"] == "outcome-unknown"
+
+
+def test_a_route_name_longer_than_255_bytes_still_refuses_its_release_statuses(
+        tmp_path, start_proxy, redis, upstream):
+    """The record's route was cut to 255 bytes on its way to the check, matched no route, and
+    a 503 (a release status) was recorded as a resolution."""
+    token = new_token()
+    long_route = "/v1/payments/" + "a" * 300
+    p = start_proxy(routes=[{"path": long_route + "*"}], admin_host="0.0.0.0",
+                    admin_token_file=token_file(tmp_path, token))
+    seen = len(access_ids(p, long_route))
+    r = p.post(path=long_route, key="pay-" + uuid.uuid4().hex, headers=CLOSE)
+    assert r.status == 502, r
+    record_id = wait_until(lambda: access_ids(p, long_route)[seen:] and
+                           access_ids(p, long_route)[seen], 5, what="the held request's line")
+    r = admin(p, token, "PUT", "/records/" + record_id, answer(503, b"", reason="INC-20"))
+    assert r.status == 400 and "never records status 503" in r.problem()["detail"], r
+    r = bulk(p, token, dict(answer(503, b""), action="resolve", state="outcome-unknown",
+                            dry_run=False, reason="INC-20"))
+    assert r.status == 200 and [e["result"] for e in r.json()["records"]] == ["refused"], r
+    assert admin(p, token, "GET", "/records/" + record_id).json()["state"] == "outcome-unknown"
