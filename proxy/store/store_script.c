@@ -31,7 +31,9 @@ _Static_assert(RECORD_STATE_OFFSET + 1 == 4 && RECORD_CLAIMED == 'C' &&
  * REPLACE is idempotent for its owner: a record already byte-for-byte the
  * value (which carries the owner token) is reported applied, so a write
  * that timed out, may have landed and is sent again succeeds; anyone
- * else's value still differs and is refused.
+ * else's value still differs and is refused. Its PX never shortens the
+ * key's time to live: an operator's extension of a claim whose stalled
+ * owner comes back stands (docs/client-contract.md#how-long-a-record-lives).
  */
 #define STORE_SCRIPT_MAX 4096
 static const char *const store_script_record_text[SCRIPT_COUNT] = {
@@ -43,7 +45,7 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "if not v or " STORE_LUA_NOT_OURS " then\n"
         "  return 0\n"
         "end\n"
-        "if ARGV[3] == '0' then\n"
+        "if ARGV[3] == '0' or redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then\n"
         "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
         "else\n"
         "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"

@@ -566,3 +566,30 @@ def test_a_route_name_longer_than_255_bytes_still_refuses_its_release_statuses(
                             dry_run=False, reason="INC-20"))
     assert r.status == 200 and [e["result"] for e in r.json()["records"]] == ["refused"], r
     assert admin(p, token, "GET", "/records/" + record_id).json()["state"] == "outcome-unknown"
+
+
+def test_an_extension_stands_when_the_stalled_owner_comes_back(tmp_path, start_proxy, redis,
+                                                               upstream):
+    """The owner's final write set the key's TTL back to retention (1 h) over an operator's
+    7-day extension of its expired claim: after an hour a retry would have executed."""
+    token = new_token()
+    p1 = start(start_proxy, tmp_path, token, lease="1s", retention="1h",
+               upstream={"timeout": "3s"})
+    p2 = start(start_proxy, tmp_path, token, lease="1s", retention="1h")
+    key = "pay-" + uuid.uuid4().hex
+    first = in_background(p1.post, key=key, headers=[("X-Demo-Fault", "hang")], timeout=30)
+    wait_until(lambda: upstream.total() == 1, what="the request at the upstream")
+    record_id = record_id_cli(p1, "/v1/payments", key)[0]["record_id"]
+    p1.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: admin(p2, token, "GET", "/records/" + record_id).json()
+                   .get("lease_expired") is True, what="the stalled request's lease run out")
+        r = admin(p2, token, "POST", "/records/%s/extend" % record_id,
+                  {"seconds": 7 * 86400, "reason": "INC-21: the bank answers on Monday"})
+        assert r.status == 200 and r.json()["changed"] is True, r
+    finally:
+        p1.signal(signal.SIGCONT)
+    assert first.result().status == 502
+    rec = admin(p2, token, "GET", "/records/" + record_id).json()
+    assert rec["state"] == "outcome-unknown", rec
+    assert rec["ttl_ms"] > 6 * 86400 * 1000, rec
