@@ -83,7 +83,9 @@ struct admin_bulk_call {
     char state[2];                  /* the record.h letter of the state asked for */
     const char *state_name;         /* static */
     char *route;                    /* the route asked for (owned), NULL: every route */
-    uint64_t created_by_ms;         /* created at or before (older_than_seconds) */
+    uint64_t created_by_ms;         /* created at or before (older_than_seconds,
+                                       created_before_ms) */
+    uint64_t as_of_ms;              /* when the call began (wall clock): the answer's as_of_ms */
     unsigned limit;                 /* records to match at most */
     char reason[ADMIN_REASON_MAX + 1]; /* "" when not given (a dry run) */
     struct admin_answer answer;     /* resolve: the answer recorded */
@@ -141,8 +143,9 @@ static void admin_bulk_refused(struct admin_bulk_call *c, const char *action, in
 /* The walk is over for this call (or failed): the answer, with what was done. */
 static void admin_bulk_finish(struct admin_bulk_call *c)
 {
-    json_t *doc = json_pack("{s:s, s:b, s:I, s:I, s:O, s:o}", "action",
+    json_t *doc = json_pack("{s:s, s:b, s:I, s:I, s:I, s:O, s:o}", "action",
                             c->resolve ? "resolve" : "purge", "dry_run", c->dry_run,
+                            "as_of_ms", (json_int_t)c->as_of_ms,
                             "matched", (json_int_t)c->matched, "changed", (json_int_t)c->changed,
                             "records", c->records, "next_cursor",
                             c->walk_over ? json_null() : json_string(c->cursor));
@@ -451,7 +454,7 @@ static int admin_bulk_state(struct admin_bulk_call *c, const json_t *state, char
 static int admin_bulk_filters(struct admin_bulk_call *c, const json_t *doc, char *why,
                               size_t len)
 {
-    const json_t *route = json_object_get(doc, "route"), *older, *limit, *cursor;
+    const json_t *route = json_object_get(doc, "route"), *older, *limit, *cursor, *before;
     json_int_t seconds = 0;
 
     if (route != NULL && (!json_is_string(route) || json_string_length(route) == 0 ||
@@ -470,8 +473,18 @@ static int admin_bulk_filters(struct admin_bulk_call *c, const json_t *doc, char
                  "least that long ago");
         return -1;
     }
-    c->created_by_ms = (uint64_t)seconds * 1000 < clock_now_ms()
-                           ? clock_now_ms() - (uint64_t)seconds * 1000 : 0;
+    c->as_of_ms = clock_now_ms();
+    c->created_by_ms = (uint64_t)seconds * 1000 < c->as_of_ms
+                           ? c->as_of_ms - (uint64_t)seconds * 1000 : 0;
+    /* created_before_ms: a dry run's as_of_ms; a record claimed since was never reviewed */
+    before = json_object_get(doc, "created_before_ms");
+    if (before != NULL && (!json_is_integer(before) || json_integer_value(before) < 1)) {
+        snprintf(why, len, "\"created_before_ms\" must be a time in ms since the epoch (a dry "
+                 "run's as_of_ms): only records created before it");
+        return -1;
+    }
+    if (before != NULL && (uint64_t)json_integer_value(before) - 1 < c->created_by_ms)
+        c->created_by_ms = (uint64_t)json_integer_value(before) - 1;
     limit = json_object_get(doc, "limit");
     c->limit = ADMIN_BULK_MAX;
     if (limit != NULL && (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
@@ -497,7 +510,8 @@ static int admin_bulk_parse(struct admin_bulk_call *c, const json_t *doc, char *
 {
     static const char *const members[] = {
         "action", "state", "route", "older_than_seconds", "reason", "dry_run", "confirm",
-        "limit", "cursor", "status", "headers", "body_base64", "record_ids", NULL,
+        "limit", "cursor", "status", "headers", "body_base64", "record_ids",
+        "created_before_ms", NULL,
     };
     const json_t *dry = json_object_get(doc, "dry_run"), *confirm;
 

@@ -465,6 +465,9 @@ static void cli_bulk_human(const json_t *doc, const struct cli_answer *a, void *
         cli_print_cell(json_object_get(entry, "result"), cells_text[3], sizeof(cells_text[3]));
         cli_print_row(widths, 4, cells);
     }
+    if (*dry_run && json_is_integer(json_object_get(doc, "as_of_ms")))
+        printf("as_of_ms: %lld\n", (long long)json_integer_value(json_object_get(doc,
+                                                                              "as_of_ms")));
     if (*dry_run)
         printf("dry run: %lld record%s; nothing was changed (--apply --only-from FILE, FILE "
                "this output, changes exactly these)\n",
@@ -480,7 +483,9 @@ static void cli_bulk_human(const json_t *doc, const struct cli_answer *a, void *
 /*
  * --only-from F: the record ids of a dry run's output (the first field of
  * each line that is one: the table's rows; a plain list of ids works too)
- * into doc's "record_ids", so that --apply changes only what was reviewed.
+ * into doc's "record_ids", and its "as_of_ms: N" line into
+ * "created_before_ms", so that --apply changes only what was reviewed (an
+ * id held again since, by a new attempt, is not).
  * 0, or a CLI exit status after its line.
  */
 static int cli_only_from(const char *path, json_t *doc)
@@ -502,6 +507,18 @@ static int cli_only_from(const char *path, json_t *doc)
     for (line = strtok_r((char *)text, "\n", &save); line != NULL;
          line = strtok_r(NULL, "\n", &save)) {
         size_t n = strcspn(line, " \t\r");
+        char *end;
+
+        /* the dry run's time: a record claimed since (a new attempt under a reviewed id) is
+           left alone */
+        if (strncmp(line, "as_of_ms: ", 10) == 0) {
+            long long ms = strtoll(line + 10, &end, 10);
+
+            if (ms > 0 && (*end == '\0' || *end == '\r') &&
+                json_object_set_new(doc, "created_before_ms", json_integer(ms)) != 0)
+                goto done;
+            continue;
+        }
 
         if (n == 32 && strspn(line, "0123456789abcdef") >= 32 &&
             json_array_append_new(ids, json_stringn(line, 32)) != 0)
@@ -647,6 +664,10 @@ static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
             break;
         }
         json_object_set(walk, "next_cursor", (json_t *)next);
+        /* the walk's as_of_ms: its first call's (a record claimed since was not reviewed) */
+        if (json_object_get(walk, "as_of_ms") == NULL &&
+            json_is_integer(json_object_get(a.doc, "as_of_ms")))
+            json_object_set(walk, "as_of_ms", json_object_get(a.doc, "as_of_ms"));
         if (json_is_null(next)) {
             cli_answer_deinit(&a);
             break;

@@ -539,6 +539,13 @@ def test_bulk_record_ids_bound_a_change_to_the_records_named(tmp_path, start_pro
     for ids in ([], ["A" * 32], [a[:31]], "x", [a] * 1001):
         r = bulk(p, token, dict(base, dry_run=False, record_ids=ids))
         assert r.status == 400, (ids if len(ids) < 5 else len(ids), r)
+    for when in ("x", 0, -5):
+        r = bulk(p, token, dict(base, dry_run=False, created_before_ms=when))
+        assert r.status == 400, (when, r)
+    # a dry run says when it looked; records created since are left out of a change bound to it
+    as_of = bulk(p, token, base).json()["as_of_ms"]
+    r = bulk(p, token, dict(base, created_before_ms=as_of - 60000))
+    assert r.status == 200 and r.json()["matched"] == 0, r
     assert redis_contents(redis) == before
     r = bulk(p, token, dict(base, dry_run=False, record_ids=[a, "0" * 32]))
     assert r.status == 200 and [e["record_id"] for e in r.json()["records"]] == [a], r
