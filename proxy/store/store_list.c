@@ -175,7 +175,8 @@ static void store_list_round_done(struct store_list_call *c)
                         : "redis unavailable: a record could not be read");
         return;
     }
-    qsort(c->peeks, c->n_peeks, sizeof(*c->peeks), store_list_peek_order);
+    if (c->n_peeks > 1) /* an empty batch has no array: qsort takes no NULL (C11 7.22.5) */
+        qsort(c->peeks, c->n_peeks, sizeof(*c->peeks), store_list_peek_order);
     memcpy(after, c->after, sizeof(after));
     c->after[0] = '\0'; /* the cursor's id holds for its own batch only */
     for (size_t i = 0; i < c->n_peeks; i++) {
