@@ -15,6 +15,8 @@
 
 const char *admin_audit_result(int status)
 {
+    if (status == 0)
+        return "unknown";
     if (status >= 200 && status < 300)
         return "ok";
     if (status == 404)

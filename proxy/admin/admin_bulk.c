@@ -182,11 +182,16 @@ static void admin_bulk_item_result(struct admin_bulk_item *it, int status, enum 
     struct admin_bulk_call *c = it->c;
     const char *result;
 
+    /* sent and not answered (a lost connection, a timeout, a shutdown): it may have happened */
+    bool unknown = status == 0 && (st == STORE_LOST || st == STORE_TIMEOUT);
+
     if (status == 0)
         status = st != STORE_OK ? 503 : applied ? 200 : 409;
-    result = status == 200 ? (c->resolve ? "resolved" : "purged")
+    result = unknown ? "unknown" : status == 200 ? (c->resolve ? "resolved" : "purged")
              : status == 409 ? "conflict" : status == 400 ? "refused" : "error";
     json_object_set_new(it->entry, "result", json_string(result));
+    if (unknown)
+        status = 0; /* the audit line's "unknown" (admin_audit_result) */
     if (status == 200) {
         c->changed++;
         if (c->resolve)

@@ -120,7 +120,8 @@ bool admin_auth_check(const struct admin_env *env, struct http_req *req,
 /*
  * The result an audit line names for the status an action answered:
  * 2xx "ok", 404 "not-found", 409 and 412 "conflict", another 4xx
- * "refused" (nothing was changed), 5xx "error". Static string.
+ * "refused" (nothing was changed), 5xx "error", 0 "unknown" (sent, never
+ * answered: it may have happened). Static string.
  */
 const char *admin_audit_result(int status);
 

@@ -594,7 +594,7 @@ static size_t cli_bulk_errors(const json_t *walk)
     json_array_foreach(json_object_get(walk, "records"), i, entry) {
         const char *result = json_string_value(json_object_get(entry, "result"));
 
-        n += result != NULL && strcmp(result, "error") == 0;
+        n += result != NULL && (strcmp(result, "error") == 0 || strcmp(result, "unknown") == 0);
     }
     return n;
 }
