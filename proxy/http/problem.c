@@ -37,8 +37,9 @@ static const struct problem_kind {
         "api_error", true },
     [PROBLEM_UPSTREAM_UNAVAILABLE] = { "upstream-unavailable", 502, "Upstream unavailable",
         "api_error", true },
+    /* sent, and nothing holds it (unprotected, or on_ambiguous: release): no SDK retries alone */
     [PROBLEM_UPSTREAM_TIMEOUT] = { "upstream-timeout", 504, "Upstream timed out",
-        "api_error", true },
+        "api_error", false },
     [PROBLEM_RESPONSE_NOT_REPLAYABLE] = { "response-not-replayable", 502,
                                           "Original response cannot be replayed",
         "api_error", false },

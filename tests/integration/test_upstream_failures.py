@@ -102,6 +102,12 @@ def test_on_ambiguous_release_is_not_outcome_unknown_and_lets_the_retry_execute(
     # both executions were told the record: the second one took the released key afresh
     assert upstream_record_ids(upstream, key) == [[rid], [rid]]
     assert metric(p, HELD) == 0
+    # Stripe's SDKs retry on their own when told to: here that would execute again
+    s = start_proxy(upstream={"timeout": "1s"}, on_ambiguous="release",
+                    errors={"format": "stripe"})
+    r = s.post(key=new_key(), headers=hs)
+    assert r.status == status and r.json()["error"]["code"] == cause, r
+    assert r.header("Stripe-Should-Retry") == "false", r
 
 
 def test_unprotected_request_that_loses_its_answer_is_not_upstream_unavailable(start_proxy,

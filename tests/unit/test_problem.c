@@ -64,7 +64,7 @@ int main(void)
         { PROBLEM_UPSTREAM_UNAVAILABLE, "api_error", true },
         { PROBLEM_RECORD_KEY_UNAVAILABLE, "api_error", true },
         { PROBLEM_RECORD_UNREADABLE, "api_error", false },
-        { PROBLEM_UPSTREAM_TIMEOUT, "api_error", true },
+        { PROBLEM_UPSTREAM_TIMEOUT, "api_error", false },
         { PROBLEM_RESPONSE_NOT_REPLAYABLE, "api_error", false },
         { PROBLEM_SIGNATURE_INVALID, "invalid_request_error", false },
         { PROBLEM_SHUTTING_DOWN, "api_error", true },
