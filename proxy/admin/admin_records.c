@@ -205,7 +205,7 @@ static void admin_on_get_before_delete(enum store_status st, const char *value, 
         snprintf(detail, sizeof(detail), "the record holds %s (state %s): purged, it is "
                  "forgotten, and the next retry of its key executes the request at the upstream "
                  "again. Nothing was deleted. To do that on purpose, send "
-                 "confirm=re-execute and a reason=",
+                 "confirm=re-execute and a reason= (the CLI: --confirm re-execute --reason R)",
                  hold == ADMIN_HOLD_RESOLVED ? "an operator's resolution"
                  : readable ? "the upstream's answer" : "a value this release cannot read",
                  c->state);

@@ -223,8 +223,8 @@ int cli_print_refusal(const struct cli_answer *a, long hint_status, const char *
     cli_print_error("refused (%ld): %s%s%s%s", a->status, line[0] != '\0' ? line
                                                                          : "no reason given",
                     tail != NULL ? "; " : "", tail != NULL ? tail : "",
-                    cli_print_unsure(a) ? "; the change may or may not have been made: look "
-                                          "before sending it again" : "");
+                    cli_print_unsure(a) ? " (exit 4: whatever a 5xx says, look before sending "
+                                          "the change again)" : "");
     return cli_print_unsure(a) ? CLI_UNKNOWN : CLI_REFUSED;
 }
 

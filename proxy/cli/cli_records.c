@@ -586,6 +586,31 @@ static bool cli_bulk_add(json_t *into, const json_t *page)
 }
 
 /* How many of a walk's records have the result "error": Redis failed on them (looked at first). */
+/*
+ * --only-from's reviewed ids that the apply did not change (no entry in the
+ * walk's records): each printed on stderr, one a line; their count.
+ */
+static size_t cli_bulk_skipped(const json_t *ids, const json_t *walk)
+{
+    const json_t *id, *entry;
+    size_t i, j, n = 0;
+
+    json_array_foreach(ids, i, id) {
+        bool found = false;
+
+        json_array_foreach(json_object_get(walk, "records"), j, entry)
+            if (json_equal(json_object_get(entry, "record_id"), id)) {
+                found = true;
+                break;
+            }
+        if (!found) {
+            fprintf(stderr, "idempotency-proxy: admin: not changed: %s\n", json_string_value(id));
+            n++;
+        }
+    }
+    return n;
+}
+
 static size_t cli_bulk_errors(const json_t *walk)
 {
     const json_t *entry;
@@ -619,7 +644,7 @@ static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
     struct cli_answer a, failed;
     char stopped[160] = "";
     long long calls;
-    size_t errors = 0;
+    size_t errors = 0, skipped = 0;
     int rc;
 
     memset(&failed, 0, sizeof(failed));
@@ -686,6 +711,8 @@ static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
     } else if (rc == CLI_DONE || json_array_size(json_object_get(walk, "records")) > 0) {
         /* what was done, even when a later call failed */
         errors = o->apply ? cli_bulk_errors(walk) : 0;
+        skipped = o->apply && rc == CLI_DONE && failed.status == 0 && stopped[0] == '\0'
+                      ? cli_bulk_skipped(json_object_get(request, "record_ids"), walk) : 0;
         memset(&a, 0, sizeof(a));
         a.status = 200;
         a.doc = walk;
@@ -700,6 +727,14 @@ static int cli_bulk(const struct cli_opts *o, struct cli_client *c)
     if (stopped[0] != '\0') {
         cli_print_error("%s; printed: the records the calls until then %s", stopped,
                         o->apply ? "changed (or tried to: their result)" : "listed");
+        rc = CLI_REFUSED;
+    }
+    if (skipped > 0) {
+        cli_print_error("%zu reviewed record%s not changed: %s no longer %s the dry run's "
+                        "filters (changed, held again by a new attempt, or gone since): look at "
+                        "%s (show ID); the ids are above", skipped, skipped == 1 ? " was" : "s were",
+                        skipped == 1 ? "it" : "they", skipped == 1 ? "matches" : "match",
+                        skipped == 1 ? "it" : "each");
         rc = CLI_REFUSED;
     }
     if (errors > 0) {

@@ -837,11 +837,15 @@ def test_bulk_apply_only_from_a_dry_run_changes_only_what_was_reviewed(tmp_path,
     # without --only-from the apply would purge both: its dry run says so
     rc, out, err = cli("bulk", "--action", "purge", "--state", "outcome-unknown", check=0)
     assert later in out and again in out, out
-    doc = cli.json("bulk", "--action", "purge", "--state", "outcome-unknown", "--apply",
-                   "--reason", "INC-16: none reached the upstream", "--only-from", str(dry))
+    # the reviewed id held again is left alone, and said so: exit 1, its id on stderr
+    rc, out, err = cli("bulk", "--action", "purge", "--state", "outcome-unknown", "--apply",
+                       "--reason", "INC-16: none reached the upstream", "--only-from", str(dry),
+                       "--json", check=1)
+    doc = json.loads(out)
     assert sorted(r["record_id"] for r in doc["records"]) == \
         sorted(v for v in reviewed.values() if v != again), doc
     assert doc["changed"] == 2, doc
+    assert "not changed: %s" % again in err and "1 reviewed record was not changed" in err, err
     assert record(p, token, again).json()["state"] == "outcome-unknown"
     assert record(p, token, later).json()["state"] == "outcome-unknown"
     retry = p.post(key=later_key)
