@@ -156,7 +156,6 @@ static void http_conn_next(struct http_conn *c)
     http_server_accept_more(c->server);
 }
 
-/* The status line, fields and body of req's answer into c's output. */
 void http_conn_end_after(struct http_conn *c, const struct http_req *req)
 {
     if (!http_should_keep_alive(&c->parser) || req->close ||
@@ -173,6 +172,7 @@ int http_conn_write_head(struct http_conn *c, const struct http_req *req, const 
                                 content_length, chunked, c->close_after, keep_alive_10);
 }
 
+/* The status line, fields and body of req's answer into c's output. */
 static void http_conn_write(struct http_conn *c, struct http_req *req, const char *reason,
                             struct evbuffer *body)
 {

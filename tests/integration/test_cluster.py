@@ -30,12 +30,19 @@ from redis_topology import (
 )
 
 
+def running_cluster(tmp_path_factory, name):
+    """Three primaries with a replica each, started in a temp dir named name; stopped after."""
+    g = ClusterGroup(str(tmp_path_factory.mktemp(name)), node_timeout_ms=2000)
+    g.start()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    g = ClusterGroup(str(tmp_path_factory.mktemp("cluster")), node_timeout_ms=2000)
-    g.start()
-    yield g
-    g.stop()
+    yield from running_cluster(tmp_path_factory, "cluster")
 
 
 @pytest.fixture
@@ -53,10 +60,7 @@ def cluster_of_its_own(tmp_path_factory):
     then the new owner killed can leave a node that never learns who serves one of them
     (cluster_state:fail for good after the old owner returns; redis/redis#3122, seen here
     on 7.0): the failover tests run on a cluster whose slots never moved."""
-    g = ClusterGroup(str(tmp_path_factory.mktemp("cluster-moved")), node_timeout_ms=2000)
-    g.start()
-    yield g
-    g.stop()
+    yield from running_cluster(tmp_path_factory, "cluster-moved")
 
 
 def record_counts(cluster):
