@@ -279,6 +279,12 @@ int main(int argc, char **argv)
     }
     memset(&m, 0, sizeof(m));
     m.file = file;
+    if (log_audit_open(cfg->audit_log, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idempotency-proxy: log.audit: %s\n", err);
+        config_unref(cfg);
+        upstream_global_cleanup();
+        return 1;
+    }
     if (worker_pool_init(&m.pool, cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         config_unref(cfg);

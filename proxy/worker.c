@@ -12,14 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/event_struct.h>
@@ -360,6 +357,7 @@ static void worker_deinit(struct worker *w)
     w->client = NULL;
     http_server_free(w->admin_server);
     w->admin_server = NULL;
+    admin_env_deinit(&w->admin);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     w->drain_timer = NULL;
@@ -627,9 +625,11 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     }
     /*
      * restart keys against the boot config the listeners, threads and store were made from;
-     * identity keys against the running one (config_reload_check says why)
+     * identity keys against the running one (config_reload_check says why); then the audit
+     * stream is reopened (log.audit: a rotated file starts anew)
      */
-    if (config_reload_check(w0->boot, running, cfg, why, sizeof(why)) != CONFIG_RELOAD_LIVE) {
+    if (config_reload_check(w0->boot, running, cfg, why, sizeof(why)) != CONFIG_RELOAD_LIVE ||
+        log_audit_open(cfg->audit_log, why, sizeof(why)) != 0) {
         log_msg(LOG_ERROR, "reload refused, running configuration kept: %s", why);
         config_unref(cfg);
         metrics_count(&p->metrics, METRICS_RELOAD_FAILURES);

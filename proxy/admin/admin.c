@@ -1,7 +1,8 @@
 /*
  * admin.c - the admin listener's endpoints: the probes and the metrics
- * (probe.c), open to every client, and behind the token check (admin_auth.c) the
- * records, the record lookup and the inbox. See admin_int.h for the files.
+ * (probe.c), open to every client, and behind the operator's token and
+ * right (admin_auth.c) the records, the record lookup and the inbox, each
+ * request with its audit line. See admin_int.h for the files.
  */
 #include "admin_int.h"
 
@@ -34,24 +35,23 @@ static const char *admin_path(struct http_req *req)
 }
 
 /*
- * A change to a dead letter (POST .../redeliver, DELETE .../dead/<id>), a
- * bulk redelivery, a pause or a resume of a route: the inbox answers it,
- * and its audit line is written from that answer. The
- * route and the id are taken from the path as sent (decoded), for the line.
+ * The inbox change rest (the path after /inbox) names, for cmd: a
+ * route-wide one (POST /<route>/pause, /resume, /dead/redeliver) or one of a
+ * dead letter (POST /<route>/dead/<id>/redeliver, DELETE /<route>/dead/<id>),
+ * with the right it needs into *right and, when route or id is not NULL,
+ * the route (decoded, malloc'd) and the dead letter's id (malloc'd; NULL
+ * when longer than 64 bytes: two numbers, which the inbox checks). NULL when
+ * rest names no change: the inbox answers it (a read, a 404 or a 405).
  */
-static void admin_inbox_audit(struct http_req *req, const struct admin_actor *actor,
-                              const char *rest)
+static const char *admin_inbox_action(enum evhttp_cmd_type cmd, const char *rest,
+                                      unsigned *right, char **route, char **id)
 {
-    enum evhttp_cmd_type cmd = http_server_command(req);
-    const char *dead = rest[0] == '/' ? strstr(rest + 1, "/dead/") : NULL;
-    char *route = NULL, *id = NULL, *encoded;
-    size_t id_len;
-    bool redeliver;
-
     const char *slash = rest[0] == '/' ? strchr(rest + 1, '/') : NULL;
-    const char *action = NULL;
+    const char *dead = rest[0] == '/' ? strstr(rest + 1, "/dead/") : NULL;
+    const char *action = NULL, *end = slash;
+    size_t id_len = 0;
+    char *encoded;
 
-    /* the route-wide actions: POST /<route>/pause, /resume, /dead/redeliver */
     if (cmd == EVHTTP_REQ_POST && slash != NULL) {
         if (strcmp(slash, "/pause") == 0)
             action = "inbox-pause";
@@ -60,31 +60,43 @@ static void admin_inbox_audit(struct http_req *req, const struct admin_actor *ac
         else if (strcmp(slash, "/dead/redeliver") == 0)
             action = "bulk-redeliver";
     }
-    if (action != NULL) {
-        encoded = strndup(rest + 1, (size_t)(slash - rest - 1));
-        if (encoded != NULL)
-            route = evhttp_uridecode(encoded, 0, NULL);
-        free(encoded);
-        admin_audit_on_answer(req, actor, action, NULL, route);
-        free(route);
-        return;
+    if (action == NULL && (cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_DELETE) && dead != NULL) {
+        bool redeliver;
+
+        id_len = strcspn(dead + 6, "/");
+        redeliver = strcmp(dead + 6 + id_len, "/redeliver") == 0;
+        if (id_len == 0 || (cmd == EVHTTP_REQ_POST) != redeliver ||
+            (!redeliver && dead[6 + id_len] != '\0'))
+            return NULL; /* not an action: the inbox answers 404 or 405 and changes nothing */
+        action = redeliver ? "redeliver" : "dead-letter-delete";
+        end = dead;
     }
-    if ((cmd != EVHTTP_REQ_POST && cmd != EVHTTP_REQ_DELETE) || dead == NULL)
-        return;
-    id_len = strcspn(dead + 6, "/");
-    redeliver = strcmp(dead + 6 + id_len, "/redeliver") == 0;
-    if (id_len == 0 || (cmd == EVHTTP_REQ_POST) != redeliver ||
-        (!redeliver && dead[6 + id_len] != '\0'))
-        return; /* not an action: the inbox answers 404 or 405 and changes nothing */
-    encoded = strndup(rest + 1, (size_t)(dead - rest - 1));
-    if (encoded != NULL)
-        route = evhttp_uridecode(encoded, 0, NULL);
+    if (action == NULL)
+        return NULL;
+    *right = strcmp(action, "dead-letter-delete") == 0 ? CONFIG_RIGHT_PURGE
+                                                       : CONFIG_RIGHT_RESOLVE;
+    if (route != NULL) {
+        encoded = strndup(rest + 1, (size_t)(end - rest - 1));
+        *route = encoded != NULL ? evhttp_uridecode(encoded, 0, NULL) : NULL;
+        free(encoded);
+    }
+    if (id != NULL)
+        *id = id_len > 0 && id_len <= 64 ? strndup(dead + 6, id_len) : NULL;
+    return action;
+}
+
+/* The route an inbox read names (GET /inbox/<route>...), decoded and malloc'd; NULL for none. */
+static char *admin_inbox_route(const char *rest)
+{
+    size_t len = rest[0] == '/' ? strcspn(rest + 1, "/") : 0;
+    char *encoded, *route;
+
+    if (len == 0)
+        return NULL;
+    encoded = strndup(rest + 1, len);
+    route = encoded != NULL ? evhttp_uridecode(encoded, 0, NULL) : NULL;
     free(encoded);
-    /* an id is two numbers (the inbox checks it): longer is noise, not worth a line's room */
-    id = id_len <= 64 ? strndup(dead + 6, id_len) : NULL;
-    admin_audit_on_answer(req, actor, redeliver ? "redeliver" : "dead-letter-delete", id, route);
-    free(route);
-    free(id);
+    return route;
 }
 
 /* The most body bytes req may carry: a resolve's answer (one, or a bulk one), or a few KiB. */
@@ -121,16 +133,82 @@ void admin_too_large(struct http_req *req, void *arg)
     admin_reply_problem(req, PROBLEM_BODY_TOO_LARGE, detail);
 }
 
+/* admin_classify's work on the method and the path alone. */
+static struct admin_op admin_classify_path(enum evhttp_cmd_type cmd, const char *path)
+{
+    size_t id_len;
+    unsigned right;
+
+    if (strcmp(path, ADMIN_LOOKUP_PATH) == 0)
+        return (struct admin_op){ "lookup", CONFIG_RIGHT_READ, false, "" };
+    if (strcmp(path, ADMIN_LIST_PATH) == 0)
+        return (struct admin_op){ "list", CONFIG_RIGHT_READ, false, "" };
+    /* another method there is no change: a 405, on record as "none" */
+    if (strcmp(path, ADMIN_BULK_PATH) == 0)
+        return cmd == EVHTTP_REQ_POST ? (struct admin_op){ "bulk", CONFIG_RIGHT_READ, true, "" }
+                                      : (struct admin_op){ "none", CONFIG_RIGHT_READ, false, "" };
+    if (admin_extend_path(path, &id_len))
+        return cmd == EVHTTP_REQ_POST
+                   ? (struct admin_op){ "extend", CONFIG_RIGHT_RESOLVE, true, "" }
+                   : (struct admin_op){ "none", CONFIG_RIGHT_READ, false, "" };
+    if (strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) == 0) {
+        if (cmd == EVHTTP_REQ_PUT)
+            return (struct admin_op){ "resolve", CONFIG_RIGHT_RESOLVE, true, "" };
+        if (cmd == EVHTTP_REQ_DELETE)
+            return (struct admin_op){ "purge", CONFIG_RIGHT_PURGE, true, "" };
+        return (struct admin_op){ "show", CONFIG_RIGHT_READ, false, "" };
+    }
+    if (strcmp(path, ADMIN_INBOX_PATH) == 0 ||
+        strncmp(path, ADMIN_INBOX_PATH "/", strlen(ADMIN_INBOX_PATH) + 1) == 0) {
+        const char *action = admin_inbox_action(cmd, path + strlen(ADMIN_INBOX_PATH), &right,
+                                                NULL, NULL);
+
+        if (action != NULL)
+            return (struct admin_op){ action, right, true, "" };
+        return (struct admin_op){ "inbox", CONFIG_RIGHT_READ, false, "" };
+    }
+    return (struct admin_op){ "none", CONFIG_RIGHT_READ, false, "" };
+}
+
+/*
+ * What req does (CONTRACT section 16: the right each request needs),
+ * from its method and path, before its body is read, with the record its
+ * path names when that is a record id. A bulk change needs read here; its
+ * action's right is checked once its body says which (admin_bulk).
+ */
+static struct admin_op admin_classify(struct http_req *req)
+{
+    const char *path = admin_path(req);
+    struct admin_op op = admin_classify_path(http_server_command(req), path);
+    const char *id;
+    size_t id_len;
+
+    if (strncmp(path, ADMIN_RECORDS_PATH, strlen(ADMIN_RECORDS_PATH)) != 0)
+        return op;
+    id = path + strlen(ADMIN_RECORDS_PATH);
+    id_len = strcspn(id, "/");
+    if (admin_record_id_ok(id, id_len)) {
+        memcpy(op.record_id, id, id_len);
+        op.record_id[id_len] = '\0';
+    }
+    return op;
+}
+
 void admin_head(struct http_req *req, void *arg)
 {
-    const struct admin_env *env = arg;
+    struct admin_env *env = arg;
     size_t limit = admin_body_limit(env, req);
     long long announced = http_server_content_length(req);
+    struct admin_op op;
     struct admin_actor actor;
 
-    /* the token first: without it, not even the size of the body is anyone's business */
-    if (!probe_path(admin_path(req)) && !admin_auth_check(env, req, &actor))
+    if (probe_path(admin_path(req)))
+        goto accept;
+    /* the token and the right first: without them, not even the size of the body is anyone's business */
+    op = admin_classify(req);
+    if (!admin_auth_check(env, req, &op, &actor))
         return;
+accept:
     if (announced > 0 && (unsigned long long)announced > limit) {
         admin_too_large(req, arg);
         return;
@@ -138,17 +216,38 @@ void admin_head(struct http_req *req, void *arg)
     http_server_accept_body(req, limit);
 }
 
+/*
+ * The audit line of a request whose handler writes none (op.self_audited
+ * false): a read, a 404, a 405, once its answer is out.
+ */
+static void admin_audit_request(struct http_req *req, const struct admin_actor *actor,
+                                const struct admin_op *op, const char *path)
+{
+    const char *id = op->record_id[0] != '\0' ? op->record_id : NULL;
+    char *route = NULL;
+
+    if (strcmp(op->action, "inbox") == 0) {
+        route = admin_inbox_route(path + strlen(ADMIN_INBOX_PATH));
+    }
+    admin_audit_on_answer(req, actor, op->action, id, NULL, route);
+    free(route);
+}
+
 void admin_handle(struct http_req *req, void *arg)
 {
-    const struct admin_env *env = arg;
+    struct admin_env *env = arg;
     const char *path = admin_path(req);
     struct admin_actor actor;
+    struct admin_op op;
     size_t id_len;
 
     if (probe_answer(&env->probe, req))
         return;
-    if (!admin_auth_check(env, req, &actor))
+    op = admin_classify(req);
+    if (!admin_auth_check(env, req, &op, &actor))
         return;
+    if (!op.self_audited)
+        admin_audit_request(req, &actor, &op, path);
     if (strcmp(path, ADMIN_LOOKUP_PATH) == 0) {
         admin_lookup(env, req);
     } else if (strcmp(path, ADMIN_LIST_PATH) == 0) {
@@ -161,7 +260,16 @@ void admin_handle(struct http_req *req, void *arg)
         admin_records(env, req, path + strlen(ADMIN_RECORDS_PATH), &actor);
     } else if (strcmp(path, ADMIN_INBOX_PATH) == 0 ||
                strncmp(path, ADMIN_INBOX_PATH "/", strlen(ADMIN_INBOX_PATH) + 1) == 0) {
-        admin_inbox_audit(req, &actor, path + strlen(ADMIN_INBOX_PATH));
+        if (op.self_audited) {
+            char *route = NULL, *id = NULL;
+            unsigned right;
+
+            admin_inbox_action(http_server_command(req), path + strlen(ADMIN_INBOX_PATH),
+                               &right, &route, &id);
+            admin_audit_on_answer(req, &actor, op.action, NULL, id, route);
+            free(route);
+            free(id);
+        }
         inbox_admin(req, env->store, exchange_set_conf(env->set),
                     path + strlen(ADMIN_INBOX_PATH));
     } else if (http_server_command(req) == EVHTTP_REQ_POST ||

@@ -9,6 +9,7 @@
 
 #include "probe.h"
 
+struct admin_throttle;
 struct http_req;
 struct exchange_set;
 struct metrics;
@@ -25,7 +26,13 @@ struct admin_env {
                                                (exchange_set_conf: the token, key_prefix) */
     struct metrics *metrics;                /* the process's */
     size_t resolve_body_limit;              /* bytes: PUT /records/<id>'s body (the worker's) */
+    struct admin_throttle *throttle;        /* failed authentications by client address:
+                                               made at the first failure, owned
+                                               (admin_env_deinit frees it) */
 };
+
+/* Free what env owns (its throttle); the rest is the worker's. */
+void admin_env_deinit(struct admin_env *env);
 
 /* Bytes of a body every admin request but a resolve may carry. */
 #define ADMIN_MAX_BODY 4096

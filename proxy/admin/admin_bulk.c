@@ -130,6 +130,14 @@ static const char *admin_bulk_action(const struct admin_bulk_call *c)
     return c->resolve ? "bulk-resolve" : "bulk-purge";
 }
 
+/* The action of the request's own line: a dry run's reads, or the change it made item by item. */
+static const char *admin_bulk_request_action(const struct admin_bulk_call *c)
+{
+    if (c->dry_run)
+        return c->resolve ? "bulk-resolve-dry-run" : "bulk-purge-dry-run";
+    return admin_bulk_action(c);
+}
+
 /* A request refused whole (nothing was changed): one audit line without a record, then doc. */
 static void admin_bulk_refused(struct admin_bulk_call *c, const char *action, int status,
                                json_t *doc)
@@ -150,9 +158,14 @@ static void admin_bulk_finish(struct admin_bulk_call *c)
                             "records", c->records, "next_cursor",
                             c->walk_over ? json_null() : json_string(c->cursor));
 
+    int status = doc == NULL ? 500 : c->failed != NULL ? 503 : 200;
+
     if (doc != NULL && c->failed != NULL)
         json_object_set_new(doc, "error", json_string(c->failed));
-    admin_reply_json(c->req, doc == NULL ? 500 : c->failed != NULL ? 503 : 200, doc);
+    /* the request's own line, beside each item's: what was asked, by whom, how it ended */
+    admin_audit_record(c->req, &c->actor, admin_bulk_request_action(c), NULL, c->route,
+                       c->reason[0] != '\0' ? c->reason : NULL, status, 0);
+    admin_reply_json(c->req, status, doc);
     admin_bulk_free(c);
 }
 
@@ -602,6 +615,13 @@ void admin_bulk(const struct admin_env *env, struct http_req *req,
         return;
     }
     json_decref(doc);
+    if (!admin_auth_allowed(env, req, &c->actor,
+                            c->dry_run ? CONFIG_RIGHT_READ
+                                       : c->resolve ? CONFIG_RIGHT_RESOLVE : CONFIG_RIGHT_PURGE,
+                            admin_bulk_request_action(c), NULL)) {
+        admin_bulk_free(c);
+        return;
+    }
     if (!c->resolve && !c->dry_run && c->state[0] == RECORD_RESOLVED && !c->confirmed) {
         admin_audit_record(req, &c->actor, admin_bulk_action(c), NULL, c->route, c->reason,
                            409, 0);

@@ -37,8 +37,10 @@
 
 #include "admin.h"
 #include "bearer.h"
+#include "config.h"
 #include "problem.h"
 #include "record.h"
+#include "record_id.h"
 
 struct config;
 struct evbuffer;
@@ -66,16 +68,36 @@ struct http_req;
 #define ADMIN_BULK_PAGES 64
 
 /*
- * Who an admin request acts as, for its audit line: the fingerprint of
- * the token it presented (bearer.h), or "-" when the listener takes no
- * token (a loopback admin_listen without admin.token_file), and the
- * client's address as the request came. Copies: a reload may free the
- * configuration the token came from while a Redis command is out, and the
- * client may leave while a bulk change goes on.
+ * Who an admin request acts as, for its rights and its audit line: the
+ * operator (config.h: admin.operators_file's name, "token" for
+ * admin.token_file, "" when the listener takes no token: a loopback
+ * admin_listen without either), the fingerprint of the token presented
+ * (bearer.h; "-" for none), the client's address as the request came, and
+ * the right the request uses (enum config_right; a bulk change's is known
+ * once its body is read). Copies: a reload may free the configuration the
+ * operator came from while a Redis command is out, and the client may leave
+ * while a bulk change goes on.
  */
 struct admin_actor {
     char token[BEARER_FINGERPRINT_LEN + 1];
     char client[64];
+    char name[CONFIG_OPERATOR_NAME_MAX + 1];
+    unsigned rights;                /* the operator's rights (enum config_right bits) */
+    unsigned right;                 /* the one this request uses (one bit) */
+};
+
+/*
+ * What an admin request does (admin.c classifies it by method and path,
+ * before its body is read): the audit line's action (static), the right it
+ * needs, and whether its handler writes the audit line itself (a change:
+ * its outcome is known there) or the dispatcher writes it once the answer
+ * is out (a read, a 404, a 405).
+ */
+struct admin_op {
+    const char *action;
+    unsigned right;                 /* enum config_right, one bit */
+    bool self_audited;
+    char record_id[RECORD_ID_HEX_LEN + 1]; /* the record the path names, or "" */
 };
 
 /* ---- admin_reply.c ---- */
@@ -102,20 +124,47 @@ void admin_reply_problem(struct http_req *req, enum problem p, const char *detai
 /* ---- admin_auth.c ---- */
 
 /*
- * Whether req may use the endpoints behind the token (every one but the
- * probes and /metrics): with admin.token_file set, its Authorization must
- * be `Bearer <that token>` (bearer_check); without it the listener is on
- * loopback (config_finish refuses any other address) and takes everyone.
- * True with *actor set; false after answering 401 + WWW-Authenticate:
- * Bearer (RFC 6750 section 3) with problem details, a warning line (no
- * token) and idempotency_proxy_admin_unauthorized_total. The token is read
- * from the running configuration (exchange_set_conf(env->set)), so a
- * SIGHUP that rereads the file applies to the next request.
+ * Wrong tokens from one client address that admin_auth_check takes in a
+ * window (a request without a token guesses nothing and is not counted).
  */
-bool admin_auth_check(const struct admin_env *env, struct http_req *req,
+#define ADMIN_AUTH_FAILURES_MAX 50
+#define ADMIN_AUTH_WINDOW_MS 60000      /* the window, ms */
+
+/*
+ * Whether req may do op (CONTRACT sections 13 and 16). With operators
+ * configured (admin.operators_file, admin.token_file), its Authorization
+ * must be `Bearer <token>` whose SHA-256 is an operator's
+ * (config_operator_find), and that operator must hold op->right; without
+ * any the listener is on loopback (config_finish refuses any other
+ * address) and takes everyone with every right. A client address that
+ * sent ADMIN_AUTH_FAILURES_MAX wrong tokens within ADMIN_AUTH_WINDOW_MS is
+ * refused before any check, 429 problem admin-throttled with Retry-After
+ * (seconds), until its window ends. True with *actor set; false after
+ * answering 401 + WWW-Authenticate: Bearer (RFC 6750 section 3), 403
+ * admin-forbidden or 429, each with its audit line (op's action, the right,
+ * the result), a warning on stderr (never the token) and its counter. The
+ * operators are read from the running configuration (exchange_set_conf
+ * (env->set)), so a SIGHUP that rereads the files applies to the next
+ * request. Keeps its failure counts in env->throttle (the admin worker's
+ * thread only).
+ */
+bool admin_auth_check(struct admin_env *env, struct http_req *req, const struct admin_op *op,
                       struct admin_actor *actor);
 
+/*
+ * Whether actor holds right (a bulk change, whose right is known once its
+ * body is read): true with actor->right set; false after answering 403
+ * admin-forbidden with its audit line (action, static; record_id, the
+ * record the request names, or NULL) and counter.
+ */
+bool admin_auth_allowed(const struct admin_env *env, struct http_req *req,
+                        struct admin_actor *actor, unsigned right, const char *action,
+                        const char *record_id);
+
 /* ---- admin_audit.c ---- */
+
+/* The name of one right ("read", "resolve", "purge"); "-" for none. Static string. */
+const char *admin_right_name(unsigned right);
 
 /*
  * The result an audit line names for the status an action answered:
@@ -149,16 +198,17 @@ void admin_audit_record(struct http_req *req, const struct admin_actor *actor,
                         const char *reason, int status, int recorded_status);
 
 /*
- * For an action whose handler answers req itself (the inbox's redeliver and
- * dead-letter delete): write its audit line with the status that handler
- * answers, once the answer is written (http_server_on_done);
- * if the connection fails first, the line says "unknown" with status 0 (the
- * action may have happened; its answer was never seen). Copies
- * route and dead_letter_id (either may be NULL). When out of memory the
- * line is written at once, with result "unknown".
+ * For a request whose line is written once its answer is out (a read, or an
+ * inbox change its handler answers itself): write its audit line with the
+ * status answered, once the answer is written (http_server_on_done); if the
+ * connection fails first, the line says "unknown" with status 0 (a change
+ * may have happened; its answer was never seen). Copies record_id,
+ * dead_letter_id and route (each may be NULL). When out of memory the line
+ * is written at once, with result "unknown".
  */
 void admin_audit_on_answer(struct http_req *req, const struct admin_actor *actor,
-                           const char *action, const char *dead_letter_id, const char *route);
+                           const char *action, const char *record_id,
+                           const char *dead_letter_id, const char *route);
 
 /* ---- admin_check.c (no I/O) ---- */
 

@@ -125,6 +125,11 @@ int cli_http_open(struct cli_client *c, const struct config *cfg, const char *ad
             return CLI_USAGE;
         }
     }
+    if (token_path == NULL && cfg->admin_operators_file != NULL) {
+        snprintf(err, errlen, "the admin listener takes the tokens of named operators "
+                 "(admin.operators_file): give the file that holds yours with --token-file");
+        return CLI_USAGE;
+    }
     if (token_path != NULL && cli_http_read_token(c, token_path, err, errlen) != 0)
         return CLI_USAGE;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -102,6 +102,9 @@ void config_deinit(struct config *cfg)
     free(cfg->listen.host);
     free(cfg->admin_listen.host);
     free(cfg->admin_token_file);
+    free(cfg->admin_operators_file);
+    free(cfg->audit_log);
+    free(cfg->operators);
     free(cfg->upstream_url);
     free(cfg->upstream_base);
     free(cfg->upstream_unix_path);

@@ -79,6 +79,33 @@ struct endpoint_list {
 /* Most earlier upstream.record_id_header names a running proxy still drops (the newest kept). */
 #define CONFIG_RECORD_ID_RETIRED_MAX 8
 
+/*
+ * The rights of an admin operator (CONTRACT section 16), a bit set.
+ * resolve and purge include read: each change is made after reading the
+ * record (its ETag for If-Match, its state).
+ */
+enum config_right {
+    CONFIG_RIGHT_READ = 1,      /* GET of records, the lookup, the listing, the inbox */
+    CONFIG_RIGHT_RESOLVE = 2,   /* resolve, extend, inbox pause, resume, redeliver */
+    CONFIG_RIGHT_PURGE = 4,     /* purge, bulk purge, dead-letter delete */
+};
+#define CONFIG_RIGHTS_ALL (CONFIG_RIGHT_READ | CONFIG_RIGHT_RESOLVE | CONFIG_RIGHT_PURGE)
+
+/* Bytes of an operator's name at most (admin.operators_file). */
+#define CONFIG_OPERATOR_NAME_MAX 64
+/* Operators one file may name at most. */
+#define CONFIG_OPERATORS_MAX 256
+
+/*
+ * One admin operator: admin.operators_file's entry, or admin.token_file's
+ * token as the operator "token" with every right. Never the token itself.
+ */
+struct config_operator {
+    char name[CONFIG_OPERATOR_NAME_MAX + 1];
+    char token_sha256[65];          /* the token's SHA-256, 64 lowercase hex digits */
+    unsigned rights;                /* enum config_right bits; never 0 */
+};
+
 struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
     struct endpoint listen;
@@ -86,6 +113,10 @@ struct config {
     char *admin_token_file;         /* admin.token_file as written; NULL: none, and then
                                        admin_listen must be a loopback address; owned */
     struct bearer_token admin_token; /* that file's token, as its digest (admin_token_file set) */
+    char *admin_operators_file;     /* admin.operators_file as written; NULL: none; owned */
+    struct config_operator *operators; /* every operator the admin listener knows: the file's,
+                                       then admin.token_file's "token"; owned */
+    size_t n_operators;             /* 0: no token is asked (a loopback admin_listen) */
     uint64_t held_refresh_ms;       /* admin.held_refresh: the census of held records runs and
                                        is read this often, ms (CONFIG_HELD_REFRESH_MIN_MS..MAX) */
     unsigned workers;               /* threads serving `listen`, 1..CONFIG_MAX_WORKERS;
@@ -159,6 +190,7 @@ struct config {
 
     enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
     enum access_log access_log;     /* log.access: all, errors or off */
+    char *audit_log;                /* log.audit: "stdout", "stderr" or a file; owned */
 
     struct route_policy defaults;
     struct route *routes;           /* owned array */
@@ -400,5 +432,14 @@ int config_retire_record_id_header(struct config *next, const struct config *run
  * a path the schema does not have. Pure.
  */
 enum config_reload config_key_reload(const char *path);
+
+/*
+ * The operator of cfg whose token has the SHA-256 token_sha256 (64
+ * lowercase hex digits, borrowed), or NULL. Every operator is compared, each
+ * with CRYPTO_memcmp, so the time taken tells nothing of which matched
+ * (config_operators.c; CONTRACT section 16). The result is cfg's.
+ */
+const struct config_operator *config_operator_find(const struct config *cfg,
+                                                   const char *token_sha256);
 
 #endif

@@ -290,15 +290,17 @@ int config_finish(struct config_loader *ld)
     }
 
     if (cfg->admin_listen.host != NULL && cfg->admin_token_file == NULL &&
-        !config_endpoint_is_loopback(&cfg->admin_listen)) {
+        cfg->admin_operators_file == NULL && !config_endpoint_is_loopback(&cfg->admin_listen)) {
         yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
 
         bool v6 = strchr(cfg->admin_listen.host, ':') != NULL;
 
         return config_error(ld, where, "admin_listen %s%s%s:%u is not a loopback address and "
-                            "admin.token_file is not set: anyone who reaches that port could "
-                            "purge records (a retry would then execute again) and redeliver "
-                            "dead letters; set admin.token_file, or bind admin_listen to "
+                            "neither admin.operators_file nor admin.token_file is set: anyone who "
+                            "reaches that port could purge records (a retry would then execute "
+                            "again) and redeliver dead letters; name the operators "
+                            "(admin.operators_file) or set admin.token_file, or bind "
+                            "admin_listen to "
                             "127.0.0.1 or ::1 (a host name is not taken as loopback)",
                             v6 ? "[" : "", cfg->admin_listen.host, v6 ? "]" : "",
                             (unsigned)cfg->admin_listen.port);
@@ -314,6 +316,8 @@ int config_finish(struct config_loader *ld)
             return -1;
     }
     if (config_check_record_id_header(ld) < 0)
+        return -1;
+    if (config_finish_operators(ld) < 0)
         return -1;
     /* last: the checks above cost nothing, this one reads a file and derives keys */
     return config_finish_keyring(ld);

@@ -265,6 +265,27 @@ int config_finish_redis(struct config_loader *ld);
 int config_finish_keyring(struct config_loader *ld);
 
 /*
+ * Whether every key of mapping map (in ld->cur) is one of names
+ * (NULL-terminated) and none is written twice; what names map in the
+ * messages and allowed lists the names for them. Returns 0, or -1 after
+ * config_error naming the key's line (config_keyring.c; the keyring and the
+ * operators file use it).
+ */
+int config_map_only(struct config_loader *ld, yaml_node_t *map, const char *const *names,
+                    const char *what, const char *allowed);
+
+/*
+ * Pass 3 of the admin section (config_operators.c): with
+ * admin.operators_file set, read that file (YAML, `operators: [{name,
+ * token_sha256, rights}]`) into cfg->operators; with admin.token_file set,
+ * add its token as the operator `token` with every right. Errors name
+ * OPERATORS:LINE as config errors name FILE:LINE; a file that cannot be
+ * read names the config's line of the key. Returns 0, or -1 after
+ * config_error.
+ */
+int config_finish_operators(struct config_loader *ld);
+
+/*
  * The comparisons of one field type, of the field at key->offset (config_compare.c):
  * a string (NULL and "" differ), bool, uint64_t (durations, ms; times, unix ms),
  * size_t (bytes), int (enums, statuses), unsigned (counts), struct endpoint, and
@@ -311,6 +332,13 @@ config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url
     config_set_sentinel_master, config_set_sentinel_address,
     config_set_cluster_address, config_set_token_file, config_set_record_id_header,
     config_set_held_refresh;
+
+/*
+ * log.audit: "stdout", "stderr", or a file this process may write (or, when
+ * it does not exist, create in its directory): checked with access(2), so a
+ * load creates nothing; log_audit_open opens it (config_operators.c).
+ */
+config_setter config_set_audit_log;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;

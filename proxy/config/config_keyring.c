@@ -101,9 +101,8 @@ static int config_keyring_read(const char *file, char **text, size_t *len, mode_
     return 0;
 }
 
-/* Every key of map is one of names (NULL-terminated), none twice; what names map in messages. */
-static int config_keyring_only(struct config_loader *ld, yaml_node_t *map,
-                               const char *const *names, const char *what, const char *allowed)
+int config_map_only(struct config_loader *ld, yaml_node_t *map, const char *const *names,
+                    const char *what, const char *allowed)
 {
     yaml_node_pair_t *start = map->data.mapping.pairs.start;
 
@@ -188,7 +187,7 @@ static int config_keyring_key(struct config_loader *ld, struct keyring *kr, yaml
     if (item->type != YAML_MAPPING_NODE)
         return config_error(ld, item, "each item of keys must be a mapping (- id: ..., "
                             "secret: ...)");
-    if (config_keyring_only(ld, item, names, "a key", "id, secret") < 0)
+    if (config_map_only(ld, item, names, "a key", "id, secret") < 0)
         return -1;
     idn = config_lookup(ld->cur, item, "id");
     secretn = config_lookup(ld->cur, item, "secret");
@@ -227,7 +226,7 @@ static int config_keyring_keys(struct config_loader *ld, struct config_doc *doc)
         return config_error(ld, &config_keyring_top, "the keyring is empty: %s", want);
     if (root->type != YAML_MAPPING_NODE)
         return config_error(ld, root, "a keyring is a mapping: %s", want);
-    if (config_keyring_only(ld, root, names, "the keyring", "keys") < 0)
+    if (config_map_only(ld, root, names, "the keyring", "keys") < 0)
         return -1;
     keys = config_lookup(doc, root, "keys");
     if (keys == NULL)

@@ -141,6 +141,7 @@ const struct config_key config_errors_keys[] = {
 
 const struct config_key config_log_keys[] = {
     { "access", .reload = LIVE, .set = config_set_enum, .offset = CFG(access_log), .names = config_access_log_names },
+    { "audit", .reload = LIVE, .set = config_set_audit_log, .offset = CFG(audit_log) },
     { .name = NULL },
 };
 
@@ -155,11 +156,13 @@ const struct config_key config_encryption_keys[] = {
 };
 
 /*
- * admin.token_file is read again by every load, so a SIGHUP rereads the
- * file even when its path is unchanged: a rotated token applies at once.
+ * admin.token_file and admin.operators_file are read again by every load
+ * (config_operators.c), so a SIGHUP rereads them even when their paths are
+ * unchanged: a rotated token, or an operator removed, applies at once.
  */
 const struct config_key config_admin_keys[] = {
     { "token_file", .reload = LIVE, .set = config_set_token_file, .offset = CFG(admin_token_file) },
+    { "operators_file", .reload = LIVE, .set = config_set_string, .offset = CFG(admin_operators_file), .flags = CONFIG_NONEMPTY },
     { "held_refresh", .reload = LIVE, .set = config_set_held_refresh, .offset = CFG(held_refresh_ms) },
     { .name = NULL },
 };
@@ -345,6 +348,7 @@ const char config_builtin_yaml[] =
     "  format: problem\n"
     "log:\n"
     "  access: all\n"
+    "  audit: stdout\n"
     "defaults:\n"
     "  key_header: Idempotency-Key\n"
     "  methods: [POST, PATCH]\n"

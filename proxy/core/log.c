@@ -5,6 +5,9 @@
 
 #include <jansson.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 static enum log_level log_threshold = LOG_INFO;
 
@@ -252,14 +256,80 @@ static json_t *log_audit_string(const char *s)
     return v != NULL ? v : json_string("(not UTF-8)");
 }
 
+/*
+ * Where the audit lines go: stdout (LOG_AUDIT_STDOUT, the default), stderr,
+ * or a file descriptor opened O_APPEND. The lock keeps a reopen (SIGHUP)
+ * from closing the descriptor under a line being written.
+ */
+#define LOG_AUDIT_STDOUT (-1)
+#define LOG_AUDIT_STDERR (-2)
+static pthread_mutex_t log_audit_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_audit_fd = LOG_AUDIT_STDOUT;
+
+int log_audit_open(const char *where, char *err, size_t errlen)
+{
+    int fd, old;
+
+    if (where == NULL || strcmp(where, "stdout") == 0) {
+        fd = LOG_AUDIT_STDOUT;
+    } else if (strcmp(where, "stderr") == 0) {
+        fd = LOG_AUDIT_STDERR;
+    } else {
+        fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        if (fd < 0) {
+            snprintf(err, errlen, "cannot open the audit log %s: %s", where, strerror(errno));
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&log_audit_lock);
+    old = log_audit_fd;
+    log_audit_fd = fd;
+    pthread_mutex_unlock(&log_audit_lock);
+    if (old >= 0)
+        close(old);
+    return 0;
+}
+
+/* text (len bytes, a whole line with its newline) to the audit stream; false when not all of it went. */
+static bool log_audit_write(const char *text, size_t len)
+{
+    bool ok = true;
+    FILE *fp = NULL;
+
+    pthread_mutex_lock(&log_audit_lock);
+    if (log_audit_fd == LOG_AUDIT_STDOUT)
+        fp = stdout;
+    else if (log_audit_fd == LOG_AUDIT_STDERR)
+        fp = stderr;
+    if (fp != NULL) {
+        flockfile(fp);
+        ok = fwrite(text, 1, len, fp) == len && fflush(fp) == 0;
+        funlockfile(fp);
+    } else {
+        /* one write of an O_APPEND descriptor: the line is never split by another */
+        for (size_t done = 0; ok && done < len;) {
+            ssize_t n = write(log_audit_fd, text + done, len - done);
+
+            if (n < 0 && errno == EINTR)
+                continue;
+            ok = n > 0;
+            done += n > 0 ? (size_t)n : 0;
+        }
+    }
+    pthread_mutex_unlock(&log_audit_lock);
+    return ok;
+}
+
 void log_audit(const struct audit_entry *e)
 {
     char ts[40], *text;
     json_t *line;
 
     log_timestamp(ts, sizeof(ts));
-    line = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o}",
-                     "audit", 1, "time", ts, "action", log_audit_string(e->action),
+    line = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o}",
+                     "audit", 1, "time", ts, "operator", log_audit_string(e->operator),
+                     "right", log_audit_string(e->right),
+                     "action", log_audit_string(e->action),
                      "record_id", log_audit_string(e->record_id),
                      "dead_letter_id", log_audit_string(e->dead_letter_id),
                      "route", log_audit_string(e->route), "client", log_audit_string(e->client),
@@ -271,13 +341,19 @@ void log_audit(const struct audit_entry *e)
     text = line != NULL ? json_dumps(line, JSON_COMPACT) : NULL;
     if (text == NULL) {
         /* the action happened: say so where an operator looks, without the line's data */
-        log_msg(LOG_ERROR, "audit: out of memory: the line of an admin action is lost");
+        log_msg(LOG_ERROR, "audit: out of memory: the line of an admin request is lost");
     } else {
-        flockfile(stdout);
-        fputs(text, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
-        funlockfile(stdout);
+        size_t len = strlen(text);
+        char *nl = realloc(text, len + 2);
+
+        if (nl != NULL) {
+            text = nl;
+            text[len++] = '\n';
+            text[len] = '\0';
+        }
+        if (nl == NULL || !log_audit_write(text, len))
+            log_msg(LOG_ERROR, "audit: a line could not be written to the audit log (%s)",
+                    nl == NULL ? "out of memory" : strerror(errno));
     }
     free(text);
     json_decref(line);

@@ -6,6 +6,8 @@
 #ifndef IDEM_LOG_H
 #define IDEM_LOG_H
 
+#include <stddef.h>
+
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /* Set the lowest level printed (default LOG_INFO). */
@@ -57,17 +59,30 @@ struct audit_entry {
     int status;                 /* the HTTP status answered */
     int recorded_status;        /* a resolve: the status recorded; 0: none (null) */
     const char *reason;         /* the operator's reason (a record's change), or NULL */
+    const char *operator;       /* the operator's name, or NULL: the listener takes no token,
+                                   or the request had no operator's token */
+    const char *right;          /* the right the request uses: "read", "resolve", "purge" */
 };
 
 /*
- * Print e as one JSON line on stdout, built by jansson, with "audit": true
- * first and "time" (RFC 3339 UTC, ms) second, then the members of e in the
- * order above, and flush stdout at once: an admin change is rare, and its
- * line must not wait in the buffer for a crash to lose it. Always written:
- * log.access does not apply, and nothing samples it (docs/operations.md#logs: the
- * audit trail). Never pass a token, a key or a body.
+ * Print e as one JSON line on the audit stream (log_audit_open; stdout
+ * until then), built by jansson: "audit": true, "time" (RFC 3339 UTC, ms),
+ * "operator", "right", then the other members of e in the order above, and
+ * flush at once: its line must not wait in a buffer for a crash to lose
+ * it. Always written: log.access does not apply, and nothing samples it
+ * (docs/operations.md#the-audit-trail). A line that cannot be written is said on
+ * stderr. Never pass a token, a key or a body. Any thread.
  */
 void log_audit(const struct audit_entry *e);
+
+/*
+ * Send the audit lines to where (log.audit, CONTRACT section 16): "stdout"
+ * (or NULL), "stderr", or a file opened for appending (created 0640), which
+ * replaces the one before (closed): a SIGHUP calls it again, so a rotated
+ * file is reopened. Returns 0, or -1 with why in err (errlen bytes) and the
+ * stream before kept. Any thread.
+ */
+int log_audit_open(const char *where, char *err, size_t errlen);
 
 /* Free the calling thread's access-log object; call as a thread that logged ends. */
 void log_thread_end(void);

@@ -370,6 +370,13 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                         "or invalid (another token, or a malformed one).", "reason",
                         "missing", m->counters[METRICS_ADMIN_UNAUTHORIZED_MISSING],
                         "invalid", m->counters[METRICS_ADMIN_UNAUTHORIZED_INVALID]);
+    metrics_render_scalar(out, "idempotency_proxy_admin_throttled_total", "counter",
+                          "Admin requests refused with 429 without a token check: their client "
+                          "address failed to authenticate too often.",
+                          (double)m->counters[METRICS_ADMIN_THROTTLED]);
+    metrics_render_scalar(out, "idempotency_proxy_admin_forbidden_total", "counter",
+                          "Admin requests refused with 403: the operator lacks the right.",
+                          (double)m->counters[METRICS_ADMIN_FORBIDDEN]);
     evbuffer_add_printf(out, "# HELP idempotency_proxy_outcome_unknown_total Records the proxy "
                         "wrote in the outcome-unknown state (sent upstream, no answer read), "
                         "by route; each waits for an operator to resolve or purge it.\n"

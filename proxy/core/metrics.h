@@ -46,6 +46,8 @@ enum metrics_counter {
     METRICS_OVERLOADED,             /* refused with 503 overloaded: limits.max_buffered reached */
     METRICS_ADMIN_UNAUTHORIZED_MISSING, /* admin requests refused with 401: no bearer token */
     METRICS_ADMIN_UNAUTHORIZED_INVALID, /* ... with another token, or a malformed one */
+    METRICS_ADMIN_THROTTLED,           /* admin requests refused with 429: too many failures */
+    METRICS_ADMIN_FORBIDDEN,           /* admin requests refused with 403: a right missing */
     METRICS_RECORDS_RESOLVED,       /* an operator's answer recorded: PUT /records/<id>, bulk */
     METRICS_DECRYPT_KEY_UNAVAILABLE, /* stored values whose key id is not in the keyring */
     METRICS_DECRYPT_UNREADABLE,     /* stored values that failed authentication (seal_open) */

@@ -60,9 +60,9 @@ const char *bearer_token_set(struct bearer_token *t, const char *text, size_t le
     return NULL;
 }
 
-enum bearer_verdict bearer_check(const struct bearer_token *t, const char *value, int lines)
+enum bearer_verdict bearer_sent(const char *value, int lines,
+                                unsigned char digest[BEARER_DIGEST_LEN])
 {
-    unsigned char sent[BEARER_DIGEST_LEN];
     size_t len;
 
     if (lines == 0 || value == NULL)
@@ -79,6 +79,16 @@ enum bearer_verdict bearer_check(const struct bearer_token *t, const char *value
         len--;
     if (len == 0 || len > BEARER_TOKEN_MAX_LEN || !bearer_is_b64token(value, len))
         return BEARER_INVALID;
-    bearer_digest(value, len, sent);
+    bearer_digest(value, len, digest);
+    return BEARER_OK;
+}
+
+enum bearer_verdict bearer_check(const struct bearer_token *t, const char *value, int lines)
+{
+    unsigned char sent[BEARER_DIGEST_LEN];
+    enum bearer_verdict v = bearer_sent(value, lines, sent);
+
+    if (v != BEARER_OK)
+        return v;
     return CRYPTO_memcmp(sent, t->digest, sizeof(sent)) == 0 ? BEARER_OK : BEARER_INVALID;
 }

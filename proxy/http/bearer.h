@@ -57,4 +57,15 @@ enum bearer_verdict {
  */
 enum bearer_verdict bearer_check(const struct bearer_token *t, const char *value, int lines);
 
+/*
+ * The first half of bearer_check: parse a request's Authorization field
+ * (value, lines as there) and, when it is `Bearer <b64token>`, write the
+ * token's SHA-256 into digest (caller's, BEARER_DIGEST_LEN bytes) and
+ * return BEARER_OK; else BEARER_MISSING or BEARER_INVALID as bearer_check
+ * says, digest untouched. The caller compares the digest in constant time
+ * (an operators file: config_operator_find). Borrows everything.
+ */
+enum bearer_verdict bearer_sent(const char *value, int lines,
+                                unsigned char digest[BEARER_DIGEST_LEN]);
+
 #endif

@@ -83,6 +83,10 @@ static const struct problem_kind {
     [PROBLEM_RE_EXECUTE_NOT_CONFIRMED] = { "re-execute-not-confirmed", 409,
                                            "Purge would let the request execute again",
         "invalid_request_error", false },
+    [PROBLEM_ADMIN_FORBIDDEN] = { "admin-forbidden", 403, "Operator lacks the right",
+        "permission_error", false },
+    [PROBLEM_ADMIN_THROTTLED] = { "admin-throttled", 429, "Too many failed authentications",
+        "rate_limit_error", false },
 };
 
 int problem_status(enum problem p)

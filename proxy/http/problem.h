@@ -36,6 +36,8 @@ enum problem {
     PROBLEM_PRECONDITION_REQUIRED,  /* the admin's change of an operator's resolution without If-Match */
     PROBLEM_PRECONDITION_FAILED,    /* the admin's change with a stale If-Match: the record changed */
     PROBLEM_RE_EXECUTE_NOT_CONFIRMED, /* a purge that would let the request execute again, unconfirmed */
+    PROBLEM_ADMIN_FORBIDDEN,        /* an operator without the right the admin request needs */
+    PROBLEM_ADMIN_THROTTLED,        /* too many failed authentications from one client address */
     PROBLEM_COUNT
 };
 

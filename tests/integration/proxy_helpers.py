@@ -795,6 +795,21 @@ def audit_lines(p):
     return [l for l in stdout_json(p) if l.get("audit") is True]
 
 
+# the audit actions of requests that change nothing (docs/operations.md "The audit trail")
+READ_ACTIONS = {"show", "list", "lookup", "inbox", "none", "bulk-resolve-dry-run",
+                "bulk-purge-dry-run"}
+
+
+def change_lines(p):
+    """The audit lines of changes, refused or not, as the proxy's reads and authentication
+    refusals leave out: one per change, one per record a bulk change changed (not the bulk
+    request's own line, whose record_id is null)."""
+    return [l for l in audit_lines(p)
+            if l["action"] not in READ_ACTIONS and l["status"] not in (401, 429) and
+            not (l["action"] in ("bulk-resolve", "bulk-purge") and l["record_id"] is None and
+                 l["status"] == 200)]
+
+
 def access_record_id(p, path):
     """The record id of the access-log line of path (waits for the 100 ms flush)."""
     def find():

@@ -35,8 +35,8 @@ from proxy_helpers import (
 # (IDEM_TEST_WORKERS=2): its requests meet across workers (docs/internals.md).
 pytestmark = pytest.mark.threads
 
-AUDIT_FIELDS = ["audit", "time", "action", "record_id", "dead_letter_id", "route", "client",
-                "token", "result", "status", "recorded_status", "reason"]
+AUDIT_FIELDS = ["audit", "time", "operator", "right", "action", "record_id", "dead_letter_id",
+                "route", "client", "token", "result", "status", "recorded_status", "reason"]
 # a finished record is purged only when the operator says its key will execute again, and why
 CONFIRMED = "?confirm=re-execute&reason=" + "rehearsal%3A+purge+a+finished+record"
 
@@ -117,7 +117,13 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
                 len(endpoints) * len(wrong)}, counts
         warnings = [l for l in p.stderr_text().splitlines() if "admin: 401 from 127.0.0.1" in l]
         assert len(warnings) == len(endpoints) * (len(missing) + len(wrong)), warnings
-        assert audit_lines(p) == [], "a refused request is not an action"
+        # each refusal is on record too, naming no operator: who it was is what failed
+        refused = [l for l in audit_lines(p) if l["result"] == "unauthorized"]
+        assert len(refused) == len(endpoints) * (len(missing) + len(wrong)), refused
+        assert all((l["operator"], l["result"], l["status"], l["token"]) ==
+                   (None, "unauthorized", 401, "-") for l in refused), refused
+        assert [l["right"] for l in refused[::len(missing) + len(wrong)]] == [
+            "read", "purge", "read", "read", "read", "resolve", "purge", "read"], refused
 
         # with the token: the endpoints work as before, and every change is on record
         got = p.admin("GET", "/records/%s" % record_id, headers=auth)
@@ -141,16 +147,25 @@ def test_every_admin_endpoint_but_the_probes_needs_the_token_and_each_change_is_
                                          headers=auth).json()["dead"]] == []
 
         why = "rehearsal: purge a finished record"
-        want = [("redeliver", None, first, ROUTE, "ok", 200, None),
+        want = [("show", record_id, None, None, "ok", 200, None),
+                ("redeliver", None, first, ROUTE, "ok", 200, None),
                 ("dead-letter-delete", None, second, ROUTE, "ok", 200, None),
                 ("dead-letter-delete", None, second, ROUTE, "not-found", 404, None),
                 ("purge", record_id, None, "/v1/payments", "ok", 200, why),
                 ("purge", record_id, None, None, "not-found", 404, why),
-                ("purge", None, None, None, "refused", 400, None)]
+                ("purge", None, None, None, "refused", 400, None),
+                ("inbox", None, None, ROUTE, "ok", 200, None)]
+        def since_refusals():
+            lines = audit_lines(p)
+            last = max(i for i, l in enumerate(lines) if l["result"] == "unauthorized")
+            return lines[last + 1:]
         lines = wait_until(lambda: (lambda a: a if len(a) == len(want) else None)(
-            audit_lines(p)), what="six audit lines")
+            since_refusals()), what="eight audit lines")
         for line, (action, rid, dlid, route, result, status, reason) in zip(lines, want):
             assert list(line) == AUDIT_FIELDS, line
+            assert line["operator"] == "token", line
+            assert line["right"] == {"show": "read", "inbox": "read", "redeliver": "resolve"}.get(
+                action, "purge"), line
             assert (line["action"], line["record_id"], line["dead_letter_id"], line["route"],
                     line["result"], line["status"], line["reason"]) == (
                         action, rid, dlid, route, result, status, reason), line
@@ -173,8 +188,9 @@ def test_a_non_loopback_admin_listen_without_a_token_file_is_refused_by_t_and_at
         text = to_yaml(cfg) + "\n"
         line = text.splitlines().index("admin_listen: %s:%d" % (host, admin_port)) + 1
         p = Proxy(str(tmp_path), "open-" + host, text, port, admin_port)
-        want = "%s:%d: admin_listen %s:%d is not a loopback address and admin.token_file is " \
-               "not set" % (p.config_path, line, host, admin_port)
+        want = "%s:%d: admin_listen %s:%d is not a loopback address and neither " \
+               "admin.operators_file nor admin.token_file is set" % (
+                   p.config_path, line, host, admin_port)
         t = check_file(p.config_path)
         assert t.returncode == 1 and want in t.stderr, t.stderr
         assert t.stdout == ""

@@ -31,7 +31,7 @@ import pytest
 
 from harness import http_request, log_line, wait_until
 from proxy_helpers import (
-    access_ids, audit_lines, bearer, in_background, metric, new_token, proc_status,
+    access_ids, audit_lines, bearer, change_lines, in_background, metric, new_token, proc_status,
     record_id_cli, redis_contents, sanitized, start_with_admin_token, token_file,
 )
 
@@ -74,7 +74,7 @@ def admin(p, token, method, path, doc=None, headers=()):
 
 
 def record_lines(p):
-    return [(l["action"], l["result"], l["status"], l["reason"]) for l in audit_lines(p)]
+    return [(l["action"], l["result"], l["status"], l["reason"]) for l in change_lines(p)]
 
 
 def test_a_resolve_is_corrected_by_its_etag_and_a_purge_that_would_execute_again_needs_confirm(
@@ -182,8 +182,8 @@ def test_a_resolve_is_corrected_by_its_etag_and_a_purge_that_would_execute_again
         ("resolve", "conflict", 409, "overwrite the upstream's"),
         ("purge", "conflict", 409, None),
     ], audit_lines(p)
-    assert all(l["record_id"] == record_id for l in audit_lines(p))
-    assert [l["recorded_status"] for l in audit_lines(p) if l["result"] == "ok"] == [
+    assert all(l["record_id"] == record_id for l in change_lines(p))
+    assert [l["recorded_status"] for l in change_lines(p) if l["result"] == "ok"] == [
         500, 201, None]
 
 
@@ -301,7 +301,9 @@ def test_bulk_dry_run_then_bulk_resolve_of_100_held_records(tmp_path, start_prox
     assert bulk(p, token, dict(resolve, older_than_seconds=3600)).json()["matched"] == 0
     assert bulk(p, token, dict(resolve, state="claimed")).json()["matched"] == 0
     assert redis_contents(redis) == before
-    assert audit_lines(p) == [], "a dry run is a read"
+    assert change_lines(p) == [], "a dry run is a read"
+    assert {(l["action"], l["right"]) for l in audit_lines(p)} == {
+        ("bulk-resolve-dry-run", "read")}, audit_lines(p)
 
     # refused whole: no reason for a change, a malformed request
     for bad in (dict(resolve, dry_run=False), dict(resolve, state="done"),
@@ -357,8 +359,11 @@ def test_bulk_dry_run_then_bulk_resolve_of_100_held_records(tmp_path, start_prox
         assert upstream.executions(ids[rid]) == 2
     purges = [l for l in audit_lines(p) if l["action"] == "bulk-purge"]
     assert (purges[0]["result"], purges[0]["record_id"]) == ("conflict", None), purges[0]
-    assert sorted((l["result"], l["record_id"]) for l in purges[1:]) == sorted(
+    # a line per record purged, then the bulk request's own
+    assert sorted((l["result"], l["record_id"]) for l in purges[1:-1]) == sorted(
         ("ok", rid) for rid in purged), purges
+    assert (purges[-1]["result"], purges[-1]["record_id"], purges[-1]["right"]) == (
+        "ok", None, "purge"), purges[-1]
     assert {l["reason"] for l in purges} == {"INC-11: undo"}
 
 

@@ -36,8 +36,8 @@ import pytest
 
 from harness import HTTPError, read_response, wait_ready, wait_until
 from proxy_helpers import (
-    access_ids, access_record_id, audit_lines, bearer, fingerprint, metric_values, new_token,
-    redis_contents, start_with_admin_token, token_file,
+    access_ids, access_record_id, audit_lines, bearer, change_lines, fingerprint, metric_values,
+    new_token, redis_contents, start_with_admin_token, token_file,
 )
 from redis_topology import ClusterGroup, SentinelGroup
 
@@ -83,7 +83,7 @@ def answer(status=201, headers=(("Content-Type", "application/json"),), body=b""
 
 
 def resolve_lines(p):
-    return [l for l in audit_lines(p) if l["action"] == "resolve"]
+    return [l for l in change_lines(p) if l["action"] == "resolve"]
 
 
 def listing(p, token, state="outcome-unknown", limit=None, max_pages=200):

@@ -858,7 +858,7 @@ static const struct config_case config_cases[] = {
 
     /* the admin token */
     { "admin_listen on every interface needs admin.token_file", "admin_listen: 0.0.0.0:9901\n",
-      1, "is not a loopback address and admin.token_file is not set", NULL },
+      1, "is not a loopback address and neither admin.operators_file nor admin.token_file is set", NULL },
     { "admin_listen on an IPv6 wildcard needs admin.token_file", "admin_listen: \"[::]:9901\"\n",
       1, "[::]:9901 is not a loopback address", NULL },
     { "admin_listen on a host name needs admin.token_file", "listen: 127.0.0.1:8080\n"

@@ -169,6 +169,8 @@ static void run_boot_pinned_cases(void)
 #define KEYRING_B "keyring-b.yaml"
 #define TOKEN_A "admin-token-a"
 #define TOKEN_B "admin-token-b"
+#define OPERATORS_A "operators-a.yaml"
+#define AUDIT_A "audit-a.log"
 
 /* A config, and the same config with the key at path changed. */
 static const struct {
@@ -211,9 +213,11 @@ static const struct {
     { "limits.idle_timeout", "", "limits:\n  idle_timeout: 30s\n" },
     { "errors.format", "", "errors:\n  format: stripe\n" },
     { "log.access", "", "log:\n  access: errors\n" },
+    { "log.audit", "", "log:\n  audit: " AUDIT_A "\n" },
     /* two token files: the path changes, and with it the token */
     { "admin.token_file", "admin:\n  token_file: " TOKEN_A "\n",
       "admin:\n  token_file: " TOKEN_B "\n" },
+    { "admin.operators_file", "", "admin:\n  operators_file: " OPERATORS_A "\n" },
     { "admin.held_refresh", "", "admin:\n  held_refresh: 5s\n" },
     { "encryption.keyring", "encryption:\n  keyring: " KEYRING_A "\n",
       "encryption:\n  keyring: " KEYRING_B "\n" },
@@ -584,6 +588,9 @@ static void enter_keyring_dir(void)
                      "  - id: a\n    secret: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n" },
         { TOKEN_A, "token-a-0123456789abcdef0123456789abcdef\n" },
         { TOKEN_B, "token-b-0123456789abcdef0123456789abcdef\n" },
+        { OPERATORS_A, "operators:\n  - name: alice\n    token_sha256: "
+                       "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"
+                       "    rights: [read]\n" },
     };
     if (mkdtemp(keyring_dir) == NULL || chdir(keyring_dir) != 0) {
         perror("keyring directory");
@@ -633,6 +640,8 @@ int main(void)
     unlink(KEYRING_B);
     unlink(TOKEN_A);
     unlink(TOKEN_B);
+    unlink(OPERATORS_A);
+    unlink(AUDIT_A);
     rmdir(keyring_dir);
     UNIT_DONE();
 }

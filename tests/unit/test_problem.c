@@ -21,6 +21,7 @@ int main(void)
         "record-unreadable", "head-too-large", "method-not-implemented",
         "upstream-answer-lost",
         "precondition-required", "precondition-failed", "re-execute-not-confirmed",
+        "admin-forbidden", "admin-throttled",
     };
     _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
@@ -81,6 +82,8 @@ int main(void)
         { PROBLEM_PRECONDITION_REQUIRED, "invalid_request_error", false },
         { PROBLEM_PRECONDITION_FAILED, "invalid_request_error", false },
         { PROBLEM_RE_EXECUTE_NOT_CONFIRMED, "invalid_request_error", false },
+        { PROBLEM_ADMIN_FORBIDDEN, "permission_error", false },
+        { PROBLEM_ADMIN_THROTTLED, "rate_limit_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);

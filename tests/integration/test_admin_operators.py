@@ -1,0 +1,275 @@
+"""Named operators with rights, and the audit trail they leave (docs/operations.md "Admin
+access", "The audit trail"; docs/configuration.md `admin.operators_file`, `log.audit`):
+
+- three operators from one operators file: `read` lists and shows but gets 403 on a resolve
+  and a purge; `resolve` resolves but cannot purge; `purge` purges; a 403 changes nothing;
+- every admin request, reads and refusals included, gives one audit line with the operator's
+  name, the right, the reason and the result, in the `log.audit` file and never on stdout
+  (the access log);
+- a SIGHUP that removes an operator locks their token out at the next request; a malformed
+  operators file is a `-t` error naming FILE:LINE, and a reload of it is refused;
+- failed authentications are audited, counted and, past ten a minute from one address,
+  answered 429 with Retry-After without a token check;
+- `admin.token_file` keeps working as the operator `token` with every right, beside the file.
+
+Real processes only: redis-server, the proxy binary and the demo upstream.
+"""
+
+import base64
+import hashlib
+import json
+import uuid
+
+import pytest
+
+from harness import wait_until
+from proxy_helpers import (
+    access_ids, bearer, check_file, metric, new_token, reload_and_wait, run_bin, stdout_json,
+    token_file,
+)
+
+pytestmark = pytest.mark.threads
+
+ROUTE = "/v1/payments*"
+CLOSE = [("X-Demo-Fault", "close")]
+FORBIDDEN = "urn:idempotency-proxy:problem:admin-forbidden"
+THROTTLED = "urn:idempotency-proxy:problem:admin-throttled"
+UNAUTHORIZED = "urn:idempotency-proxy:problem:admin-unauthorized"
+
+
+def sha256(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def operators_text(*ops):
+    lines = ["operators:"]
+    for name, token, rights in ops:
+        lines += ["  - name: %s" % name, "    token_sha256: %s" % sha256(token),
+                  "    rights: [%s]" % ", ".join(rights)]
+    return "\n".join(lines) + "\n"
+
+
+def audit_file_lines(path):
+    if not path.exists():
+        return []
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
+def hold(p, key):
+    """A request whose upstream closes the connection after reading it: 502, and the record
+    is held as outcome unknown. Returns its record id, from its access-log line."""
+    seen = len(access_ids(p))
+    r = p.post(key=key, headers=CLOSE)
+    assert r.status == 502, r
+    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen],
+                      what="the access-log line of the held request")
+
+
+def answer(status, body, reason):
+    return {"status": status, "headers": [["Content-Type", "application/json"]],
+            "body_base64": base64.b64encode(body).decode(), "reason": reason}
+
+
+def call(p, token, method, path, doc=None, headers=()):
+    return p.admin(method, path, headers=bearer(token) + list(headers),
+                   body=json.dumps(doc).encode() if doc is not None else None)
+
+
+class Crew:
+    """A proxy whose admin listener knows three operators, its audit lines in a file."""
+
+    def __init__(self, tmp_path, start_proxy, **kw):
+        self.reader, self.resolver, self.purger = new_token(), new_token(), new_token()
+        self.ops_file = tmp_path / "operators.yaml"
+        self.ops_file.write_text(operators_text(
+            ("rita.reader", self.reader, ["read"]),
+            ("olga@payments", self.resolver, ["read", "resolve"]),
+            ("pete", self.purger, ["purge"])))
+        self.audit = tmp_path / "audit" / "admin-audit.log"
+        self.audit.parent.mkdir()
+        self.p = start_proxy(routes=[{"path": ROUTE}], admin_host="0.0.0.0",
+                             admin_config={"operators_file": str(self.ops_file)},
+                             log={"audit": str(self.audit)}, **kw)
+
+    def lines(self, n):
+        """The audit file's lines once it holds n of them (each written at its answer)."""
+        return wait_until(lambda: (lambda ls: ls if len(ls) >= n else None)(
+            audit_file_lines(self.audit)), what="%d audit lines" % n)
+
+
+def test_three_operators_each_do_what_their_rights_allow_and_every_request_is_audited(
+        tmp_path, start_proxy, redis, upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    key = "pay-" + uuid.uuid4().hex
+    record_id = hold(p, key)
+    path = "/records/" + record_id
+    redis_key = "idem:{%s}" % record_id
+
+    # read: the listing and the record, nothing more
+    listed = call(p, crew.reader, "GET", "/records?state=outcome-unknown")
+    assert listed.status == 200 and record_id in [r["record_id"] for r in listed.json()["records"]]
+    shown = call(p, crew.reader, "GET", path)
+    assert shown.status == 200 and shown.json()["state"] == "outcome-unknown", shown
+    before = redis.cmd("GET", redis_key)
+    fixed = b'{"id": "pay_1", "status": "succeeded"}'
+    r = call(p, crew.reader, "PUT", path, answer(201, fixed, "INC-1: the upstream has pay_1"))
+    assert r.status == 403 and r.problem()["type"] == FORBIDDEN, r
+    assert "resolve" in r.problem()["detail"] and "rita.reader" in r.problem()["detail"], r
+    r = call(p, crew.reader, "DELETE", path + "?reason=INC-1")
+    assert r.status == 403 and r.problem()["type"] == FORBIDDEN, r
+    r = call(p, crew.reader, "POST", "/records/bulk",
+             {"action": "purge", "state": "outcome-unknown", "dry_run": False,
+              "reason": "INC-1: a bulk purge", "record_ids": [record_id],
+              "created_before_ms": 4102444800000})
+    assert r.status == 403 and r.problem()["type"] == FORBIDDEN, r
+    dry = call(p, crew.reader, "POST", "/records/bulk",
+               {"action": "purge", "state": "outcome-unknown"})
+    assert dry.status == 200 and dry.json()["dry_run"] is True, dry
+    assert redis.cmd("GET", redis_key) == before, "a refused change wrote nothing"
+
+    # resolve: resolves, cannot purge
+    r = call(p, crew.resolver, "DELETE", path + "?reason=INC-1&confirm=re-execute")
+    assert r.status == 403 and r.problem()["type"] == FORBIDDEN, r
+    r = call(p, crew.resolver, "PUT", path, answer(201, fixed, "INC-1: the upstream has pay_1"))
+    assert r.status == 200 and r.json()["state"] == "resolved", r
+    retry = p.post(key=key, headers=CLOSE)
+    assert retry.status == 201 and retry.replayed and retry.body == fixed, retry
+
+    # purge: purges (a resolution: only when told it executes again)
+    r = call(p, crew.purger, "DELETE",
+             path + "?reason=INC-1%3A+wrong+record&confirm=re-execute")
+    assert r.status == 200, r
+    assert redis.cmd("EXISTS", redis_key) == 0
+    assert metric(p, "idempotency_proxy_admin_forbidden_total") == 4
+
+    lines = crew.lines(9)
+    got = [(l["operator"], l["right"], l["action"], l["result"], l["status"]) for l in lines]
+    assert got == [
+        ("rita.reader", "read", "list", "ok", 200),
+        ("rita.reader", "read", "show", "ok", 200),
+        ("rita.reader", "resolve", "resolve", "forbidden", 403),
+        ("rita.reader", "purge", "purge", "forbidden", 403),
+        ("rita.reader", "purge", "bulk-purge", "forbidden", 403),
+        ("rita.reader", "read", "bulk-purge-dry-run", "ok", 200),
+        ("olga@payments", "purge", "purge", "forbidden", 403),
+        ("olga@payments", "resolve", "resolve", "ok", 200),
+        ("pete", "purge", "purge", "ok", 200),
+    ], got
+    assert [l["record_id"] for l in lines] == [None] + [record_id] * 3 + [None] * 2 + \
+        [record_id] * 3, lines
+    assert lines[7]["reason"] == "INC-1: the upstream has pay_1", lines[7]
+    assert lines[7]["recorded_status"] == 201 and lines[7]["record_id"] == record_id
+    assert lines[8]["reason"] == "INC-1: wrong record", lines[8]
+    tokens = [crew.reader] * 6 + [crew.resolver] * 2 + [crew.purger]
+    assert [l["token"] for l in lines] == [sha256(t)[:12] for t in tokens], lines
+    for l in lines:
+        assert l["client"] == "127.0.0.1" and l["audit"] is True and l["time"].endswith("Z"), l
+    # the audit went to its file only: stdout holds the access log, no audit line
+    assert not [l for l in stdout_json(p) if l.get("audit")], "audit lines on stdout"
+    text = crew.audit.read_text() + p.stdout_text() + p.stderr_text()
+    for t in (crew.reader, crew.resolver, crew.purger):
+        assert t not in text, "a token in a log"
+    assert key not in text, "a raw key in a log"
+
+
+def test_a_sighup_that_removes_an_operator_locks_the_token_out_and_a_bad_file_is_refused(
+        tmp_path, start_proxy, redis, upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    assert call(p, crew.resolver, "GET", "/records").status == 200
+
+    crew.ops_file.write_text(operators_text(("rita.reader", crew.reader, ["read"]),
+                                            ("pete", crew.purger, ["purge"])))
+    reload_and_wait(p, "reloaded")
+    r = call(p, crew.resolver, "GET", "/records")
+    assert r.status == 401 and r.problem()["type"] == UNAUTHORIZED, r
+    assert call(p, crew.reader, "GET", "/records").status == 200
+
+    # a malformed file: -t names its line, and a reload keeps the operators in force
+    crew.ops_file.write_text(operators_text(("rita.reader", crew.reader, ["read"])) +
+                             "  - name: pete\n    token_sha256: 1234\n    rights: [purge]\n")
+    c = check_file(p.config_path)
+    assert c.returncode != 0 and "%s:6:" % crew.ops_file in c.stderr, c.stderr
+    assert "64 hex digits" in c.stderr, c.stderr
+    crew.ops_file.write_text(operators_text(("rita.reader", crew.reader, ["read"])) +
+                             "  - name: pete\n    token_sha256: %s\n    rights: [sudo]\n"
+                             % sha256(crew.purger))
+    c = check_file(p.config_path)
+    assert c.returncode != 0 and "%s:7:" % crew.ops_file in c.stderr, c.stderr
+    assert "unknown right 'sudo'" in c.stderr, c.stderr
+    reload_and_wait(p, "reload refused")
+    assert call(p, crew.purger, "GET", "/records").status == 200, "the operators before stay"
+    assert call(p, crew.resolver, "GET", "/records").status == 401
+
+
+def test_failed_authentications_are_audited_counted_and_throttled_per_address(
+        tmp_path, start_proxy, redis, upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    wrong = new_token()
+    for i in range(20):  # no token: not a guess, not counted
+        r = p.admin("GET", "/records")
+        assert r.status == 401 and r.problem()["type"] == UNAUTHORIZED, (i, r)
+    for i in range(50):
+        r = call(p, wrong, "GET", "/records")
+        assert r.status == 401 and r.problem()["type"] == UNAUTHORIZED, (i, r)
+    # the next, even with a good token, is refused before any token check
+    r = call(p, crew.reader, "GET", "/records")
+    assert r.status == 429 and r.problem()["type"] == THROTTLED, r
+    assert 1 <= int(r.header("Retry-After")) <= 60, r
+    r = p.admin("GET", "/records")
+    assert r.status == 429, r
+    assert metric(p, "idempotency_proxy_admin_unauthorized_total", {"reason": "invalid"}) == 50
+    assert metric(p, "idempotency_proxy_admin_unauthorized_total", {"reason": "missing"}) == 20
+    assert metric(p, "idempotency_proxy_admin_throttled_total") == 2
+    lines = crew.lines(72)
+    assert [(l["operator"], l["result"], l["status"]) for l in lines] == \
+        [(None, "unauthorized", 401)] * 70 + [(None, "throttled", 429)] * 2, lines
+    assert all(l["action"] == "list" and l["right"] == "read" and l["token"] == "-"
+               for l in lines), lines
+    # the probes stay open meanwhile
+    assert p.admin("GET", "/healthz").status == 200
+
+
+def test_the_token_file_is_one_more_operator_with_every_right(tmp_path, start_proxy, redis,
+                                                               upstream):
+    shared = new_token()
+    crew = Crew(tmp_path, start_proxy, admin_token_file=token_file(tmp_path, shared))
+    p = crew.p
+    record_id = hold(p, "pay-" + uuid.uuid4().hex)
+    r = call(p, shared, "DELETE", "/records/%s?reason=INC-2%%3A+reproduced" % record_id)
+    assert r.status == 200, r
+    assert call(p, crew.reader, "GET", "/records").status == 200
+    lines = crew.lines(2)
+    assert [(l["operator"], l["right"], l["action"], l["result"]) for l in lines] == [
+        ("token", "purge", "purge", "ok"), ("rita.reader", "read", "list", "ok")], lines
+
+    # the file may not name the token's operator again, nor reuse its token
+    crew.ops_file.write_text(operators_text(("token", new_token(), ["read"])))
+    c = check_file(p.config_path)
+    assert c.returncode != 0 and "an operator 'token'" in c.stderr, c.stderr
+    crew.ops_file.write_text(operators_text(("sam", shared, ["read"])))
+    c = check_file(p.config_path)
+    assert c.returncode != 0 and "its token" in c.stderr, c.stderr
+
+
+def test_the_cli_needs_its_operators_token_with_an_operators_file(tmp_path, start_proxy, redis,
+                                                                  upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    record_id = hold(p, "pay-" + uuid.uuid4().hex)
+    rc, out, err = run_bin(["admin", "-c", str(p.config_path), "show", record_id])
+    assert rc == 2 and "--token-file" in err, (rc, out, err)
+    mine = token_file(tmp_path, crew.reader, name="rita-token")
+    rc, out, err = run_bin(["admin", "-c", str(p.config_path), "--token-file", str(mine),
+                            "show", record_id])
+    assert rc == 0 and record_id in out, (rc, out, err)
+    rc, out, err = run_bin(["admin", "-c", str(p.config_path), "--token-file", str(mine),
+                            "purge", record_id, "--reason", "INC-3: not mine to purge"])
+    assert rc == 1 and "purge" in err, (rc, out, err)
+    assert redis.cmd("EXISTS", "idem:{%s}" % record_id) == 1
+    lines = crew.lines(2)
+    assert [(l["operator"], l["action"], l["record_id"], l["result"]) for l in lines] == [
+        ("rita.reader", "show", record_id, "ok"),
+        ("rita.reader", "purge", record_id, "forbidden")], lines
