@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,26 +35,16 @@
 #include "seal.h"
 #include "store.h"
 #include "store_redis.h"
+#include "trim.h"
 #include "upstream.h"
 
 /*
- * Memory goes back to the system after a burst (docs/operations.md#memory):
- * every WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET
- * bytes, each worker has its allocator return the free pages it keeps:
- * mimalloc (the default build) collects the calling thread's heap, glibc's
- * malloc_trim trims its arenas. mimalloc also keeps the pages it frees
- * mapped unless told to reset them (measured: 30 MiB above idle, for good,
- * after 1,000 connections with 64 KiB heads): the pool turns page_reset on.
- * Its symbols are weak: a build with another allocator links no mimalloc.
+ * Memory goes back to the system after a burst (trim.h): every
+ * WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET bytes,
+ * each worker has its allocator return the free pages it keeps.
  */
 #define WORKER_TRIM_MS 5000
 #define WORKER_TRIM_QUIET (1024 * 1024)
-#if __has_include(<mimalloc.h>)
-#include <mimalloc.h>
-#pragma weak mi_collect
-#pragma weak mi_option_enable
-#define WORKER_MIMALLOC 1
-#endif
 
 /* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
@@ -181,15 +170,8 @@ static void worker_on_trim_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (budget_used(&w->pool->budget) >= WORKER_TRIM_QUIET)
-        return;
-#ifdef WORKER_MIMALLOC
-    if (mi_collect != NULL) {
-        mi_collect(true);
-        return;
-    }
-#endif
-    malloc_trim(0);
+    if (budget_used(&w->pool->budget) < WORKER_TRIM_QUIET)
+        trim_now();
 }
 
 static void worker_stop_accepting(struct worker *w)
@@ -549,10 +531,7 @@ int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_
 
     memset(p, 0, sizeof(*p));
     p->port_lock = -1;
-#ifdef WORKER_MIMALLOC
-    if (mi_option_enable != NULL) /* before any worker thread allocates */
-        mi_option_enable(mi_option_page_reset);
-#endif
+    trim_setup(); /* before any worker thread allocates */
     budget_init(&p->budget, cfg->max_buffered);
     if (metrics_init(&p->metrics) != 0) {
         snprintf(err, errlen, "cannot create the metrics lock");
