@@ -1,7 +1,8 @@
 /*
  * admin.c - the admin listener's endpoints: the probes and the metrics
- * (probe.c), open to every client, and behind the token check (admin_auth.c) the
- * records, the record lookup and the inbox. See admin_int.h for the files.
+ * (probe.c), open to every client unless health_listen serves them, and
+ * behind the token check (admin_auth.c) the records, the record lookup and
+ * the inbox. See admin_int.h for the files.
  */
 #include "admin_int.h"
 
@@ -129,7 +130,7 @@ void admin_head(struct http_req *req, void *arg)
     struct admin_actor actor;
 
     /* the token first: without it, not even the size of the body is anyone's business */
-    if (!probe_path(admin_path(req)) && !admin_auth_check(env, req, &actor))
+    if (!(env->probes && probe_path(admin_path(req))) && !admin_auth_check(env, req, &actor))
         return;
     if (announced > 0 && (unsigned long long)announced > limit) {
         admin_too_large(req, arg);
@@ -145,7 +146,7 @@ void admin_handle(struct http_req *req, void *arg)
     struct admin_actor actor;
     size_t id_len;
 
-    if (probe_answer(&env->probe, req))
+    if (env->probes && probe_answer(&env->probe, req))
         return;
     if (!admin_auth_check(env, req, &actor))
         return;
