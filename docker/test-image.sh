@@ -17,13 +17,15 @@
 #   4. the container as compose runs it (read-only root, no capabilities,
 #      no-new-privileges) with the image's own config and CMD, in a network
 #      namespace of its own where `redis` and `payments-api` name 127.0.0.1
-#      (a pod's view): first without Redis (/healthz 200, /readyz 503, the
-#      HEALTHCHECK passes, a keyed POST gets 503), then with redis-server and
-#      tests/upstream/payments_api.py started in that namespace: one payment
+#      (a pod's view): first without Redis (/healthz 200, /readyz 503 on the
+#      health port, the HEALTHCHECK passes, a keyed POST gets 503), then with
+#      redis-server and tests/upstream/payments_api.py started in that
+#      namespace: one payment
 #      sent three times with one key executes once and gets three identical
 #      answers, the retries with Idempotent-Replayed: true; the admin endpoints
 #      behind the token answer 401 without it and work with it (the record the
-#      image's `record-id` names), the probes need none; the operator CLI,
+#      image's `record-id` names), the probes and /metrics need none on the
+#      health port and are not the admin port's; the operator CLI,
 #      run in the container (`podman exec`, as `kubectl exec` does), lists an
 #      outcome-unknown record and resolves it, and the retry replays the
 #      resolution. The process runs as uid/gid 10001;
@@ -216,7 +218,7 @@ stopsignal=$(inspect '{{.Config.StopSignal}}')
 if [[ $stopsignal == SIGTERM ]]; then ok "STOPSIGNAL SIGTERM"; else fail "STOPSIGNAL is '$stopsignal'"; fi
 # shellcheck disable=SC2016  # a Go template, not shell
 ports=$(inspect '{{range $p, $v := .Config.ExposedPorts}}{{$p}} {{end}}')
-if [[ $ports == "8080/tcp 9901/tcp " ]]; then ok "EXPOSE $ports"; else fail "exposed ports: '$ports', expected 8080/tcp 9901/tcp"; fi
+if [[ $ports == "8080/tcp 9901/tcp 9902/tcp " ]]; then ok "EXPOSE $ports"; else fail "exposed ports: '$ports', expected 8080/tcp 9901/tcp 9902/tcp"; fi
 
 if mnt=$(pod image mount "$image" 2>&1) && [[ -d $mnt/usr ]]; then
   bin=$mnt/usr/local/bin/idempotency-proxy
@@ -337,6 +339,7 @@ if ! pod run -d --name "$container" --network "ns:/run/netns/$ns" \
   finish
 fi
 admin=http://127.0.0.1:9901
+health=http://127.0.0.1:9902
 client=http://127.0.0.1:8080
 logs() { pod logs "$container" 2>&1 | tail -20 | sed 's/^/        /'; }
 # The demo upstream's count of executions: of key $1, or of all keys without $1.
@@ -346,9 +349,9 @@ executions() {
   in_ns curl -s -m 5 "$url" | python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$field" 2>/dev/null
 }
 
-healthz=$(await_code 200 30 "$admin/healthz")
+healthz=$(await_code 200 30 "$health/healthz")
 if [[ $healthz == 200 ]]; then ok "no Redis yet: GET /healthz -> 200"; else fail "GET /healthz -> $healthz; the container's log:"; logs; finish; fi
-readyz=$(code "$admin/readyz")
+readyz=$(code "$health/readyz")
 if [[ $readyz == 503 ]]; then ok "no Redis yet: GET /readyz -> 503"; else fail "no Redis yet: GET /readyz -> $readyz, expected 503"; fi
 if pod healthcheck run "$container" >"$tmp/health.log" 2>&1; then
   ok "podman healthcheck run (the image's HEALTHCHECK) passes without Redis: /healthz is liveness"
@@ -375,7 +378,7 @@ ip netns exec "$ns" redis-server --port 6379 --bind 127.0.0.1 --dir "$tmp/redis"
 pids+=($!)
 ip netns exec "$ns" /usr/bin/python3 "$root/tests/upstream/payments_api.py" --listen 127.0.0.1:3000 >"$tmp/upstream.log" 2>&1 &
 pids+=($!)
-readyz=$(await_code 200 30 "$admin/readyz")
+readyz=$(await_code 200 30 "$health/readyz")
 if [[ $readyz == 200 ]]; then ok "redis-server and payments_api.py up: GET /readyz -> 200"; else fail "GET /readyz -> $readyz with Redis up; the container's log:"; logs; finish; fi
 
 key=pay-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
@@ -421,8 +424,13 @@ if [[ -n $record && $denied == 401 && $wrong == 401 && $record_state == "done" ]
 else
   fail "admin: record-id '$record', without the token $denied, another token $wrong, with the token state '$record_state' (expected 401 401 done); $(tail -3 "$tmp/once.err")"
 fi
-metrics=$(code "$admin/metrics")
-if [[ $metrics == 200 ]]; then ok "admin: /metrics needs no token"; else fail "admin: /metrics without a token -> $metrics"; fi
+metrics=$(code "$health/metrics")
+admin_metrics=$(code "$admin/metrics")
+if [[ $metrics == 200 && $admin_metrics == 401 ]]; then
+  ok "health: /metrics needs no token; the admin port asks the token for it (401)"
+else
+  fail "/metrics without a token: health port $metrics, admin port $admin_metrics (expected 200 401)"
+fi
 
 # The operator CLI inside the running container, as `kubectl exec POD -c idempotency-proxy --
 # idempotency-proxy admin ...` runs it: the container's user (uid 10001), its environment, the

@@ -311,10 +311,15 @@ int main(int argc, char **argv)
         log_msg(LOG_INFO, "listening on %s:%u with %u worker%s, upstream %s, %zu route%s",
                 cfg->listen.host, cfg->listen.port, m.pool.serving, m.pool.serving == 1 ? "" : "s",
                 cfg->upstream_url, cfg->n_routes, cfg->n_routes == 1 ? "" : "s");
+        if (cfg->health_listen.host != NULL)
+            log_msg(LOG_INFO, "health listener on %s port %u: /healthz, /readyz and /metrics, "
+                    "no token; the admin listener serves none of them",
+                    cfg->health_listen.host, cfg->health_listen.port);
         if (cfg->admin_listen.host != NULL && cfg->admin_token_file != NULL)
-            log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint but /healthz, "
-                    "/readyz and /metrics needs the bearer token of %s (fingerprint %s)",
-                    cfg->admin_listen.host, cfg->admin_listen.port, cfg->admin_token_file,
+            log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint%s needs the bearer "
+                    "token of %s (fingerprint %s)", cfg->admin_listen.host,
+                    cfg->admin_listen.port, cfg->health_listen.host != NULL ? "" :
+                    " but /healthz, /readyz and /metrics", cfg->admin_token_file,
                     cfg->admin_token.fingerprint);
         else if (cfg->admin_listen.host != NULL)
             log_msg(LOG_INFO, "admin listener on %s port %u (loopback, no admin.token_file): "

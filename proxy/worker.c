@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,26 +32,16 @@
 #include "seal.h"
 #include "store.h"
 #include "store_redis.h"
+#include "trim.h"
 #include "upstream.h"
 
 /*
- * Memory goes back to the system after a burst (docs/operations.md#memory):
- * every WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET
- * bytes, each worker has its allocator return the free pages it keeps:
- * mimalloc (the default build) collects the calling thread's heap, glibc's
- * malloc_trim trims its arenas. mimalloc also keeps the pages it frees
- * mapped unless told to reset them (measured: 30 MiB above idle, for good,
- * after 1,000 connections with 64 KiB heads): the pool turns page_reset on.
- * Its symbols are weak: a build with another allocator links no mimalloc.
+ * Memory goes back to the system after a burst (trim.h): every
+ * WORKER_TRIM_MS, while the process buffers under WORKER_TRIM_QUIET bytes,
+ * each worker has its allocator return the free pages it keeps.
  */
 #define WORKER_TRIM_MS 5000
 #define WORKER_TRIM_QUIET (1024 * 1024)
-#if __has_include(<mimalloc.h>)
-#include <mimalloc.h>
-#pragma weak mi_collect
-#pragma weak mi_option_enable
-#define WORKER_MIMALLOC 1
-#endif
 
 /* The client listener's bounds (docs/operations.md "Memory", docs/failure-modes.md). */
 #define WORKER_MAX_HEADERS_SIZE (64 * 1024)     /* bytes of a request line and fields */
@@ -178,15 +167,8 @@ static void worker_on_trim_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (budget_used(&w->pool->budget) >= WORKER_TRIM_QUIET)
-        return;
-#ifdef WORKER_MIMALLOC
-    if (mi_collect != NULL) {
-        mi_collect(true);
-        return;
-    }
-#endif
-    malloc_trim(0);
+    if (budget_used(&w->pool->budget) < WORKER_TRIM_QUIET)
+        trim_now();
 }
 
 static void worker_stop_accepting(struct worker *w)
@@ -358,6 +340,8 @@ static void worker_deinit(struct worker *w)
     http_server_free(w->admin_server);
     w->admin_server = NULL;
     admin_env_deinit(&w->admin);
+    http_server_free(w->health_server);
+    w->health_server = NULL;
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     w->drain_timer = NULL;
@@ -386,9 +370,13 @@ static void worker_deinit(struct worker *w)
 }
 
 static void worker_pool_gauges(void *arg, struct metrics_gauges *g);
-static const char *worker_pool_unready(void *arg);
+static const char *worker_pool_unready(void *arg, const char **away);
 
-/* The admin worker's listener: the admin endpoints (admin.h) within the bounds above. */
+/*
+ * The admin worker's listeners: admin_listen's, the admin endpoints
+ * (admin.h) within the bounds above, and health_listen's, the probes alone
+ * (probe_listen); the probes are the admin listener's only without it.
+ */
 static int worker_admin_open(struct worker *w, struct worker_pool *p, struct config *cfg,
                              char *err, size_t errlen)
 {
@@ -402,13 +390,20 @@ static int worker_admin_open(struct worker *w, struct worker_pool *p, struct con
         .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
                    EVHTTP_REQ_PUT,
     };
-    struct evconnlistener *lev = listener_bind(w->base, &cfg->admin_listen, false, false, err,
-                                               errlen);
+    struct evconnlistener *lev;
 
-    if (lev == NULL)
-        return -1;
     /* the rest of w->admin once the store and the exchange set exist (worker_init) */
     w->admin.probe = (struct probe_env){ &p->metrics, worker_pool_gauges, worker_pool_unready, p };
+    w->admin.probes = cfg->health_listen.host == NULL;
+    if (cfg->health_listen.host != NULL &&
+        (w->health_server = probe_listen(w->base, &cfg->health_listen, &w->admin.probe, err,
+                                         errlen)) == NULL)
+        return -1;
+    if (cfg->admin_listen.host == NULL)
+        return 0;
+    lev = listener_bind(w->base, &cfg->admin_listen, false, false, err, errlen);
+    if (lev == NULL)
+        return -1;
     w->admin.metrics = &p->metrics;
     worker_set_admin_body_limit(w, cfg->max_stored_response);
     w->admin_server = http_server_new(w->base, lev, &limits, &(struct http_server_callbacks){
@@ -515,7 +510,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         w->admin.set = w->xs;
     }
     /* one census per process, off the data plane when there is an admin worker */
-    if (w->admin_only || (index == 0 && cfg->admin_listen.host == NULL)) {
+    if (w->admin_only || (index == 0 && p->n == p->serving)) {
         w->census = census_create(w->base, w->store, &p->metrics, cfg->key_prefix,
                                   cfg->held_refresh_ms);
         if (w->census == NULL) {
@@ -543,15 +538,13 @@ static void worker_declare_routes(struct worker_pool *p, const struct config *cf
 int worker_pool_init(struct worker_pool *p, struct config *cfg, char *err, size_t errlen)
 {
     unsigned serving = config_workers(cfg);
-    unsigned n = serving + (cfg->admin_listen.host != NULL ? 1 : 0);
+    unsigned n = serving + (cfg->admin_listen.host != NULL || cfg->health_listen.host != NULL);
 
     memset(p, 0, sizeof(*p));
     p->port_lock = -1;
-#ifdef WORKER_MIMALLOC
-    if (mi_option_enable != NULL) /* before any worker thread allocates */
-        mi_option_enable(mi_option_page_reset);
-#endif
+    trim_setup(); /* before any worker thread allocates */
     budget_init(&p->budget, cfg->max_buffered);
+    atomic_store(&p->readiness, cfg->readiness);
     if (metrics_init(&p->metrics) != 0) {
         snprintf(err, errlen, "cannot create the metrics lock");
         return -1;
@@ -678,6 +671,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
             log_msg(LOG_INFO, "admin token changed: fingerprint %s, was %s", now, old);
     }
     budget_set_limit(&p->budget, cfg->max_buffered);
+    atomic_store(&p->readiness, cfg->readiness);
     worker_declare_routes(p, cfg);
     worker_apply_config(w0, cfg);
     metrics_count(&p->metrics, METRICS_RELOADS);
@@ -781,11 +775,15 @@ static void worker_pool_gauges(void *arg, struct metrics_gauges *g)
             g->redis_up = 0;
 }
 
-/* admin_env.unready: why the pool is not ready for traffic, or NULL. Any thread. */
-static const char *worker_pool_unready(void *arg)
+/*
+ * probe_env.unready: why the pool is not ready for traffic, or NULL; under
+ * readiness: process the store's reason goes to *away instead. Any thread.
+ */
+static const char *worker_pool_unready(void *arg, const char **away)
 {
     struct worker_pool *p = arg;
 
+    *away = NULL;
     if (atomic_load(&p->draining))
         return "draining";
     /* the admin worker's store too: ready means its record endpoints answer as well */
@@ -793,8 +791,10 @@ static const char *worker_pool_unready(void *arg)
         const char *why = store_unready(p->workers[i].store);
         if (why == NULL)
             why = inbox_unready(p->workers[i].webhook_inbox);
-        if (why != NULL)
+        if (why != NULL && atomic_load(&p->readiness) != READINESS_PROCESS)
             return why;
+        if (why != NULL)
+            *away = why;
     }
     return NULL;
 }

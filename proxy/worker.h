@@ -1,9 +1,9 @@
 /*
  * worker.h - the worker threads: each one thread with one event_base, its
  * client listener, Redis store, upstream client and exchange set; and with
- * admin_listen, one more thread, the admin worker, whose loop serves only
- * the admin listener (http_server.h) with its own store, off the data
- * plane's loops. Between threads: a mailbox pipe per worker for reloads,
+ * admin_listen or health_listen, one more thread, the admin worker, whose
+ * loop serves only those listeners (http_server.h) with its own store, off
+ * the data plane's loops. Between threads: a mailbox pipe per worker for reloads,
  * the drain and wake-ups.
  */
 #ifndef IDEM_WORKER_H
@@ -50,7 +50,8 @@ struct worker {
                                                worker of the process; NULL on the others */
     struct evconnlistener *client_lev;      /* bound, until client takes it over */
     struct http_server *client;             /* the client listener (a serving worker) */
-    struct http_server *admin_server;       /* the admin worker only */
+    struct http_server *admin_server;       /* the admin worker only; NULL without admin_listen */
+    struct http_server *health_server;      /* the admin worker only: health_listen's, or NULL */
     struct admin_env admin;                 /* the admin worker only */
     struct event *drain_timer;
     struct event *trim_timer;               /* the allocator gives free pages back */
@@ -69,6 +70,7 @@ struct worker_pool {
     unsigned n;
     unsigned serving;                       /* workers with a client listener (workers: N) */
     atomic_bool draining;                   /* SIGTERM came: /readyz says so */
+    atomic_int readiness;                   /* enum readiness of the config applied last */
     pthread_t *threads;                     /* workers[1..n-1]'s; owned */
     unsigned started;                       /* threads running or to be joined */
     int port_lock;                          /* with several workers: the endpoint's lock, or -1 */
@@ -79,8 +81,9 @@ struct worker_pool {
 /*
  * Set up config_workers(cfg) workers, each with its own event_base, client
  * listener, store and upstream client (each takes its own references to
- * cfg); with admin_listen, one more worker (the admin worker) gets the admin
- * listener, its own store and nothing else. With more than one worker the
+ * cfg); with admin_listen or health_listen, one more worker (the admin
+ * worker) gets those listeners, its own store and the census of held
+ * records, and nothing else. With more than one worker the
  * client listeners share the port through SO_REUSEPORT, after a check that
  * no other socket holds it and with a lock on the endpoint
  * (listener_lock_endpoint). Nothing runs yet. Returns 0, or -1 with one line

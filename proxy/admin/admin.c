@@ -1,8 +1,9 @@
 /*
  * admin.c - the admin listener's endpoints: the probes and the metrics
- * (probe.c), open to every client, and behind the operator's token and
- * right (admin_auth.c) the records, the record lookup and the inbox, each
- * request with its audit line. See admin_int.h for the files.
+ * (probe.c), open to every client unless health_listen serves them, and
+ * behind the operator's token and right (admin_auth.c) the records, the
+ * record lookup and the inbox, each request with its audit line. See
+ * admin_int.h for the files.
  */
 #include "admin_int.h"
 
@@ -202,7 +203,7 @@ void admin_head(struct http_req *req, void *arg)
     struct admin_op op;
     struct admin_actor actor;
 
-    if (probe_path(admin_path(req)))
+    if (env->probes && probe_path(admin_path(req)))
         goto accept;
     /* the token and the right first: without them, not even the size of the body is anyone's business */
     op = admin_classify(req);
@@ -241,7 +242,7 @@ void admin_handle(struct http_req *req, void *arg)
     struct admin_op op;
     size_t id_len;
 
-    if (probe_answer(&env->probe, req))
+    if (env->probes && probe_answer(&env->probe, req))
         return;
     op = admin_classify(req);
     if (!admin_auth_check(env, req, &op, &actor))

@@ -5,6 +5,7 @@
 #ifndef IDEM_ADMIN_H
 #define IDEM_ADMIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "probe.h"
@@ -20,7 +21,10 @@ struct store;
  * arrow runs one way: worker -> admin).
  */
 struct admin_env {
-    struct probe_env probe;                 /* the probes (probe.h), answered first */
+    struct probe_env probe;                 /* the probes (probe.h) */
+    bool probes;                            /* answer them first, open to every client; false
+                                               with health_listen: they are ordinary paths here,
+                                               behind the token (CONTRACT section 16) */
     struct store *store;                    /* the worker's, borrowed */
     const struct exchange_set *set;         /* the worker's: its running config
                                                (exchange_set_conf: the token, key_prefix) */
@@ -51,13 +55,15 @@ void admin_too_large(struct http_req *req, void *arg);
 
 /*
  * http_server request callback of the admin listener (the body is read);
- * arg is the struct admin_env, on the thread of the worker that owns set. Open to every
- * client, answered first by probe_answer (env->probe):
+ * arg is the struct admin_env, on the thread of the worker that owns set. Unless
+ * health_listen serves them (env->probes false), open to every client, answered
+ * first by probe_answer (env->probe):
  *   GET /healthz          200 while the process runs
- *   GET /readyz           200 when every worker's Redis is connected and the
+ *   GET /readyz           200 when every worker's Redis is connected (or with
+ *                         readiness: process, whatever the store) and the
  *                         process is not draining, else 503
  *   GET /metrics          Prometheus text format 0.0.4
- * Every other path first needs `Authorization: Bearer <admin.token_file's
+ * Every other path (the three above too, with health_listen: then 404) first needs `Authorization: Bearer <admin.token_file's
  * token>` when that key is set (401 + WWW-Authenticate: Bearer otherwise,
  * RFC 6750 section 3); without it the listener is on a loopback address:
  *   GET /records/<id>     a record's state, fingerprint, status, times and TTL as

@@ -11,7 +11,8 @@
  *   admin.c          the endpoints: the probes first (open), the rest
  *                    after the token check
  *   probe.c          /healthz, /readyz and /metrics (probe.h: their own
- *                    environment, nothing of the admin's)
+ *                    environment, nothing of the admin's), and the
+ *                    health listener that serves only them
  *   admin_auth.c     Authorization: Bearer against admin.token_file (401)
  *   admin_records.c  GET and DELETE /records/<id>
  *   admin_resolve.c  PUT /records/<id>: an operator's answer for a held record

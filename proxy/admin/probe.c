@@ -1,6 +1,7 @@
 /*
- * probe.c - the probes: /healthz, /readyz and /metrics (probe.h). Answers
- * through admin_reply.c and calls no other admin file.
+ * probe.c - the probes: /healthz, /readyz and /metrics (probe.h), and the
+ * health listener that serves them alone. Answers through admin_reply.c
+ * and calls no other admin file.
  */
 #include "probe.h"
 
@@ -12,7 +13,15 @@
 
 #include "admin_int.h"
 #include "http_server.h"
+#include "listener.h"
 #include "metrics.h"
+
+/* The health listener's bounds: the admin listener's (worker.c), for three small GETs. */
+#define PROBE_MAX_CONNECTIONS 64
+#define PROBE_MAX_HEAD (16 * 1024)      /* bytes */
+#define PROBE_MAX_FIELDS 64
+#define PROBE_HEAD_MS 10000
+#define PROBE_IO_MS 30000
 
 bool probe_path(const char *path)
 {
@@ -31,6 +40,21 @@ static void probe_metrics(const struct probe_env *env, struct http_req *req)
     evbuffer_free(body);
 }
 
+static void probe_readyz(const struct probe_env *env, struct http_req *req)
+{
+    const char *away = NULL;
+    const char *why = env->unready(env->arg, &away);
+    char text[256];
+
+    if (why != NULL)
+        snprintf(text, sizeof(text), "%s\n", why);
+    else if (away != NULL)
+        snprintf(text, sizeof(text), "ready (readiness: process; the store is away: %s)\n", away);
+    else
+        snprintf(text, sizeof(text), "ready\n");
+    admin_reply_text(req, why != NULL ? 503 : 200, text);
+}
+
 bool probe_answer(const struct probe_env *env, struct http_req *req)
 {
     const char *path = evhttp_uri_get_path(http_server_uri(req));
@@ -39,17 +63,64 @@ bool probe_answer(const struct probe_env *env, struct http_req *req)
 
     if (path == NULL || !probe_path(path))
         return false;
-    if (!read) {
+    if (!read)
         admin_reply_text(req, 405, "method not allowed\n");
-    } else if (strcmp(path, "/healthz") == 0) {
+    else if (strcmp(path, "/healthz") == 0)
         admin_reply_text(req, 200, "ok\n");
-    } else if (strcmp(path, "/readyz") == 0) {
-        const char *why = env->unready(env->arg);
-        char text[64];
-        snprintf(text, sizeof(text), "%s\n", why != NULL ? why : "ready");
-        admin_reply_text(req, why != NULL ? 503 : 200, text);
-    } else {
+    else if (strcmp(path, "/readyz") == 0)
+        probe_readyz(env, req);
+    else
         probe_metrics(env, req);
-    }
     return true;
+}
+
+/*
+ * The health listener's head callback: a method but GET and HEAD, or any
+ * body, is refused here, before a body is read; the rest goes on to
+ * probe_handle.
+ */
+static void probe_head(struct http_req *req, void *arg)
+{
+    enum evhttp_cmd_type cmd = http_server_command(req);
+
+    (void)arg;
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(http_server_output_headers(req), "Allow", "GET, HEAD");
+        admin_reply_text(req, 405, "method not allowed\n");
+    } else if (http_server_content_length(req) != 0) {
+        admin_reply_problem(req, PROBLEM_BODY_TOO_LARGE, "the health listener takes no body");
+    }
+}
+
+/* The health listener's request callback: a probe, or 404. */
+static void probe_handle(struct http_req *req, void *arg)
+{
+    if (!probe_answer(arg, req))
+        admin_reply_text(req, 404, "not found\n");
+}
+
+struct http_server *probe_listen(struct event_base *base, const struct endpoint *ep,
+                                 struct probe_env *env, char *err, size_t errlen)
+{
+    static const struct http_server_limits limits = {
+        .max_connections = PROBE_MAX_CONNECTIONS,
+        .max_head_bytes = PROBE_MAX_HEAD,
+        .max_header_fields = PROBE_MAX_FIELDS,
+        .head_timeout_ms = PROBE_HEAD_MS,
+        .read_timeout_ms = PROBE_IO_MS,
+        .write_timeout_ms = PROBE_IO_MS,
+        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
+                   EVHTTP_REQ_PUT,
+    };
+    struct evconnlistener *lev = listener_bind(base, ep, false, false, err, errlen);
+    struct http_server *s;
+
+    if (lev == NULL)
+        return NULL;
+    s = http_server_new(base, lev, &limits, &(struct http_server_callbacks){
+        .head = probe_head, .request = probe_handle, .arg = env,
+    });
+    if (s == NULL)
+        snprintf(err, errlen, "out of memory");
+    return s;
 }

@@ -101,6 +101,7 @@ void config_deinit(struct config *cfg)
 {
     free(cfg->listen.host);
     free(cfg->admin_listen.host);
+    free(cfg->health_listen.host);
     free(cfg->admin_token_file);
     free(cfg->admin_operators_file);
     free(cfg->audit_log);

@@ -32,6 +32,13 @@ enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
 enum access_log { ACCESS_LOG_ALL, ACCESS_LOG_ERRORS, ACCESS_LOG_OFF };
 
 /*
+ * `readiness`: what /readyz answers 503 for (CONTRACT section 16). STORE:
+ * the store unable to take claims, or the drain; PROCESS: only the drain
+ * (keyed requests still get 503 store-unavailable while the store is away).
+ */
+enum readiness { READINESS_STORE, READINESS_PROCESS };
+
+/*
  * Longest redis.key_prefix, in bytes. A record's Redis key is
  * "PREFIX:{RECORD_ID}" and must never be cut (two identities would share
  * one record): RECORD_KEY_MAX (record_id.h) is derived from this.
@@ -110,6 +117,9 @@ struct config {
     _Atomic unsigned refs;          /* config_create / config_ref / config_unref */
     struct endpoint listen;
     struct endpoint admin_listen;   /* host NULL: admin listener disabled */
+    struct endpoint health_listen;  /* the probes' own listener; host NULL: none (then
+                                       admin_listen serves the probes and /metrics) */
+    enum readiness readiness;       /* readiness: what /readyz follows; live */
     char *admin_token_file;         /* admin.token_file as written; NULL: none, and then
                                        admin_listen must be a loopback address; owned */
     struct bearer_token admin_token; /* that file's token, as its digest (admin_token_file set) */

@@ -51,7 +51,7 @@ static bool config_same_endpoint(const struct endpoint *a, const struct endpoint
     return config_same_string(a->host, b->host) && a->port == b->port;
 }
 
-/* listen, admin_listen (host NULL: disabled) */
+/* listen, admin_listen, health_listen (host NULL: disabled) */
 bool config_changed_endpoint(const struct config_key *key, enum config_reload cls, const void *a,
                              const void *b, const char **what)
 {

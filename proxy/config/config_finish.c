@@ -249,6 +249,31 @@ static int config_check_record_id_header(struct config_loader *ld)
     return 0;
 }
 
+/*
+ * health_listen takes a port of its own: neither listen's nor admin_listen's
+ * (CONTRACT section 16). The error names health_listen's line.
+ */
+static int config_check_health_listen(struct config_loader *ld)
+{
+    const struct config *cfg = ld->cfg;
+    yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "health_listen");
+    const struct endpoint *other = NULL;
+    const char *name = NULL;
+
+    if (config_endpoints_clash(&cfg->health_listen, &cfg->listen)) {
+        other = &cfg->listen;
+        name = "listen";
+    } else if (config_endpoints_clash(&cfg->health_listen, &cfg->admin_listen)) {
+        other = &cfg->admin_listen;
+        name = "admin_listen";
+    }
+    if (other == NULL)
+        return 0;
+    return config_error(ld, where, "health_listen and %s use the same port %u; give "
+                        "health_listen another port, or \"\" to disable it", name,
+                        (unsigned)other->port);
+}
+
 int config_finish(struct config_loader *ld)
 {
     struct config *cfg = ld->cfg;
@@ -288,6 +313,9 @@ int config_finish(struct config_loader *ld)
                             "admin_listen another port, or \"\" to disable it",
                             (unsigned)cfg->listen.port);
     }
+
+    if (config_check_health_listen(ld) < 0)
+        return -1;
 
     if (cfg->admin_listen.host != NULL && cfg->admin_token_file == NULL &&
         cfg->admin_operators_file == NULL && !config_endpoint_is_loopback(&cfg->admin_listen)) {

@@ -63,6 +63,9 @@ static const struct config_enum config_mismatch_names[] = {
 static const struct config_enum config_error_format_names[] = {
     { "problem", ERROR_FORMAT_PROBLEM }, { "stripe", ERROR_FORMAT_STRIPE }, { NULL, 0 },
 };
+static const struct config_enum config_readiness_names[] = {
+    { "store", READINESS_STORE }, { "process", READINESS_PROCESS }, { NULL, 0 },
+};
 static const struct config_enum config_access_log_names[] = {
     { "all", ACCESS_LOG_ALL }, { "errors", ACCESS_LOG_ERRORS }, { "off", ACCESS_LOG_OFF },
     { NULL, 0 },
@@ -282,6 +285,8 @@ static const struct config_section config_route_section = {
 const struct config_key config_root_keys[] = {
     { "listen", .reload = RESTART(config_changed_endpoint), .set = config_set_endpoint, .offset = CFG(listen) },
     { "admin_listen", .reload = RESTART(config_changed_endpoint), .set = config_set_endpoint, .offset = CFG(admin_listen), .flags = CONFIG_EMPTY_OFF },
+    { "health_listen", .reload = RESTART(config_changed_endpoint), .set = config_set_endpoint, .offset = CFG(health_listen), .flags = CONFIG_EMPTY_OFF },
+    { "readiness", .reload = LIVE, .set = config_set_enum, .offset = CFG(readiness), .names = config_readiness_names },
     { "admin", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_admin_section },
     { "workers", .reload = RESTART(config_changed_unsigned), .set = config_set_workers, .offset = CFG(workers) },
     { "upstream", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_upstream_section },
@@ -320,6 +325,7 @@ const size_t config_n_sections = CONFIG_ARRAY_SIZE(config_sections);
 const char config_builtin_yaml[] =
     "listen: 0.0.0.0:8080\n"
     "admin_listen: 127.0.0.1:9901\n"
+    "readiness: store\n"
     "admin:\n"
     "  held_refresh: 60s\n"
     "workers: 1\n"

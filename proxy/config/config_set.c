@@ -41,7 +41,7 @@ static void config_free_strings(char **list, size_t *n)
     *n = 0;
 }
 
-/* listen, admin_listen: host:port; "" disables the admin listener (CONFIG_EMPTY_OFF). */
+/* listen, admin_listen, health_listen: host:port; "" disables the listener (CONFIG_EMPTY_OFF). */
 int config_set_endpoint(struct config_loader *ld, const struct config_key *key,
                         yaml_node_t *node, char **text, void *obj)
 {
@@ -554,7 +554,8 @@ int config_set_enum(struct config_loader *ld, const struct config_key *key,
     _Static_assert(sizeof(enum fingerprint_mode) == sizeof(int) &&
                    sizeof(enum verify_scheme) == sizeof(int) &&
                    sizeof(enum error_format) == sizeof(int) &&
-                   sizeof(enum access_log) == sizeof(int), "enums are stored as int");
+                   sizeof(enum access_log) == sizeof(int) &&
+                   sizeof(enum readiness) == sizeof(int), "enums are stored as int");
     char allowed[256];
     int v;
 

@@ -352,11 +352,11 @@ static bool config_is_wildcard(const char *host)
     return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
 }
 
-bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen)
+bool config_endpoints_clash(const struct endpoint *a, const struct endpoint *b)
 {
-    return admin->host != NULL && admin->port == listen->port &&
-           (strcmp(admin->host, listen->host) == 0 || config_is_wildcard(admin->host) ||
-            config_is_wildcard(listen->host));
+    return a->host != NULL && b->host != NULL && a->port == b->port &&
+           (strcmp(a->host, b->host) == 0 || config_is_wildcard(a->host) ||
+            config_is_wildcard(b->host));
 }
 
 bool config_endpoint_is_loopback(const struct endpoint *ep)

@@ -85,11 +85,11 @@ char *config_record_source(const struct route_policy *policy, const char *route_
                            bool prefix);
 
 /*
- * Whether the admin listener (host NULL: disabled) would take the port of
- * listen: the same port with the same host, or either host a wildcard
+ * Whether two listeners (host NULL: disabled, never clashes) would take one
+ * port: the same port with the same host, or either host a wildcard
  * (0.0.0.0, ::).
  */
-bool config_endpoints_clash(const struct endpoint *admin, const struct endpoint *listen);
+bool config_endpoints_clash(const struct endpoint *a, const struct endpoint *b);
 
 /*
  * Whether ep's host is a literal loopback address: IPv4 127.0.0.0/8, IPv6

@@ -353,6 +353,7 @@ def on_every_worker(check):
 @pytest.mark.parametrize("name, change, top", [
     ("listen", lambda: {"listen": "127.0.0.1:%d" % free_port()}, "listen"),
     ("admin_listen", lambda: {"admin_listen": "127.0.0.1:%d" % free_port()}, "admin_listen"),
+    ("health_listen", lambda: {"health_listen": "127.0.0.1:%d" % free_port()}, "health_listen"),
     ("workers", lambda: {"workers": WORKERS + 1}, "workers"),
     ("upstream.url", lambda: {"upstream": {"url": "http://127.0.0.1:%d" % free_port()}},
      "upstream"),

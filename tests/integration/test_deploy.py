@@ -236,13 +236,17 @@ def test_dockerfile_runtime_stage_installs_exactly_runtime_packages_txt():
     assert any("docker/runtime-packages.txt" in c for c in instructions("COPY", last_stage()))
 
 
+def config_ports(cfg):
+    return {host_port(cfg[k])[1] for k in ("listen", "admin_listen", "health_listen")}
+
+
 def test_dockerfile_exposes_the_container_configs_ports():
     cfg = container_config()
     exposed = {int(p.split("/")[0]) for e in instructions("EXPOSE") for p in e.split()}
-    assert exposed == {host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]} == {8080, 9901}
+    assert exposed == config_ports(cfg) == {8080, 9901, 9902}
 
 
-def test_dockerfile_healthcheck_gets_healthz_on_the_admin_port():
+def test_dockerfile_healthcheck_gets_healthz_on_the_health_port():
     hc = instructions("HEALTHCHECK")
     assert len(hc) == 1, hc
     argv = exec_form(hc[0])
@@ -250,7 +254,7 @@ def test_dockerfile_healthcheck_gets_healthz_on_the_admin_port():
     assert len(urls) == 1, argv
     u = urllib.parse.urlsplit(urls[0])
     assert u.path == "/healthz"
-    assert u.port == host_port(container_config()["admin_listen"])[1]
+    assert u.port == host_port(container_config()["health_listen"])[1]
     # the slim image has no curl of its own: runtime-packages.txt must bring it
     if argv[0] == "curl":
         assert re.search(r"^curl\b", read(os.path.join(DOCKER, "runtime-packages.txt")), re.M)
@@ -286,6 +290,7 @@ def test_container_config_binds_all_interfaces_for_clients_and_probes():
     cfg = container_config()
     assert cfg["listen"] == "0.0.0.0:8080"
     assert cfg["admin_listen"] == "0.0.0.0:9901"
+    assert cfg["health_listen"] == "0.0.0.0:9902"
 
 
 def test_container_config_takes_the_redis_password_from_the_environment():
@@ -380,7 +385,9 @@ def test_compose_proxy_publishes_the_configs_ports_and_starts_after_its_dependen
     proxy = compose()["services"]["proxy"]
     cfg = container_config()
     published = {int(str(p).rsplit(":", 1)[1]) for p in proxy["ports"]}
-    assert published == {host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]}
+    assert published == config_ports(cfg)
+    # every published port on the host's loopback only
+    assert all(str(p).startswith("127.0.0.1:") for p in proxy["ports"]), proxy["ports"]
     assert {"redis", "payments-api"} <= set(proxy["depends_on"])
 
 
@@ -448,11 +455,12 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
         redis.start()
         assert redis.cmd("CONFIG", "GET", "appendfsync") == ["appendfsync", "everysec"]
         upstream.start()
-        port, admin_port = free_port(), free_port()
+        port, admin_port, health_port = free_port(), free_port(), free_port()
         text = read(CONTAINER_CONFIG)
         cfg = container_config()
         for old, new in ((cfg["listen"], "127.0.0.1:%d" % port),
                          (cfg["admin_listen"], "127.0.0.1:%d" % admin_port),
+                         (cfg["health_listen"], "127.0.0.1:%d" % health_port),
                          (cfg["upstream"]["url"], upstream.url),
                          (cfg["redis"]["url"], redis.url),
                          (admin_token_path(cfg), compose_admin_token_source())):
@@ -469,10 +477,10 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
             """"200" once curl gets 200 from /readyz, "exited" once the proxy is gone."""
             if proc.poll() is not None:
                 return "exited"
-            if not port_accepts(admin_port):
+            if not port_accepts(health_port):
                 return None
             code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                   "http://127.0.0.1:%d/readyz" % admin_port],
+                                   "http://127.0.0.1:%d/readyz" % health_port],
                                   capture_output=True, text=True).stdout
             return code if code == "200" else None
         try:
@@ -500,11 +508,17 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
         # the admin endpoints take the demo's token, and only it
         with open(compose_admin_token_source()) as f:
             token = f.read().strip()
+        def curl(url, h=()):
+            return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"]
+                                  + list(h) + [url], capture_output=True, text=True).stdout
         url = "http://127.0.0.1:%d/inbox" % admin_port
-        codes = [subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"] + h + [url],
-                                capture_output=True, text=True).stdout
-                 for h in ([], ["-H", "Authorization: Bearer " + token])]
+        codes = [curl(url, h) for h in ([], ["-H", "Authorization: Bearer " + token])]
         assert codes == ["401", "200"], codes
+        # the compose header's /metrics: on the health port, with no token; not the admin's
+        assert "curl -s http://127.0.0.1:%d/metrics" % host_port(cfg["health_listen"])[1] \
+            in read(COMPOSE)
+        assert curl("http://127.0.0.1:%d/metrics" % health_port) == "200"
+        assert curl("http://127.0.0.1:%d/metrics" % admin_port) == "401"
     finally:
         if proc is not None:
             proc.terminate()
@@ -534,6 +548,11 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     cm["upstream"]["url"] = baked["upstream"]["url"]
     # the Kubernetes example mounts a keyring from a Secret; the image's demo has none
     assert cm.pop("encryption") == {"keyring": "/etc/idempotency-proxy-keyring/keyring.yaml"}
+    # in a pod the admin API stays on loopback (kubectl exec), the probes on the health port,
+    # and the pod stays in its Service while Redis is away (docs/operations.md, "Kubernetes")
+    assert host_port(cm["admin_listen"]) == ("127.0.0.1", host_port(baked["admin_listen"])[1])
+    cm["admin_listen"] = baked["admin_listen"]
+    assert cm.pop("readiness") == "process" and "readiness" not in baked
     assert cm == baked
     assert cm["redis"]["password"] == "${REDIS_PASSWORD}"
 
@@ -627,13 +646,14 @@ def test_sidecar_mounts_the_configmap_at_the_documented_path():
     assert mounted == [(CONFIG_PATH, os.path.basename(CONFIG_PATH))]
 
 
-def test_sidecar_probes_hit_readyz_and_healthz_on_the_admin_port():
-    proxy = pod_containers(sidecar_objects())[PROXY_CONTAINER]
-    admin = host_port(container_config()["admin_listen"])[1]
+def test_sidecar_probes_hit_readyz_and_healthz_on_the_health_port():
+    by_kind = sidecar_objects()
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    health = host_port(configmap_config(by_kind)["health_listen"])[1]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = proxy[probe]["httpGet"]
         assert get["path"] == path
-        assert container_port(proxy, get["port"]) == admin
+        assert container_port(proxy, get["port"]) == health
         # the probes are open: they must not need (or carry) the admin token
         assert "httpHeaders" not in get, get
 
@@ -668,7 +688,23 @@ def test_sidecar_declares_the_configs_ports():
     proxy = pod_containers(sidecar_objects())[PROXY_CONTAINER]
     cfg = configmap_config(sidecar_objects())
     assert {p["containerPort"] for p in proxy["ports"]} == {
-        host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]}
+        host_port(cfg["listen"])[1], host_port(cfg["health_listen"])[1]}
+    names = {p["name"]: p["containerPort"] for p in proxy["ports"]}
+    assert names["health"] == host_port(cfg["health_listen"])[1]
+
+
+def test_sidecar_keeps_the_admin_api_on_loopback_and_scrapes_the_health_port(tmp_path):
+    by_kind = sidecar_objects()
+    cfg = configmap_config(by_kind)
+    assert host_port(cfg["admin_listen"])[0] == "127.0.0.1"
+    assert host_port(cfg["health_listen"])[0] == "0.0.0.0"
+    assert cfg["readiness"] == "process"
+    annotations = one(by_kind, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == host_port(cfg["health_listen"])[1]
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # the lead adds the operators Secret; until then its place is marked
+    assert "# operators Secret: added by the lead" in read(SIDECAR)
 
 
 def project_version():
@@ -749,25 +785,26 @@ def test_disruption_budget_keeps_a_pod_serving_while_one_is_evicted():
         assert 1 <= int(spec["minAvailable"]) < replicas, spec
 
 
-def test_network_policy_admits_only_monitoring_to_the_admin_port():
+def test_network_policy_admits_only_monitoring_to_the_health_port_and_nothing_to_the_admin_api():
     by_kind = sidecar_objects()
     policy = one(by_kind, "NetworkPolicy")["spec"]
     assert policy["podSelector"]["matchLabels"].items() <= pod_labels(by_kind).items()
     assert "Ingress" in policy["policyTypes"]
     proxy = pod_containers(by_kind)[PROXY_CONTAINER]
     cfg = configmap_config(by_kind)
-    listen, admin = host_port(cfg["listen"])[1], host_port(cfg["admin_listen"])[1]
+    listen, health = host_port(cfg["listen"])[1], host_port(cfg["health_listen"])[1]
     opened = {}
     for rule in policy["ingress"]:
         ports = [container_port(proxy, p["port"]) for p in rule.get("ports", [])]
         assert ports, "a rule without ports opens every port: %r" % rule
         for port in ports:
             opened.setdefault(port, []).append(rule.get("from"))
-    assert set(opened) == {listen, admin}, opened
+    # nothing to the admin API's port (it binds loopback anyway)
+    assert set(opened) == {listen, health}, opened
     assert None in opened[listen], "clients must reach the proxy's %d" % listen
-    # the admin port: from selected namespaces only, never from everywhere
-    for sources in opened[admin]:
-        assert sources, "port %d open to every source" % admin
+    # the health port: from selected namespaces only, never from everywhere
+    for sources in opened[health]:
+        assert sources, "port %d open to every source" % health
         for s in sources:
             assert set(s) == {"namespaceSelector"} and s["namespaceSelector"]["matchLabels"], s
 

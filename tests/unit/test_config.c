@@ -185,6 +185,30 @@ static void check_errors_stripe(const char *name, const struct config *cfg)
     UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_STRIPE, "line %d", __LINE__);
 }
 
+static void check_health_off(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->health_listen.host == NULL && cfg->readiness == READINESS_STORE,
+               "line %d", __LINE__);
+}
+
+static void check_health_listen(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, STREQ(cfg->health_listen.host, "0.0.0.0") && cfg->health_listen.port == 9902,
+               "line %d", __LINE__);
+    UNIT_CHECK(name, STREQ(cfg->admin_listen.host, "127.0.0.1"), "line %d", __LINE__);
+}
+
+static void check_health_alone(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->admin_listen.host == NULL && cfg->health_listen.port == 9902,
+               "line %d", __LINE__);
+}
+
+static void check_readiness_process(const char *name, const struct config *cfg)
+{
+    UNIT_CHECK(name, cfg->readiness == READINESS_PROCESS, "line %d", __LINE__);
+}
+
 static void check_everything_set(const char *name, const struct config *cfg)
 {
     const struct route_policy *d = &cfg->defaults;
@@ -845,6 +869,20 @@ static const struct config_case config_cases[] = {
     { "listen may not be empty", "listen: \"\"\n", 1, "host:port", NULL },
     { "admin_listen same port as listen", "listen: 0.0.0.0:9000\nadmin_listen: 127.0.0.1:9000\n",
       2, "same port", NULL },
+    { "health_listen is off by default", "", 0, NULL, check_health_off },
+    { "health_listen is read, on any address", "health_listen: 0.0.0.0:9902\n", 0, NULL,
+      check_health_listen },
+    { "health_listen may stand without admin_listen",
+      "admin_listen: \"\"\nhealth_listen: 127.0.0.1:9902\n", 0, NULL, check_health_alone },
+    { "health_listen same port as admin_listen names its line",
+      "admin_listen: 127.0.0.1:9901\nhealth_listen: 0.0.0.0:9901\n", 2,
+      "health_listen and admin_listen use the same port 9901", NULL },
+    { "health_listen same port as listen names its line",
+      "listen: 0.0.0.0:9000\nworkers: 1\nhealth_listen: 127.0.0.1:9000\n", 3,
+      "health_listen and listen use the same port 9000", NULL },
+    { "health_listen needs a port", "health_listen: 0.0.0.0\n", 1, "host:port", NULL },
+    { "readiness takes process", "readiness: process\n", 0, NULL, check_readiness_process },
+    { "readiness lists the choices", "readiness: redis\n", 1, "store, process", NULL },
 
     /* the census of held records */
     { "admin.held_refresh is read", "admin:\n  held_refresh: 1500ms\n", 0, NULL,

@@ -178,6 +178,8 @@ static const struct {
 } key_cases[] = {
     { "listen", "", "listen: 127.0.0.1:18081\n" },
     { "admin_listen", "", "admin_listen: \"\"\n" },
+    { "health_listen", "", "health_listen: 127.0.0.1:19902\n" },
+    { "readiness", "", "readiness: process\n" },
     { "workers", "", "workers: 2\n" },
     { "upstream.url", "", "upstream:\n  url: http://127.0.0.1:3001\n" },
     { "upstream.connect_timeout", "", "upstream:\n  connect_timeout: 3s\n" },
