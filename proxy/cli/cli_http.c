@@ -44,7 +44,8 @@ static const char *cli_http_reach(const char *host)
 }
 
 /*
- * The token of path into c->token, checked as the proxy checks it
+ * The token of path ("-": stdin, read to its end) into c->token, checked
+ * as the proxy checks it
  * (bearer_token_set: trailing line breaks trimmed, a b64token of 32 to
  * 1024 characters). Read with read(2) into a stack buffer that is wiped, so
  * no stdio buffer keeps a copy. 0, or -1 with the reason in err.
@@ -56,7 +57,8 @@ static int cli_http_read_token(struct cli_client *c, const char *path, char *err
     size_t len = 0;
     const char *bad;
     ssize_t n;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool in = strcmp(path, "-") == 0;
+    int fd = in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
 
     if (fd < 0) {
         snprintf(err, errlen, "the admin token file %s: cannot open: %s", path, strerror(errno));
@@ -68,13 +70,15 @@ static int cli_http_read_token(struct cli_client *c, const char *path, char *err
         if (n < 0) {
             snprintf(err, errlen, "the admin token file %s: cannot read: %s", path,
                      strerror(errno));
-            close(fd);
+            if (!in)
+                close(fd);
             OPENSSL_cleanse(buf, sizeof(buf));
             return -1;
         }
         len += (size_t)n;
     }
-    close(fd);
+    if (!in)
+        close(fd);
     bad = len == sizeof(buf) ? "the token is longer than 1024 characters"
                              : bearer_token_set(&digest, buf, len);
     if (bad == NULL) {

@@ -18,11 +18,12 @@ Real processes only: redis-server, the proxy binary and the demo upstream.
 import base64
 import hashlib
 import json
+import subprocess
 import uuid
 
 import pytest
 
-from harness import wait_until
+from harness import proxy_binary, wait_until
 from proxy_helpers import (
     access_ids, bearer, check_file, metric, new_token, reload_and_wait, run_bin, stdout_json,
     token_file,
@@ -268,8 +269,14 @@ def test_the_cli_needs_its_operators_token_with_an_operators_file(tmp_path, star
     rc, out, err = run_bin(["admin", "-c", str(p.config_path), "--token-file", str(mine),
                             "purge", record_id, "--reason", "INC-3: not mine to purge"])
     assert rc == 1 and "purge" in err, (rc, out, err)
+    # the token on stdin, as `kubectl exec -i ... --token-file - < ~/token` hands it over
+    via_stdin = subprocess.run(
+        [proxy_binary(), "admin", "-c", str(p.config_path), "--token-file", "-", "show",
+         record_id], input=crew.resolver + "\n", capture_output=True, text=True, timeout=60)
+    assert via_stdin.returncode == 0 and record_id in via_stdin.stdout, via_stdin
     assert redis.cmd("EXISTS", "idem:{%s}" % record_id) == 1
-    lines = crew.lines(2)
+    lines = crew.lines(3)
     assert [(l["operator"], l["action"], l["record_id"], l["result"]) for l in lines] == [
         ("rita.reader", "show", record_id, "ok"),
-        ("rita.reader", "purge", record_id, "forbidden")], lines
+        ("rita.reader", "purge", record_id, "forbidden"),
+        ("olga@payments", "show", record_id, "ok")], lines

@@ -3,7 +3,7 @@
     docker/Dockerfile                   image: EXPOSE, HEALTHCHECK, USER, CMD config path
     docker/idempotency-proxy.yaml       the config baked into the image (compose topology)
     docker/compose.yaml                 redis + payments-api + proxy
-    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password, admin token),
+    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password, admin operators),
                                         Deployment (app + sidecar), Service,
                                         PodDisruptionBudget, NetworkPolicy, the Redis CA mount
     conf/idempotency-proxy.yaml         the annotated sample: the schema the others must use
@@ -198,6 +198,25 @@ def with_token_file(text, tmp_path, token="deploy-test-token-0123456789abcdef012
     token_file.write_text(token + "\n")
     assert text.count(path) == 1, path
     return text.replace(path, str(token_file))
+
+
+def operators_path(cfg):
+    """The admin.operators_file a deployment config names (the Kubernetes example's)."""
+    path = (cfg.get("admin") or {}).get("operators_file")
+    assert path, "the sidecar's config names its operators (admin.operators_file)"
+    return path
+
+
+def with_operators_file(text, tmp_path, operators=None):
+    """text with its admin.operators_file pointing at an operators file written in tmp_path
+    (one operator by default), and its log.audit file, if any, in tmp_path too."""
+    cfg = need_yaml().safe_load(text)
+    path = operators_path(cfg)
+    ops = tmp_path / "operators.yaml"
+    ops.write_text(operators or "operators:\n  - name: deploy-test\n    token_sha256: %s\n"
+                   "    rights: [read]\n" % ("ab" * 32))
+    assert text.count(path) == 1, path
+    return text.replace(path, str(ops))
 
 
 def check_config_text(text, tmp_path, name="idempotency-proxy.yaml"):
@@ -535,7 +554,7 @@ def test_sidecar_yaml_has_configmap_secret_deployment_and_service():
     by_kind = sidecar_objects()
     for kind in ("ConfigMap", "Deployment", "Service"):
         one(by_kind, kind)
-    # the Redis password, the admin token and the keyring
+    # the Redis password, the admin operators and the keyring
     assert len(by_kind["Secret"]) == 3, by_kind["Secret"]
     assert set(pod_containers(by_kind)) == {"app", PROXY_CONTAINER}
 
@@ -553,6 +572,10 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     assert host_port(cm["admin_listen"]) == ("127.0.0.1", host_port(baked["admin_listen"])[1])
     cm["admin_listen"] = baked["admin_listen"]
     assert cm.pop("readiness") == "process" and "readiness" not in baked
+    # named operators, audited apart from the access log; the image's demo has one token
+    assert cm.pop("admin") == {"operators_file": "/etc/idempotency-proxy-operators/operators.yaml"}
+    assert cm.pop("log") == {"audit": "stderr"} and "log" not in baked
+    baked.pop("admin")
     assert cm == baked
     assert cm["redis"]["password"] == "${REDIS_PASSWORD}"
 
@@ -570,8 +593,8 @@ def with_keyring_file(text, tmp_path, keyring_text):
 def test_configmap_config_loads(tmp_path):
     text = one(sidecar_objects(), "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
     good = 'keys:\n  - id: 2026-12\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
-    rc, out = check_config_text(with_keyring_file(with_token_file(text, tmp_path), tmp_path, good),
-                                tmp_path)
+    rc, out = check_config_text(
+        with_keyring_file(with_operators_file(text, tmp_path), tmp_path, good), tmp_path)
     assert (rc, out) == (0, "configuration OK")
 
 
@@ -595,7 +618,7 @@ def test_sidecar_keyring_placeholder_refuses_to_start(tmp_path):
     placeholder = [s for s in by_kind["Secret"]
                    if s["metadata"]["name"] == "idempotency-proxy-keyring"][0]
     rc, out = check_config_text(
-        with_keyring_file(with_token_file(text, tmp_path), tmp_path,
+        with_keyring_file(with_operators_file(text, tmp_path), tmp_path,
                           placeholder["stringData"]["keyring.yaml"]), tmp_path)
     assert rc == 1 and "not base64 of 32 bytes" in out, out
 
@@ -658,17 +681,20 @@ def test_sidecar_probes_hit_readyz_and_healthz_on_the_health_port():
         assert "httpHeaders" not in get, get
 
 
-def test_sidecar_mounts_the_admin_token_secret_where_the_config_reads_it(tmp_path):
+def test_sidecar_mounts_the_operators_secret_where_the_config_reads_it(tmp_path):
     by_kind = sidecar_objects()
-    token_file = admin_token_path(configmap_config(by_kind))
+    cfg = configmap_config(by_kind)
+    ops_file = operators_path(cfg)
+    assert "token_file" not in cfg["admin"], "named operators, not one shared token"
+    assert cfg["log"]["audit"] == "stderr", "the audit apart from the access log (stdout)"
     spec = one(by_kind, "Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     proxy = pod_containers(by_kind)[PROXY_CONTAINER]
-    mounts = [m for m in proxy["volumeMounts"] if m["mountPath"] == os.path.dirname(token_file)]
+    mounts = [m for m in proxy["volumeMounts"] if m["mountPath"] == os.path.dirname(ops_file)]
     assert len(mounts) == 1 and mounts[0]["readOnly"] is True, proxy["volumeMounts"]
     secret = volumes[mounts[0]["name"]]["secret"]
-    assert not secret.get("optional"), "without its token the proxy must not start open"
-    assert [i["path"] for i in secret["items"]] == [os.path.basename(token_file)], secret
+    assert not secret.get("optional"), "without its operators the proxy must not start"
+    assert [i["path"] for i in secret["items"]] == [os.path.basename(ops_file)], secret
     # group-readable by the proxy's group only (fsGroup), not by everyone in the container
     assert secret["defaultMode"] & 0o007 == 0, oct(secret["defaultMode"])
     assert spec["securityContext"]["fsGroup"] == proxy["securityContext"]["runAsGroup"]
@@ -677,11 +703,13 @@ def test_sidecar_mounts_the_admin_token_secret_where_the_config_reads_it(tmp_pat
     assert all(m["name"] != mounts[0]["name"] for c in others for m in c.get("volumeMounts", []))
     names = {s["metadata"]["name"]: s for s in by_kind["Secret"]}
     placeholder = names[secret["secretName"]]["stringData"][secret["items"][0]["key"]]
-    # the example's placeholder is refused, so nobody runs with a token from a public file
+    # the example's placeholder is refused, so nobody runs with operators from a public file
     text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
-    rc, out = check_config_text(with_token_file(text, tmp_path, token=placeholder), tmp_path)
-    assert rc == 1 and "admin.token_file" in out and "shorter than 32" in out, out
-    assert ("--from-literal=%s=" % secret["items"][0]["key"]) in read(SIDECAR)
+    rc, out = check_config_text(with_operators_file(text, tmp_path, placeholder), tmp_path)
+    assert rc == 1 and "operators.yaml:3:" in out and "64 hex digits" in out, out
+    assert ("--from-file=%s" % secret["items"][0]["key"]) in read(SIDECAR)
+    # the way in it documents: the operator's own token on the CLI's stdin
+    assert "--token-file - " in read(SIDECAR) and "kubectl exec -i" in read(SIDECAR)
 
 
 def test_sidecar_declares_the_configs_ports():
@@ -703,8 +731,6 @@ def test_sidecar_keeps_the_admin_api_on_loopback_and_scrapes_the_health_port(tmp
     assert annotations["prometheus.io/scrape"] == "true"
     assert int(annotations["prometheus.io/port"]) == host_port(cfg["health_listen"])[1]
     assert annotations["prometheus.io/path"] == "/metrics"
-    # the lead adds the operators Secret; until then its place is marked
-    assert "# operators Secret: added by the lead" in read(SIDECAR)
 
 
 def project_version():
@@ -845,8 +871,8 @@ def test_redis_ca_example_is_a_valid_config(tmp_path):
     text = re.sub(r"^(\s*)# ?(\s*)(tls:|ca_file:)", r"\1\2\3", text, flags=re.M)
     text = text.replace(ca_file, str(ca)).replace("url: redis://", "url: rediss://")
     good = 'keys:\n  - id: k\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
-    rc, out = check_config_text(with_keyring_file(with_token_file(text, tmp_path), tmp_path, good),
-                                tmp_path)
+    rc, out = check_config_text(
+        with_keyring_file(with_operators_file(text, tmp_path), tmp_path, good), tmp_path)
     assert (rc, out) == (0, "configuration OK"), text
 
 
