@@ -173,9 +173,10 @@ void cli_args_usage(FILE *out)
         "  -c, --config FILE   the proxy's configuration, loaded as the proxy loads it\n"
         "  --json              print the endpoint's JSON answer as it is, one document\n"
         "  --admin URL         http://HOST:PORT of the admin listener instead of admin_listen\n"
-        "  --token-file F      your bearer token's file (\"-\": stdin, e.g. through kubectl\n"
-        "                      exec -i), needed with admin.operators_file; instead of\n"
-        "                      admin.token_file\n"
+        "  --token-file F      your bearer token's file, needed with admin.operators_file;\n"
+        "                      instead of admin.token_file. \"-\": the first line of stdin\n"
+        "                      (kubectl exec -i), and --body-file - or --only-from - read\n"
+        "                      the rest\n"
         "  --timeout SECONDS   how long one exchange may take (default %d)\n"
         "  --max-calls N       list, bulk: the calls of the walk at most (default %d); a walk\n"
         "                      stopped there, or whose next_cursor repeats, exits 1\n"
@@ -344,11 +345,9 @@ static int cli_args_check(struct cli_opts *o, char **pos, int n)
         cli_print_error("--reason is one line of text");
         return -1;
     }
-    if ((o->only_from != NULL && strcmp(o->only_from, "-") == 0) +
-        (o->body_file != NULL && strcmp(o->body_file, "-") == 0) +
-        (o->token_file != NULL && strcmp(o->token_file, "-") == 0) > 1) {
-        cli_print_error("--only-from -, --body-file - and --token-file -: stdin can be only one "
-                        "of them");
+    if (o->only_from != NULL && o->body_file != NULL && strcmp(o->only_from, "-") == 0 &&
+        strcmp(o->body_file, "-") == 0) {
+        cli_print_error("--only-from - and --body-file -: stdin can be only one of them");
         return -1;
     }
     if (o->confirm != NULL && strcmp(o->confirm, "re-execute") != 0) {

@@ -44,10 +44,11 @@ static const char *cli_http_reach(const char *host)
 }
 
 /*
- * The token of path ("-": stdin, read to its end) into c->token, checked
- * as the proxy checks it
+ * The token of path into c->token, checked as the proxy checks it
  * (bearer_token_set: trailing line breaks trimmed, a b64token of 32 to
- * 1024 characters). Read with read(2) into a stack buffer that is wiped, so
+ * 1024 characters). "-" reads the first line of stdin, a byte at a time,
+ * so that the rest stays for --body-file - or --only-from - (kubectl exec -i
+ * passes one stdin). Read with read(2) into a stack buffer that is wiped, so
  * no stdio buffer keeps a copy. 0, or -1 with the reason in err.
  */
 static int cli_http_read_token(struct cli_client *c, const char *path, char *err, size_t errlen)
@@ -57,27 +58,28 @@ static int cli_http_read_token(struct cli_client *c, const char *path, char *err
     size_t len = 0;
     const char *bad;
     ssize_t n;
-    bool in = strcmp(path, "-") == 0;
-    int fd = in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    bool line = strcmp(path, "-") == 0;
+    int fd = line ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
 
     if (fd < 0) {
         snprintf(err, errlen, "the admin token file %s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    while (len < sizeof(buf) && (n = read(fd, buf + len, sizeof(buf) - len)) != 0) {
+    while (len < sizeof(buf) && (len == 0 || !line || buf[len - 1] != '\n') &&
+           (n = read(fd, buf + len, line ? 1 : sizeof(buf) - len)) != 0) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
             snprintf(err, errlen, "the admin token file %s: cannot read: %s", path,
                      strerror(errno));
-            if (!in)
+            if (!line)
                 close(fd);
             OPENSSL_cleanse(buf, sizeof(buf));
             return -1;
         }
         len += (size_t)n;
     }
-    if (!in)
+    if (!line)
         close(fd);
     bad = len == sizeof(buf) ? "the token is longer than 1024 characters"
                              : bearer_token_set(&digest, buf, len);
