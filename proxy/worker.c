@@ -12,14 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/event_struct.h>
@@ -170,7 +167,8 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
     }
     exchange_set_config(w->xs, cfg);
     census_set_period(w->census, cfg->held_refresh_ms);
-    inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
+    inbox_set_config(w->webhook_inbox, cfg); /* keyring, plaintext window, signing secrets */
+    store_set_credentials(w->store, cfg);    /* the passwords of its next connections */
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
 }
@@ -660,6 +658,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     config_keyring_describe(cfg, err, sizeof(err));
     log_msg(LOG_INFO, "reloaded %s: %zu routes; %s", file, cfg->n_routes, err);
     keyring_note_core_dumps();
+    log_lines(LOG_INFO, config_secret_changes(running, cfg, err, sizeof(err))); /* no secret */
     if (route_unprotected(running->routes, running->n_routes, cfg->routes, cfg->n_routes,
                           file, err, sizeof(err)) > 0)
         log_lines(LOG_WARN, err);
