@@ -60,6 +60,12 @@ def proxy_connections(redis):
     return out
 
 
+def all_made_again(redis, before):
+    """As many connections of USER as before, none of them one of before."""
+    now = proxy_connections(redis)
+    return len(now) == len(before) and not now & before
+
+
 def auth_failures(redis):
     """ACL LOG entries of USER's refused AUTHs."""
     out = []
@@ -114,8 +120,8 @@ def test_a_rotation_in_the_documented_order_refuses_nothing(tmp_path, redis, sta
     assert proxy_connections(redis) == open_before
     # every connection made from now on sends the new password
     redis.cmd("CLIENT", "KILL", "USER", USER)
-    wait_until(lambda: (lambda now: len(now) == len(open_before) and not now & open_before)(
-        proxy_connections(redis)), what="the proxy's connections made again")
+    wait_until(lambda: all_made_again(redis, open_before),
+               what="the proxy's connections made again")
     wait_ready(p)
     assert metric(p, "idempotency_proxy_redis_up", required=True) == 1
     pay_once(p, upstream)
@@ -274,8 +280,11 @@ def test_a_sign_secret_file_signs_and_a_rewrite_signs_the_next_attempts(
     evt1, evt2, evt3 = ("evt_" + uuid.uuid4().hex for _ in range(3))
 
     def attempts_of(evt, n):
-        return wait_until(lambda: (lambda a: a if len(a) >= n else None)(
-            [a for a in receiver.attempts() if a["event"] == evt]), what="%d of %s" % (n, evt))
+        """The first n attempts of evt at the receiver (waits for them)."""
+        def got():
+            mine = [a for a in receiver.attempts() if a["event"] == evt]
+            return mine if len(mine) >= n else None
+        return wait_until(got, what="%d attempts of %s" % (n, evt))
 
     assert deliver(p, provider, stripe_body(evt1)).status == 202
     assert signed_with(attempts_of(evt1, 1)[0], old)
