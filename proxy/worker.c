@@ -156,7 +156,8 @@ static void worker_apply_config(struct worker *w, struct config *cfg)
     }
     exchange_set_config(w->xs, cfg);
     census_set_period(w->census, cfg->held_refresh_ms);
-    inbox_set_keyring(w->webhook_inbox, cfg->keyring, cfg->accept_plaintext_until_ms);
+    inbox_set_config(w->webhook_inbox, cfg); /* keyring, plaintext window, signing secrets */
+    store_set_credentials(w->store, cfg);    /* the passwords of its next connections */
     seal_thread_forget();   /* no context keyed from a key reloaded away stays */
     config_unref(cfg);
 }
@@ -372,11 +373,7 @@ static void worker_deinit(struct worker *w)
 static void worker_pool_gauges(void *arg, struct metrics_gauges *g);
 static const char *worker_pool_unready(void *arg, const char **away);
 
-/*
- * The admin worker's listeners: admin_listen's, the admin endpoints
- * (admin.h) within the bounds above, and health_listen's, the probes alone
- * (probe_listen); the probes are the admin listener's only without it.
- */
+/* The admin worker's listeners: admin_listen's (admin.h, the bounds above), health_listen's. */
 static int worker_admin_open(struct worker *w, struct worker_pool *p, struct config *cfg,
                              char *err, size_t errlen)
 {
@@ -653,6 +650,7 @@ int worker_pool_reload(struct worker_pool *p, const char *file)
     config_keyring_describe(cfg, err, sizeof(err));
     log_msg(LOG_INFO, "reloaded %s: %zu routes; %s", file, cfg->n_routes, err);
     keyring_note_core_dumps();
+    log_lines(LOG_INFO, config_secret_changes(running, cfg, err, sizeof(err))); /* no secret */
     if (route_unprotected(running->routes, running->n_routes, cfg->routes, cfg->n_routes,
                           file, err, sizeof(err)) > 0)
         log_lines(LOG_WARN, err);

@@ -23,8 +23,8 @@
  * The key tables are the schema (config_schema.c). The rest of the module:
  * config_int.h (the types and helpers its files share, and the setters'
  * ownership rule), config_node.c (messages, reading nodes), config_value.c
- * (pure value parsers), config_file.c (the file and its libyaml document);
- * route patterns live in route.c.
+ * (pure value parsers), config_file.c (the file and its libyaml document),
+ * config_secret.c (secrets read from files); route patterns live in route.c.
  */
 #include "config_int.h"
 #include "keyring.h"
@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 /* ---- loading ----------------------------------------------------------- */
 
@@ -84,6 +86,15 @@ failed:
     return -1;
 }
 
+/* Frees a secret (a password, a webhook or signing secret), wiped first. NULL is fine. */
+static void config_free_secret(char *secret)
+{
+    if (secret == NULL)
+        return;
+    OPENSSL_cleanse(secret, strlen(secret));
+    free(secret);
+}
+
 static void config_policy_deinit(struct route_policy *policy)
 {
     free(policy->key_header);
@@ -92,9 +103,9 @@ static void config_policy_deinit(struct route_policy *policy)
     free(policy->key_json_pointer);
     free(policy->record_source);
     for (size_t i = 0; i < policy->n_secrets; i++)
-        free(policy->secrets[i]);
+        config_free_secret(policy->secrets[i]);
     for (size_t i = 0; i < policy->delivery.n_sign_secrets; i++)
-        free(policy->delivery.sign_secrets[i]);
+        config_free_secret(policy->delivery.sign_secrets[i]);
 }
 
 void config_deinit(struct config *cfg)
@@ -117,7 +128,7 @@ void config_deinit(struct config *cfg)
     free(cfg->redis_host);
     free(cfg->redis_unix_path);
     free(cfg->redis_username);
-    free(cfg->redis_password);
+    config_free_secret(cfg->redis_password);
     free(cfg->redis_tls_ca_file);
     free(cfg->redis_tls_cert_file);
     free(cfg->redis_tls_key_file);
@@ -126,7 +137,7 @@ void config_deinit(struct config *cfg)
     for (size_t i = 0; i < cfg->redis_sentinels.n; i++)
         free(cfg->redis_sentinels.at[i].host);
     free(cfg->redis_sentinel_username);
-    free(cfg->redis_sentinel_password);
+    config_free_secret(cfg->redis_sentinel_password);
     for (size_t i = 0; i < cfg->redis_cluster.n; i++)
         free(cfg->redis_cluster.at[i].host);
     free(cfg->key_prefix);

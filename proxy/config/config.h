@@ -436,6 +436,18 @@ int config_retire_record_id_header(struct config *next, const struct config *run
     __attribute__((warn_unused_result));
 
 /*
+ * What a reload (running -> next, both borrowed) changed of the secrets,
+ * one line each ending in '\n', never a secret, into out (caller-owned,
+ * truncated to outsize bytes, NUL-terminated; outsize > 0): the Redis and
+ * the sentinels' passwords (sent from each worker's next connection), a
+ * webhook route's verify secrets, a queued route's delivery.sign secrets
+ * (routes paired by their pattern as written). Returns out, "" when none
+ * changed. For the reload log (config_secret.c); pure.
+ */
+const char *config_secret_changes(const struct config *running, const struct config *next,
+                                  char *out, size_t outsize);
+
+/*
  * The reload class of the key at path (borrowed), dotted as the documents
  * write it: "redis.tls.ca_file", a route policy key as under `routes:`
  * ("lease", "delivery.backoff.initial", "path"). CONFIG_RELOAD_UNSET for

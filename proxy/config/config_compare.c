@@ -81,23 +81,6 @@ bool config_changed_endpoints(const struct config_key *key, enum config_reload c
 
 /* ---- the keys no field type's comparison reads ------------------------------ */
 
-/* delivery.sign.secret (a, b: struct delivery_policy): the same secrets in the same order. */
-bool config_changed_sign_secrets(const struct config_key *key, enum config_reload cls,
-                                 const void *a, const void *b, const char **what)
-{
-    const struct delivery_policy *da = a, *db = b;
-
-    (void)key;
-    (void)cls;
-    (void)what;
-    if (da->n_sign_secrets != db->n_sign_secrets)
-        return true;
-    for (size_t i = 0; i < da->n_sign_secrets; i++)
-        if (strcmp(da->sign_secrets[i], db->sign_secrets[i]) != 0)
-            return true;
-    return false;
-}
-
 /* delivery.rate (a, b: struct delivery_policy). */
 bool config_changed_delivery_rate(const struct config_key *key, enum config_reload cls,
                                   const void *a, const void *b, const char **what)

@@ -7,6 +7,7 @@
 #include "config_int.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,12 @@ failed:
 
 int config_file_read(const char *file, char **text, size_t *len, char *err, size_t errlen)
 {
+    return config_file_read_max(file, SIZE_MAX, text, len, err, errlen);
+}
+
+int config_file_read_max(const char *file, size_t max, char **text, size_t *len, char *err,
+                         size_t errlen)
+{
     FILE *fp;
     char *buf = NULL;
     size_t used = 0, cap = 0;
@@ -137,6 +144,10 @@ int config_file_read(const char *file, char **text, size_t *len, char *err, size
         used += n;
         if (n == 0)
             break;
+        if (used > max) { /* a device or a wrong file: never read it all */
+            snprintf(err, errlen, "%s: larger than %zu bytes", file, max);
+            goto failed;
+        }
     }
     if (ferror(fp)) {
         snprintf(err, errlen, "%s: cannot read: %s", file, strerror(errno));
@@ -148,6 +159,8 @@ int config_file_read(const char *file, char **text, size_t *len, char *err, size
     return 0;
 failed:
     fclose(fp);
+    if (buf != NULL) /* it may hold a secret */
+        OPENSSL_cleanse(buf, cap);
     free(buf);
     return -1;
 }

@@ -43,6 +43,9 @@ static int config_check_delivery(struct config_loader *ld, const struct route_po
 
     if (delivery == NULL)
         return 0;
+    if (config_check_secret_source(ld, config_lookup(&ld->user, delivery, "sign"),
+                                   "delivery.sign", "secret") < 0)
+        return -1;
     if (!policy->webhook)
         return config_error(ld, delivery, "delivery is for webhook routes (key_from and "
                             "verify): queued delivery dedupes by the provider's event id");
@@ -129,7 +132,7 @@ static int config_finish_route(struct config_loader *ld, size_t i)
     struct route_policy *policy = &ld->cfg->routes[i].policy;
     yaml_node_t *map = ld->route_nodes[i];
     uint32_t *set = &ld->set_routes[i];
-    yaml_node_t *verify, *secret;
+    yaml_node_t *verify, *secret, *secret_file;
 
     ld->cur = &ld->user;
     if (*set & config_policy_bit("key_from")) {
@@ -160,14 +163,18 @@ static int config_finish_route(struct config_loader *ld, size_t i)
         return -1;
 
     ld->cur = &ld->user;
+    if (config_check_secret_source(ld, map, "", "secret") < 0)
+        return -1;
     verify = config_lookup(&ld->user, map, "verify");
     secret = config_lookup(&ld->user, map, "secret");
+    secret_file = config_lookup(&ld->user, map, "secret_file");
     if (policy->verify != VERIFY_NONE && policy->n_secrets == 0)
         return config_error(ld, verify, "verify needs a secret (one string, or a list of two "
-                            "during a rotation)");
-    if (policy->verify == VERIFY_NONE && secret != NULL)
-        return config_error(ld, secret, "secret without verify: set verify to "
-                            "standard-webhooks, github or stripe");
+                            "during a rotation) or a secret_file");
+    if (policy->verify == VERIFY_NONE && (secret != NULL || secret_file != NULL))
+        return config_error(ld, secret != NULL ? secret : secret_file, "%s without verify: set "
+                            "verify to standard-webhooks, github or stripe",
+                            secret != NULL ? "secret" : "secret_file");
     free(policy->record_source);
     policy->record_source = config_record_source(policy, ld->cfg->routes[i].match,
                                                   ld->cfg->routes[i].prefix);
@@ -175,9 +182,17 @@ static int config_finish_route(struct config_loader *ld, size_t i)
         return config_oom(ld, map);
     for (size_t i = 0; i < policy->n_secrets; i++) {
         const char *why = NULL;
+        yaml_node_t *file;
+
         /* a mistyped secret fails here, not as a 401 on every delivery */
-        if (webhook_secret_check(policy->verify, policy->secrets[i], &why) != 0)
+        if (webhook_secret_check(policy->verify, policy->secrets[i], &why) == 0)
+            continue;
+        if (secret_file == NULL)
             return config_error(ld, secret, "bad secret: %s", why != NULL ? why : "unusable");
+        file = config_item(ld, secret_file, i); /* the path as written, never the secret */
+        return config_error(ld, file, "secret_file: %s: bad secret: %s",
+                            (const char *)file->data.scalar.value,
+                            why != NULL ? why : "unusable");
     }
     if (config_check_delivery(ld, policy, map) < 0)
         return -1;

@@ -176,6 +176,15 @@ bool config_is_null(const yaml_node_t *node);
 int config_file_read(const char *file, char **text, size_t *len, char *err, size_t errlen);
 
 /*
+ * config_file_read of a file of at most max bytes: a larger one (or a
+ * device that never ends) is "FILE: larger than MAX bytes" in err, read no
+ * further than that. The buffer of a failed read is wiped before it is
+ * freed (it may hold a secret). Same returns (config_file.c).
+ */
+int config_file_read_max(const char *file, size_t max, char **text, size_t *len, char *err,
+                         size_t errlen);
+
+/*
  * Builds doc (its name and wipe set, the rest zeroed) from text (len bytes,
  * borrowed) with libyaml, line marks kept; doc->root is NULL for an empty
  * or null document, and doc->loaded says yaml_document_delete is due. A
@@ -299,7 +308,7 @@ config_compare config_changed_string, config_changed_bool, config_changed_u64,
 
 /* The comparisons of the keys whose field no field type's comparison reads (config_compare.c). */
 config_compare config_changed_key_source, config_changed_scope_headers, config_changed_routes,
-    config_changed_inherited, config_changed_sign_secrets, config_changed_delivery_rate;
+    config_changed_inherited, config_changed_delivery_rate;
 
 /* The first change of a key of the class a walk looks for. */
 struct config_change {
@@ -352,6 +361,33 @@ config_setter config_set_rfc3339;
 /* delivery.sign.secret (a list of at most two) and delivery.rate (`N/s`, `N/min`) (config_set.c). */
 config_setter config_set_sign_secret, config_set_delivery_rate;
 config_list_begin config_begin_sign_secrets;
+
+/* Longest secret file (redis.password_file, secret_file, delivery.sign.secret_file), bytes. */
+#define CONFIG_SECRET_FILE_MAX 4096
+
+/*
+ * The secrets read from files (config_secret.c; CONTRACT 16): each file is
+ * read whole by every load (start, `-t`, SIGHUP), one trailing newline (LF
+ * or CRLF) trimmed; empty, unreadable, larger than CONFIG_SECRET_FILE_MAX,
+ * with a NUL byte or a second line is an error naming the file and the
+ * key's line. The secret goes where the inline key (`password`, `secret`)
+ * puts its own: redis.password_file and redis.sentinel.password_file fill
+ * the string at key->offset; a route's secret_file its secrets, checked
+ * against verify in pass 3 (config_finish.c); delivery.sign.secret_file
+ * the signing secrets, each checked as delivery.sign.secret's.
+ */
+config_setter config_set_password_file, config_set_secret_file, config_set_sign_secret_file;
+config_list_begin config_begin_secret_files, config_begin_sign_secret_files;
+
+/*
+ * Pass 3: map (a mapping of the user's file, NULL is fine) must not hold
+ * both the key name (`password`, `secret`) and name_file, null values
+ * included: one source per secret. section ("redis", "redis.sentinel",
+ * "delivery.sign", "" for a route) words the message. Returns 0, or -1
+ * after config_error naming name_file's line (config_secret.c).
+ */
+int config_check_secret_source(struct config_loader *ld, yaml_node_t *map, const char *section,
+                               const char *name);
 
 /*
  * Pass 3: with redis.min_replicas > 0, redis.replica_timeout must be at most

@@ -55,11 +55,13 @@ static int config_finish_sentinel(struct config_loader *ld, yaml_node_t *sentine
     if (cfg->redis_sentinel_master == NULL || cfg->redis_sentinels.n == 0)
         return config_error(ld, sentinel, "redis.sentinel needs master (the name the sentinels "
                             "monitor it by) and addresses (host:port of each sentinel)");
+    if (config_check_secret_source(ld, sentinel, "redis.sentinel", "password") < 0)
+        return -1;
     config_take_credential(&cfg->redis_sentinel_username, NULL);
     config_take_credential(&cfg->redis_sentinel_password, NULL);
     if (cfg->redis_sentinel_username != NULL && cfg->redis_sentinel_password == NULL)
         return config_error(ld, sentinel, "redis.sentinel: a user name without a password: "
-                            "set redis.sentinel.password");
+                            "set redis.sentinel.password or redis.sentinel.password_file");
     return 0;
 }
 
@@ -86,12 +88,21 @@ int config_finish_redis(struct config_loader *ld)
         return -1;
     if (cluster != NULL && config_finish_cluster(ld, cluster) < 0)
         return -1;
+    if (config_check_secret_source(ld, redis, "redis", "password") < 0)
+        return -1;
+    /* the file is the one source: a password left in the URL would be a second */
+    if ((ld->set_redis & (1u << config_key_index(config_redis_keys, "password_file"))) &&
+        ld->redis_url_password != NULL && ld->redis_url_password[0] != '\0')
+        return config_error(ld, config_lookup(&ld->user, redis, "password_file"),
+                            "redis.password_file and a password in redis.url both give the "
+                            "password; keep one (write the URL without it)");
     config_take_credential(&cfg->redis_username, &ld->redis_url_username);
     config_take_credential(&cfg->redis_password, &ld->redis_url_password);
     /* the name is not echoed: redis://SECRET@host may have meant a password */
     if (cfg->redis_username != NULL && cfg->redis_password == NULL)
         return config_error(ld, redis, "redis: a user name without a password: set "
-                            "redis.password, or write redis://USER:PASSWORD@host (for the "
+                            "redis.password or redis.password_file, or write "
+                            "redis://USER:PASSWORD@host (for the "
                             "default user: redis://:PASSWORD@host)");
     if (tls != NULL && cfg->redis_unix_path != NULL)
         return config_error(ld, tls, "redis.tls with a unix: socket: TLS on a unix socket is "

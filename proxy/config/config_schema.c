@@ -85,12 +85,19 @@ static const struct config_section config_redis_tls_section;
 static const struct config_section config_redis_sentinel_section;
 static const struct config_section config_redis_cluster_section;
 
+/*
+ * The passwords (password, password_file; the sentinels' too) are live:
+ * each worker's store sends a reload's at its next connection
+ * (store_set_credentials), while the connections set up stay as they are.
+ * A *_file key is read again by every load, its path changed or not.
+ */
 const struct config_key config_redis_keys[] = {
     { "url", .reload = RESTART(config_changed_string), .set = config_set_redis_url, .offset = CFG(redis_url) },
     { "sentinel", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_sentinel_section },
     { "cluster", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_cluster_section },
     { "username", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_username), .flags = CONFIG_UNSET_EMPTY },
-    { "password", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_password), .flags = CONFIG_UNSET_EMPTY },
+    { "password", .reload = LIVE, .set = config_set_string, .offset = CFG(redis_password), .flags = CONFIG_UNSET_EMPTY },
+    { "password_file", .reload = LIVE, .set = config_set_password_file, .offset = CFG(redis_password) },
     { "tls", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_tls_section },
     { "key_prefix", .reload = IDENTITY(config_changed_string), .set = config_set_key_prefix, .offset = CFG(key_prefix) },
     { "min_replicas", .reload = RESTART(config_changed_unsigned), .set = config_set_min_replicas, .offset = CFG(redis_min_replicas) },
@@ -114,7 +121,8 @@ const struct config_key config_redis_sentinel_keys[] = {
     { "master", .reload = RESTART(config_changed_string), .set = config_set_sentinel_master, .offset = CFG(redis_sentinel_master) },
     { "addresses", .reload = RESTART(config_changed_endpoints), .kind = CONFIG_LIST, .set = config_set_sentinel_address, .offset = CFG(redis_sentinels), .begin = config_begin_sentinel_addresses },
     { "username", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_sentinel_username), .flags = CONFIG_UNSET_EMPTY },
-    { "password", .reload = RESTART(config_changed_string), .set = config_set_string, .offset = CFG(redis_sentinel_password), .flags = CONFIG_UNSET_EMPTY },
+    { "password", .reload = LIVE, .set = config_set_string, .offset = CFG(redis_sentinel_password), .flags = CONFIG_UNSET_EMPTY },
+    { "password_file", .reload = LIVE, .set = config_set_password_file, .offset = CFG(redis_sentinel_password) },
     { "tls", .reload = RESTART(config_changed_bool), .set = config_set_bool, .offset = CFG(redis_tls) },
     { .name = NULL },
 };
@@ -194,6 +202,7 @@ const struct config_key config_policy_keys[] = {
     { "key_from", .reload = IDENTITY(config_changed_key_source), .set = config_set_key_from, .flags = CONFIG_ROUTE_ONLY },
     { "verify", .reload = LIVE, .set = config_set_enum, .offset = POL(verify), .flags = CONFIG_ROUTE_ONLY, .names = config_verify_names },
     { "secret", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_secret, .flags = CONFIG_ROUTE_ONLY, .begin = config_begin_secrets },
+    { "secret_file", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_secret_file, .flags = CONFIG_ROUTE_ONLY, .begin = config_begin_secret_files },
     { .name = NULL },
 };
 
@@ -216,10 +225,12 @@ static const struct config_section config_delivery_backoff_section = {
 /*
  * A queued route's delivery.sign: the proxy signs every attempt itself
  * (Standard Webhooks); one `whsec_` secret, or a list of two while the
- * receiver rotates it.
+ * receiver rotates it. Live: each attempt is signed with the secrets of the
+ * last reload (inbox_set_config).
  */
 const struct config_key config_delivery_sign_keys[] = {
-    { "secret", .reload = RESTART(config_changed_sign_secrets), .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_sign_secret, .begin = config_begin_sign_secrets },
+    { "secret", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_sign_secret, .begin = config_begin_sign_secrets },
+    { "secret_file", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_sign_secret_file, .begin = config_begin_sign_secret_files },
     { .name = NULL },
 };
 

@@ -108,14 +108,16 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
                            bool report_gauges);
 
 /*
- * The keyring entries are opened with from now on (a reload's, kr borrowed:
- * ib takes a reference; NULL: none), and its config's
- * encryption.accept_plaintext_until (plaintext_until_ms, unix ms; 0:
- * unset), so a rotation and the migration window reach the consumer,
- * which keeps the routes of its boot config. Its thread only. NULL ib is fine.
+ * What a reload (cfg; ib takes a reference) changes for the consumer, which
+ * keeps the routes and delivery settings of its boot config: the keyring
+ * entries are opened with (NULL: none) and encryption.accept_plaintext_until,
+ * so a rotation and the migration window reach it; and the delivery.sign
+ * secrets each attempt is signed with, those of cfg's queued route of the
+ * same path as written (a rotated delivery.sign.secret or secret_file signs
+ * the next attempts; a route cfg lacks keeps its boot secrets). Its thread
+ * only. NULL ib is fine.
  */
-struct keyring;
-void inbox_set_keyring(struct inbox *ib, struct keyring *kr, uint64_t plaintext_until_ms);
+void inbox_set_config(struct inbox *ib, struct config *cfg);
 
 /* A delivery was just appended: read now rather than at the next poll. NULL is fine. */
 void inbox_kick(struct inbox *ib);

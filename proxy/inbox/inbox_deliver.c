@@ -393,6 +393,7 @@ struct inbox *inbox_create(struct event_base *base, struct store *s, struct upst
         r->ib = ib;
         r->route = &cfg->routes[i];
         r->policy = &cfg->routes[i].policy.delivery;
+        r->sign = r->policy;
         r->name = inbox_route_name(r->route);
         inbox_keys_init(&r->keys, cfg->key_prefix, r->route);
         inbox_rate_init(&r->rate, r->policy);
@@ -450,15 +451,36 @@ void inbox_destroy(struct inbox *ib)
     }
     free(ib->routes);
     keyring_unref(ib->keyring);
+    config_unref(ib->sign_cfg);
     config_unref(ib->cfg);
     free(ib);
 }
 
-void inbox_set_keyring(struct inbox *ib, struct keyring *kr, uint64_t plaintext_until_ms)
+void inbox_set_config(struct inbox *ib, struct config *cfg)
 {
+    struct config *was;
+
     if (ib == NULL)
         return;
     keyring_unref(ib->keyring);
-    ib->keyring = kr != NULL ? keyring_ref(kr) : NULL;
-    ib->plaintext_until_ms = plaintext_until_ms;
+    ib->keyring = cfg->keyring != NULL ? keyring_ref(cfg->keyring) : NULL;
+    ib->plaintext_until_ms = cfg->accept_plaintext_until_ms;
+    was = ib->sign_cfg;
+    ib->sign_cfg = config_ref(cfg);
+    for (size_t i = 0; i < ib->n_routes; i++) {
+        struct inbox_route *r = &ib->routes[i];
+
+        /* the reload check kept every queued route by its path as written */
+        r->sign = r->policy;
+        for (size_t j = 0; j < cfg->n_routes; j++) {
+            const struct route *route = &cfg->routes[j];
+
+            if (route->policy.delivery.mode == DELIVERY_QUEUED &&
+                inbox_route_named(route, r->name)) {
+                r->sign = &route->policy.delivery;
+                break;
+            }
+        }
+    }
+    config_unref(was); /* after: no route points into it any more */
 }

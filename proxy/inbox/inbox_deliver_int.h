@@ -74,7 +74,10 @@ struct inbox_route {
     struct inbox *ib;
     const struct route *route;
     char *name;                               /* owned: inbox_route_name, what seals bind */
-    const struct delivery_policy *policy;
+    const struct delivery_policy *policy;     /* the boot config's: the delivery's settings */
+    const struct delivery_policy *sign;       /* whose sign_secrets sign each attempt: the last
+                                                 reload's route of this path
+                                                 (inbox_set_config), else policy */
     struct inbox_keys keys;
     struct inbox_store_rate rate;             /* delivery.rate as the gate script takes it */
     bool paused;                              /* as the last gated read found it */
@@ -94,7 +97,9 @@ struct inbox {
     struct store *store;
     struct upstream *up;
     struct config *cfg;                       /* one reference */
-    struct keyring *keyring;                  /* the last config's (inbox_set_keyring); one
+    struct config *sign_cfg;                  /* the last reload's, the routes' sign points
+                                                 into it; one reference, NULL: none yet */
+    struct keyring *keyring;                  /* the last config's (inbox_set_config); one
                                                  reference, NULL: none */
     uint64_t plaintext_until_ms;              /* the last config's
                                                  encryption.accept_plaintext_until, unix ms;

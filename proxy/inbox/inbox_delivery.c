@@ -405,7 +405,7 @@ static bool inbox_delivery_readable(struct inbox_delivery *d)
  */
 static int inbox_sign(struct inbox_delivery *d)
 {
-    const struct delivery_policy *p = d->r->policy;
+    const struct delivery_policy *p = d->r->sign; /* the last reload's secrets */
     struct evkeyval *h, *next;
     char signature[WEBHOOK_SIGNATURE_MAX], ts[24];
     int64_t now_s = (int64_t)(clock_now_ms() / 1000);
@@ -451,7 +451,7 @@ void inbox_deliver(struct inbox_route *r, const struct store_reply *entry)
         return;
     evhttp_remove_header(&d->headers, "Idempotency-Key");
     evhttp_add_header(&d->headers, "Idempotency-Key", d->event);
-    if (r->policy->n_sign_secrets > 0 && inbox_sign(d) < 0) {
+    if (r->sign->n_sign_secrets > 0 && inbox_sign(d) < 0) {
         d->attempts = r->policy->max_attempts;
         inbox_failed(d, "an entry that cannot be signed", -1);
         return;

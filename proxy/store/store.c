@@ -237,6 +237,7 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     }
     s->base = base;
     s->cfg = cfg;
+    s->auth = (struct store_auth){ cfg->redis_password, cfg->redis_sentinel_password, NULL };
     /* no replica seen yet: ready once a ROLE or WAIT counts enough of them */
     s->replicas_short = cfg->redis_min_replicas > 0;
     TAILQ_INIT(&s->queued);
@@ -259,14 +260,14 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
                                 evutil_inet_pton(AF_INET6, cfg->redis_host, addr) != 1))
         s->dns = store_dns_create(base);
     if (cluster) {
-        s->cluster = store_cluster_create(base, cfg, s->dns, s->tls, &cluster_hooks);
+        s->cluster = store_cluster_create(base, cfg, &s->auth, s->dns, s->tls, &cluster_hooks);
         if (s->cluster == NULL)
             return store_create_failed(s, err, errlen);
         return s; /* it reads the slot map from the loop's first turn */
     }
-    s->conn = store_conn_create(base, cfg, &node, s->dns, s->tls, &hooks);
+    s->conn = store_conn_create(base, cfg, &s->auth, &node, s->dns, s->tls, &hooks);
     if (s->conn != NULL && sentinel &&
-        (s->sentinel = store_sentinel_create(base, cfg, s->dns, s->tls, s->conn,
+        (s->sentinel = store_sentinel_create(base, cfg, &s->auth, s->dns, s->tls, s->conn,
                                              store_on_followed, s)) == NULL) {
         store_conn_destroy(s->conn);
         s->conn = NULL;
@@ -318,7 +319,17 @@ void store_destroy(struct store *s)
         free(cmd->saved);
         free(cmd);
     }
+    config_unref(s->auth.held); /* after the connections, which read it */
     free(s);
+}
+
+void store_set_credentials(struct store *s, struct config *cfg)
+{
+    struct config *was = s->auth.held;
+
+    s->auth = (struct store_auth){ cfg->redis_password, cfg->redis_sentinel_password,
+                                   config_ref(cfg) };
+    config_unref(was);
 }
 
 void store_set_observer(struct store *s, store_observer *fn, void *arg)

@@ -63,6 +63,17 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
 void store_destroy(struct store *s);
 
 /*
+ * The credentials of a reload (cfg's redis.password and
+ * redis.sentinel.password; s takes a reference to cfg): every connection
+ * set up from now on (a reconnect after a drop, a failover, a sentinel
+ * asked, a cluster node) sends them; connections already set up stay as
+ * they are, their AUTH done (docs/redis.md#authentication). The user
+ * names stay the boot config's (a reload cannot change them). On s's
+ * loop's thread only.
+ */
+void store_set_credentials(struct store *s, struct config *cfg);
+
+/*
  * Called once per command with its round-trip time in seconds and whether it
  * succeeded (an error reply, a timeout or no connection count as failed).
  */

@@ -56,6 +56,7 @@ struct cluster_node {
 struct store_cluster {
     struct event_base *base;
     const struct config *cfg;
+    const struct store_auth *auth;  /* borrowed */
     struct evdns_base *dns;
     SSL_CTX *tls;
     struct store_cluster_hooks hooks;
@@ -177,7 +178,8 @@ static void cluster_open(struct cluster_node *n)
 
     if (n->conn != NULL)
         return;
-    n->conn = store_conn_create(n->cl->base, n->cl->cfg, &where, n->cl->dns, n->cl->tls, &hooks);
+    n->conn = store_conn_create(n->cl->base, n->cl->cfg, n->cl->auth, &where, n->cl->dns,
+                                n->cl->tls, &hooks);
     if (n->conn != NULL)
         store_conn_start_now(n->conn);
 }
@@ -534,7 +536,8 @@ static void cluster_probe(struct store_cluster *cl)
         where.host = cl->nodes[i - cl->cfg->redis_cluster.n]->host;
         where.port = cl->nodes[i - cl->cfg->redis_cluster.n]->port;
     }
-    cl->probe = store_conn_create(cl->base, cl->cfg, &where, cl->dns, cl->tls, &hooks);
+    cl->probe = store_conn_create(cl->base, cl->cfg, cl->auth, &where, cl->dns, cl->tls,
+                                  &hooks);
     if (cl->probe == NULL) {
         cluster_refresh_done(cl, false);
         return;
@@ -576,6 +579,7 @@ static void cluster_on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 /* ---- the interface ---------------------------------------------------------- */
 
 struct store_cluster *store_cluster_create(struct event_base *base, const struct config *cfg,
+                                           const struct store_auth *auth,
                                            struct evdns_base *dns, SSL_CTX *tls,
                                            const struct store_cluster_hooks *hooks)
 {
@@ -586,6 +590,7 @@ struct store_cluster *store_cluster_create(struct event_base *base, const struct
         return NULL;
     cl->base = base;
     cl->cfg = cfg;
+    cl->auth = auth;
     cl->dns = dns;
     cl->tls = tls;
     cl->hooks = *hooks;

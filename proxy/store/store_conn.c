@@ -366,6 +366,7 @@ void store_conn_restart(struct store_conn *c, const char *why)
 /* ---- life --------------------------------------------------------------- */
 
 struct store_conn *store_conn_create(struct event_base *base, const struct config *cfg,
+                                     const struct store_auth *auth,
                                      const struct store_node *node, struct evdns_base *dns,
                                      SSL_CTX *tls, const struct store_conn_hooks *hooks)
 {
@@ -375,6 +376,7 @@ struct store_conn *store_conn_create(struct event_base *base, const struct confi
         return NULL;
     c->base = base;
     c->cfg = cfg;
+    c->auth = auth;
     c->node = *node;
     if (node->host != NULL) {
         snprintf(c->host, sizeof(c->host), "%s", node->host);

@@ -116,13 +116,30 @@ struct store_conn_hooks {
 typedef void store_conn_reply_cb(enum store_status st, const redisReply *r, void *privdata);
 
 /*
- * A connection to node for base, set up from cfg (credentials, db, TLS
- * options, redis.timeout), not started. dns (borrowed) resolves host names;
- * NULL is fine for a unix socket or an address literal. tls (borrowed, from
- * store_tls_context) makes it TLS; NULL is plain. All must outlive the
- * connection. NULL on allocation failure.
+ * The passwords AUTH sends, read at each new connection's setup (never
+ * copied by the connection): one per store, on its loop's thread only.
+ * store_set_credentials points them at a reload's config, so a rotated
+ * password is sent from the next connection on, while a connection set up
+ * already stays as it is (docs/redis.md#authentication).
+ */
+struct store_auth {
+    const char *password;           /* redis.password: the data nodes' (and a cluster's);
+                                       NULL: none */
+    const char *sentinel_password;  /* redis.sentinel.password; NULL: none */
+    struct config *held;            /* the config they point into, one reference; NULL: the
+                                       store's own cfg, which outlives it */
+};
+
+/*
+ * A connection to node for base, set up from cfg (user name, db, TLS
+ * options, redis.timeout) and auth (the passwords, read at each setup),
+ * not started. dns (borrowed) resolves host names; NULL is fine for a unix
+ * socket or an address literal. tls (borrowed, from store_tls_context)
+ * makes it TLS; NULL is plain. All must outlive the connection. NULL on
+ * allocation failure.
  */
 struct store_conn *store_conn_create(struct event_base *base, const struct config *cfg,
+                                     const struct store_auth *auth,
                                      const struct store_node *node, struct evdns_base *dns,
                                      SSL_CTX *tls, const struct store_conn_hooks *hooks);
 
@@ -262,11 +279,13 @@ typedef void store_sentinel_followed_cb(const char *from, const char *to, void *
  * must outlive it), on base: answers data's locate hook (see
  * store_sentinel_locate), and keeps one connection subscribed to
  * +switch-master at one sentinel, restarting data when our master moves.
- * dns and tls (borrowed, may be NULL) as for store_conn_create. followed
+ * auth, dns and tls (borrowed; dns and tls may be NULL) as for
+ * store_conn_create. followed
  * (may be NULL) hears of primaries that changed. NULL on allocation
  * failure.
  */
 struct store_sentinel *store_sentinel_create(struct event_base *base, const struct config *cfg,
+                                             const struct store_auth *auth,
                                              struct evdns_base *dns, SSL_CTX *tls,
                                              struct store_conn *data,
                                              store_sentinel_followed_cb *followed, void *arg);
@@ -312,10 +331,11 @@ struct store_cluster_hooks {
  * to date (every second, sooner after a redirection or a lost primary) with
  * CLUSTER SHARDS, or CLUSTER SLOTS on servers older than 7.0. One data
  * connection (store_conn, ROLE master) per primary in the map, opened when
- * the map names it or a redirection does. dns and tls (borrowed, may be
- * NULL) as for store_conn_create. NULL on allocation failure.
+ * the map names it or a redirection does. auth, dns and tls (borrowed; dns
+ * and tls may be NULL) as for store_conn_create. NULL on allocation failure.
  */
 struct store_cluster *store_cluster_create(struct event_base *base, const struct config *cfg,
+                                           const struct store_auth *auth,
                                            struct evdns_base *dns, SSL_CTX *tls,
                                            const struct store_cluster_hooks *hooks);
 
@@ -408,6 +428,7 @@ struct store_conn_resolve {
 struct store_conn {
     struct event_base *base;
     const struct config *cfg;
+    const struct store_auth *auth;  /* borrowed: the passwords of the next setup */
     struct store_node node;
     struct evdns_base *dns;         /* borrowed; NULL: names cannot be resolved */
     SSL_CTX *tls;                   /* borrowed; NULL: plain TCP or unix */

@@ -118,10 +118,11 @@ static const char *conn_username(const struct store_conn *c)
                                                : c->cfg->redis_username;
 }
 
+/* The password of this setup: the last reload's (store_set_credentials), never kept. */
 static const char *conn_password(const struct store_conn *c)
 {
-    return c->node.kind == STORE_NODE_SENTINEL ? c->cfg->redis_sentinel_password
-                                               : c->cfg->redis_password;
+    return c->node.kind == STORE_NODE_SENTINEL ? c->auth->sentinel_password
+                                               : c->auth->password;
 }
 
 static void conn_setup_done(struct store_conn *c)

@@ -144,6 +144,8 @@ TAILQ_HEAD(store_waiter_list, store_waiter);
 struct store {
     struct event_base *base;
     const struct config *cfg;
+    struct store_auth auth;         /* the passwords of the next connections; its loop's
+                                       thread only (store_set_credentials) */
     struct store_conn *conn;        /* the node: redis.url, or the primary redis.sentinel names;
                                        NULL with redis.cluster */
     struct store_cluster *cluster;  /* redis.cluster's slot map and connections; or NULL */

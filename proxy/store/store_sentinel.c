@@ -65,6 +65,7 @@ enum sentinel_answer { ASK_PENDING, ASK_FOUND, ASK_FAILED };
 struct store_sentinel {
     struct event_base *base;
     const struct config *cfg;
+    const struct store_auth *auth;  /* borrowed */
     struct evdns_base *dns;         /* borrowed */
     SSL_CTX *tls;                   /* borrowed */
     struct store_conn *data;        /* borrowed: the connection we locate */
@@ -141,7 +142,8 @@ static struct store_conn *sentinel_connect(struct store_sentinel *sn, size_t i,
 {
     const struct endpoint *ep = &sn->cfg->redis_sentinels.at[i];
     const struct store_node node = { ep->host, ep->port, NULL, STORE_NODE_SENTINEL };
-    struct store_conn *c = store_conn_create(sn->base, sn->cfg, &node, sn->dns, sn->tls, hooks);
+    struct store_conn *c = store_conn_create(sn->base, sn->cfg, sn->auth, &node, sn->dns,
+                                             sn->tls, hooks);
 
     if (c != NULL)
         store_conn_start(c);
@@ -590,7 +592,8 @@ static void sentinel_confirm(struct store_sentinel *sn, const char *host, uint16
 
     if (sn->confirm != NULL)
         return;
-    sn->confirm = store_conn_create(sn->base, sn->cfg, &node, sn->dns, sn->tls, &hooks);
+    sn->confirm = store_conn_create(sn->base, sn->cfg, sn->auth, &node, sn->dns, sn->tls,
+                                    &hooks);
     if (sn->confirm != NULL)
         store_conn_start(sn->confirm);
 }
@@ -673,6 +676,7 @@ static void sentinel_check(struct store_sentinel *sn)
 /* ---- life --------------------------------------------------------------- */
 
 struct store_sentinel *store_sentinel_create(struct event_base *base, const struct config *cfg,
+                                             const struct store_auth *auth,
                                              struct evdns_base *dns, SSL_CTX *tls,
                                              struct store_conn *data,
                                              store_sentinel_followed_cb *followed, void *arg)
@@ -684,6 +688,7 @@ struct store_sentinel *store_sentinel_create(struct event_base *base, const stru
         return NULL;
     sn->base = base;
     sn->cfg = cfg;
+    sn->auth = auth;
     sn->dns = dns;
     sn->tls = tls;
     sn->data = data;

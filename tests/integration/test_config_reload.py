@@ -360,14 +360,16 @@ def on_every_worker(check):
     ("upstream.connect_timeout", lambda: {"upstream": {"connect_timeout": "3s"}}, "upstream"),
     ("upstream.timeout", lambda: {"upstream": {"timeout": "31s"}}, "upstream"),
     ("redis.url", lambda: {"redis": {"url": "redis://127.0.0.1:%d/0" % free_port()}}, "redis"),
-    ("redis.password", lambda: {"redis": {"password": "not-the-one"}}, "redis"),
+    # (a password is live since 0.5.0: test_secret_files.py; a user name is not)
+    ("redis.username", lambda: {"redis": {"username": "someone", "password": "not-the-one"}},
+     "redis"),
     ("redis.timeout", lambda: {"redis": {"timeout": "1s"}}, "redis"),
     ("redis.replica_timeout", lambda: {"redis": {"replica_timeout": "100ms"}}, "redis"),
 ])
 def test_sighup_refuses_a_restart_key_and_keeps_serving_as_before(start_proxy, upstream, redis,
                                                                   name, change, top):
     # the listener, the upstream client and the store keep what they were built from (a new
-    # upstream or Redis that nothing listens on, or a wrong password, would fail requests)
+    # upstream or Redis that nothing listens on, or a wrong user, would fail requests)
     p = start_proxy()
     failures = metric(p, "idempotency_proxy_config_reload_failures_total", required=True)
     rewrite(p, upstream, redis, **change())

@@ -3,7 +3,7 @@
     docker/Dockerfile                   image: EXPOSE, HEALTHCHECK, USER, CMD config path
     docker/idempotency-proxy.yaml       the config baked into the image (compose topology)
     docker/compose.yaml                 redis + payments-api + proxy
-    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password, admin operators),
+    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password file, admin operators),
                                         Deployment (app + sidecar), Service,
                                         PodDisruptionBudget, NetworkPolicy, the Redis CA mount
     conf/idempotency-proxy.yaml         the annotated sample: the schema the others must use
@@ -45,6 +45,8 @@ READMES = [os.path.join(REPO, "README.md"), os.path.join(REPO, "docs", "operatio
 
 CONFIG_PATH = "/etc/idempotency-proxy/idempotency-proxy.yaml"
 PROXY_CONTAINER = "idempotency-proxy"
+# where the Kubernetes example mounts the Redis password (redis.password_file)
+SIDECAR_REDIS_PASSWORD_FILE = "/etc/idempotency-proxy-redis/password"
 
 
 # --------------------------------------------------------------------------
@@ -220,6 +222,11 @@ def with_operators_file(text, tmp_path, operators=None):
 
 
 def check_config_text(text, tmp_path, name="idempotency-proxy.yaml"):
+    """check_config of text; the Kubernetes example's Redis password file is one in tmp_path."""
+    if SIDECAR_REDIS_PASSWORD_FILE in text:
+        password = tmp_path / "redis-password"
+        password.write_text("deploy-test\n")
+        text = text.replace(SIDECAR_REDIS_PASSWORD_FILE, str(password))
     path = tmp_path / name
     path.write_text(text)
     return check_config(str(path))
@@ -576,8 +583,10 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     assert cm.pop("admin") == {"operators_file": "/etc/idempotency-proxy-operators/operators.yaml"}
     assert cm.pop("log") == {"audit": "stderr"} and "log" not in baked
     baked.pop("admin")
+    # and the Redis password from a Secret's file; the image's from $REDIS_PASSWORD
+    assert cm["redis"].pop("password_file") == SIDECAR_REDIS_PASSWORD_FILE
+    assert baked["redis"].pop("password") == "${REDIS_PASSWORD}"
     assert cm == baked
-    assert cm["redis"]["password"] == "${REDIS_PASSWORD}"
 
 
 def with_keyring_file(text, tmp_path, keyring_text):
@@ -638,13 +647,25 @@ def test_app_listens_on_the_pods_loopback_only():
     assert not app.get("ports"), "the app should declare no ports: only the proxy reaches it"
 
 
-def test_sidecar_reads_the_redis_password_from_the_secret():
+def test_sidecar_reads_the_redis_password_from_a_secret_file():
     by_kind = sidecar_objects()
-    env = {e["name"]: e for e in pod_containers(by_kind)[PROXY_CONTAINER]["env"]}
-    ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    secrets = [s for s in by_kind["Secret"] if s["metadata"]["name"] == ref["name"]]
-    assert len(secrets) == 1, ref
-    assert ref["key"] in dict(secrets[0].get("stringData", {}), **secrets[0].get("data", {}))
+    assert configmap_config(by_kind)["redis"]["password_file"] == SIDECAR_REDIS_PASSWORD_FILE
+    spec = one(by_kind, "Deployment")["spec"]["template"]["spec"]
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    # not in the environment, which whoever reads the process's environment reads too
+    assert all("PASSWORD" not in e["name"] for e in proxy.get("env", [])), proxy.get("env")
+    mounts = [m for m in proxy["volumeMounts"]
+              if m["mountPath"] == os.path.dirname(SIDECAR_REDIS_PASSWORD_FILE)]
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True, proxy["volumeMounts"]
+    secret = {v["name"]: v for v in spec["volumes"]}[mounts[0]["name"]]["secret"]
+    assert not secret.get("optional"), "without its password the proxy would start without AUTH"
+    assert [i["path"] for i in secret["items"]] == [os.path.basename(SIDECAR_REDIS_PASSWORD_FILE)]
+    assert secret["defaultMode"] & 0o007 == 0, oct(secret["defaultMode"])
+    secrets = [s for s in by_kind["Secret"] if s["metadata"]["name"] == secret["secretName"]]
+    assert len(secrets) == 1, secret
+    key = secret["items"][0]["key"]
+    assert key in dict(secrets[0].get("stringData", {}), **secrets[0].get("data", {}))
+    assert ("--from-literal=%s=" % key) in read(SIDECAR)
 
 
 def test_sidecar_mounts_the_configmap_at_the_documented_path():

@@ -171,6 +171,12 @@ static void run_boot_pinned_cases(void)
 #define TOKEN_B "admin-token-b"
 #define OPERATORS_A "operators-a.yaml"
 #define AUDIT_A "audit-a.log"
+#define PW_A "redis-password-a"
+#define PW_B "redis-password-b"
+#define WH_A "webhook-secret-a"
+#define WH_B "webhook-secret-b"
+#define SIGN_A "sign-secret-a"
+#define SIGN_B "sign-secret-b"
 
 /* A config, and the same config with the key at path changed. */
 static const struct {
@@ -188,6 +194,8 @@ static const struct {
     { "redis.url", "", "redis:\n  url: redis://127.0.0.1:6380/0\n" },
     { "redis.username", "redis:\n  password: p\n", "redis:\n  username: u\n  password: p\n" },
     { "redis.password", "", "redis:\n  password: p\n" },
+    { "redis.password_file", "redis:\n  password_file: " PW_A "\n",
+      "redis:\n  password_file: " PW_B "\n" },
     { "redis.key_prefix", "", "redis:\n  key_prefix: other\n" },
     { "redis.min_replicas", "", "redis:\n  min_replicas: 1\n" },
     { "redis.replica_timeout", "", "redis:\n  replica_timeout: 100ms\n" },
@@ -203,6 +211,8 @@ static const struct {
       "    addresses: [127.0.0.1:26379, 127.0.0.1:26380]\n" },
     { "redis.sentinel.username", SENT_AUTH, SENT "    username: v\n    password: p\n" },
     { "redis.sentinel.password", SENT_AUTH, SENT "    username: u\n    password: q\n" },
+    { "redis.sentinel.password_file", SENT "    password_file: " PW_A "\n",
+      SENT "    password_file: " PW_B "\n" },
     { "redis.sentinel.tls", SENT, SENT "    tls: true\n" },
     { "redis.cluster.addresses", CLU, "redis:\n  cluster:\n    addresses: [127.0.0.1:7001]\n" },
     { "redis.cluster.tls", CLU, CLU "    tls: true\n" },
@@ -245,6 +255,8 @@ static const struct {
     { "verify", R_GH_SIGNED "    secret: " SECRET "\n",
       R_GH "    verify: stripe\n    secret: " SECRET "\n" },
     { "secret", R_GH_SIGNED "    secret: " SECRET "\n", R_GH_SIGNED "    secret: " SECRET "x\n" },
+    { "secret_file", R_GH_SIGNED "    secret_file: " WH_A "\n",
+      R_GH_SIGNED "    secret_file: [" WH_B ", " WH_A "]\n" },
     { "delivery.mode", R_GH_NONE, R_Q },
     { "delivery.max_attempts", R_Q, R_Q "      max_attempts: 3\n" },
     { "delivery.max_age", R_Q, R_Q "      max_age: 24h\n" },
@@ -255,6 +267,8 @@ static const struct {
     { "delivery.ack_status", R_Q, R_Q "      ack_status: 200\n" },
     { "delivery.sign.secret", R_Q "      sign: {secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n",
       R_Q "      sign: {secret: whsec_cHJldmlvdXMta2V5LTI0LWJ5dGVzLW9r}\n" },
+    { "delivery.sign.secret_file", R_Q "      sign: {secret_file: " SIGN_A "}\n",
+      R_Q "      sign: {secret_file: " SIGN_B "}\n" },
     { "delivery.rate", R_Q, R_Q "      rate: 20/s\n" },
     { "delivery.dead_retention", R_Q, R_Q "      dead_retention: 8d\n" },
 };
@@ -581,7 +595,10 @@ static void run_retired_cases(void)
 
 static char keyring_dir[] = "/tmp/test_config_reload.XXXXXX";
 
-/* Writes the keyrings and token files the cases name into a new temporary directory and enters it. */
+/*
+ * Writes the keyrings, token files and secret files the cases name into a
+ * new temporary directory and enters it.
+ */
 static void enter_keyring_dir(void)
 {
     static const char *const files[][2] = {
@@ -593,6 +610,12 @@ static void enter_keyring_dir(void)
         { OPERATORS_A, "operators:\n  - name: alice\n    token_sha256: "
                        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"
                        "    rights: [read]\n" },
+        { PW_A, "password-a\n" },
+        { PW_B, "password-b\n" },
+        { WH_A, SECRET "\n" },
+        { WH_B, SECRET "y\n" },
+        { SIGN_A, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n" },
+        { SIGN_B, "whsec_cHJldmlvdXMta2V5LTI0LWJ5dGVzLW9r\r\n" },
     };
     if (mkdtemp(keyring_dir) == NULL || chdir(keyring_dir) != 0) {
         perror("keyring directory");
@@ -644,6 +667,12 @@ int main(void)
     unlink(TOKEN_B);
     unlink(OPERATORS_A);
     unlink(AUDIT_A);
+    unlink(PW_A);
+    unlink(PW_B);
+    unlink(WH_A);
+    unlink(WH_B);
+    unlink(SIGN_A);
+    unlink(SIGN_B);
     rmdir(keyring_dir);
     UNIT_DONE();
 }
