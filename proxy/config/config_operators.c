@@ -199,13 +199,9 @@ static int config_operators_read(struct config_loader *ld, struct config_operato
     size_t len;
     int rc;
 
-    if (config_file_read(cfg->admin_operators_file, &text, &len, why, sizeof(why)) < 0)
+    if (config_file_read_max(cfg->admin_operators_file, CONFIG_OPERATORS_FILE_MAX, &text, &len,
+                             why, sizeof(why)) < 0)
         return config_error(ld, where, "admin.operators_file: %s", why);
-    if (len > CONFIG_OPERATORS_FILE_MAX) {
-        free(text);
-        return config_error(ld, where, "admin.operators_file: %s: larger than 256KiB",
-                            cfg->admin_operators_file);
-    }
     rc = config_doc_parse(ld, &doc, text, len);
     free(text);
     if (rc == 0) {

@@ -255,7 +255,8 @@ int config_set_token_file(struct config_loader *ld, const struct config_key *key
     if ((*text)[0] == '\0')
         return config_error(ld, node, "admin.%s may not be empty: name the file that holds "
                             "the admin token, or leave the key out", key->name);
-    if (config_file_read(*text, &token, &len, why, sizeof(why)) < 0)
+    /* a token is at most BEARER_TOKEN_MAX_LEN and a line break: a device that never ends stops */
+    if (config_file_read_max(*text, BEARER_TOKEN_MAX_LEN + 2, &token, &len, why, sizeof(why)) < 0)
         return config_error(ld, node, "admin.%s: %s", key->name, why);
     bad = bearer_token_set(&cfg->admin_token, token, len);
     OPENSSL_cleanse(token, len);
