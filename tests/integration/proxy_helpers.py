@@ -510,9 +510,11 @@ def access_lines(p, n=None, so_far=False, requests_only=False):
     JSON: n=None: every one, once the proxy has exited; n >= 1: once there are at least n
     (waits); n=0: after a span in which none may come; so_far=True (n=None): what p has
     flushed until now, without a wait, p running. requests_only: only the lines of a request
-    (they carry a status; the log's own JSON lines do not), which n then counts."""
+    (they carry a status; the log's own JSON lines do not), which n then counts. Audit lines,
+    which log.audit's default sends to stdout too, are not access-log lines: left out."""
     def lines():
-        out = json_lines(p.stdout_text())  # a line being written is not one yet
+        out = [d for d in json_lines(p.stdout_text())  # a line being written is not one yet
+               if d.get("audit") is not True]
         return [d for d in out if "status" in d] if requests_only else out
 
     if so_far:
