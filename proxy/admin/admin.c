@@ -124,16 +124,6 @@ static bool admin_extend_path(const char *path, size_t *id_len)
     return true;
 }
 
-void admin_too_large(struct http_req *req, void *arg)
-{
-    const struct admin_env *env = arg;
-    char detail[160];
-
-    snprintf(detail, sizeof(detail), "the admin listener takes a body of at most %zu bytes here",
-             admin_body_limit(env, req));
-    admin_reply_problem(req, PROBLEM_BODY_TOO_LARGE, detail);
-}
-
 /* admin_classify's work on the method and the path alone. */
 static struct admin_op admin_classify_path(enum evhttp_cmd_type cmd, const char *path)
 {
@@ -195,6 +185,26 @@ static struct admin_op admin_classify(struct http_req *req)
     return op;
 }
 
+void admin_too_large(struct http_req *req, void *arg)
+{
+    struct admin_env *env = arg;
+    struct admin_actor actor;
+    struct admin_op op;
+    char detail[160];
+
+    /* the token and the right first, then the refusal is on record like any request's */
+    if (!(env->probes && probe_path(admin_path(req)))) {
+        op = admin_classify(req);
+        if (!admin_auth_check(env, req, &op, &actor))
+            return;
+        admin_audit(req, &actor, op.action, op.record_id[0] != '\0' ? op.record_id : NULL, NULL,
+                    NULL, 413);
+    }
+    snprintf(detail, sizeof(detail), "the admin listener takes a body of at most %zu bytes here",
+             admin_body_limit(env, req));
+    admin_reply_problem(req, PROBLEM_BODY_TOO_LARGE, detail);
+}
+
 void admin_head(struct http_req *req, void *arg)
 {
     struct admin_env *env = arg;
@@ -203,16 +213,15 @@ void admin_head(struct http_req *req, void *arg)
     struct admin_op op;
     struct admin_actor actor;
 
-    if (env->probes && probe_path(admin_path(req)))
-        goto accept;
-    /* the token and the right first: without them, not even the size of the body is anyone's business */
-    op = admin_classify(req);
-    if (!admin_auth_check(env, req, &op, &actor))
-        return;
-accept:
     if (announced > 0 && (unsigned long long)announced > limit) {
-        admin_too_large(req, arg);
+        admin_too_large(req, arg); /* which checks the token first */
         return;
+    }
+    /* the token and the right first: without them, not even the size of the body is anyone's business */
+    if (!(env->probes && probe_path(admin_path(req)))) {
+        op = admin_classify(req);
+        if (!admin_auth_check(env, req, &op, &actor))
+            return;
     }
     http_server_accept_body(req, limit);
 }

@@ -43,14 +43,19 @@ void admin_env_deinit(struct admin_env *env);
 
 /*
  * http_server head callback of the admin listener (arg: struct admin_env),
- * before any body is read: a request behind the token without a valid one
- * gets its 401 here; a body announced larger than ADMIN_MAX_BODY (for
- * PUT /records/<id> and POST /records/bulk: env->resolve_body_limit) gets 413 problem
- * body-too-large here. Either way its body is never read.
+ * before any body is read: a request without an operator's token gets its
+ * 401 here, one whose operator lacks the right its method and path need its
+ * 403 (admin_auth_check; CONTRACT section 16); then a body announced larger
+ * than ADMIN_MAX_BODY (for PUT /records/<id> and POST /records/bulk:
+ * env->resolve_body_limit) gets 413 problem body-too-large with its audit
+ * line. Either way its body is never read.
  */
 void admin_head(struct http_req *req, void *arg);
 
-/* http_server too_large callback: a chunked body that grew past its limit (413). */
+/*
+ * http_server too_large callback: a chunked body that grew past its limit
+ * (413, audited as the operator's request; the token is checked first).
+ */
 void admin_too_large(struct http_req *req, void *arg);
 
 /*

@@ -280,3 +280,26 @@ def test_the_cli_needs_its_operators_token_with_an_operators_file(tmp_path, star
         ("rita.reader", "show", record_id, "ok"),
         ("rita.reader", "purge", record_id, "forbidden"),
         ("olga@payments", "show", record_id, "ok")], lines
+
+
+def test_a_body_over_the_bound_is_refused_after_the_token_and_the_right_and_audited(
+        tmp_path, start_proxy, redis, upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    record_id = hold(p, "pay-" + uuid.uuid4().hex)
+    # announced, never sent: the answer comes from the head
+    big = [("Content-Length", str(5 * 1024 * 1024))]
+    # a reader's oversized resolve: 403 before the size is anyone's business
+    r = call(p, crew.reader, "PUT", "/records/" + record_id, headers=big)
+    assert r.status == 403, r
+    r = call(p, crew.resolver, "PUT", "/records/" + record_id, headers=big)
+    assert r.status == 413, r
+    r = call(p, crew.purger, "DELETE", "/records/%s?reason=x" % record_id,
+             headers=[("Content-Length", "8192")])
+    assert r.status == 413, r
+    lines = crew.lines(3)
+    assert [(l["operator"], l["action"], l["record_id"], l["result"], l["status"])
+            for l in lines] == [
+        ("rita.reader", "resolve", record_id, "forbidden", 403),
+        ("olga@payments", "resolve", record_id, "refused", 413),
+        ("pete", "purge", record_id, "refused", 413)], lines
