@@ -8,12 +8,15 @@
  * calls admin_reply.c only; admin_answer.c, admin_check.c, admin_reply.c
  * and admin_audit.c call no other admin file.
  *
- *   admin.c          the endpoints: the probes first (open), the rest
- *                    after the token check
+ *   admin.c          the endpoints: the probes first (open, unless
+ *                    health_listen serves them), the rest classified
+ *                    (the right each needs) and after the token check
  *   probe.c          /healthz, /readyz and /metrics (probe.h: their own
  *                    environment, nothing of the admin's), and the
  *                    health listener that serves only them
- *   admin_auth.c     Authorization: Bearer against admin.token_file (401)
+ *   admin_auth.c     the operator of Authorization: Bearer (401), the
+ *                    right (403), the bound on wrong tokens (429); it
+ *                    calls admin_audit.c
  *   admin_records.c  GET and DELETE /records/<id>
  *   admin_resolve.c  PUT /records/<id>: an operator's answer for a held record
  *   admin_extend.c   POST /records/<id>/extend: a held record kept longer
@@ -23,7 +26,7 @@
  *                    If-Match, the JSON of a request's body
  *   admin_list.c     GET /records[?state=]: the held records, paged
  *   admin_lookup.c   GET /records/lookup
- *   admin_audit.c    the audit line of each change (log_audit)
+ *   admin_audit.c    the audit line of each request (log_audit)
  *   admin_reply.c    answers: text, JSON, problem details
  */
 #ifndef IDEM_ADMIN_INT_H
