@@ -204,6 +204,7 @@ static void main_on_flush_tick(evutil_socket_t fd, short what, void *arg)
 static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct main_state *m = arg;
+    char err[300];
 
     (void)sig;
     (void)what;
@@ -212,7 +213,9 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     log_msg(LOG_INFO, "SIGHUP: reloading %s", m->file);
-    worker_pool_reload(&m->pool, m->file);
+    /* refused or not, a SIGHUP reopens the audit file: logrotate moved it away */
+    if (worker_pool_reload(&m->pool, m->file) != 0 && log_audit_reopen(err, sizeof(err)) != 0)
+        log_msg(LOG_ERROR, "log.audit: %s; the audit lines go to the file open before", err);
 }
 
 int main(int argc, char **argv)
@@ -288,6 +291,7 @@ int main(int argc, char **argv)
     if (worker_pool_init(&m.pool, cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "idempotency-proxy: %s\n", err);
         config_unref(cfg);
+        log_audit_close();
         upstream_global_cleanup();
         return 1;
     }
@@ -315,16 +319,24 @@ int main(int argc, char **argv)
             log_msg(LOG_INFO, "health listener on %s port %u: /healthz, /readyz and /metrics, "
                     "no token; the admin listener serves none of them",
                     cfg->health_listen.host, cfg->health_listen.port);
-        if (cfg->admin_listen.host != NULL && cfg->admin_token_file != NULL)
+        if (cfg->admin_listen.host != NULL && cfg->admin_operators_file != NULL)
+            log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint%s needs the bearer "
+                    "token of an operator: %zu, named in %s%s%s", cfg->admin_listen.host,
+                    cfg->admin_listen.port, cfg->health_listen.host != NULL ? "" :
+                    " but /healthz, /readyz and /metrics", cfg->n_operators,
+                    cfg->admin_operators_file, cfg->admin_token_file != NULL ?
+                    " and as `token` in " : "", cfg->admin_token_file != NULL ?
+                    cfg->admin_token_file : "");
+        else if (cfg->admin_listen.host != NULL && cfg->admin_token_file != NULL)
             log_msg(LOG_INFO, "admin listener on %s port %u: every endpoint%s needs the bearer "
                     "token of %s (fingerprint %s)", cfg->admin_listen.host,
                     cfg->admin_listen.port, cfg->health_listen.host != NULL ? "" :
                     " but /healthz, /readyz and /metrics", cfg->admin_token_file,
                     cfg->admin_token.fingerprint);
         else if (cfg->admin_listen.host != NULL)
-            log_msg(LOG_INFO, "admin listener on %s port %u (loopback, no admin.token_file): "
-                    "its endpoints take no token", cfg->admin_listen.host,
-                    cfg->admin_listen.port);
+            log_msg(LOG_INFO, "admin listener on %s port %u (loopback, neither "
+                    "admin.operators_file nor admin.token_file): its endpoints take no token",
+                    cfg->admin_listen.host, cfg->admin_listen.port);
         pthread_sigmask(SIG_UNBLOCK, &stop_and_reload, NULL); /* the workers inherited them blocked */
         event_base_dispatch(base);
     }
@@ -342,6 +354,7 @@ int main(int argc, char **argv)
     record_id_thread_end();
     seal_thread_forget();
     log_thread_end();
+    log_audit_close();
     upstream_global_cleanup();
     return rc;
 }

@@ -211,6 +211,9 @@ bool admin_auth_check(struct admin_env *env, struct http_req *req, const struct 
     if (v == BEARER_OK) {
         hex_lower(digest, sizeof(digest), sha256);
         who = config_operator_find(cfg, sha256);
+        /* a wrong token is named by its fingerprint: an old one rotated out, or a guess */
+        memcpy(actor->token, sha256, BEARER_FINGERPRINT_LEN);
+        actor->token[BEARER_FINGERPRINT_LEN] = '\0';
         if (who == NULL)
             v = BEARER_INVALID;
     }
@@ -218,8 +221,6 @@ bool admin_auth_check(struct admin_env *env, struct http_req *req, const struct 
         admin_auth_refuse(env, req, op, actor, v, now_ms);
         return false;
     }
-    memcpy(actor->token, sha256, BEARER_FINGERPRINT_LEN);
-    actor->token[BEARER_FINGERPRINT_LEN] = '\0';
     snprintf(actor->name, sizeof(actor->name), "%s", who->name);
     actor->rights = who->rights;
     return admin_auth_allowed(env, req, actor, op->right, op->action,

@@ -363,6 +363,14 @@ static int cli_answer_members(const struct cli_opts *o, json_t *doc)
             json_decref(headers);
             return CLI_USAGE;
         }
+        if (len == 0) {
+            /* a stdin that ran dry, a file not yet written: never an empty answer unasked */
+            cli_print_error("--body-file %s: empty; the answer of an empty body is given with "
+                            "--body ''", o->body_file);
+            free(body);
+            json_decref(headers);
+            return CLI_USAGE;
+        }
     } else {
         len = strlen(o->body);
     }

@@ -412,7 +412,11 @@ enum config_reload {
  * would execute again)"; X names a restart key by its top-level key (the
  * part of the process built from it: listen, workers, upstream, redis, or
  * "a queued route or its delivery settings") and an identity key by its
- * path ("redis.key_prefix", "the scope_headers of a route").
+ * path ("redis.key_prefix", "the scope_headers of a route"). A reload
+ * that leaves the admin listener without any operator while the running
+ * config has one (admin.operators_file and admin.token_file both removed)
+ * is CONFIG_RELOAD_RESTART too (CONTRACT section 16: fail closed), its why
+ * saying so.
  */
 enum config_reload config_reload_check(const struct config *boot, const struct config *running,
                                        const struct config *next, char *why, size_t whylen);

@@ -138,6 +138,10 @@ static int config_operator_item(struct config_loader *ld, yaml_node_t *item,
                             "0-9 . _ @ + - (it names the operator in every audit line)",
                             CONFIG_OPERATOR_NAME_MAX);
     name = (const char *)namen->data.scalar.value;
+    if (strcmp(name, "token") == 0)
+        return config_error(ld, namen, "the name 'token' is kept for admin.token_file's "
+                            "operator (the audit trail names that shared token so): give "
+                            "this operator a name of their own");
     memcpy(op->name, name, namen->data.scalar.length + 1);
     if (config_operator_digest(ld, digestn, name, op->token_sha256) < 0 ||
         config_operator_rights(ld, rightsn, name, &op->rights) < 0)
@@ -238,15 +242,12 @@ int config_finish_operators(struct config_loader *ld)
         hex_lower(cfg->admin_token.digest, sizeof(cfg->admin_token.digest), op->token_sha256);
         op->rights = CONFIG_RIGHTS_ALL;
         for (size_t i = 0; i < n; i++) {
-            bool named = strcmp(ops[i].name, "token") == 0;
-
-            if (named || strcmp(ops[i].token_sha256, op->token_sha256) == 0) {
+            if (strcmp(ops[i].token_sha256, op->token_sha256) == 0) {
+                config_error(ld, where, "admin.token_file is the operator 'token' with every "
+                             "right, and admin.operators_file gives its token to '%s' "
+                             "already; give each token to one operator only", ops[i].name);
                 free(ops);
-                return config_error(ld, where, "admin.token_file is the operator 'token' with "
-                                    "every right, and admin.operators_file names %s "
-                                    "already; rename that operator or give the file's token "
-                                    "to one operator only",
-                                    named ? "an operator 'token'" : "its token");
+                return -1;
             }
         }
         n++;

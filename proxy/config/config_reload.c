@@ -53,6 +53,13 @@ enum config_reload config_reload_check(const struct config *boot, const struct c
                  "keys would execute again)", name);
         return CONFIG_RELOAD_IDENTITY;
     }
+    /* fail closed: an edit that drops every token must not open the admin API unnoticed */
+    if (running->n_operators > 0 && next->n_operators == 0) {
+        snprintf(why, whylen, "admin.operators_file and admin.token_file are both gone, which "
+                 "would open the admin API to every client of its address without a token; "
+                 "restart to do that on purpose");
+        return CONFIG_RELOAD_RESTART;
+    }
     return CONFIG_RELOAD_LIVE;
 }
 

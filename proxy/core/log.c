@@ -265,9 +265,11 @@ static json_t *log_audit_string(const char *s)
 #define LOG_AUDIT_STDERR (-2)
 static pthread_mutex_t log_audit_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_audit_fd = LOG_AUDIT_STDOUT;
+static char *log_audit_path;            /* the file's, for log_audit_reopen; NULL: a stream */
 
 int log_audit_open(const char *where, char *err, size_t errlen)
 {
+    char *path = NULL;
     int fd, old;
 
     if (where == NULL || strcmp(where, "stdout") == 0) {
@@ -276,18 +278,51 @@ int log_audit_open(const char *where, char *err, size_t errlen)
         fd = LOG_AUDIT_STDERR;
     } else {
         fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
-        if (fd < 0) {
-            snprintf(err, errlen, "cannot open the audit log %s: %s", where, strerror(errno));
+        if (fd < 0 || (path = strdup(where)) == NULL) {
+            snprintf(err, errlen, "cannot open the audit log %s: %s", where,
+                     fd < 0 ? strerror(errno) : "out of memory");
+            if (fd >= 0)
+                close(fd);
             return -1;
         }
     }
     pthread_mutex_lock(&log_audit_lock);
     old = log_audit_fd;
     log_audit_fd = fd;
+    free(log_audit_path);
+    log_audit_path = path;
     pthread_mutex_unlock(&log_audit_lock);
     if (old >= 0)
         close(old);
     return 0;
+}
+
+int log_audit_reopen(char *err, size_t errlen)
+{
+    char *path;
+    int rc;
+
+    pthread_mutex_lock(&log_audit_lock);
+    path = log_audit_path != NULL ? strdup(log_audit_path) : NULL;
+    rc = log_audit_path != NULL && path == NULL ? -1 : 0;
+    pthread_mutex_unlock(&log_audit_lock);
+    if (rc != 0)
+        snprintf(err, errlen, "out of memory");
+    else if (path != NULL)
+        rc = log_audit_open(path, err, errlen);
+    free(path);
+    return rc;
+}
+
+void log_audit_close(void)
+{
+    pthread_mutex_lock(&log_audit_lock);
+    if (log_audit_fd >= 0)
+        close(log_audit_fd);
+    log_audit_fd = LOG_AUDIT_STDOUT;
+    free(log_audit_path);
+    log_audit_path = NULL;
+    pthread_mutex_unlock(&log_audit_lock);
 }
 
 /* text (len bytes, a whole line with its newline) to the audit stream; false when not all of it went. */

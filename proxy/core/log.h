@@ -84,6 +84,17 @@ void log_audit(const struct audit_entry *e);
  */
 int log_audit_open(const char *where, char *err, size_t errlen);
 
+/*
+ * Open the audit file again by the name log_audit_open last took (nothing
+ * for stdout or stderr): a SIGHUP whose reload is refused still lets
+ * logrotate move the file away. 0, or -1 with why in err and the stream
+ * before kept. Any thread.
+ */
+int log_audit_reopen(char *err, size_t errlen);
+
+/* Close the audit file (at exit), back to stdout. */
+void log_audit_close(void);
+
 /* Free the calling thread's access-log object; call as a thread that logged ends. */
 void log_thread_end(void);
 

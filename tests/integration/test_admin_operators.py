@@ -79,7 +79,7 @@ def call(p, token, method, path, doc=None, headers=()):
 class Crew:
     """A proxy whose admin listener knows three operators, its audit lines in a file."""
 
-    def __init__(self, tmp_path, start_proxy, **kw):
+    def __init__(self, tmp_path, start_proxy, admin_host="0.0.0.0", **kw):
         self.reader, self.resolver, self.purger = new_token(), new_token(), new_token()
         self.ops_file = tmp_path / "operators.yaml"
         self.ops_file.write_text(operators_text(
@@ -88,7 +88,7 @@ class Crew:
             ("pete", self.purger, ["purge"])))
         self.audit = tmp_path / "audit" / "admin-audit.log"
         self.audit.parent.mkdir()
-        self.p = start_proxy(routes=[{"path": ROUTE}], admin_host="0.0.0.0",
+        self.p = start_proxy(routes=[{"path": ROUTE}], admin_host=admin_host,
                              admin_config={"operators_file": str(self.ops_file)},
                              log={"audit": str(self.audit)}, **kw)
 
@@ -176,7 +176,8 @@ def test_three_operators_each_do_what_their_rights_allow_and_every_request_is_au
 
 def test_a_sighup_that_removes_an_operator_locks_the_token_out_and_a_bad_file_is_refused(
         tmp_path, start_proxy, redis, upstream):
-    crew = Crew(tmp_path, start_proxy)
+    # on loopback, where no token at all would be allowed at startup
+    crew = Crew(tmp_path, start_proxy, admin_host="127.0.0.1")
     p = crew.p
     assert call(p, crew.resolver, "GET", "/records").status == 200
 
@@ -199,9 +200,24 @@ def test_a_sighup_that_removes_an_operator_locks_the_token_out_and_a_bad_file_is
     c = check_file(p.config_path)
     assert c.returncode != 0 and "%s:7:" % crew.ops_file in c.stderr, c.stderr
     assert "unknown right 'sudo'" in c.stderr, c.stderr
+    # logrotate moved the audit file away: the refused SIGHUP still starts a new one
+    crew.audit.rename(crew.audit.with_suffix(".1"))
     reload_and_wait(p, "reload refused")
     assert call(p, crew.purger, "GET", "/records").status == 200, "the operators before stay"
     assert call(p, crew.resolver, "GET", "/records").status == 401
+    assert [(l["operator"], l["result"]) for l in crew.lines(2)] == [
+        ("pete", "ok"), (None, "unauthorized")]
+
+    # an edit that drops every token does not open the admin API: a restart is asked for
+    text = open(p.config_path).read()
+    assert "operators_file" in text
+    with open(p.config_path, "w") as f:
+        f.write("\n".join(l for l in text.splitlines()
+                          if "operators_file" not in l and l.strip() != "admin:") + "\n")
+    reload_and_wait(p, "reload refused")
+    assert "would open the admin API" in p.stderr_text()
+    r = p.admin("GET", "/records")
+    assert r.status == 401, r
 
 
 def test_failed_authentications_are_audited_counted_and_throttled_per_address(
@@ -227,8 +243,11 @@ def test_failed_authentications_are_audited_counted_and_throttled_per_address(
     lines = crew.lines(72)
     assert [(l["operator"], l["result"], l["status"]) for l in lines] == \
         [(None, "unauthorized", 401)] * 70 + [(None, "throttled", 429)] * 2, lines
-    assert all(l["action"] == "list" and l["right"] == "read" and l["token"] == "-"
-               for l in lines), lines
+    # a wrong token is named by its fingerprint, a missing one by "-"
+    # (a throttled request is refused before its token is read)
+    assert [l["token"] for l in lines] == ["-"] * 20 + [sha256(wrong)[:12]] * 50 + ["-"] * 2, \
+        lines
+    assert all(l["action"] == "list" and l["right"] == "read" for l in lines), lines
     # the probes stay open meanwhile
     assert p.admin("GET", "/healthz").status == 200
 
@@ -249,17 +268,19 @@ def test_the_token_file_is_one_more_operator_with_every_right(tmp_path, start_pr
     # the file may not name the token's operator again, nor reuse its token
     crew.ops_file.write_text(operators_text(("token", new_token(), ["read"])))
     c = check_file(p.config_path)
-    assert c.returncode != 0 and "an operator 'token'" in c.stderr, c.stderr
+    assert c.returncode != 0 and "%s:2:" % crew.ops_file in c.stderr, c.stderr
+    assert "the name 'token' is kept" in c.stderr, c.stderr
     crew.ops_file.write_text(operators_text(("sam", shared, ["read"])))
     c = check_file(p.config_path)
-    assert c.returncode != 0 and "its token" in c.stderr, c.stderr
+    assert c.returncode != 0 and "gives its token to 'sam'" in c.stderr, c.stderr
 
 
 def test_the_cli_needs_its_operators_token_with_an_operators_file(tmp_path, start_proxy, redis,
                                                                   upstream):
     crew = Crew(tmp_path, start_proxy)
     p = crew.p
-    record_id = hold(p, "pay-" + uuid.uuid4().hex)
+    key = "pay-" + uuid.uuid4().hex
+    record_id = hold(p, key)
     rc, out, err = run_bin(["admin", "-c", str(p.config_path), "show", record_id])
     assert rc == 2 and "--token-file" in err, (rc, out, err)
     mine = token_file(tmp_path, crew.reader, name="rita-token")
@@ -274,12 +295,33 @@ def test_the_cli_needs_its_operators_token_with_an_operators_file(tmp_path, star
         [proxy_binary(), "admin", "-c", str(p.config_path), "--token-file", "-", "show",
          record_id], input=crew.resolver + "\n", capture_output=True, text=True, timeout=60)
     assert via_stdin.returncode == 0 and record_id in via_stdin.stdout, via_stdin
+
+    def resolve_from_stdin(stdin):
+        return subprocess.run(
+            [proxy_binary(), "admin", "-c", str(p.config_path), "--token-file", "-", "resolve",
+             record_id, "--status", "201", "--header", "Content-Type: application/json",
+             "--body-file", "-", "--reason", "INC-3: the upstream has pay_3"],
+            input=stdin, capture_output=True, timeout=60)
+    # the token's line and nothing after it: no empty answer is recorded unasked
+    r = resolve_from_stdin(crew.resolver.encode() + b"\n")
+    assert r.returncode == 2 and b"empty" in r.stderr, r
+    assert call(p, crew.reader, "GET", "/records/" + record_id).json()["state"] == \
+        "outcome-unknown"
+    # the token's line, then the body, byte for byte
+    body = b'{"id": "pay_3",\n "status": "succeeded"}'
+    r = resolve_from_stdin(crew.resolver.encode() + b"\r\n" + body)
+    assert r.returncode == 0, r
+    retry = p.post(key=key, headers=CLOSE)
+    assert retry.status == 201 and retry.replayed and retry.body == body, retry
     assert redis.cmd("EXISTS", "idem:{%s}" % record_id) == 1
-    lines = crew.lines(3)
+    lines = crew.lines(5)
     assert [(l["operator"], l["action"], l["record_id"], l["result"]) for l in lines] == [
         ("rita.reader", "show", record_id, "ok"),
         ("rita.reader", "purge", record_id, "forbidden"),
-        ("olga@payments", "show", record_id, "ok")], lines
+        ("olga@payments", "show", record_id, "ok"),
+        ("rita.reader", "show", record_id, "ok"),
+        ("olga@payments", "resolve", record_id, "ok")], lines[:5]
+    assert len(lines) == 5, lines
 
 
 def test_a_body_over_the_bound_is_refused_after_the_token_and_the_right_and_audited(
