@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -25,10 +26,17 @@
 /* RFC 6750 section 3: the realm names the protection space; the error says why a token failed. */
 #define ADMIN_AUTH_CHALLENGE "Bearer realm=\"idempotency-proxy admin\""
 
-/* Client addresses whose failures are counted at once; the oldest window gives way. */
+/*
+ * Client addresses whose failures are counted at once. A new address takes
+ * a free or ended window, else the live one with the fewest failures that
+ * is not over the bound; when every window is over it, the failures of every
+ * address not in the table share one more window (ADMIN_THROTTLE_OTHERS),
+ * so that no number of addresses lifts a throttle before its time.
+ */
 #define ADMIN_THROTTLE_SLOTS 256
+#define ADMIN_THROTTLE_OTHERS "*"
 
-/* One client address's failed authentications in its current window. */
+/* One client address's wrong tokens in its current window. */
 struct admin_throttle_slot {
     char client[64];                /* "" : a free slot */
     uint64_t since_ms;              /* the window's start, ms since the epoch */
@@ -37,6 +45,7 @@ struct admin_throttle_slot {
 
 struct admin_throttle {
     struct admin_throttle_slot slot[ADMIN_THROTTLE_SLOTS];
+    struct admin_throttle_slot others;  /* every address the table has no room for */
 };
 
 void admin_env_deinit(struct admin_env *env)
@@ -45,23 +54,50 @@ void admin_env_deinit(struct admin_env *env)
     env->throttle = NULL;
 }
 
-/* client's slot with a live window at now_ms, or NULL. */
+/* client as one address: an IPv4 address mapped into IPv6 (::ffff:a.b.c.d) as a.b.c.d. */
+static const char *admin_throttle_key(const char *client)
+{
+    return strncasecmp(client, "::ffff:", 7) == 0 && strchr(client + 7, '.') != NULL
+               ? client + 7 : client;
+}
+
+static bool admin_throttle_live(const struct admin_throttle_slot *s, uint64_t now_ms)
+{
+    return s->client[0] != '\0' && now_ms - s->since_ms < ADMIN_AUTH_WINDOW_MS;
+}
+
+/* client's window at now_ms: its own, or the others' when the table had no room for it; or NULL. */
 static struct admin_throttle_slot *admin_throttle_find(struct admin_throttle *t,
                                                        const char *client, uint64_t now_ms)
 {
     if (t == NULL || client[0] == '\0')
         return NULL;
+    client = admin_throttle_key(client);
     for (size_t i = 0; i < ADMIN_THROTTLE_SLOTS; i++) {
-        struct admin_throttle_slot *s = &t->slot[i];
-
-        if (s->client[0] != '\0' && now_ms - s->since_ms < ADMIN_AUTH_WINDOW_MS &&
-            strcmp(s->client, client) == 0)
-            return s;
+        if (admin_throttle_live(&t->slot[i], now_ms) && strcmp(t->slot[i].client, client) == 0)
+            return &t->slot[i];
     }
-    return NULL;
+    return admin_throttle_live(&t->others, now_ms) ? &t->others : NULL;
 }
 
-/* Count one failure of client at now_ms: its live window's, or a new window in a free or the oldest slot. */
+/* The window a new address takes at now_ms (see ADMIN_THROTTLE_SLOTS). */
+static struct admin_throttle_slot *admin_throttle_room(struct admin_throttle *t,
+                                                       uint64_t now_ms)
+{
+    struct admin_throttle_slot *best = NULL;
+
+    for (size_t i = 0; i < ADMIN_THROTTLE_SLOTS; i++) {
+        struct admin_throttle_slot *c = &t->slot[i];
+
+        if (!admin_throttle_live(c, now_ms))
+            return c;
+        if (c->failures < ADMIN_AUTH_FAILURES_MAX && (best == NULL || c->failures < best->failures))
+            best = c;
+    }
+    return best != NULL ? best : &t->others;
+}
+
+/* Count one wrong token of client at now_ms. */
 static void admin_throttle_count(struct admin_env *env, const char *client, uint64_t now_ms)
 {
     struct admin_throttle_slot *s;
@@ -72,18 +108,10 @@ static void admin_throttle_count(struct admin_env *env, const char *client, uint
         return; /* out of memory: the failure is refused and audited all the same */
     s = admin_throttle_find(env->throttle, client, now_ms);
     if (s == NULL) {
-        s = &env->throttle->slot[0];
-        for (size_t i = 0; i < ADMIN_THROTTLE_SLOTS; i++) {
-            struct admin_throttle_slot *c = &env->throttle->slot[i];
-
-            if (c->client[0] == '\0' || now_ms - c->since_ms >= ADMIN_AUTH_WINDOW_MS) {
-                s = c;
-                break;
-            }
-            if (c->since_ms < s->since_ms)
-                s = c;
-        }
-        snprintf(s->client, sizeof(s->client), "%s", client);
+        s = admin_throttle_room(env->throttle, now_ms);
+        snprintf(s->client, sizeof(s->client), "%s",
+                 s == &env->throttle->others ? ADMIN_THROTTLE_OTHERS
+                                             : admin_throttle_key(client));
         s->since_ms = now_ms;
         s->failures = 0;
     }

@@ -71,6 +71,21 @@ int admin_reason_check(const char *reason, size_t len, char *why, size_t whylen)
                      "tab...): one line of text");
             return -1;
         }
+        /*
+         * U+2028, U+2029 (line and paragraph separators) and the bidirectional
+         * embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069): a
+         * reader of the audit trail would see another line, or the text reordered
+         */
+        if (ch == 0xe2 && i + 2 < len &&
+            (((unsigned char)reason[i + 1] == 0x80 && (unsigned char)reason[i + 2] >= 0xa8 &&
+              (unsigned char)reason[i + 2] <= 0xae) ||
+             ((unsigned char)reason[i + 1] == 0x81 && (unsigned char)reason[i + 2] >= 0xa6 &&
+              (unsigned char)reason[i + 2] <= 0xa9))) {
+            snprintf(why, whylen, "\"reason\" holds a line separator or a bidirectional "
+                     "control (U+2028, U+2029, U+202A..U+202E, U+2066..U+2069): one line of "
+                     "text, read as written");
+            return -1;
+        }
     }
     utf8 = json_stringn(reason, len); /* NULL: not UTF-8 */
     if (utf8 == NULL) {

@@ -236,7 +236,9 @@ const char *admin_state_name(enum record_state st);
 
 /*
  * Whether reason (len bytes) is an operator's reason: 1..ADMIN_REASON_MAX
- * bytes of UTF-8 without a control character (C0, DEL, C1). 0, or -1 with
+ * bytes of UTF-8 without a control character (C0, DEL, C1), a line or
+ * paragraph separator or a bidirectional control (U+2028, U+2029,
+ * U+202A..U+202E, U+2066..U+2069). 0, or -1 with
  * why (whylen bytes, for a 400). Pure.
  */
 int admin_reason_check(const char *reason, size_t len, char *why, size_t whylen);

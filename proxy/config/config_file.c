@@ -7,10 +7,14 @@
 #include "config_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -110,23 +114,69 @@ failed:
 
 /* ---- the file ------------------------------------------------------------ */
 
+/*
+ * file opened for reading; side: a file the configuration names (a secret,
+ * the operators), opened without waiting and refused when it is a FIFO, a
+ * socket or a directory: a reload runs on a worker that carries requests,
+ * and a FIFO without a writer would stop it for ever. NULL with err set.
+ */
+static FILE *config_file_open(const char *file, bool side, char *err, size_t errlen)
+{
+    struct stat st;
+    FILE *fp;
+    int fd, flags;
+
+    if (!side) {
+        if ((fp = fopen(file, "rb")) == NULL)
+            snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+        return fp;
+    }
+    fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+        S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a file (a FIFO, a socket or a directory): the proxy reads "
+                 "it at every reload, and must not wait for a writer", file);
+        close(fd);
+        return NULL;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        (fp = fdopen(fd, "rb")) == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    return fp;
+}
+
+static int config_file_read_from(const char *file, bool side, size_t max, char **text,
+                                 size_t *len, char *err, size_t errlen);
+
 int config_file_read(const char *file, char **text, size_t *len, char *err, size_t errlen)
 {
-    return config_file_read_max(file, SIZE_MAX, text, len, err, errlen);
+    return config_file_read_from(file, false, SIZE_MAX, text, len, err, errlen);
 }
 
 int config_file_read_max(const char *file, size_t max, char **text, size_t *len, char *err,
                          size_t errlen)
 {
+    return config_file_read_from(file, true, max, text, len, err, errlen);
+}
+
+static int config_file_read_from(const char *file, bool side, size_t max, char **text,
+                                 size_t *len, char *err, size_t errlen)
+{
     FILE *fp;
     char *buf = NULL;
     size_t used = 0, cap = 0;
 
-    fp = fopen(file, "rb");
-    if (fp == NULL) {
-        snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+    fp = config_file_open(file, side, err, errlen);
+    if (fp == NULL)
         return -1;
-    }
     for (;;) {
         size_t n;
 

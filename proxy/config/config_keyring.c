@@ -51,7 +51,7 @@ static const yaml_node_t config_keyring_top;
 static int config_keyring_read(const char *file, char **text, size_t *len, mode_t *mode,
                                char *why, size_t whylen)
 {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY); /* a FIFO: no wait */
     struct stat st;
     size_t used = 0;
     char *buf;

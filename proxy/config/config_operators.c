@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -274,6 +275,7 @@ int config_set_audit_log(struct config_loader *ld, const struct config_key *key,
 {
     char **field = (char **)((char *)obj + key->offset);
     char *dir, *slash;
+    struct stat st;
     int ok;
 
     if ((*text)[0] == '\0')
@@ -281,7 +283,11 @@ int config_set_audit_log(struct config_loader *ld, const struct config_key *key,
                             "the audit lines are appended to", key->name);
     if (strcmp(*text, "stdout") != 0 && strcmp(*text, "stderr") != 0) {
         /* checked, not opened: `-t` and the operator CLI read this file too, and create nothing */
-        if (access(*text, F_OK) == 0) {
+        if (stat(*text, &st) == 0 && !S_ISREG(st.st_mode)) {
+            return config_error(ld, node, "log.%s: %s is not a regular file (a FIFO or a "
+                                "device could stop the threads that write audit lines)",
+                                key->name, *text);
+        } else if (access(*text, F_OK) == 0) {
             ok = access(*text, W_OK);
         } else {
             if ((dir = strdup(*text)) == NULL)

@@ -47,11 +47,12 @@ static int config_secret_read(struct config_loader *ld, yaml_node_t *node, const
                             "secret, or leave the key out", what);
     if (config_file_read_max(path, CONFIG_SECRET_FILE_MAX, &buf, &len, why, sizeof(why)) < 0)
         return config_error(ld, node, "%s: %s", what, why);
-    /* what an editor or `echo` adds: one line end, LF or CRLF */
-    if (len > 0 && buf[len - 1] == '\n')
+    /* what an editor or `echo` adds: one line end, LF or CRLF (a lone CR is the secret's) */
+    if (len > 0 && buf[len - 1] == '\n') {
         len--;
-    if (len > 0 && buf[len - 1] == '\r')
-        len--;
+        if (len > 0 && buf[len - 1] == '\r')
+            len--;
+    }
     if (len == 0)
         bad = "the file is empty";
     else if (memchr(buf, '\0', len) != NULL)

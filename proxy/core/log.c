@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,7 +278,16 @@ int log_audit_open(const char *where, char *err, size_t errlen)
     } else if (strcmp(where, "stderr") == 0) {
         fd = LOG_AUDIT_STDERR;
     } else {
-        fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        struct stat st;
+
+        /* O_NONBLOCK: a FIFO without a reader must not stop the worker that reloads */
+        fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0640);
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+            snprintf(err, errlen, "the audit log %s is not a regular file (a FIFO or a device "
+                     "could stop the threads that write to it)", where);
+            close(fd);
+            return -1;
+        }
         if (fd < 0 || (path = strdup(where)) == NULL) {
             snprintf(err, errlen, "cannot open the audit log %s: %s", where,
                      fd < 0 ? strerror(errno) : "out of memory");
@@ -387,8 +397,14 @@ void log_audit(const struct audit_entry *e)
             text[len] = '\0';
         }
         if (nl == NULL || !log_audit_write(text, len))
-            log_msg(LOG_ERROR, "audit: a line could not be written to the audit log (%s)",
-                    nl == NULL ? "out of memory" : strerror(errno));
+            /* what the line said, but its reason (free text): the trail must not go quiet */
+            log_msg(LOG_ERROR, "audit: a line could not be written to the audit log (%s): "
+                    "operator %s, action %s, record %s, dead letter %s, result %s, status %d",
+                    nl == NULL ? "out of memory" : strerror(errno),
+                    e->operator != NULL ? e->operator : "-", e->action != NULL ? e->action : "-",
+                    e->record_id != NULL ? e->record_id : "-",
+                    e->dead_letter_id != NULL ? e->dead_letter_id : "-",
+                    e->result != NULL ? e->result : "-", e->status);
     }
     free(text);
     json_decref(line);

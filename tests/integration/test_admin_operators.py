@@ -18,6 +18,7 @@ Real processes only: redis-server, the proxy binary and the demo upstream.
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import uuid
 
@@ -345,3 +346,31 @@ def test_a_body_over_the_bound_is_refused_after_the_token_and_the_right_and_audi
         ("rita.reader", "resolve", record_id, "forbidden", 403),
         ("olga@payments", "resolve", record_id, "refused", 413),
         ("pete", "purge", record_id, "refused", 413)], lines
+
+
+def test_a_fifo_where_a_file_is_named_is_refused_without_a_wait(tmp_path, start_proxy, redis,
+                                                                upstream):
+    """A reload runs on a worker that carries payments: a FIFO without a writer in place of
+    the operators file or the audit file must be refused at once, never waited on."""
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    crew.ops_file.unlink()
+    crew.ops_file.symlink_to(fifo)
+    reload_and_wait(p, "reload refused")
+    assert "not a file (a FIFO" in p.stderr_text()
+    r = p.post(key="pay-" + uuid.uuid4().hex)
+    assert r.status == 201, r
+    assert call(p, crew.reader, "GET", "/records").status == 200, "the operators before stay"
+
+    crew.ops_file.unlink()
+    crew.ops_file.write_text(operators_text(("rita.reader", crew.reader, ["read"])))
+    text = open(p.config_path).read()
+    with open(p.config_path, "w") as f:
+        f.write(text.replace(str(crew.audit), str(fifo)))
+    c = check_file(p.config_path)
+    assert c.returncode == 1 and "is not a regular file" in c.stderr, c.stderr
+    reload_and_wait(p, "reload refused")
+    r = p.post(key="pay-" + uuid.uuid4().hex)
+    assert r.status == 201, r

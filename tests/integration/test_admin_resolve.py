@@ -271,6 +271,8 @@ def test_an_answer_that_cannot_be_recorded_is_400_no_record_404_no_token_401(
         (answer(201, reason="x" * 513), None),
         (answer(201, reason="two\nlines"), None),
         (answer(201, reason="\u0085 a C1 control"), None),
+        (answer(201, reason="a line\u2028separator"), None),
+        (answer(201, reason="INC-1 \u202edesrever"), None),
         ({"status": 201, "headers": [], "body_base64": "", "reason": 7}, None),
     ]
     for doc, raw in bad:

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -80,7 +81,8 @@ static void enter_dir(void)
         }
     }
     memset(big, 'p', sizeof(big));
-    if (!write_file("at-limit", big, 4096) || !write_file("past-limit", big, 4097)) {
+    if (!write_file("at-limit", big, 4096) || !write_file("past-limit", big, 4097) ||
+        !write_file("lone-cr", PW "\r", strlen(PW) + 1) || mkfifo("a-fifo", 0600) != 0) {
         perror("large secret files");
         exit(1);
     }
@@ -92,6 +94,8 @@ static void leave_dir(void)
         unlink(files[i].name);
     unlink("at-limit");
     unlink("past-limit");
+    unlink("lone-cr");
+    unlink("a-fifo");
     unlink("rotated");
     if (chdir("/") == 0)
         rmdir(dir);
@@ -206,7 +210,12 @@ static const struct secret_case cases[] = {
     { "password_file: one line end is trimmed, not two",
       "redis:\n  password_file: two-newlines\n", 2, "more than one line", NULL },
     { "password_file: a directory", "redis:\n  password_file: /\n", 2,
-      "redis.password_file: /: cannot read", NULL },
+      "redis.password_file: /: not a file", NULL },
+    /* a FIFO without a writer: refused at once, never waited on (the load would hang) */
+    { "password_file: a FIFO", "redis:\n  password_file: a-fifo\n", 2,
+      "redis.password_file: a-fifo: not a file", NULL },
+    { "password_file: a lone CR is the secret's, and so not one line",
+      "redis:\n  password_file: lone-cr\n", 2, "more than one line", NULL },
     { "password_file may not be empty", "redis:\n  password_file: \"\"\n", 2,
       "may not be empty", NULL },
     { "password_file: an unset variable is an error",
