@@ -18,11 +18,12 @@
 #include "bearer.h"
 #include "config.h"
 #include "unit.h"
+#include "unit_config.h"
 
 #define FILE_NAME "test.yaml"
 
 /* One UNIT_CHECK per expectation of the loaded cfg, each under the case's name. */
-typedef void config_check(const char *name, const struct config *cfg);
+typedef unit_config_check config_check;
 
 struct config_case {
     const char *name;
@@ -1175,29 +1176,10 @@ static const struct config_match_case config_match_cases[] = {
 
 static void run_case(const struct config_case *c)
 {
-    struct config cfg;
     char err[512];
-    char prefix[64];
-    int rc = config_load_string(&cfg, c->yaml, strlen(c->yaml), FILE_NAME, err, sizeof(err));
 
-    if (c->err_line == 0) {
-        UNIT_CHECK(c->name, rc == 0, "did not load: %s", err);
-        if (rc == 0) {
-            c->check(c->name, &cfg);
-            config_deinit(&cfg);
-        }
-        return;
-    }
-    if (rc == 0) {
-        config_deinit(&cfg);
-        UNIT_CHECK(c->name, false, "loaded, expected an error at line %d", c->err_line);
-        return;
-    }
-    snprintf(prefix, sizeof(prefix), "%s:%d: ", FILE_NAME, c->err_line);
-    UNIT_CHECK(c->name, strncmp(err, prefix, strlen(prefix)) == 0 && strstr(err, c->err_word) != NULL,
-               "expected \"%s...%s...\", got \"%s\"", prefix, c->err_word, err);
-    /* a failed load leaves the config empty; deinit must still be safe */
-    config_deinit(&cfg);
+    unit_config_case(FILE_NAME, c->name, c->yaml, c->err_line, c->err_word, c->check, err,
+                     sizeof(err));
 }
 
 static void run_match_cases(void)

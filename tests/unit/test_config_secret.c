@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "unit.h"
+#include "unit_config.h"
 
 #define FILE_NAME "test.yaml"
 #define STREQ(a, b) ((a) != NULL && strcmp((a), (b)) == 0)
@@ -103,7 +104,7 @@ static void leave_dir(void)
 
 /* ---- loading ------------------------------------------------------------- */
 
-typedef void secret_check(const char *name, const struct config *cfg);
+typedef unit_config_check secret_check;
 
 struct secret_case {
     const char *name;
@@ -288,29 +289,11 @@ static bool holds_a_secret(const char *err)
 
 static void run_case(const struct secret_case *c)
 {
-    struct config cfg;
-    char err[512], prefix[64];
-    int rc = config_load_string(&cfg, c->yaml, strlen(c->yaml), FILE_NAME, err, sizeof(err));
+    char err[512];
 
-    if (c->err_line == 0) {
-        UNIT_CHECK(c->name, rc == 0, "did not load: %s", err);
-        if (rc == 0) {
-            c->check(c->name, &cfg);
-            config_deinit(&cfg);
-        }
-        return;
-    }
-    if (rc == 0) {
-        config_deinit(&cfg);
-        UNIT_CHECK(c->name, false, "loaded, expected an error at line %d", c->err_line);
-        return;
-    }
-    snprintf(prefix, sizeof(prefix), "%s:%d: ", FILE_NAME, c->err_line);
-    UNIT_CHECK(c->name, strncmp(err, prefix, strlen(prefix)) == 0 &&
-                        strstr(err, c->err_word) != NULL,
-               "expected \"%s...%s...\", got \"%s\"", prefix, c->err_word, err);
-    UNIT_CHECK(c->name, !holds_a_secret(err), "the message holds a secret: %s", err);
-    config_deinit(&cfg);
+    if (unit_config_case(FILE_NAME, c->name, c->yaml, c->err_line, c->err_word, c->check, err,
+                         sizeof(err)))
+        UNIT_CHECK(c->name, !holds_a_secret(err), "the message holds a secret: %s", err);
 }
 
 /* ---- a load reads the file again; what the reload log says ---------------- */
