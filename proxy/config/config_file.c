@@ -116,9 +116,10 @@ failed:
 
 /*
  * file opened for reading; side: a file the configuration names (a secret,
- * the operators), opened without waiting and refused when it is a FIFO, a
- * socket or a directory: a reload runs on a worker that carries requests,
- * and a FIFO without a writer would stop it for ever. NULL with err set.
+ * the operators), opened without waiting and refused unless it is a regular
+ * file (a symbolic link to one is): a reload runs on a worker that carries
+ * requests, and a FIFO without a writer or a terminal would stop it for
+ * ever. NULL with err set.
  */
 static FILE *config_file_open(const char *file, bool side, char *err, size_t errlen)
 {
@@ -136,10 +137,10 @@ static FILE *config_file_open(const char *file, bool side, char *err, size_t err
         snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return NULL;
     }
-    if (fstat(fd, &st) != 0 || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
-        S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a file (a FIFO, a socket or a directory): the proxy reads "
-                 "it at every reload, and must not wait for a writer", file);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (a FIFO, a device, a socket or a "
+                 "directory): the proxy reads it at every reload, and must not wait for it",
+                 file);
         close(fd);
         return NULL;
     }

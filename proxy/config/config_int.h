@@ -179,8 +179,9 @@ int config_file_read(const char *file, char **text, size_t *len, char *err, size
  * config_file_read of a file the configuration names (a secret, the
  * operators, the admin token) of at most max bytes: a larger one (or a
  * device that never ends) is "FILE: larger than MAX bytes" in err, read no
- * further than that; a FIFO, a socket or a directory is refused without
- * waiting for a writer (a reload must never stop the worker it runs on).
+ * further than that; anything but a regular file (a FIFO, a device, a
+ * socket, a directory) is refused without waiting for it (a reload must
+ * never stop the worker it runs on).
  * The buffer of a failed read is wiped before it is freed (it may hold a
  * secret). Same returns (config_file.c).
  */

@@ -351,14 +351,28 @@ static bool log_audit_write(const char *text, size_t len)
         ok = fwrite(text, 1, len, fp) == len && fflush(fp) == 0;
         funlockfile(fp);
     } else {
-        /* one write of an O_APPEND descriptor: the line is never split by another */
-        for (size_t done = 0; ok && done < len;) {
+        /*
+         * one write of an O_APPEND descriptor: the line is never split by another; one
+         * cut short (a full disk) is taken back, so the next line starts on its own
+         */
+        off_t end = lseek(log_audit_fd, 0, SEEK_END);
+        size_t done = 0;
+
+        while (ok && done < len) {
             ssize_t n = write(log_audit_fd, text + done, len - done);
 
             if (n < 0 && errno == EINTR)
                 continue;
             ok = n > 0;
             done += n > 0 ? (size_t)n : 0;
+        }
+        if (!ok && done > 0 && end >= 0) {
+            int error = errno; /* the write's, for the message */
+
+            if (ftruncate(log_audit_fd, end) != 0) {
+                /* the piece stays: the stderr line says the audit line was not written */
+            }
+            errno = error;
         }
     }
     pthread_mutex_unlock(&log_audit_lock);

@@ -77,7 +77,9 @@ enum bearer_verdict bearer_sent(const char *value, int lines,
     len = strlen(value);
     while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t')) /* OWS */
         len--;
-    if (len == 0 || len > BEARER_TOKEN_MAX_LEN || !bearer_is_b64token(value, len))
+    /* shorter than any token the proxy takes: an operator's digest may be of a weak one */
+    if (len < BEARER_TOKEN_MIN_LEN || len > BEARER_TOKEN_MAX_LEN ||
+        !bearer_is_b64token(value, len))
         return BEARER_INVALID;
     bearer_digest(value, len, digest);
     return BEARER_OK;

@@ -59,7 +59,10 @@ enum bearer_verdict bearer_check(const struct bearer_token *t, const char *value
 
 /*
  * The first half of bearer_check: parse a request's Authorization field
- * (value, lines as there) and, when it is `Bearer <b64token>`, write the
+ * (value, lines as there) and, when it is `Bearer <b64token>` of
+ * BEARER_TOKEN_MIN_LEN to BEARER_TOKEN_MAX_LEN characters (a shorter one
+ * is BEARER_INVALID: an operators file holds digests, and the proxy cannot
+ * tell from one that its token is too short to keep out a guess), write the
  * token's SHA-256 into digest (caller's, BEARER_DIGEST_LEN bytes) and
  * return BEARER_OK; else BEARER_MISSING or BEARER_INVALID as bearer_check
  * says, digest untouched. The caller compares the digest in constant time

@@ -359,7 +359,7 @@ def test_a_fifo_where_a_file_is_named_is_refused_without_a_wait(tmp_path, start_
     crew.ops_file.unlink()
     crew.ops_file.symlink_to(fifo)
     reload_and_wait(p, "reload refused")
-    assert "not a file (a FIFO" in p.stderr_text()
+    assert "not a regular file (a FIFO" in p.stderr_text()
     r = p.post(key="pay-" + uuid.uuid4().hex)
     assert r.status == 201, r
     assert call(p, crew.reader, "GET", "/records").status == 200, "the operators before stay"
@@ -374,3 +374,18 @@ def test_a_fifo_where_a_file_is_named_is_refused_without_a_wait(tmp_path, start_
     reload_and_wait(p, "reload refused")
     r = p.post(key="pay-" + uuid.uuid4().hex)
     assert r.status == 201, r
+
+
+def test_a_token_shorter_than_32_characters_is_refused_whatever_the_file_holds(
+        tmp_path, start_proxy, redis, upstream):
+    crew = Crew(tmp_path, start_proxy)
+    p = crew.p
+    crew.ops_file.write_text(operators_text(("rita.reader", crew.reader, ["read"]),
+                                            ("weak", "hunter2", ["read", "purge"])))
+    reload_and_wait(p, "reloaded")
+    r = call(p, "hunter2", "GET", "/records")
+    assert r.status == 401 and 'error="invalid_token"' in r.header("WWW-Authenticate"), r
+    assert call(p, crew.reader, "GET", "/records").status == 200
+    lines = crew.lines(2)
+    assert [(l["operator"], l["result"], l["token"]) for l in lines] == [
+        (None, "unauthorized", "-"), ("rita.reader", "ok", sha256(crew.reader)[:12])], lines
