@@ -568,9 +568,9 @@ def names_replica(node, primary_id, of_id):
 def test_a_write_answered_in_the_pass_that_drops_its_primary_waits_on_no_freed_connection(
         tmp_path, start_proxy, upstream):
     """The race the takeover churn above leaves to chance, made certain with every node
-    behind a gate: the proxy's next slot map read on a primary without slots (so no
-    client waits behind it) is held at its gate; primary B's answers to the proxy are
-    held at B's; B's replica takes over; the proxy is stopped (SIGSTOP) while the map
+    behind a gate: primary B's answers to the proxy are held at B's; the proxy's next
+    slot map read on a primary without slots (so no client waits behind it) is held at
+    its gate; B's replica takes over; the proxy is stopped (SIGSTOP) while the map
     (B a replica in it) and then B's held answers (claims it won as the primary) reach
     its sockets, and resumed, so that one loop pass reads the map, which closes B's
     connection, and then B's claims. A claim's WAIT must not be sent on or wait for that
@@ -594,14 +594,16 @@ def test_a_write_answered_in_the_pass_that_drops_its_primary_waits_on_no_freed_c
         release = threading.Event()
         with Traffic([p], threads=16, timeout=30) as traffic:
             wait_until(lambda: traffic.ok() >= 20, what="keyed traffic under way")
-            # 1. the next slot map read on the empty primary waits at its gate
-            gate_e.hold_next(("CLUSTER",), until=release)
-            wait_until(lambda: gate_e.held, interval=0.01,
-                       what="a slot map read held")
-            # 2. B's answers wait at its gate, from a claim's on (SET NX GET; nil: won)
+            # 1. B's answers wait at its gate, from a claim's on (SET NX GET; nil: won),
+            # while traffic still flows: held first, so that no request waiting on a map
+            # read (a reconnect under a loaded CI machine needs one) keeps claims from B
             gate_b.hold_replies(from_command="SET")
             wait_until(lambda: any(b"$-1\r\n" in held for held in gate_b.held_replies()),
                        interval=0.01, what="a claim B won, its answer held")
+            # 2. the next slot map read on the empty primary waits at its gate
+            gate_e.hold_next(("CLUSTER",), until=release)
+            wait_until(lambda: gate_e.held, interval=0.01,
+                       what="a slot map read held")
             # 3. B's replica takes over; every other node learns that B is its replica
             r.cmd("CLUSTER", "FAILOVER", "TAKEOVER")
             wait_until(lambda: all(names_replica(n, b_id, r_id) for n in c.alive()
