@@ -51,13 +51,6 @@
 #define WORKER_DRAIN_TICK_MS 50
 #define WORKER_ADMIN_BODY_SLACK (256 * 1024) /* bytes: base64 padding, fields and JSON */
 
-/* The admin listener's bounds (docs/operations.md "Admin listener"). */
-#define WORKER_ADMIN_MAX_CONNECTIONS 64
-#define WORKER_ADMIN_MAX_HEAD (16 * 1024)     /* bytes */
-#define WORKER_ADMIN_MAX_FIELDS 64
-#define WORKER_ADMIN_HEAD_MS 10000
-#define WORKER_ADMIN_IO_MS 30000
-
 /*
  * The admin listener reads a large body only for PUT /records/<id>: an
  * answer of up to max_stored_response bytes in base64 (4/3 of it), its
@@ -373,20 +366,10 @@ static void worker_deinit(struct worker *w)
 static void worker_pool_gauges(void *arg, struct metrics_gauges *g);
 static const char *worker_pool_unready(void *arg, const char **away);
 
-/* The admin worker's listeners: admin_listen's (admin.h, the bounds above), health_listen's. */
+/* The admin worker's listeners: admin_listen's (admin.h), health_listen's; one set of bounds. */
 static int worker_admin_open(struct worker *w, struct worker_pool *p, struct config *cfg,
                              char *err, size_t errlen)
 {
-    static const struct http_server_limits limits = {
-        .max_connections = WORKER_ADMIN_MAX_CONNECTIONS,
-        .max_head_bytes = WORKER_ADMIN_MAX_HEAD,
-        .max_header_fields = WORKER_ADMIN_MAX_FIELDS,
-        .head_timeout_ms = WORKER_ADMIN_HEAD_MS,
-        .read_timeout_ms = WORKER_ADMIN_IO_MS,
-        .write_timeout_ms = WORKER_ADMIN_IO_MS,
-        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
-                   EVHTTP_REQ_PUT,
-    };
     struct evconnlistener *lev;
 
     /* the rest of w->admin once the store and the exchange set exist (worker_init) */
@@ -403,7 +386,8 @@ static int worker_admin_open(struct worker *w, struct worker_pool *p, struct con
         return -1;
     w->admin.metrics = &p->metrics;
     worker_set_admin_body_limit(w, cfg->max_stored_response);
-    w->admin_server = http_server_new(w->base, lev, &limits, &(struct http_server_callbacks){
+    w->admin_server = http_server_new(w->base, lev, &probe_listener_limits,
+                                      &(struct http_server_callbacks){
         .head = admin_head, .request = admin_handle, .too_large = admin_too_large,
         .arg = &w->admin,
     });

@@ -16,12 +16,16 @@
 #include "listener.h"
 #include "metrics.h"
 
-/* The health listener's bounds: the admin listener's (worker.c), for three small GETs. */
-#define PROBE_MAX_CONNECTIONS 64
-#define PROBE_MAX_HEAD (16 * 1024)      /* bytes */
-#define PROBE_MAX_FIELDS 64
-#define PROBE_HEAD_MS 10000
-#define PROBE_IO_MS 30000
+const struct http_server_limits probe_listener_limits = {
+    .max_connections = 64,
+    .max_head_bytes = 16 * 1024,
+    .max_header_fields = 64,
+    .head_timeout_ms = 10000,
+    .read_timeout_ms = 30000,
+    .write_timeout_ms = 30000,
+    .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
+               EVHTTP_REQ_PUT,
+};
 
 bool probe_path(const char *path)
 {
@@ -102,22 +106,12 @@ static void probe_handle(struct http_req *req, void *arg)
 struct http_server *probe_listen(struct event_base *base, const struct endpoint *ep,
                                  struct probe_env *env, char *err, size_t errlen)
 {
-    static const struct http_server_limits limits = {
-        .max_connections = PROBE_MAX_CONNECTIONS,
-        .max_head_bytes = PROBE_MAX_HEAD,
-        .max_header_fields = PROBE_MAX_FIELDS,
-        .head_timeout_ms = PROBE_HEAD_MS,
-        .read_timeout_ms = PROBE_IO_MS,
-        .write_timeout_ms = PROBE_IO_MS,
-        .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST |
-                   EVHTTP_REQ_PUT,
-    };
     struct evconnlistener *lev = listener_bind(base, ep, false, false, err, errlen);
     struct http_server *s;
 
     if (lev == NULL)
         return NULL;
-    s = http_server_new(base, lev, &limits, &(struct http_server_callbacks){
+    s = http_server_new(base, lev, &probe_listener_limits, &(struct http_server_callbacks){
         .head = probe_head, .request = probe_handle, .arg = env,
     });
     if (s == NULL)

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "http_server.h"
+
 struct endpoint;
 struct event_base;
 struct http_req;
@@ -58,15 +60,21 @@ bool probe_path(const char *path);
 bool probe_answer(const struct probe_env *env, struct http_req *req);
 
 /*
+ * The bounds of the admin worker's two listeners, admin_listen's and
+ * health_listen's (docs/operations.md "Bounds of the admin listener"): 64
+ * connections, a head of 16 KiB and 64 fields within 10 s (ms), 30 s (ms)
+ * to read or to take an answer; the methods the admin endpoints take.
+ */
+extern const struct http_server_limits probe_listener_limits;
+
+/*
  * The health listener (health_listen): bind ep on base and serve the probes
  * there with env (borrowed: it must outlive the server), never with a
  * token. GET and HEAD of the three probe paths only: another path is 404
  * "not found\n", another method 405 (Allow: GET, HEAD; 501 for a method
  * the admin listener does not take either), a request with a body 413
- * problem body-too-large before the body is read. Bounds like the admin
- * listener's (docs/operations.md "Bounds of the admin listener"): 64
- * connections, a head of 16 KiB and 64 fields within 10 s, 30 s to take
- * an answer. Returns the server, the caller's (http_server_free on base's
+ * problem body-too-large before the body is read. Bounds: the admin
+ * listener's, probe_listener_limits. Returns the server, the caller's (http_server_free on base's
  * thread), or NULL with one line in err (errlen bytes): the address
  * cannot be bound, or out of memory.
  */
