@@ -23,6 +23,7 @@ connection after reading the request: the record is held as outcome unknown) and
 """
 
 import base64
+import contextlib
 import json
 import signal
 import uuid
@@ -421,6 +422,24 @@ def test_a_purge_reason_with_a_nul_is_refused_whole(tmp_path, start_proxy, redis
     assert admin(p, token, "DELETE", "/records/%s?reason=abc" % record_id).status == 200
 
 
+@contextlib.contextmanager
+def stalled_owner(p1, p2, token, upstream, headers):
+    """A keyed request sent through p1 with headers, at the upstream; p1 stopped (SIGSTOP)
+    until the block ends, and the request's lease run out as p2's admin listener shows.
+    Yields (key, record_id, the request's future)."""
+    key = "pay-" + uuid.uuid4().hex
+    first = in_background(p1.post, key=key, headers=headers, timeout=30)
+    wait_until(lambda: upstream.total() == 1, what="the request at the upstream")
+    record_id = record_id_cli(p1, "/v1/payments", key)[0]["record_id"]
+    p1.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: admin(p2, token, "GET", "/records/" + record_id).json()
+                   .get("lease_expired") is True, what="the stalled request's lease run out")
+        yield key, record_id, first
+    finally:
+        p1.signal(signal.SIGCONT)
+
+
 def test_a_resolution_made_while_a_stalled_proxys_request_was_at_the_upstream_is_an_error_line(
         tmp_path, start_proxy, redis, upstream):
     """The request's proxy stops (SIGSTOP) while its request is at the upstream; its lease
@@ -430,19 +449,11 @@ def test_a_resolution_made_while_a_stalled_proxys_request_was_at_the_upstream_is
     token = new_token()
     p1 = start(start_proxy, tmp_path, token, lease="1s")
     p2 = start(start_proxy, tmp_path, token, lease="1s")
-    key = "pay-" + uuid.uuid4().hex
-    first = in_background(p1.post, key=key, headers=[("X-Demo-Delay-Ms", "3000")], timeout=30)
-    wait_until(lambda: upstream.total() == 1, what="the request at the upstream")
-    record_id = record_id_cli(p1, "/v1/payments", key)[0]["record_id"]
-    p1.signal(signal.SIGSTOP)
-    try:
-        wait_until(lambda: admin(p2, token, "GET", "/records/" + record_id).json()
-                   .get("lease_expired") is True, what="the stalled request's lease run out")
+    with stalled_owner(p1, p2, token, upstream, [("X-Demo-Delay-Ms", "3000")]) as (
+            key, record_id, first):
         r = admin(p2, token, "PUT", "/records/" + record_id,
                   answer(402, b'{"declined": true}', reason="INC-15: the bank said declined"))
         assert r.status == 200, r
-    finally:
-        p1.signal(signal.SIGCONT)
     assert first.result().status == 201
     log_line(p1, "an operator resolved the record while the request was at the upstream")
     retry = p2.post(key=key)
@@ -588,19 +599,11 @@ def test_an_extension_stands_when_the_stalled_owner_comes_back(tmp_path, start_p
     p1 = start(start_proxy, tmp_path, token, lease="1s", retention="1h",
                upstream={"timeout": "3s"})
     p2 = start(start_proxy, tmp_path, token, lease="1s", retention="1h")
-    key = "pay-" + uuid.uuid4().hex
-    first = in_background(p1.post, key=key, headers=[("X-Demo-Fault", "hang")], timeout=30)
-    wait_until(lambda: upstream.total() == 1, what="the request at the upstream")
-    record_id = record_id_cli(p1, "/v1/payments", key)[0]["record_id"]
-    p1.signal(signal.SIGSTOP)
-    try:
-        wait_until(lambda: admin(p2, token, "GET", "/records/" + record_id).json()
-                   .get("lease_expired") is True, what="the stalled request's lease run out")
+    with stalled_owner(p1, p2, token, upstream, [("X-Demo-Fault", "hang")]) as (
+            _, record_id, first):
         r = admin(p2, token, "POST", "/records/%s/extend" % record_id,
                   {"seconds": 7 * 86400, "reason": "INC-21: the bank answers on Monday"})
         assert r.status == 200 and r.json()["changed"] is True, r
-    finally:
-        p1.signal(signal.SIGCONT)
     assert first.result().status == 502
     rec = admin(p2, token, "GET", "/records/" + record_id).json()
     assert rec["state"] == "outcome-unknown", rec
