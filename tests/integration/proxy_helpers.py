@@ -787,6 +787,21 @@ def access_ids(p, path="/v1/payments"):
             if "audit" not in l and l.get("path") == path]
 
 
+# the demo upstream reads the request, then closes the connection: the outcome is unknown
+CLOSE = [("X-Demo-Fault", "close")]
+
+
+def hold_outcome_unknown(p, key, headers=()):
+    """A keyed POST to /v1/payments whose upstream closes the connection after reading it:
+    502, and the record is held as outcome unknown. Returns the record id its access-log line
+    printed."""
+    seen = len(access_ids(p))
+    r = p.post(key=key, headers=CLOSE + list(headers))
+    assert r.status == 502, r
+    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen],
+                      what="the access-log line of the held request")
+
+
 def start_with_admin_token(start_proxy, tmp_path, token, route="/v1/payments*", **kw):
     """A proxy protecting route, its admin listener on 0.0.0.0 behind token."""
     return start_proxy(routes=[{"path": route}], admin_host="0.0.0.0",

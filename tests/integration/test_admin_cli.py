@@ -39,10 +39,9 @@ import pytest
 from harness import build_config, free_port, proxy_binary, to_yaml, wait_until
 from inbox_helpers import ENCODED, ROUTE as INBOX_ROUTE, deliver, new_secret, queued_route, \
     stripe_body
-from proxy_helpers import access_ids, audit_lines, bearer, new_key, new_token, token_file
+from proxy_helpers import audit_lines, bearer, hold_outcome_unknown, new_key, new_token, token_file
 
 PAYMENTS = "/v1/payments*"
-CLOSE = [("X-Demo-Fault", "close")]
 ID = re.compile(r"\b[0-9a-f]{32}\b")
 
 # Run in a mount namespace of its own whose every mount is read-only (as root), so that any
@@ -111,12 +110,7 @@ def hold(p, key=None):
     """A payment whose upstream closes the connection after reading it: the record is kept as
     outcome-unknown. Returns (key, record id)."""
     key = key or new_key("pay")
-    before = len(access_ids(p))
-    r = p.post(key=key, headers=CLOSE)
-    assert r.status == 502, r
-    rid = wait_until(lambda: access_ids(p)[before:] and access_ids(p)[before],
-                     what="the held request's access line")
-    return key, rid
+    return key, hold_outcome_unknown(p, key)
 
 
 def record(p, token, rid):

@@ -32,8 +32,9 @@ import pytest
 
 from harness import http_request, log_line, wait_until
 from proxy_helpers import (
-    access_ids, audit_lines, bearer, change_lines, in_background, metric, new_token, proc_status,
-    record_id_cli, redis_contents, sanitized, start_with_admin_token, token_file,
+    CLOSE, access_ids, audit_lines, bearer, change_lines, hold_outcome_unknown, in_background,
+    metric, new_token, proc_status, record_id_cli, redis_contents, sanitized,
+    start_with_admin_token, token_file,
 )
 
 # tests/run.sh runs this file under ThreadSanitizer with two worker threads a proxy
@@ -41,7 +42,6 @@ from proxy_helpers import (
 pytestmark = pytest.mark.threads
 
 ROUTE = "/v1/payments*"
-CLOSE = [("X-Demo-Fault", "close")]
 PRECONDITION_REQUIRED = "urn:idempotency-proxy:problem:precondition-required"
 PRECONDITION_FAILED = "urn:idempotency-proxy:problem:precondition-failed"
 NOT_CONFIRMED = "urn:idempotency-proxy:problem:re-execute-not-confirmed"
@@ -51,14 +51,7 @@ def start(start_proxy, tmp_path, token, **kw):
     return start_with_admin_token(start_proxy, tmp_path, token, ROUTE, **kw)
 
 
-def hold(p, key):
-    """A request whose upstream closes the connection after reading it: 502, and the record
-    is kept as outcome unknown. Returns the record id its access-log line printed."""
-    seen = len(access_ids(p))
-    r = p.post(key=key, headers=CLOSE)
-    assert r.status == 502, r
-    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen], 5,
-                      what="the access-log line of the held request")
+hold = hold_outcome_unknown
 
 
 def answer(status=201, body=b"", reason=None):

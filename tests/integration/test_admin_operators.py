@@ -26,14 +26,13 @@ import pytest
 
 from harness import proxy_binary, wait_until
 from proxy_helpers import (
-    access_ids, bearer, check_file, metric, new_token, reload_and_wait, run_bin, stdout_json,
-    token_file,
+    CLOSE, bearer, check_file, hold_outcome_unknown, metric, new_token, reload_and_wait, run_bin,
+    stdout_json, token_file,
 )
 
 pytestmark = pytest.mark.threads
 
 ROUTE = "/v1/payments*"
-CLOSE = [("X-Demo-Fault", "close")]
 FORBIDDEN = "urn:idempotency-proxy:problem:admin-forbidden"
 THROTTLED = "urn:idempotency-proxy:problem:admin-throttled"
 UNAUTHORIZED = "urn:idempotency-proxy:problem:admin-unauthorized"
@@ -57,14 +56,7 @@ def audit_file_lines(path):
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
 
 
-def hold(p, key):
-    """A request whose upstream closes the connection after reading it: 502, and the record
-    is held as outcome unknown. Returns its record id, from its access-log line."""
-    seen = len(access_ids(p))
-    r = p.post(key=key, headers=CLOSE)
-    assert r.status == 502, r
-    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen],
-                      what="the access-log line of the held request")
+hold = hold_outcome_unknown
 
 
 def answer(status, body, reason):

@@ -36,8 +36,9 @@ import pytest
 
 from harness import HTTPError, read_response, wait_ready, wait_until
 from proxy_helpers import (
-    access_ids, access_record_id, audit_lines, bearer, change_lines, fingerprint, metric_values,
-    new_token, redis_contents, start_with_admin_token, token_file,
+    CLOSE, access_ids, access_record_id, audit_lines, bearer, change_lines, fingerprint,
+    hold_outcome_unknown, metric_values, new_token, redis_contents, start_with_admin_token,
+    token_file,
 )
 from redis_topology import ClusterGroup, SentinelGroup
 
@@ -46,21 +47,13 @@ from redis_topology import ClusterGroup, SentinelGroup
 pytestmark = pytest.mark.threads
 
 ROUTE = "/v1/payments*"
-CLOSE = [("X-Demo-Fault", "close")]
 
 
 def start(start_proxy, tmp_path, token, **kw):
     return start_with_admin_token(start_proxy, tmp_path, token, ROUTE, **kw)
 
 
-def hold(p, key, headers=()):
-    """A request whose upstream closes the connection after reading it: 502, and the record
-    is kept as outcome unknown. Returns the record id its access-log line printed."""
-    seen = len(access_ids(p))
-    r = p.post(key=key, headers=CLOSE + list(headers))
-    assert r.status == 502, r
-    return wait_until(lambda: access_ids(p)[seen:] and access_ids(p)[seen], 5,
-                      what="the access-log line of the held request")
+hold = hold_outcome_unknown
 
 
 def record(p, token, record_id):
