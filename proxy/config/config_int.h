@@ -204,6 +204,12 @@ yaml_node_t *config_node(struct config_doc *doc, int index);
 /* The value of key name in mapping map; NULL when absent, null, or map is NULL. */
 yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name);
 
+/*
+ * The pair of key name in mapping map (borrowed from doc), its value null
+ * or not; NULL when absent or map is NULL (config_node.c).
+ */
+yaml_node_pair_t *config_lookup_pair(struct config_doc *doc, yaml_node_t *map, const char *name);
+
 /* Items of a list, or of one scalar seen as a list of one; null is []. */
 size_t config_items(const yaml_node_t *node);
 

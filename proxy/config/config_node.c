@@ -60,20 +60,27 @@ bool config_is_null(const yaml_node_t *node)
     return false;
 }
 
-/* The value of key name in mapping map; NULL when absent, null, or map is NULL. */
-yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name)
+yaml_node_pair_t *config_lookup_pair(struct config_doc *doc, yaml_node_t *map, const char *name)
 {
     if (map == NULL || map->type != YAML_MAPPING_NODE)
         return NULL;
     for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
          pair < map->data.mapping.pairs.top; pair++) {
         yaml_node_t *key = config_node(doc, pair->key);
-        yaml_node_t *value = config_node(doc, pair->value);
 
         if (key->type == YAML_SCALAR_NODE && strcmp((const char *)key->data.scalar.value, name) == 0)
-            return config_is_null(value) ? NULL : value;
+            return pair;
     }
     return NULL;
+}
+
+/* The value of key name in mapping map; NULL when absent, null, or map is NULL. */
+yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name)
+{
+    yaml_node_pair_t *pair = config_lookup_pair(doc, map, name);
+    yaml_node_t *value = pair != NULL ? config_node(doc, pair->value) : NULL;
+
+    return value != NULL && !config_is_null(value) ? value : NULL;
 }
 
 /* Items of a list, or of one scalar seen as a list of one; null is []. */

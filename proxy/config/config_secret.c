@@ -165,17 +165,9 @@ int config_set_sign_secret_file(struct config_loader *ld, const struct config_ke
 /* The key node of name in map (the user's file), null value or not; NULL when absent. */
 static yaml_node_t *config_key_node(struct config_loader *ld, yaml_node_t *map, const char *name)
 {
-    if (map == NULL || map->type != YAML_MAPPING_NODE)
-        return NULL;
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
-         pair < map->data.mapping.pairs.top; pair++) {
-        yaml_node_t *knode = config_node(&ld->user, pair->key);
+    yaml_node_pair_t *pair = config_lookup_pair(&ld->user, map, name);
 
-        if (knode != NULL && knode->type == YAML_SCALAR_NODE &&
-            strcmp((const char *)knode->data.scalar.value, name) == 0)
-            return knode;
-    }
-    return NULL;
+    return pair != NULL ? config_node(&ld->user, pair->key) : NULL;
 }
 
 int config_check_secret_source(struct config_loader *ld, yaml_node_t *map, const char *section,
