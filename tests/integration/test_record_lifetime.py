@@ -16,13 +16,12 @@ import time
 import pytest
 
 from harness import wait_until
-from proxy_helpers import access_record_id, bearer, new_key, new_token, token_file
+from proxy_helpers import CLOSE, access_record_id, bearer, new_key, new_token, token_file
 
 pytestmark = pytest.mark.threads
 
 RETENTION_MS = 20000
 SLOW_MS = 4000
-CLOSE = [("X-Demo-Fault", "close")]
 
 
 def start(start_proxy, tmp_path, token, **kw):
