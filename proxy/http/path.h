@@ -9,7 +9,9 @@
  * protects them; matching one too few executes twice. A spelling whose
  * meaning depends on the upstream (an encoded slash, an encoded '?') is
  * refused instead of guessed: Envoy's normalize_path + merge_slashes +
- * path_with_escaped_slashes_action: REJECT_REQUEST is the model.
+ * path_with_escaped_slashes_action: REJECT_REQUEST is the model. A path
+ * that a URL parser may read as "//host/path" is checked by the classifier
+ * (classify.c), which knows the routes.
  */
 #ifndef IDEM_PATH_H
 #define IDEM_PATH_H

@@ -207,9 +207,9 @@ static void classify_key_from_header(const struct route_policy *policy,
     }
 }
 
-/* The route for path, normalised (path.h); false after a 400 refusal when it cannot be. */
-static bool classify_route(const struct config *cfg, const char *path,
-                           struct classify_result *out)
+/* The route path (normalised: path.h) matches into *route; a path_status. */
+static enum path_status classify_match(const struct config *cfg, const char *path,
+                                       const struct route **route)
 {
     size_t size = path_normalized_size(path);
     char small[512], *normalized = size <= sizeof(small) ? small : malloc(size);
@@ -217,12 +217,39 @@ static bool classify_route(const struct config *cfg, const char *path,
                                              : PATH_NO_MEMORY;
 
     /* never match the raw path instead: it is a spelling the routes were not written for */
-    if (st == PATH_OK)
-        out->route = config_match_route(cfg, normalized);
+    *route = st == PATH_OK ? config_match_route(cfg, normalized) : NULL;
     if (normalized != small)
         free(normalized);
+    return st;
+}
+
+/*
+ * The route for path, normalised (path.h); false after a 400 refusal when it
+ * cannot be. A path that starts with two slashes ('\' is one: WHATWG) is
+ * also read as a URL parser reads "//host/rest", the first segment a host:
+ * when that reading names a route the normalised one does not (//x/v1/payments
+ * for /v1/payments), which endpoint the upstream runs is its parser's choice,
+ * and the request is refused rather than passed unprotected.
+ */
+static bool classify_route(const struct config *cfg, const char *path,
+                           struct classify_result *out)
+{
+    enum path_status st = classify_match(cfg, path, &out->route);
+    const struct route *as_host = NULL;
+    size_t slashes = strspn(path, "/\\");
+    const char *rest = path + slashes + strcspn(path + slashes, "/\\");
+
     if (st != PATH_OK) {
         classify_refuse(out, PROBLEM_INVALID_TARGET, 400, path_status_reason(st));
+        return false;
+    }
+    /* WHATWG skips every slash after the first two, then reads the host up to the next one */
+    if (slashes >= 2 && *rest != '\0' && classify_match(cfg, rest, &as_host) == PATH_OK &&
+        as_host != NULL && as_host != out->route) {
+        classify_refuse(out, PROBLEM_INVALID_TARGET, 400,
+                        "the path starts with two slashes: a URL parser may read its first "
+                        "segment as a host and the rest as another route's path");
+        out->route = NULL;
         return false;
     }
     return true;

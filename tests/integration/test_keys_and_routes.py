@@ -261,6 +261,25 @@ def test_other_spellings_of_a_protected_path_are_protected(start_proxy, upstream
     assert upstream.executions(key) == 1
 
 
+@pytest.mark.parametrize("spelling", [b"//x/v1/payments", b"/\\x/v1/payments",
+                                      b"///x/v1/payments", b"//x:80/v1/payments",
+                                      b"//x@y/v1/payments", b"/\\/x/webhooks/stripe"])
+def test_a_path_a_url_parser_reads_as_host_and_route_is_refused(start_proxy, upstream,
+                                                                  spelling):
+    """A WHATWG parser (Node's new URL, fetch) reads //x/v1/payments as the host x and the
+    path /v1/payments: which endpoint the upstream runs is its choice, so the proxy refuses
+    the target rather than pass it unprotected (or a webhook unverified)."""
+    p = start_proxy(routes=[{"path": "/v1/payments", "require_key": True},
+                            {"path": "/webhooks/stripe", "key_from": "json:/id",
+                             "verify": "stripe", "secret": "whsec_" + "a" * 32}])
+    for key in (None, new_key()):
+        hs = b"" if key is None else b"Idempotency-Key: " + key.encode() + b"\r\n"
+        raw = (b"POST " + spelling + b" HTTP/1.1\r\nHost: x\r\n" + hs +
+               b"Content-Length: 11\r\nConnection: close\r\n\r\n{\"id\": \"e\"}")
+        assert_problem(http_request(p.port, raw=raw), 400, "invalid-target")
+    assert upstream.total() == 0
+
+
 def test_absolute_form_target_is_protected_and_forwarded_in_origin_form(proxy, upstream):
     """RFC 9112 3.2.2: a server must accept absolute-form; the upstream gets origin-form."""
     key = new_key()
