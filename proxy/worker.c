@@ -275,7 +275,7 @@ static void worker_on_failover(const char *from, const char *to, void *arg)
     exchange_set_failed_over(w->xs);   /* released claims, released again */
 }
 
-/* The worker's store read a cluster's slot map or followed a redirection (redis.cluster). */
+/* The worker's store read a slot map or followed a redirection (redis.cluster), or re-asserted. */
 static void worker_on_store_event(enum store_event ev, void *arg)
 {
     struct worker *w = arg;
@@ -283,9 +283,15 @@ static void worker_on_store_event(enum store_event ev, void *arg)
         [STORE_EVENT_MAP_REFRESH] = METRICS_CLUSTER_REFRESHES,
         [STORE_EVENT_MOVED] = METRICS_CLUSTER_MOVED,
         [STORE_EVENT_ASK] = METRICS_CLUSTER_ASK,
+        [STORE_EVENT_REASSERT_RESTORED] = METRICS_REASSERT_RESTORED,
+        [STORE_EVENT_REASSERT_PRESENT] = METRICS_REASSERT_PRESENT,
+        [STORE_EVENT_REASSERT_SUPERSEDED] = METRICS_REASSERT_SUPERSEDED,
+        [STORE_EVENT_REASSERT_FAILED] = METRICS_REASSERT_FAILED,
+        [STORE_EVENT_REASSERT_DROPPED] = METRICS_REASSERT_DROPPED,
     };
 
-    metrics_count(&w->pool->metrics, counter[ev]);
+    if (ev != STORE_EVENT_NEW_PRIMARY) /* counted as a failover followed */
+        metrics_count(&w->pool->metrics, counter[ev]);
 }
 
 /*

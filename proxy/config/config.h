@@ -185,6 +185,11 @@ struct config {
                                        forwarded, 0..CONFIG_MAX_MIN_REPLICAS; 0: no WAIT */
     uint64_t redis_replica_timeout_ms; /* WAIT's timeout, ms, > 0 */
     uint64_t redis_timeout_ms;      /* per command, ms */
+    /* redis.reassert (store_reassert.c): writes put back after a failover */
+    uint64_t redis_reassert_window_ms; /* how long a write is kept to be put back, ms; 0: off */
+    uint64_t redis_reassert_grace_ms;  /* new claims refused after a new primary, ms */
+    size_t redis_reassert_max_bytes;   /* the journal's bound, bytes, the process's (split
+                                          evenly among the workers) */
 
     size_t max_request_body;        /* bytes */
     size_t max_stored_response;     /* bytes */

@@ -90,6 +90,9 @@ int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
         config_apply_mapping(ld, doc,
                              config_lookup(doc, config_lookup(doc, root, "redis"), "cluster"),
                              config_redis_cluster_keys, cfg, &ld->set_redis_cluster) < 0 ||
+        config_apply_mapping(ld, doc,
+                             config_lookup(doc, config_lookup(doc, root, "redis"), "reassert"),
+                             config_redis_reassert_keys, cfg, &ld->set_redis_reassert) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "limits"), config_limits_keys,
                              cfg, &ld->set_limits) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "errors"), config_errors_keys,

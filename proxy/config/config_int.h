@@ -108,6 +108,7 @@ struct config_section {
  */
 extern const struct config_key config_root_keys[], config_upstream_keys[], config_redis_keys[],
     config_redis_tls_keys[], config_redis_sentinel_keys[], config_redis_cluster_keys[],
+    config_redis_reassert_keys[],
     config_limits_keys[], config_errors_keys[], config_log_keys[], config_encryption_keys[],
     config_admin_keys[],
     config_policy_keys[],
@@ -146,7 +147,7 @@ struct config_loader {
     struct config_doc *cur;                /* the document being read */
     /* pass 2/3: which keys are set, one bit per index in their table */
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
-    uint32_t set_redis_sentinel, set_redis_cluster;
+    uint32_t set_redis_sentinel, set_redis_cluster, set_redis_reassert;
     uint32_t set_errors, set_log, set_encryption, set_admin;
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */

@@ -84,6 +84,7 @@ const struct config_key config_upstream_keys[] = {
 static const struct config_section config_redis_tls_section;
 static const struct config_section config_redis_sentinel_section;
 static const struct config_section config_redis_cluster_section;
+static const struct config_section config_redis_reassert_section;
 
 /*
  * The passwords (password, password_file; the sentinels' too) are live:
@@ -103,6 +104,15 @@ const struct config_key config_redis_keys[] = {
     { "min_replicas", .reload = RESTART(config_changed_unsigned), .set = config_set_min_replicas, .offset = CFG(redis_min_replicas) },
     { "replica_timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_replica_timeout_ms), .flags = CONFIG_POSITIVE },
     { "timeout", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_timeout_ms), .flags = CONFIG_POSITIVE },
+    { "reassert", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_reassert_section },
+    { .name = NULL },
+};
+
+/* redis.reassert: each store's journal (store_reassert.c), set up when the store is made. */
+const struct config_key config_redis_reassert_keys[] = {
+    { "window", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_reassert_window_ms) },
+    { "grace", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_reassert_grace_ms) },
+    { "max_bytes", .reload = RESTART(config_changed_size), .set = config_set_size, .offset = CFG(redis_reassert_max_bytes) },
     { .name = NULL },
 };
 
@@ -276,6 +286,8 @@ static const struct config_section config_redis_tls_section = {
     "redis.tls", { config_redis_tls_keys, NULL }, 0 };
 static const struct config_section config_redis_sentinel_section = {
     "redis.sentinel", { config_redis_sentinel_keys, NULL }, 0 };
+static const struct config_section config_redis_reassert_section = {
+    "redis.reassert", { config_redis_reassert_keys, NULL }, 0 };
 static const struct config_section config_redis_cluster_section = {
     "redis.cluster", { config_redis_cluster_keys, NULL }, 0 };
 static const struct config_section config_limits_section = {
@@ -320,7 +332,8 @@ const struct config_section config_root_section = {
  */
 const struct config_section *const config_sections[] = {
     &config_root_section, &config_upstream_section, &config_redis_section,
-    &config_redis_sentinel_section, &config_redis_cluster_section, &config_limits_section, &config_defaults_section, &config_route_section,
+    &config_redis_sentinel_section, &config_redis_cluster_section,
+    &config_redis_reassert_section, &config_limits_section, &config_defaults_section, &config_route_section,
     &config_errors_section, &config_log_section, &config_encryption_section,
     &config_admin_section, &config_delivery_section,
     &config_delivery_backoff_section, &config_delivery_sign_section,
@@ -351,6 +364,10 @@ const char config_builtin_yaml[] =
     "  min_replicas: 0\n"
     "  replica_timeout: 200ms\n"
     "  timeout: 500ms\n"
+    "  reassert:\n"
+    "    window: 10s\n"
+    "    grace: 2s\n"
+    "    max_bytes: 64MiB\n"
     "  tls:\n"
     "    verify: true\n"
     "limits:\n"

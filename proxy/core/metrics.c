@@ -337,7 +337,8 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
         evbuffer_add_printf(out, "\"} %u\n", g->redis_primaries[i].workers);
     }
     metrics_render_scalar(out, "idempotency_proxy_redis_failovers_followed_total", "counter",
-                          "Times redis.sentinel named another primary and the proxy moved to it.",
+                          "Times the proxy moved to another primary: redis.sentinel named one, or the "
+                          "node behind redis.url has another replication ID.",
                           (double)m->counters[METRICS_FAILOVERS_FOLLOWED]);
     if (g->redis_cluster_nodes >= 0) {
         metrics_render_scalar(out, "idempotency_proxy_redis_cluster_nodes", "gauge",
@@ -352,6 +353,21 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                             "moved", m->counters[METRICS_CLUSTER_MOVED],
                             "ask", m->counters[METRICS_CLUSTER_ASK]);
     }
+    evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_reasserted_total Recent writes "
+                        "sent again to a new primary after a failover (redis.reassert), by "
+                        "what they found: restored (the key had lost it), present, superseded "
+                        "(another owner's record: that key may have run twice), failed.\n"
+                        "# TYPE idempotency_proxy_redis_reasserted_total counter\n");
+    for (int i = 0; i < 4; i++) {
+        static const char *const result[] = { "restored", "present", "superseded", "failed" };
+        evbuffer_add_printf(out, "idempotency_proxy_redis_reasserted_total{result=\"%s\"} %llu\n",
+                            result[i],
+                            (unsigned long long)m->counters[METRICS_REASSERT_RESTORED + i]);
+    }
+    metrics_render_scalar(out, "idempotency_proxy_redis_reassert_dropped_total", "counter",
+                          "Writes left out of the re-assertion journal: it was at "
+                          "redis.reassert.max_bytes.",
+                          (double)m->counters[METRICS_REASSERT_DROPPED]);
     metrics_render_scalar(out, "idempotency_proxy_store_errors_total", "counter",
                           "Redis commands that failed, timed out or found no connection.",
                           (double)m->counters[METRICS_STORE_ERRORS]);

@@ -38,6 +38,11 @@ enum metrics_counter {
     METRICS_CLUSTER_REFRESHES,      /* redis.cluster: slot maps read */
     METRICS_CLUSTER_MOVED,          /* redis.cluster: commands redirected by MOVED */
     METRICS_CLUSTER_ASK,            /* redis.cluster: commands redirected by ASK */
+    METRICS_REASSERT_RESTORED,      /* redis.reassert: writes put back on a new primary */
+    METRICS_REASSERT_PRESENT,       /* ... found there already (or a later record of ours) */
+    METRICS_REASSERT_SUPERSEDED,    /* ... found another owner's record: may have run twice */
+    METRICS_REASSERT_FAILED,        /* ... not answered, or refused */
+    METRICS_REASSERT_DROPPED,       /* writes left out of the journal: over max_bytes */
     METRICS_INBOX_ACCEPTED,         /* queued webhook deliveries appended and answered */
     METRICS_INBOX_DELIVERED,        /* acknowledged by the receiver (2xx) */
     METRICS_INBOX_ATTEMPTS,         /* deliveries tried, first tries and retries */

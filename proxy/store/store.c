@@ -129,11 +129,41 @@ static void store_health_check(struct store *s)
     store_submit(cmd, 1, (const char **)argv, argvlen);
 }
 
+/*
+ * The connection is ready: on the primary of before, or on another one (a
+ * failover followed, a node that came back empty)? The replication ID
+ * tells; one that cannot be read (INFO refused) is taken for another
+ * primary (fail closed). With redis.reassert, another primary gets the
+ * journal first (store_reassert.c); with redis.url, it is also a failover
+ * followed for the observer (redis.sentinel reports its own).
+ */
+static void store_follow_primary(struct store *s)
+{
+    const char *replid = store_conn_replid(s->conn);
+    bool same = replid[0] != '\0' && strcmp(replid, s->primary_replid) == 0;
+    bool seen = s->primary_seen;
+    char addr[300] = "";
+
+    s->primary_seen = true;
+    snprintf(s->primary_replid, sizeof(s->primary_replid), "%s", replid);
+    if (!seen || same)
+        return;
+    store_conn_ready_addr(s->conn, addr, sizeof(addr));
+    if (store_reassert_on(s))
+        store_reassert_replay(s, addr, replid[0] != '\0'
+                              ? "a new primary (another replication ID)"
+                              : "reconnected, and INFO replication is refused: taken for a "
+                                "new primary");
+    if (s->sentinel == NULL && s->failover_observer != NULL)
+        s->failover_observer("", replid[0] != '\0' ? replid : addr, s->failover_arg);
+}
+
 /* The single connection's hooks (redis.url, redis.sentinel). */
 static void store_on_conn_ready(void *owner)
 {
     struct store *s = owner;
 
+    store_follow_primary(s); /* its journal goes before what waited for the connection */
     store_on_node_ready(s, s->conn);
     /* perhaps another primary: its replicas are counted afresh, from now (not the next tick) */
     s->n_offsets = 0;
@@ -173,6 +203,7 @@ static void store_on_health_tick(evutil_socket_t fd, short what, void *arg)
     /* a cluster's connections are checked by its map refreshes (store_cluster.c) */
     if (s->conn == NULL)
         return;
+    store_reassert_prune(s);
     if (store_conn_idle_ms(s->conn) >= STORE_HEALTH_MS / 2 ||
         (s->cfg->redis_min_replicas > 0 &&
          clock_mono_ms() - s->wait_counted_ms >= STORE_HEALTH_MS))
@@ -245,6 +276,7 @@ struct store *store_create(struct event_base *base, const struct config *cfg, ch
     TAILQ_INIT(&s->spare);
     TAILQ_INIT(&s->wait_next);
     TAILQ_INIT(&s->wait_sent);
+    TAILQ_INIT(&s->journal);
     event_assign(&s->failed_ev, base, -1, 0, store_on_failed, s);
     event_assign(&s->wait_ev, base, -1, 0, store_on_wait_turn, s);
     evtimer_assign(&s->wait_lazy_ev, base, store_on_wait_turn, s);
@@ -313,6 +345,7 @@ void store_destroy(struct store *s)
         evdns_base_free(s->dns, 0);
     }
     SSL_CTX_free(s->tls);
+    store_reassert_clear(s);
     while (!TAILQ_EMPTY(&s->spare)) {
         struct store_cmd *cmd = TAILQ_FIRST(&s->spare);
         TAILQ_REMOVE(&s->spare, cmd, link);
@@ -352,6 +385,8 @@ const char *store_unready(const struct store *s)
     /* a cluster counts each primary's replicas in its slot map, not in one ROLE or WAIT */
     if (s->cluster != NULL ? store_cluster_replicas_short(s->cluster) : s->replicas_short)
         return "too few replicas acknowledge writes (redis.min_replicas)";
+    if (store_reassert_grace(s))
+        return "putting back recent writes after a failover (redis.reassert.grace)";
     return NULL;
 }
 

@@ -101,8 +101,12 @@ bool store_ready(const struct store *s);
  * static reason: "redis unreachable" (!store_ready), or, with
  * redis.min_replicas, "too few replicas acknowledge writes" when the
  * durability wait or the idle health check last counted fewer copies than
- * that (every claim would get 503 store-unavailable). Any thread may ask
- * while s exists.
+ * that (every claim would get 503 store-unavailable), or, with
+ * redis.reassert, "putting back recent writes after a failover" for
+ * redis.reassert.grace after the store followed a new primary (claims and
+ * takeovers then fail with STORE_UNAVAILABLE, unsent;
+ * docs/redis.md#re-assertion-after-a-failover). Any thread may ask while s
+ * exists.
  */
 const char *store_unready(const struct store *s);
 

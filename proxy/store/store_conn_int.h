@@ -62,6 +62,9 @@
 #include "store_reply.h"
 #include "store_types.h"
 
+/* A replication ID: 40 hex characters (INFO replication's master_replid). */
+#define STORE_REPLID_LEN 40
+
 struct event_base;
 struct evdns_base;
 struct config;
@@ -237,6 +240,13 @@ const char *store_conn_last_error(const struct store_conn *c);
  * ready (a confirmed primary for a data node); false otherwise. Any thread.
  */
 bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len);
+
+/*
+ * The replication ID (STORE_REPLID_LEN hex chars) of the primary the
+ * connection's last setup reached, "" when INFO replication was refused
+ * or is still to come; borrowed until the next setup. The loop's thread.
+ */
+const char *store_conn_replid(const struct store_conn *c);
 
 /* ms since the connection last carried a reply (monotonic); for the idle health check. */
 double store_conn_idle_ms(const struct store_conn *c);
@@ -457,6 +467,8 @@ struct store_conn {
     TAILQ_HEAD(, store_conn_call) calls;
     double last_reply_ms;           /* monotonic */
     enum store_policy policy;       /* its node's maxmemory-policy, as last read */
+    char replid[STORE_REPLID_LEN + 1]; /* its primary's master_replid (INFO replication) read
+                                       by this setup; "": not read (INFO refused) */
 };
 
 

@@ -266,6 +266,11 @@ bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len)
     return ready;
 }
 
+const char *store_conn_replid(const struct store_conn *c)
+{
+    return c->replid;
+}
+
 bool store_conn_ready(const struct store_conn *c)
 {
     return c->ready;

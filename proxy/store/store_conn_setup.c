@@ -1,6 +1,7 @@
 /*
  * store_conn_setup.c - a new connection's setup, pipelined: AUTH, SELECT,
- * CONFIG GET maxmemory-policy (or INFO memory), ROLE, PING; and the
+ * CONFIG GET maxmemory-policy (or INFO memory), ROLE, INFO replication (its
+ * replication ID: redis.reassert tells a new primary by it), PING; and the
  * process's count of the eviction policies its data connections read.
  */
 #include "store_conn_int.h"
@@ -10,11 +11,13 @@
  * SETUP_POLICY_INFO only when CONFIG GET was refused, after the others.
  */
 enum store_setup_step {
-    SETUP_AUTH, SETUP_SELECT, SETUP_POLICY, SETUP_ROLE, SETUP_PING, SETUP_POLICY_INFO
+    SETUP_AUTH, SETUP_SELECT, SETUP_POLICY, SETUP_ROLE, SETUP_REPLID, SETUP_PING,
+    SETUP_POLICY_INFO
 };
 static const char *const store_setup_name[] = {
     [SETUP_AUTH] = "AUTH", [SETUP_SELECT] = "SELECT", [SETUP_POLICY] = "CONFIG GET",
-    [SETUP_ROLE] = "ROLE", [SETUP_PING] = "PING", [SETUP_POLICY_INFO] = "INFO memory",
+    [SETUP_ROLE] = "ROLE", [SETUP_REPLID] = "INFO replication", [SETUP_PING] = "PING",
+    [SETUP_POLICY_INFO] = "INFO memory",
 };
 
 /*
@@ -82,33 +85,65 @@ static void conn_check_policy(struct store_conn *c, redisAsyncContext *ac, const
     conn_setup_command(ac, SETUP_POLICY_INFO, 2, (const char **)argv, argvlen);
 }
 
+/*
+ * The value of an INFO reply's `field` line (field ends with ':'): its
+ * start, and its length in *len; NULL when r is not an INFO text (INFO
+ * refused) or has no such line.
+ */
+static const char *conn_info_field(const redisReply *r, const char *field, size_t *len)
+{
+    size_t flen = strlen(field);
+    const char *line = NULL, *end;
+
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_VERB)
+        return NULL;
+    for (const char *p = r->str; p != NULL && p < r->str + r->len;) {
+        if ((size_t)(r->str + r->len - p) > flen && memcmp(p, field, flen) == 0) {
+            line = p + flen;
+            break;
+        }
+        p = memchr(p, '\n', (size_t)(r->str + r->len - p));
+        if (p != NULL)
+            p++;
+    }
+    if (line == NULL)
+        return NULL;
+    for (end = line; end < r->str + r->len && *end != '\r' && *end != '\n'; end++)
+        ;
+    *len = (size_t)(end - line);
+    return line;
+}
+
 /* INFO memory answered: its `maxmemory_policy:` line, or nothing to check (INFO refused too). */
 static void conn_check_policy_info(struct store_conn *c, const redisReply *r)
 {
-    static const char field[] = "maxmemory_policy:";
-    const char *line = NULL, *end;
+    size_t len;
+    const char *line = conn_info_field(r, "maxmemory_policy:", &len);
 
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_VERB) {
-        for (const char *p = r->str; p != NULL && p < r->str + r->len;) {
-            if ((size_t)(r->str + r->len - p) > sizeof(field) - 1 &&
-                memcmp(p, field, sizeof(field) - 1) == 0) {
-                line = p + sizeof(field) - 1;
-                break;
-            }
-            p = memchr(p, '\n', (size_t)(r->str + r->len - p));
-            if (p != NULL)
-                p++;
-        }
-    }
     if (line == NULL) {
         if (!atomic_exchange(&store_policy_unreadable_logged, true))
             log_msg(LOG_INFO, "redis %s: maxmemory-policy cannot be read (CONFIG GET and INFO "
                     "refused): allow +info or +config|get for the eviction check", c->addr);
         return;
     }
-    for (end = line; end < r->str + r->len && *end != '\r' && *end != '\n'; end++)
-        ;
-    conn_policy_read(c, line, (size_t)(end - line));
+    conn_policy_read(c, line, len);
+}
+
+/*
+ * INFO replication answered: its master_replid, the ID of the primary's
+ * history (a promoted replica and a restarted node get a new one; the same
+ * node keeps it across reconnections). Refused or not one: "" (unknown).
+ */
+static void conn_read_replid(struct store_conn *c, const redisReply *r)
+{
+    size_t len = 0;
+    const char *id = conn_info_field(r, "master_replid:", &len);
+
+    c->replid[0] = '\0';
+    if (id != NULL && len == STORE_REPLID_LEN) {
+        memcpy(c->replid, id, len);
+        c->replid[len] = '\0';
+    }
 }
 
 /* The credentials of AUTH: a sentinel's own, or the data nodes'. */
@@ -163,6 +198,10 @@ static void conn_on_setup_reply(redisAsyncContext *ac, void *reply, void *privda
     }
     if (step == SETUP_POLICY_INFO) {
         conn_check_policy_info(c, r);
+        return;
+    }
+    if (step == SETUP_REPLID) {
+        conn_read_replid(c, r);
         return;
     }
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0 &&
@@ -228,6 +267,12 @@ void conn_send_setup(struct store_conn *c, redisAsyncContext *ac)
         const char *argv[] = { "ROLE" };
         const size_t argvlen[] = { 4 };
         conn_setup_command(ac, SETUP_ROLE, 1, argv, argvlen);
+    }
+    if (data) {
+        const char *argv[] = { "INFO", "replication" };
+        const size_t argvlen[] = { 4, 11 };
+        c->replid[0] = '\0';
+        conn_setup_command(ac, SETUP_REPLID, 2, argv, argvlen);
     }
     {
         const char *argv[] = { "PING" };

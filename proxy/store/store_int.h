@@ -42,7 +42,7 @@
  */
 enum store_record_script {
     SCRIPT_REPLACE, SCRIPT_RELEASE, SCRIPT_TAKEOVER, SCRIPT_DELETE_UNCHANGED,
-    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_EXTEND, SCRIPT_CENSUS, SCRIPT_COUNT
+    SCRIPT_RESOLVE, SCRIPT_PEEK, SCRIPT_EXTEND, SCRIPT_CENSUS, SCRIPT_REASSERT, SCRIPT_COUNT
 };
 
 /* script's Lua text (store_script.c): a constant, static storage, never NULL. */
@@ -180,6 +180,13 @@ struct store {
     struct store_offset_sample offsets[STORE_OFFSET_SAMPLES]; /* the idle ROLEs' offsets of
                                        this connection, oldest first */
     size_t n_offsets;
+    /* redis.reassert (store_reassert.c) */
+    TAILQ_HEAD(, reassert_entry) journal; /* writes that applied, oldest first */
+    size_t journal_bytes;
+    _Atomic double grace_until_ms;  /* monotonic: new claims refused until then; 0: never (any
+                                       thread reads it: store_unready) */
+    bool primary_seen;              /* a connection was ready before: the next may be another */
+    char primary_replid[STORE_REPLID_LEN + 1]; /* the last ready primary's; "" unread */
 };
 
 /*
@@ -218,6 +225,48 @@ struct store_cmd {
     void *saved;                /* argv, argvlen and the argument bytes; kept by a spare */
     size_t saved_cap;           /* bytes of `saved` */
 };
+
+/* ---- store_reassert.c: writes put back after a failover (redis.reassert) ---- */
+
+struct reassert_pending;
+
+/* Whether s journals its writes: redis.reassert.window > 0, one primary (not redis.cluster). */
+bool store_reassert_on(const struct store *s);
+
+/* Whether s is in its grace after following a new primary: new claims are refused. */
+bool store_reassert_grace(const struct store *s);
+
+/*
+ * A write of key (owner token: RECORD_OWNER_LEN chars; value of len bytes;
+ * all copied) about to be sent with PX px_ms (0: KEEPTTL); release: an
+ * owner-checked delete. Pass the result as the write's callback argument
+ * with store_reassert_on_claimed (a claim) or store_reassert_on_written
+ * (a compare-and-set), after store_reassert_wrap_*: the write is journalled
+ * when it applied, then the caller's cb runs. Out of memory aborts.
+ */
+struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
+                                              const char *owner, const char *value,
+                                              size_t len, uint64_t px_ms, bool release);
+void store_reassert_wrap_value(struct reassert_pending *p, store_value_cb *cb, void *arg);
+void store_reassert_wrap_cas(struct reassert_pending *p, store_cas_cb *cb, void *arg);
+store_value_cb store_reassert_on_claimed;
+store_cas_cb store_reassert_on_written;
+
+/*
+ * The connection is ready on another primary than the last (addr, for the
+ * log; why: how that was told): send the journal, in order, before
+ * anything else, and refuse new claims for redis.reassert.grace.
+ */
+void store_reassert_replay(struct store *s, const char *addr, const char *why);
+
+/* Forget the writes older than redis.reassert.window (the health tick, each write). */
+void store_reassert_prune(struct store *s);
+
+/* Count ev for the store's event observer (metrics). */
+void store_reassert_count(struct store *s, enum store_event ev);
+
+/* Forget the whole journal (store_destroy). */
+void store_reassert_clear(struct store *s);
 
 /* ---- store_cmd.c: command objects, the setup queue, dispatch, replies ---- */
 

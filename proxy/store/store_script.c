@@ -212,6 +212,40 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  end\n"
         "end\n"
         "return {n[1], n[2], n[3], oldest[1], oldest[2], oldest[3], ttl[1], ttl[2], ttl[3]}\n",
+    /*
+     * A write put back on a new primary after a failover (store_reassert.c):
+     * ARGV[1] its owner token, ARGV[2] the value this store wrote, ARGV[3]
+     * its time to live left (ms), '0' for a lease renewal (KEEPTTL: never put
+     * back alone, its claim's own entry does that). 1: the key already holds
+     * it, or a later record of the same owner; 2: put back (the key was gone,
+     * or held an earlier claim of ours); 3: a renewal of a key that is gone;
+     * 0: the key holds another owner's record (claimed afresh after the
+     * failover). The owner is read at the offsets of STORE_LUA_NOT_OURS.
+     */
+    [SCRIPT_REASSERT] =
+        "local v = redis.call('GET', KEYS[1])\n"
+        "if v == ARGV[2] then\n"
+        "  return 1\n"
+        "end\n"
+        "if not v then\n"
+        "  if ARGV[3] == '0' then\n"
+        "    return 3\n"
+        "  end\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "  return 2\n"
+        "end\n"
+        "if string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "  return 0\n"
+        "end\n"
+        "if string.sub(v, 4, 4) ~= 'C' then\n"
+        "  return 1\n"
+        "end\n"
+        "if ARGV[3] == '0' or redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
+        "else\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "end\n"
+        "return 2\n",
 };
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
 _Static_assert(RECORD_CLAIMED == 'C' && RECORD_UNKNOWN == 'U' && RECORD_RESOLVED == 'R',

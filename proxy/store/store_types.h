@@ -69,6 +69,13 @@ enum store_event {
     STORE_EVENT_MAP_REFRESH,    /* a new slot map was read */
     STORE_EVENT_MOVED,          /* a command was redirected: the slot has moved */
     STORE_EVENT_ASK,            /* a command was redirected: the slot is migrating */
+    /* redis.reassert (store_reassert.c) */
+    STORE_EVENT_NEW_PRIMARY,    /* a connection is ready on another primary: journal sent */
+    STORE_EVENT_REASSERT_RESTORED,   /* a put-back wrote its value (the key had lost it) */
+    STORE_EVENT_REASSERT_PRESENT,    /* a put-back found it there (or a later record of ours) */
+    STORE_EVENT_REASSERT_SUPERSEDED, /* a put-back found another owner's record */
+    STORE_EVENT_REASSERT_FAILED,     /* a put-back got no answer or an error */
+    STORE_EVENT_REASSERT_DROPPED,    /* a write left out of the journal: over max_bytes */
 };
 
 #endif

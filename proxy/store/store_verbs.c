@@ -35,18 +35,60 @@ static void store_eval(struct store *s, enum store_record_script script, store_c
     store_submit(cmd, argc, argv, argvlen);
 }
 
+/*
+ * The owner token a claim's value carries (record.h's head), for the
+ * journal of redis.reassert; "" when value is too short to carry one.
+ */
+static const char *store_value_owner(const char *value, size_t len, char *owner)
+{
+    owner[0] = '\0';
+    if (len >= RECORD_OWNER_OFFSET + RECORD_OWNER_LEN) {
+        memcpy(owner, value + RECORD_OWNER_OFFSET, RECORD_OWNER_LEN);
+        owner[RECORD_OWNER_LEN] = '\0';
+    }
+    return owner;
+}
+
 void store_claim(struct store *s, const char *key, const char *value, size_t len,
                  uint64_t px_ms, store_value_cb *cb, void *arg)
 {
-    char px[24];
+    char px[24], owner[RECORD_OWNER_LEN + 1];
     int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
     const char *argv[] = { "SET", key, value, "NX", "GET", "PX", px };
     const size_t argvlen[] = { 3, strlen(key), len, 2, 3, 2, (size_t)n };
+    struct store_cmd *cmd;
 
-    struct store_cmd *cmd = store_cmd_new(s, REPLY_VALUE, arg);
-
+    if (store_reassert_grace(s)) { /* a new claim waits for the journals: 503, unsent */
+        cmd = store_cmd_new(s, REPLY_VALUE, arg);
+        cmd->cb.value = cb;
+        store_fail_later(cmd);
+        return;
+    }
+    if (store_reassert_on(s)) {
+        struct reassert_pending *p = store_reassert_begin(
+            s, key, store_value_owner(value, len, owner), value, len, px_ms, false);
+        store_reassert_wrap_value(p, cb, arg);
+        cb = store_reassert_on_claimed;
+        arg = p;
+    }
+    cmd = store_cmd_new(s, REPLY_VALUE, arg);
     cmd->cb.value = cb;
     store_submit(cmd, 7, argv, argvlen);
+}
+
+/* With redis.reassert: cb and arg become the journal's, which calls them once it has looked. */
+static void store_journal_cas(struct store *s, const char *key, const char *owner,
+                              const char *value, size_t len, uint64_t px_ms, bool release,
+                              store_cas_cb **cb, void **arg)
+{
+    struct reassert_pending *p;
+
+    if (!store_reassert_on(s))
+        return;
+    p = store_reassert_begin(s, key, owner, value, len, px_ms, release);
+    store_reassert_wrap_cas(p, *cb, *arg);
+    *cb = store_reassert_on_written;
+    *arg = p;
 }
 
 void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg)
@@ -68,6 +110,7 @@ void store_replace_owned(struct store *s, const char *key, const char *owner, co
     const char *argv[] = { NULL, NULL, NULL, key, owner, value, px };
     size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner), len, (size_t)n };
 
+    store_journal_cas(s, key, owner, value, len, px_ms, false, &cb, &arg);
     store_eval(s, SCRIPT_REPLACE, cb, arg, 7, argv, argvlen);
 }
 
@@ -77,17 +120,26 @@ void store_release_owned(struct store *s, const char *key, const char *owner, st
     const char *argv[] = { NULL, NULL, NULL, key, owner };
     size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner) };
 
+    store_journal_cas(s, key, owner, "", 0, 0, true, &cb, &arg);
     store_eval(s, SCRIPT_RELEASE, cb, arg, 5, argv, argvlen);
 }
 
 void store_takeover(struct store *s, const char *key, const char *expected, size_t expected_len,
                     const char *value, size_t len, uint64_t px_ms, store_cas_cb *cb, void *arg)
 {
-    char px[24];
+    char px[24], owner[RECORD_OWNER_LEN + 1];
     int n = snprintf(px, sizeof(px), "%llu", (unsigned long long)px_ms);
     const char *argv[] = { NULL, NULL, NULL, key, expected, value, px };
     size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len, (size_t)n };
 
+    if (store_reassert_grace(s)) { /* a takeover is a new claim too */
+        struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
+        cmd->cb.cas = cb;
+        store_fail_later(cmd);
+        return;
+    }
+    store_journal_cas(s, key, store_value_owner(value, len, owner), value, len, px_ms, false,
+                      &cb, &arg);
     store_eval(s, SCRIPT_TAKEOVER, cb, arg, 7, argv, argvlen);
 }
 

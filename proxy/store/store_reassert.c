@@ -1,0 +1,313 @@
+/*
+ * store_reassert.c - the writes a failover could lose, put back on the new
+ * primary (redis.reassert; docs/redis.md#re-assertion-after-a-failover).
+ *
+ * Replication to Redis replicas is asynchronous: a claim or a record the
+ * primary acknowledged just before it died can be missing on the replica
+ * promoted in its place, and a retry of that key would then execute again.
+ * The proxy that wrote it usually outlives the primary and still knows
+ * what it wrote. So each store keeps a journal of its own writes that
+ * applied (claims won, takeovers, renewals, completions: store.h's
+ * store_claim, store_takeover, store_replace_owned; and the releases of
+ * store_release_owned), for redis.reassert.window, in the order they
+ * applied, within the worker's share of redis.reassert.max_bytes (the
+ * oldest dropped first, counted).
+ *
+ * When a connection becomes ready on a primary other than the last one
+ * (store.c: a new replication ID, or one that cannot be read), the journal
+ * is sent, in order and before any command that waited for the
+ * connection, as owner-checked writes (SCRIPT_REASSERT, SCRIPT_RELEASE):
+ * a key that is gone gets its value back with the time to live it had
+ * left; a key that holds the same value or a later record of the same
+ * owner is left; a key another owner claimed afresh is left and logged
+ * (that key may have run twice). For redis.reassert.grace from then, new
+ * claims and takeovers are refused (STORE_UNAVAILABLE: the exchange answers
+ * 503 store-unavailable, never forwards), so that the other workers and
+ * proxies, which follow the new primary at slightly different times, put
+ * back theirs before anyone claims afresh. A worker's own claims are sent
+ * after its journal on the same connection, so Redis applies its journal
+ * first whatever the grace.
+ *
+ * Covered: a write whose proxy process outlives the failover, made within
+ * the window before it. Not covered: a proxy that dies with the primary
+ * (its journal dies with it), a write older than the window that the
+ * replica still lacked, Redis Cluster (its slots' primaries are not
+ * followed here), an operator's resolve, purge or extension.
+ */
+#include "store_int.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "config.h"
+#include "log.h"
+#include "oom.h"
+#include "record.h"
+
+/* A write this store made that applied, kept to be put back (s->journal, oldest first). */
+struct reassert_entry {
+    TAILQ_ENTRY(reassert_entry) link;
+    bool release;               /* a release (owner-checked delete); else a write */
+    double written_ms;          /* monotonic: when it applied */
+    double expires_ms;          /* monotonic: the key's expiry as written; 0: kept (KEEPTTL) */
+    size_t bytes;               /* counted against the store's share of max_bytes */
+    char owner[RECORD_OWNER_LEN + 1];
+    size_t value_len;
+    char *value;                /* into data, after the key */
+    char data[];                /* the key (NUL-terminated), then the value */
+};
+
+/* A write on its way: its caller's callback, and the entry journalled once it applied. */
+struct reassert_pending {
+    struct store *s;
+    struct reassert_entry *e;
+    uint64_t px_ms;             /* the write's PX (0: KEEPTTL) */
+    union {
+        store_value_cb *value;
+        store_cas_cb *cas;
+    } cb;
+    void *arg;
+};
+
+/* A put-back on its way: the record key its log line names. */
+struct reassert_sent {
+    struct store *s;
+    char record_key[];
+};
+
+bool store_reassert_on(const struct store *s)
+{
+    return s->cfg->redis_reassert_window_ms > 0 && s->cluster == NULL;
+}
+
+bool store_reassert_grace(const struct store *s)
+{
+    return s->grace_until_ms > 0 && clock_mono_ms() < s->grace_until_ms;
+}
+
+static void reassert_free(struct store *s, struct reassert_entry *e)
+{
+    TAILQ_REMOVE(&s->journal, e, link);
+    s->journal_bytes -= e->bytes;
+    free(e);
+}
+
+/* The journal's share of this store: redis.reassert.max_bytes over the workers. */
+static size_t reassert_budget(const struct store *s)
+{
+    unsigned workers = s->cfg->workers > 0 ? s->cfg->workers : 1;
+
+    return s->cfg->redis_reassert_max_bytes / workers;
+}
+
+void store_reassert_prune(struct store *s)
+{
+    double old = clock_mono_ms() - (double)s->cfg->redis_reassert_window_ms;
+    struct reassert_entry *e;
+
+    while ((e = TAILQ_FIRST(&s->journal)) != NULL && e->written_ms < old)
+        reassert_free(s, e);
+}
+
+/* e applied: journal it, the oldest dropped while the store's share is exceeded. */
+static void reassert_keep(struct store *s, struct reassert_entry *e)
+{
+    size_t budget = reassert_budget(s);
+    struct reassert_entry *old;
+
+    e->written_ms = clock_mono_ms();
+    store_reassert_prune(s);
+    while ((old = TAILQ_FIRST(&s->journal)) != NULL && s->journal_bytes + e->bytes > budget) {
+        reassert_free(s, old);
+        store_reassert_count(s, STORE_EVENT_REASSERT_DROPPED);
+    }
+    if (e->bytes > budget) {
+        free(e);
+        store_reassert_count(s, STORE_EVENT_REASSERT_DROPPED);
+        return;
+    }
+    TAILQ_INSERT_TAIL(&s->journal, e, link);
+    s->journal_bytes += e->bytes;
+}
+
+struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
+                                              const char *owner, const char *value,
+                                              size_t len, uint64_t px_ms, bool release)
+{
+    size_t key_len = strlen(key);
+    struct reassert_pending *p = oom_check(calloc(1, sizeof(*p)), "a journalled write");
+    struct reassert_entry *e = oom_check(malloc(sizeof(*e) + key_len + 1 + len),
+                                         "a journalled write");
+
+    memset(e, 0, sizeof(*e));
+    e->release = release;
+    e->bytes = sizeof(*e) + key_len + 1 + len;
+    snprintf(e->owner, sizeof(e->owner), "%.*s", RECORD_OWNER_LEN, owner);
+    memcpy(e->data, key, key_len + 1);
+    e->value = e->data + key_len + 1;
+    memcpy(e->value, value, len);
+    e->value_len = len;
+    p->s = s;
+    p->e = e;
+    p->px_ms = px_ms;
+    return p;
+}
+
+/* Done with p: e journalled when the write applied, else freed. */
+static void reassert_end(struct reassert_pending *p, bool applied)
+{
+    if (applied) {
+        p->e->expires_ms = p->px_ms > 0 ? clock_mono_ms() + (double)p->px_ms : 0;
+        reassert_keep(p->s, p->e);
+    } else {
+        free(p->e);
+    }
+    free(p);
+}
+
+void store_reassert_on_claimed(enum store_status st, const char *value, size_t len, void *arg)
+{
+    struct reassert_pending *p = arg;
+    store_value_cb *cb = p->cb.value;
+    void *cb_arg = p->arg;
+
+    reassert_end(p, st == STORE_OK && value == NULL); /* won: no record held the key */
+    cb(st, value, len, cb_arg);
+}
+
+void store_reassert_on_written(enum store_status st, bool applied, void *arg)
+{
+    struct reassert_pending *p = arg;
+    store_cas_cb *cb = p->cb.cas;
+    void *cb_arg = p->arg;
+
+    reassert_end(p, st == STORE_OK && applied);
+    cb(st, applied, cb_arg);
+}
+
+void store_reassert_wrap_value(struct reassert_pending *p, store_value_cb *cb, void *arg)
+{
+    p->cb.value = cb;
+    p->arg = arg;
+}
+
+void store_reassert_wrap_cas(struct reassert_pending *p, store_cas_cb *cb, void *arg)
+{
+    p->cb.cas = cb;
+    p->arg = arg;
+}
+
+/* ---- the put-back after a failover ----------------------------------------- */
+
+void store_reassert_count(struct store *s, enum store_event ev)
+{
+    if (s->event_observer != NULL)
+        s->event_observer(ev, s->event_arg);
+}
+
+/* A put-back answered: counted by what it found (SCRIPT_REASSERT's or SCRIPT_RELEASE's reply). */
+static void reassert_on_sent(struct store *s, enum store_status st, long long result,
+                             const char *record_key, bool release)
+{
+    if (st != STORE_OK) {
+        log_msg(LOG_WARN, "could not put back a recent write on the new primary (record key "
+                "%s): %s", record_key, store_status_name(st));
+        store_reassert_count(s, STORE_EVENT_REASSERT_FAILED);
+    } else if (release) {
+        store_reassert_count(s, STORE_EVENT_REASSERT_PRESENT);
+    } else if (result == 2) {
+        store_reassert_count(s, STORE_EVENT_REASSERT_RESTORED);
+    } else if (result == 0) {
+        log_msg(LOG_WARN, "re-asserting a recent write after a failover: record key %s holds "
+                "another owner's record on the new primary (claimed afresh before the "
+                "write was put back: that key may have executed twice)", record_key);
+        store_reassert_count(s, STORE_EVENT_REASSERT_SUPERSEDED);
+    } else {
+        store_reassert_count(s, STORE_EVENT_REASSERT_PRESENT);
+    }
+}
+
+static void reassert_on_write_reply(enum store_status st, const struct store_reply *r, void *arg)
+{
+    struct reassert_sent *sent = arg;
+    long long result = -1;
+
+    if (st == STORE_OK && r->type == STORE_INT)
+        result = r->integer;
+    else if (st == STORE_OK)
+        st = STORE_ERROR; /* not what the script sends */
+    reassert_on_sent(sent->s, st, result, sent->record_key, false);
+    free(sent);
+}
+
+static void reassert_on_release_reply(enum store_status st, const struct store_reply *r,
+                                      void *arg)
+{
+    struct reassert_sent *sent = arg;
+
+    (void)r;
+    reassert_on_sent(sent->s, st, 0, sent->record_key, true);
+    free(sent);
+}
+
+/* Send e as an owner-checked put-back (argv through store_cmd.c's submit). */
+static void reassert_send(struct store *s, const struct reassert_entry *e, double now)
+{
+    enum store_record_script script = e->release ? SCRIPT_RELEASE : SCRIPT_REASSERT;
+    size_t key_len = strlen(e->data);
+    struct reassert_sent *sent = oom_check(malloc(sizeof(*sent) + key_len + 1),
+                                           "a put-back");
+    struct store_cmd *cmd = store_cmd_new(s, REPLY_ANY, sent);
+    char px[24];
+    int n;
+
+    sent->s = s;
+    memcpy(sent->record_key, e->data, key_len + 1);
+    if (e->expires_ms > 0) {
+        double left = e->expires_ms - now;
+        n = snprintf(px, sizeof(px), "%llu", (unsigned long long)(left < 1 ? 1 : left));
+    } else {
+        n = snprintf(px, sizeof(px), "0");
+    }
+    const char *argv[] = { "EVALSHA", s->script_sha[script], "1", e->data, e->owner,
+                           e->value, px };
+    const size_t argvlen[] = { 7, strlen(s->script_sha[script]), 1, key_len,
+                               strlen(e->owner), e->value_len, (size_t)n };
+
+    cmd->cb.any = e->release ? reassert_on_release_reply : reassert_on_write_reply;
+    cmd->script = store_script_text(script);
+    store_submit(cmd, e->release ? 5 : 7, argv, argvlen);
+}
+
+void store_reassert_replay(struct store *s, const char *addr, const char *why)
+{
+    double now = clock_mono_ms();
+    struct reassert_entry *e, *next;
+    unsigned sent = 0;
+
+    s->grace_until_ms = now + (double)s->cfg->redis_reassert_grace_ms;
+    store_reassert_prune(s);
+    for (e = TAILQ_FIRST(&s->journal); e != NULL; e = next) {
+        next = TAILQ_NEXT(e, link);
+        if (e->expires_ms > 0 && e->expires_ms <= now + 1) {
+            reassert_free(s, e); /* its key has expired by now anyway */
+            continue;
+        }
+        reassert_send(s, e, now);
+        sent++;
+    }
+    store_reassert_count(s, STORE_EVENT_NEW_PRIMARY);
+    log_msg(LOG_WARN, "redis %s: %s; putting back %u writes of the last %llu ms, new claims "
+            "refused for %llu ms (redis.reassert)", addr, why, sent,
+            (unsigned long long)s->cfg->redis_reassert_window_ms,
+            (unsigned long long)s->cfg->redis_reassert_grace_ms);
+}
+
+void store_reassert_clear(struct store *s)
+{
+    while (!TAILQ_EMPTY(&s->journal))
+        reassert_free(s, TAILQ_FIRST(&s->journal));
+}

@@ -1,0 +1,151 @@
+"""Re-assertion after a failover (docs/redis.md "Re-assertion after a failover"): each worker
+keeps its own recent writes and puts back, owner-checked, what a new primary lost, before any
+new claim; for redis.reassert.grace it refuses new claims.
+
+A Redis without persistence restarted on its port is the simplest new primary: it comes back
+empty with another replication ID, as a managed node does after a failover to an empty
+replacement. Real processes only: redis-server (or $IDEM_REDIS_SERVER), the demo upstream,
+the proxy. The failover under load with replicas and two proxies is test_managed_redis.py's.
+"""
+
+import threading
+
+from harness import log_line, log_lines, readyz, wait_ready, wait_until
+from proxy_helpers import assert_problem, metric, new_key, record_keys
+from redis_topology import acl_setuser
+
+
+def reasserted(p, result):
+    return metric(p, "idempotency_proxy_redis_reasserted_total", {"result": result}) or 0
+
+
+def restart_empty(redis):
+    """The node dies and comes back on its port with nothing (no AOF, no snapshot)."""
+    redis.kill()
+    redis.start()
+    assert redis.keys("*") == []
+
+
+def start(start_proxy, redis, window="30s", grace="1s", **kw):
+    p = start_proxy(redis={"url": redis.url, "reassert": {"window": window, "grace": grace}},
+                    **kw)
+    wait_ready(p)
+    return p
+
+
+def test_a_node_back_empty_gets_the_recent_writes_back(start_proxy, upstream, redis):
+    """A finished key's record is lost with the node; the proxy follows the new replication ID,
+    puts the record back with the time to live it had left, and the retry replays it."""
+    p = start(start_proxy, redis)
+    key = new_key()
+    assert p.post(key=key).status == 201
+    [record] = record_keys(redis)
+    ttl_before = int(redis.cmd("PTTL", record))
+    restart_empty(redis)
+    log_line(p, "a new primary (another replication ID)", "putting back")
+    wait_ready(p)
+    assert reasserted(p, "restored") >= 1
+    assert record_keys(redis) == [record]
+    assert 0 < int(redis.cmd("PTTL", record)) <= ttl_before
+    r = p.post(key=key)
+    assert r.status == 201 and r.replayed, r
+    assert upstream.executions(key) == 1
+    assert metric(p, "idempotency_proxy_redis_failovers_followed_total") >= 1
+
+
+def test_control_without_reassertion_the_retry_runs_again(start_proxy, upstream, redis):
+    """The same with redis.reassert.window 0s: the record is gone and the retry executes a
+    second time (what re-assertion is for; so the test above can fail)."""
+    p = start(start_proxy, redis, window="0s")
+    key = new_key()
+    assert p.post(key=key).status == 201
+    restart_empty(redis)
+    wait_ready(p)
+    assert not log_lines(p, "putting back")
+    r = wait_until(lambda: (lambda r: r if r.status != 503 else None)(p.post(key=key)),
+                   what="a keyed answer once the proxy is back")
+    assert r.status == 201 and not r.replayed, r
+    assert upstream.executions(key) == 2
+
+
+def test_the_grace_refuses_new_claims_then_serves(start_proxy, upstream, redis):
+    """For redis.reassert.grace after it follows a new primary, a fresh key gets 503
+    store-unavailable with Retry-After, never forwarded, and /readyz says why; then it is
+    served."""
+    p = start(start_proxy, redis, grace="30s")
+    assert p.post(key=new_key()).status == 201
+    restart_empty(redis)
+    log_line(p, "putting back", "new claims refused for 30000 ms")
+    key = new_key()
+    r = p.post(key=key)
+    assert_problem(r, 503, "store-unavailable")
+    assert r.header("Retry-After")
+    assert upstream.executions(key) == 0
+    ready = p.admin("GET", "/readyz")
+    assert ready.status == 503 and b"putting back recent writes" in ready.body, ready
+
+
+def test_the_grace_ends(start_proxy, upstream, redis):
+    p = start(start_proxy, redis, grace="1s")
+    restart_empty(redis)
+    log_line(p, "putting back")
+    wait_ready(p)
+    key = new_key()
+    assert p.post(key=key).status == 201
+    assert upstream.executions(key) == 1
+
+
+def test_the_same_node_reached_again_is_not_a_new_primary(start_proxy, upstream, redis):
+    """A dropped connection to the same node (same replication ID): no put-back, no grace,
+    no failover counted."""
+    p = start(start_proxy, redis, grace="30s")
+    assert p.post(key=new_key()).status == 201
+    redis.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    wait_until(lambda: len(log_lines(p, "ready (primary")) >= 2, what="the proxy reconnected")
+    wait_ready(p)
+    key = new_key()
+    assert p.post(key=key).status == 201
+    assert not log_lines(p, "putting back")
+    assert metric(p, "idempotency_proxy_redis_failovers_followed_total") == 0
+
+
+def test_a_claim_in_flight_is_put_back_and_its_answer_recorded(start_proxy, upstream, redis):
+    """The node dies while a request is at the upstream: its claim is put back on the new
+    node, so the answer is recorded (owner-checked) and the retry replays it, once."""
+    p = start(start_proxy, redis, grace="1s")
+    key = new_key()
+    answers = []
+    t = threading.Thread(target=lambda: answers.append(
+        p.post(key=key, headers=[("X-Demo-Delay-Ms", "3000")], timeout=30)))
+    t.start()
+    wait_until(lambda: upstream.executions(key) == 1, what="the request at the upstream")
+    restart_empty(redis)
+    log_line(p, "putting back")
+    t.join(30)
+    assert answers and answers[0].status == 201, answers
+    r = wait_until(lambda: (lambda r: r if r.status != 503 else None)(p.post(key=key)),
+                   what="the retry answered")
+    assert r.status == 201 and r.replayed, r
+    assert upstream.executions(key) == 1
+
+
+def test_without_info_every_reconnection_is_taken_for_a_new_primary(start_proxy, upstream,
+                                                                   redis):
+    """An ACL user denied INFO: the replication ID cannot be read, so a reconnection to the
+    same node is taken for a new primary (fail closed): the journal is put back, the grace
+    applies, and the log says why."""
+    acl_setuser(redis, "noinfo", "on", ">pw-noinfo-0123456789", "~*", "+@all", "-info")
+    p = start_proxy(redis={"url": redis.url, "username": "noinfo",
+                           "password": "pw-noinfo-0123456789",
+                           "reassert": {"window": "30s", "grace": "1s"}})
+    wait_ready(p)
+    key = new_key()
+    assert p.post(key=key).status == 201
+    redis.cmd("CLIENT", "KILL", "USER", "noinfo")
+    log_line(p, "INFO replication is refused: taken for a new primary", "putting back")
+    assert reasserted(p, "present") >= 1
+    wait_ready(p)
+    r = p.post(key=key)
+    assert r.status == 201 and r.replayed, r
+    assert upstream.executions(key) == 1
+
