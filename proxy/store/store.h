@@ -132,8 +132,9 @@ void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg);
 
 /*
  * Compare-and-set on the owner token: when the record still carries owner,
- * replace it with value, keeping the key's time to live when px_ms is 0 (a
- * lease renewal) or keeping it for px_ms (completion). applied says whether
+ * replace it with value, kept for px_ms (a lease renewal and the
+ * completion both pass the route's retention) unless the key lives longer
+ * already, or keeping its time to live when px_ms is 0. applied says whether
  * it did. Idempotent: when the record already is value (byte for byte,
  * owner token included), applied is true and nothing changes, so the owner
  * may send the same write again after a timeout or a lost connection.

@@ -215,8 +215,8 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
     /*
      * A write put back on a new primary after a failover (store_reassert.c):
      * ARGV[1] its owner token, ARGV[2] the value this store wrote, ARGV[3]
-     * its time to live left (ms), '0' for a lease renewal (KEEPTTL: never put
-     * back alone, its claim's own entry does that). 1: the key already holds
+     * its time to live left (ms), or '0' for a write that kept the key's
+     * (KEEPTTL: never put back alone, an earlier entry of the key does that). 1: the key already holds
      * it, or a later record of the same owner; 2: put back (the key was gone,
      * or held an earlier claim of ours); 3: a renewal of a key that is gone;
      * 0: the key holds another owner's record (claimed afresh after the
