@@ -12,7 +12,10 @@
 # podman, runc and mmdebstrap for docker/test-image.sh, which builds the image
 # without Docker or a registry; the lint of the scripts in test_deploy.py runs
 # the package shellcheck). (A comment line must not begin with that word: the
-# linter reads it as a directive.)
+# linter reads it as a directive.) kubernetes-client (kubectl 1.20, kustomize built in)
+# renders docker/kubernetes in test_deploy.py; where another package (a cloud SDK's
+# kubectl) owns /usr/bin/kubectl, dpkg cannot install both, so Debian's is unpacked, not
+# installed, into tests/.kubectl, which the test runs instead of the other one.
 # podman needs crun or runc: runc, because crun refuses a host with a hybrid
 # cgroup v1/v2 hierarchy. Rootful podman with host or namespace networking
 # needs neither uidmap nor slirp4netns, and podman build carries buildah's code.
@@ -37,6 +40,9 @@ if [[ ${1:-} == --tests ]]; then
   )
   backports+=(valkey-server valkey-sentinel)
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+  kubectl_owner=$(dpkg-query -S /usr/bin/kubectl 2>/dev/null | cut -d: -f1 || true)
+  [[ -z $kubectl_owner && -e /usr/bin/kubectl ]] && kubectl_owner="no package"
+  [[ -n $kubectl_owner && $kubectl_owner != kubernetes-client ]] || packages+=(kubernetes-client)
 fi
 missing_packages() {
   local p
@@ -60,6 +66,17 @@ if ((${#missing[@]} + ${#missing_bpo[@]})); then
     # pin selects backports for these, no -t (it would override the pin's -1)
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing_bpo[@]}"
   fi
+fi
+if [[ ${1:-} == --tests && -n ${kubectl_owner:-} && $kubectl_owner != kubernetes-client &&
+      ! -x $root/tests/.kubectl/usr/bin/kubectl ]]; then
+  echo "unpacking kubernetes-client into tests/.kubectl (/usr/bin/kubectl belongs to $kubectl_owner)"
+  deb_dir=$(mktemp -d)
+  update=(apt-get update -q)
+  [[ $(id -u) -eq 0 ]] || update=(sudo "${update[@]}")
+  (cd "$deb_dir" && apt-get download -q kubernetes-client 2>/dev/null) ||
+    { "${update[@]}" && (cd "$deb_dir" && apt-get download -q kubernetes-client); }
+  dpkg-deb -x "$deb_dir"/kubernetes-client_*.deb "$root/tests/.kubectl"
+  rm -rf "$deb_dir"
 fi
 if [[ ${1:-} == --tests ]]; then
   # the receivers behind the inbox (standardwebhooks), pinned by their lock file; again only

@@ -432,6 +432,23 @@ def documented_acl_rules(heading, password):
     return rules
 
 
+
+def documented_access_strings():
+    """{heading: [rules]} of every `### ...` under `## Access strings` in
+    docs/managed-redis.md that has an access string (a fenced line starting with `on `): the
+    strings a managed service takes, without a password."""
+    with open(os.path.join(REPO, "docs", "managed-redis.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## Access strings\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else len(text)]
+    strings = {}
+    for m in re.finditer(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, re.M | re.S):
+        line = re.search(r"^```\n(on .+)\n```$", m.group(2), re.M)
+        if line:
+            strings[m.group(1).strip()] = line.group(1).split()
+    return strings
+
 class RedisServer:
     """redis-server on 127.0.0.1:port with no persistence; restartable.
 

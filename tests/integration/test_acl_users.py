@@ -11,6 +11,10 @@ each feature the proxy runs as the documented user on real servers, and the test
 - at the sentinels, which keep no commandstats, that a line without each of its rules
   gets the denial in `ACL LOG`.
 
+The ready-made access strings of docs/managed-redis.md ("Access strings"), which a managed
+service takes without a password, are run the same way: a user given only the string and a
+password, the proxy connecting as it.
+
 The Sentinel and Cluster cases start topologies and carry the `topology` marker.
 """
 
@@ -22,7 +26,8 @@ import uuid
 import pytest
 
 from harness import (
-    RedisError, documented_acl_rules, documented_acl_users, hold, log_line, readyz, wait_ready, wait_until,
+    RedisError, documented_access_strings, documented_acl_rules, documented_acl_users, hold,
+    log_line, readyz, wait_ready, wait_until,
 )
 from inbox_helpers import ROUTE, Receiver, deliver, new_secret, queued_route, stripe_body
 from proxy_helpers import metric, record_id_cli
@@ -347,6 +352,94 @@ def test_inbox_user_without_one_command_is_not_ready_and_the_log_names_it(tmp_pa
             # the ACL fixed: ready again within the probe's 2 s
             set_user(primary, rules_of("Webhook inbox user"))
             wait_ready(p)
+    finally:
+        receiver.stop()
+
+
+# --------------------------------------------------------------------------
+# the managed services' access strings (docs/managed-redis.md, "Access strings")
+# --------------------------------------------------------------------------
+
+# heading of docs/managed-redis.md: the docs/redis.md line it is made from
+MANAGED = {"ElastiCache RBAC: core": "Core user",
+           "ElastiCache RBAC: core with the eviction-policy check":
+               "Core user with the eviction-policy check",
+           "ElastiCache RBAC: webhook inbox": "Webhook inbox user"}
+
+
+def set_access_string(server, heading):
+    """USER as the service makes it: nothing, then the access string, then a password (the
+    string holds none). Returns the string's rules."""
+    rules = documented_access_strings()[heading]
+    acl_setuser(server, USER, "reset")
+    acl_setuser(server, USER, *rules)
+    acl_setuser(server, USER, ">" + PASSWORD)
+    return rules
+
+
+def test_managed_access_strings_are_the_acl_lines_as_elasticache_takes_them():
+    strings = documented_access_strings()
+    assert list(strings) == list(MANAGED), list(strings)
+    for heading, line in MANAGED.items():
+        rules = strings[heading]
+        # what ElastiCache refuses or requires in a string (docs/managed-redis.md, [doc A8])
+        assert rules[0] == "on", rules
+        assert not [r for r in rules if r[0] in "<>#!" or r.startswith("reset") or
+                    r in ("nopass", "+@all", "allcommands")], rules
+        assert "+config|get" not in rules and "+config" not in rules
+        # the commands of the docs/redis.md line, no more, no fewer
+        assert commands_of(rules) == commands_of(documented_acl_users()[line]), heading
+        assert [r for r in rules if r.startswith("~")] == ["~idem:*"]
+
+
+@pytest.mark.parametrize("heading, policy_ok", [
+    ("ElastiCache RBAC: core", -1),                                  # CONFIG, INFO refused
+    ("ElastiCache RBAC: core with the eviction-policy check", 1),    # INFO memory: noeviction
+])
+def test_managed_access_string_runs_its_feature(heading, policy_ok, tmp_path, start_proxy,
+                                                upstream):
+    with replica_pair(tmp_path) as (primary, replica):
+        rules = set_access_string(primary, heading)
+        reset_counts(primary)
+        p = start_proxy(redis=redis_as_user(primary.url_db(1), min_replicas=1,
+                                            replica_timeout="1s", timeout="2s"),
+                        workers=1, admin_config=CENSUS)
+        wait_ready(p)
+        # once, replayed, 409, released, the listing and a bulk dry run (+scan +getrange)
+        keyed_requests_as_the_user(p, primary, upstream)
+        census_walked([primary], db=1)
+        assert metric(p, "idempotency_proxy_redis_eviction_policy_ok") == policy_ok
+        assert_denied_only_optional([primary])
+        assert_every_command_ran([primary], rules)
+
+
+def test_managed_inbox_access_string_delivers(tmp_path, start_proxy, upstream):
+    receiver = Receiver(str(tmp_path)).start()
+    try:
+        with replica_pair(tmp_path) as (primary, replica):
+            set_access_string(primary, "ElastiCache RBAC: webhook inbox")
+            reset_counts(primary)
+            secret = new_secret()
+            p = start_proxy(routes=[queued_route(secret),
+                                    {"path": "/v1/payments*", "require_key": True}],
+                            upstream_url=receiver.url, workers=1,
+                            redis=redis_as_user(primary.url_db(1), min_replicas=1,
+                                                replica_timeout="1s", timeout="2s"))
+            log_line(p, "ready (primary)")
+            event = stripe_body("evt_" + uuid.uuid4().hex)
+            assert deliver(p, secret, event).status == 202
+            wait_until(lambda: metric(p, "idempotency_proxy_inbox_delivered_total") == 1,
+                       interval=0.1, what="the delivery")
+            again = deliver(p, secret, event)
+            assert again.status == 202 and again.replayed, again
+            assert len(receiver.attempts()) == 1
+            assert inbox_stats(p)["dead"] == 0
+            # a keyed request beside the inbox: forwarded once, then replayed
+            key = "acl-" + uuid.uuid4().hex
+            first = p.post(key=key)
+            assert first.status < 300 and not first.replayed, first
+            assert p.post(key=key).replayed
+            assert_denied_only_optional([primary])
     finally:
         receiver.stop()
 

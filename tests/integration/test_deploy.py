@@ -3,19 +3,26 @@
     docker/Dockerfile                   image: EXPOSE, HEALTHCHECK, USER, CMD config path
     docker/idempotency-proxy.yaml       the config baked into the image (compose topology)
     docker/compose.yaml                 redis + payments-api + proxy
-    docker/kubernetes/sidecar.yaml      ConfigMap, Secrets (Redis password file, admin operators),
-                                        Deployment (app + sidecar), Service,
-                                        PodDisruptionBudget, NetworkPolicy, the Redis CA mount
+    docker/kubernetes/                  a kustomize base: sidecar.yaml (ConfigMap, Deployment
+                                        (app + sidecar), Service, PodDisruptionBudget,
+                                        NetworkPolicy, the Redis CA mount) and
+                                        kustomization.yaml (the Secrets, generated from files
+                                        the user creates: Redis password, admin operators,
+                                        keyring; the Redis user's ConfigMap)
     conf/idempotency-proxy.yaml         the annotated sample: the schema the others must use
 
-No Docker engine is needed: the files are parsed (Debian's python3-yaml), the
+No Docker engine or cluster is needed: the files are parsed (Debian's python3-yaml), the
+Kubernetes base is rendered by Debian's kubectl 1.20 (`kubectl kustomize`, in a copy with
+the secret files made as kustomization.yaml says) and its objects parsed, the
 configs are checked by the proxy binary ($IDEM_PROXY_BIN, `-t -c`), the compose
 demo's curl is run against the same processes on loopback ports, and the
 scripts of docker/ and tests/ pass shellcheck. The image itself is built and
 run by docker/test-image.sh, which tests/run.sh runs once.
 """
 
+import functools
 import glob
+import hashlib
 import json
 import base64
 import os
@@ -38,7 +45,9 @@ DOCKER = os.path.join(REPO, "docker")
 DOCKERFILE = os.path.join(DOCKER, "Dockerfile")
 CONTAINER_CONFIG = os.path.join(DOCKER, "idempotency-proxy.yaml")
 COMPOSE = os.path.join(DOCKER, "compose.yaml")
-SIDECAR = os.path.join(DOCKER, "kubernetes", "sidecar.yaml")
+KUBERNETES = os.path.join(DOCKER, "kubernetes")
+SIDECAR = os.path.join(KUBERNETES, "sidecar.yaml")
+KUSTOMIZATION = os.path.join(KUBERNETES, "kustomization.yaml")
 SAMPLE_CONFIG = os.path.join(REPO, "conf", "idempotency-proxy.yaml")
 BUILD_SH = os.path.join(DOCKER, "build.sh")
 READMES = [os.path.join(REPO, "README.md"), os.path.join(REPO, "docs", "operations.md")]
@@ -141,16 +150,97 @@ def compose_interpolate(text, env=None):
     return text.replace("$$", "$")
 
 
-def sidecar_objects():
-    docs = [d for d in need_yaml().safe_load_all(read(SIDECAR)) if d]
+def kubectl():
+    """Debian 12's kubectl (kubernetes-client 1.20, kustomize built in), as CI has it:
+    $IDEM_KUBECTL; else the copy tests/install-deps.sh unpacks into tests/.kubectl where
+    another package (a cloud SDK) owns /usr/bin/kubectl; else /usr/bin/kubectl when
+    kubernetes-client installed it. Never another kubectl: a newer kustomize accepts what
+    1.20's refuses."""
+    if os.environ.get("IDEM_KUBECTL"):
+        return os.environ["IDEM_KUBECTL"]
+    unpacked = os.path.join(REPO, "tests", ".kubectl", "usr", "bin", "kubectl")
+    if os.access(unpacked, os.X_OK):
+        return unpacked
+    owner = subprocess.run(["dpkg-query", "-S", "/usr/bin/kubectl"], capture_output=True,
+                           text=True)
+    if owner.returncode == 0 and owner.stdout.startswith("kubernetes-client:"):
+        return "/usr/bin/kubectl"
+    pytest.fail("Debian's kubectl is not installed (tests/install-deps.sh --tests installs "
+                "kubernetes-client, or unpacks it into tests/.kubectl)", pytrace=False)
+
+
+def kustomize(base):
+    """`kubectl kustomize base` -> (exit code, stdout, stderr)."""
+    p = subprocess.run([kubectl(), "kustomize", str(base)], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def kustomization_comment_command(pattern):
+    """The shell command in kustomization.yaml's comments that matches pattern (a regex over
+    the comment text, its lines joined; continuation backslashes kept)."""
+    text = "\n".join(re.sub(r"^#\s?", "", line) for line in read(KUSTOMIZATION).splitlines()
+                     if line.startswith("#"))
+    m = re.search(pattern, text, re.S)
+    assert m, "kustomization.yaml documents no command matching %r" % pattern
+    return re.sub(r"\\\n\s*", " ", m.group(0)).strip()
+
+
+def make_secret_inputs(base):
+    """The three files kustomization.yaml asks the user to make, made in base as it says
+    (its printf lines for the password and the keyring; its format for the operators):
+    {file name: bytes}."""
+    env = dict(os.environ, REDIS_PASSWORD="deploy-" + os.urandom(12).hex())
+    for pattern in (r"umask 077; printf '%s\\n' \"\$REDIS_PASSWORD\" > redis-password",
+                    r"printf 'keys:.*?> keyring\.yaml"):
+        command = "umask 077; " + kustomization_comment_command(pattern)
+        subprocess.run(["bash", "-ec", command], cwd=str(base), env=env, check=True)
+    token = os.urandom(32).hex()
+    (base / "operators.yaml").write_text(
+        "operators:\n  - name: oncall-alice\n    token_sha256: %s\n    rights: [read, resolve]\n"
+        % hashlib.sha256(token.encode()).hexdigest())
+    return {name: (base / name).read_bytes() for name in SECRET_INPUTS}
+
+
+# the files the user creates beside kustomization.yaml, one per generated Secret
+SECRET_INPUTS = ("redis-password", "operators.yaml", "keyring.yaml")
+
+
+@functools.lru_cache(maxsize=None)
+def rendered():
+    """docker/kubernetes rendered as `kubectl kustomize` renders it, from a copy with the
+    secret files made: ({kind: [objects]}, {secret file name: bytes})."""
+    import pathlib
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="idem-kustomize-") as tmp:
+        base = pathlib.Path(tmp) / "kubernetes"
+        shutil.copytree(KUBERNETES, str(base))
+        for name in SECRET_INPUTS:       # a checkout where the user made them: not theirs
+            if (base / name).exists():
+                (base / name).unlink()
+        inputs = make_secret_inputs(base)
+        rc, out, err = kustomize(base)
+    assert rc == 0, "kubectl kustomize docker/kubernetes failed: %s" % err
     by_kind = {}
-    for d in docs:
-        by_kind.setdefault(d["kind"], []).append(d)
-    return by_kind
+    for d in need_yaml().safe_load_all(out):
+        if d:
+            by_kind.setdefault(d["kind"], []).append(d)
+    return by_kind, inputs
+
+
+def sidecar_objects():
+    """The objects `kubectl kustomize docker/kubernetes` applies, by kind."""
+    return rendered()[0]
+
+
+def secret_data(secret):
+    """{key: bytes} of a rendered Secret (kustomize writes data, base64)."""
+    assert "stringData" not in secret, secret["metadata"]["name"]
+    return {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
 
 
 def one(by_kind, kind):
-    assert len(by_kind.get(kind, [])) == 1, "expected one %s in sidecar.yaml" % kind
+    assert len(by_kind.get(kind, [])) == 1, "expected one %s in the rendered base" % kind
     return by_kind[kind][0]
 
 
@@ -169,8 +259,16 @@ def container_port(container, port):
     raise AssertionError("no port named %r on container %s" % (port, container["name"]))
 
 
+def config_map(by_kind):
+    """The ConfigMap with the proxy's config (the other holds REDIS_USERNAME)."""
+    maps = [c for c in by_kind.get("ConfigMap", [])
+            if os.path.basename(CONFIG_PATH) in c.get("data", {})]
+    assert len(maps) == 1, "expected one ConfigMap with %s" % os.path.basename(CONFIG_PATH)
+    return maps[0]
+
+
 def configmap_config(by_kind):
-    data = one(by_kind, "ConfigMap")["data"]
+    data = config_map(by_kind)["data"]
     return need_yaml().safe_load(data[os.path.basename(CONFIG_PATH)])
 
 
@@ -557,10 +655,119 @@ def test_compose_demo_curl_shows_a_replay(tmp_path):
 # Kubernetes
 # --------------------------------------------------------------------------
 
-def test_sidecar_yaml_has_configmap_secret_deployment_and_service():
+def generated_from(name):
+    """The files: of kustomization.yaml's secretGenerator entry for the Secret name."""
+    gens = [g for g in load_yaml(KUSTOMIZATION).get("secretGenerator", []) if g["name"] == name]
+    assert len(gens) == 1, "kustomization.yaml generates no Secret %s" % name
+    return gens[0].get("files", [])
+
+
+# kind: (how many, apiVersion)
+RENDERED_KINDS = {"ConfigMap": (2, "v1"), "Secret": (3, "v1"), "Deployment": (1, "apps/v1"),
+                  "Service": (1, "v1"), "PodDisruptionBudget": (1, "policy/v1"),
+                  "NetworkPolicy": (1, "networking.k8s.io/v1")}
+
+
+def test_kubernetes_base_renders_and_every_object_parses():
     by_kind = sidecar_objects()
-    for kind in ("ConfigMap", "Deployment", "Service"):
+    assert {k: len(v) for k, v in by_kind.items()} == {
+        k: n for k, (n, _) in RENDERED_KINDS.items()}
+    for kind, objects in by_kind.items():
+        for o in objects:
+            assert o["apiVersion"] == RENDERED_KINDS[kind][1], o
+            assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", o["metadata"]["name"]), o
+            assert all(isinstance(v, str) for v in o.get("data", {}).values()), o
+    # the proxy's config in the ConfigMap is YAML (test_configmap_config_loads: -t takes it)
+    assert isinstance(configmap_config(by_kind), dict)
+    # sidecar.yaml alone holds no Secret: every one is generated from a file
+    assert all(d["kind"] != "Secret" for d in need_yaml().safe_load_all(read(SIDECAR)) if d)
+
+
+def test_rendered_secrets_hold_only_the_files_the_user_made():
+    by_kind, inputs = rendered()
+    held = {}
+    for s in by_kind["Secret"]:
+        for key, value in secret_data(s).items():
+            held[(s["metadata"]["name"], key)] = value
+    # each Secret value is one of the files made for this render, byte for byte, and each
+    # file is in one Secret: nothing in the applied set comes from the repository
+    assert sorted(held.values()) == sorted(inputs.values()), sorted(held)
+    for value in held.values():
+        assert not re.search(rb"change-me|placeholder|example|replace", value, re.I), value
+
+
+@pytest.mark.parametrize("missing", SECRET_INPUTS)
+def test_rendering_without_a_secret_file_fails_naming_it(tmp_path, missing):
+    base = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, str(base))
+    for name in SECRET_INPUTS:
+        if (base / name).exists():
+            (base / name).unlink()
+    make_secret_inputs(base)
+    (base / missing).unlink()
+    rc, out, err = kustomize(base)
+    assert rc != 0 and out == "", out
+    assert str(base / missing) in err, err
+
+
+def test_the_secret_files_stay_out_of_git_and_the_image():
+    ignored = [line.strip() for line in read(os.path.join(REPO, ".gitignore")).splitlines()]
+    dockerignore = read(os.path.join(DOCKER, "Dockerfile.dockerignore")).splitlines()
+    for name in SECRET_INPUTS:
+        assert "/docker/kubernetes/" + name in ignored, name
+        assert "docker/kubernetes/" + name in dockerignore, name
+    if os.path.isdir(os.path.join(REPO, ".git")) or os.path.isfile(os.path.join(REPO, ".git")):
+        tracked = subprocess.run(["git", "-C", REPO, "ls-files", "docker/kubernetes"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        assert sorted(tracked) == ["docker/kubernetes/kustomization.yaml",
+                                   "docker/kubernetes/sidecar.yaml"], tracked
+
+
+def test_redis_username_reaches_the_config_from_the_generated_configmap(tmp_path):
+    by_kind, inputs = rendered()
+    assert configmap_config(by_kind)["redis"]["username"] == "${REDIS_USERNAME}"
+    proxy = pod_containers(by_kind)[PROXY_CONTAINER]
+    env = {e["name"]: e for e in proxy.get("env", [])}
+    ref = env["REDIS_USERNAME"]["valueFrom"]["configMapKeyRef"]
+    maps = {c["metadata"]["name"]: c for c in by_kind["ConfigMap"]}
+    username = maps[ref["name"]]["data"][ref["key"]]
+    assert username == "idem-proxy", "the ACL user of docs/redis.md"
+    # the whole config as the pod sees it: the generated files at its paths, the env set
+    text = config_map(by_kind)["data"][os.path.basename(CONFIG_PATH)]
+    secrets = {s["metadata"]["name"]: secret_data(s) for s in by_kind["Secret"]}
+    pod = one(by_kind, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for m in proxy["volumeMounts"]:
+        source = volumes[m["name"]].get("secret")
+        if not source:
+            continue
+        for item in source["items"]:
+            path = os.path.join(m["mountPath"], item["path"])
+            local = tmp_path / item["path"]
+            local.write_bytes(secrets[source["secretName"]][item["key"]])
+            os.chmod(local, 0o440)
+            assert text.count(path) == 1, path
+            text = text.replace(path, str(local))
+    config = tmp_path / "idempotency-proxy.yaml"
+    config.write_text(text)
+    rc, out = check_config(str(config), env={"REDIS_USERNAME": username})
+    assert (rc, out) == (0, "configuration OK"), out
+
+
+def test_sidecar_sets_min_replicas_and_points_to_the_decision_table():
+    text = config_map(sidecar_objects())["data"][os.path.basename(CONFIG_PATH)]
+    m = re.search(r"((?:^ *#.*\n)+) *min_replicas: (\d+)$", text, re.M)
+    assert m, "redis.min_replicas is not set, or has no comment above it"
+    assert "docs/managed-redis.md#decision-table" in m.group(1), m.group(1)
+    # what the pod's Redis is told about AOF: not that a managed service has it
+    assert "run it with AOF" not in read(SIDECAR)
+
+
+def test_kubernetes_base_has_configmap_secrets_deployment_and_service():
+    by_kind = sidecar_objects()
+    for kind in ("Deployment", "Service"):
         one(by_kind, kind)
+    config_map(by_kind)
     # the Redis password, the admin operators and the keyring
     assert len(by_kind["Secret"]) == 3, by_kind["Secret"]
     assert set(pod_containers(by_kind)) == {"app", PROXY_CONTAINER}
@@ -585,6 +792,8 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     baked.pop("admin")
     # and the Redis password from a Secret's file; the image's from $REDIS_PASSWORD
     assert cm["redis"].pop("password_file") == SIDECAR_REDIS_PASSWORD_FILE
+    # claims wait for a replica (a managed Redis has no AOF); the compose demo's one node has AOF
+    assert cm["redis"].pop("min_replicas") == 1 and "min_replicas" not in baked["redis"]
     assert baked["redis"].pop("password") == "${REDIS_PASSWORD}"
     assert cm == baked
 
@@ -600,7 +809,7 @@ def with_keyring_file(text, tmp_path, keyring_text):
 
 
 def test_configmap_config_loads(tmp_path):
-    text = one(sidecar_objects(), "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
+    text = config_map(sidecar_objects())["data"][os.path.basename(CONFIG_PATH)]
     good = 'keys:\n  - id: 2026-12\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
     rc, out = check_config_text(
         with_keyring_file(with_operators_file(text, tmp_path), tmp_path, good), tmp_path)
@@ -621,15 +830,15 @@ def test_sidecar_mounts_the_keyring_from_a_secret_group_readable():
     assert secret["secretName"] in names
 
 
-def test_sidecar_keyring_placeholder_refuses_to_start(tmp_path):
-    by_kind = sidecar_objects()
-    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
-    placeholder = [s for s in by_kind["Secret"]
-                   if s["metadata"]["name"] == "idempotency-proxy-keyring"][0]
+def test_sidecar_keyring_made_as_documented_is_one_the_proxy_takes(tmp_path):
+    by_kind, inputs = rendered()
+    text = config_map(by_kind)["data"][os.path.basename(CONFIG_PATH)]
+    keyring = [s for s in by_kind["Secret"] if s["metadata"]["name"] == "idempotency-proxy-keyring"]
+    made = secret_data(keyring[0])["keyring.yaml"]
+    assert made == inputs["keyring.yaml"]
     rc, out = check_config_text(
-        with_keyring_file(with_operators_file(text, tmp_path), tmp_path,
-                          placeholder["stringData"]["keyring.yaml"]), tmp_path)
-    assert rc == 1 and "not base64 of 32 bytes" in out, out
+        with_keyring_file(with_operators_file(text, tmp_path), tmp_path, made.decode()), tmp_path)
+    assert (rc, out) == (0, "configuration OK"), made
 
 
 def app_listen(by_kind):
@@ -664,8 +873,9 @@ def test_sidecar_reads_the_redis_password_from_a_secret_file():
     secrets = [s for s in by_kind["Secret"] if s["metadata"]["name"] == secret["secretName"]]
     assert len(secrets) == 1, secret
     key = secret["items"][0]["key"]
-    assert key in dict(secrets[0].get("stringData", {}), **secrets[0].get("data", {}))
-    assert ("--from-literal=%s=" % key) in read(SIDECAR)
+    # kustomization.yaml's secretGenerator: the key from the file redis-password
+    assert secret_data(secrets[0])[key] == rendered()[1]["redis-password"]
+    assert generated_from(secret["secretName"]) == ["%s=redis-password" % key]
 
 
 def test_sidecar_mounts_the_configmap_at_the_documented_path():
@@ -676,7 +886,7 @@ def test_sidecar_mounts_the_configmap_at_the_documented_path():
         assert proxy["args"] == exec_form(instructions("CMD")[-1])
     assert "command" not in proxy, "keep the image's ENTRYPOINT"
     volumes = {v["name"]: v for v in spec["volumes"]}
-    cm_name = one(by_kind, "ConfigMap")["metadata"]["name"]
+    cm_name = config_map(by_kind)["metadata"]["name"]
     mounted = []
     for m in proxy["volumeMounts"]:
         vol = volumes[m["name"]]
@@ -723,12 +933,15 @@ def test_sidecar_mounts_the_operators_secret_where_the_config_reads_it(tmp_path)
     others = [c for name, c in pod_containers(by_kind).items() if name != PROXY_CONTAINER]
     assert all(m["name"] != mounts[0]["name"] for c in others for m in c.get("volumeMounts", []))
     names = {s["metadata"]["name"]: s for s in by_kind["Secret"]}
-    placeholder = names[secret["secretName"]]["stringData"][secret["items"][0]["key"]]
-    # the example's placeholder is refused, so nobody runs with operators from a public file
-    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
-    rc, out = check_config_text(with_operators_file(text, tmp_path, placeholder), tmp_path)
-    assert rc == 1 and "operators.yaml:3:" in out and "64 hex digits" in out, out
-    assert ("--from-file=%s" % secret["items"][0]["key"]) in read(SIDECAR)
+    made = secret_data(names[secret["secretName"]])[secret["items"][0]["key"]]
+    assert made == rendered()[1]["operators.yaml"]
+    # the file made in kustomization.yaml's format is one the proxy takes
+    text = config_map(by_kind)["data"][os.path.basename(CONFIG_PATH)]
+    good = 'keys:\n  - id: k\n    secret: "%s"\n' % base64.b64encode(os.urandom(32)).decode()
+    rc, out = check_config_text(with_keyring_file(
+        with_operators_file(text, tmp_path, made.decode()), tmp_path, good), tmp_path)
+    assert (rc, out) == (0, "configuration OK"), out
+    assert generated_from(secret["secretName"]) == [secret["items"][0]["key"]]
     # the way in it documents: the operator's own token on the CLI's stdin
     assert "--token-file - " in read(SIDECAR) and "kubectl exec -i" in read(SIDECAR)
 
@@ -858,7 +1071,7 @@ def test_network_policy_admits_only_monitoring_to_the_health_port_and_nothing_to
 
 def redis_ca_example(by_kind):
     """The commented redis.tls.ca_file of the ConfigMap's config: (its text, the path)."""
-    text = one(by_kind, "ConfigMap")["data"][os.path.basename(CONFIG_PATH)]
+    text = config_map(by_kind)["data"][os.path.basename(CONFIG_PATH)]
     m = re.search(r"^(\s*)#\s*tls:\n\1#\s+ca_file:\s*(\S+)\s*$", text, re.M)
     assert m, "no commented `tls: ca_file:` example in the ConfigMap's redis section"
     return text, m.group(2)

@@ -15,15 +15,18 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import uuid
 
 import pytest
 
-from harness import documented_acl_rules, log_line, log_lines, wait_ready, wait_until
+from harness import REPO, documented_acl_rules, log_line, log_lines, wait_ready, wait_until
 from inbox_helpers import (
     ENCODED, ROUTE, deliver, new_secret, queued_route, sign_secret, stripe_body,
 )
-from proxy_helpers import assert_problem, metric, new_key, reload_and_wait, run_check, wait_metric
+from proxy_helpers import (
+    Traffic, assert_problem, metric, new_key, reload_and_wait, run_check, wait_metric,
+)
 from redis_topology import SentinelGroup, acl_setuser
 
 USER = "idem-proxy"
@@ -100,34 +103,71 @@ def pay_once(p, upstream):
 # redis.password_file
 # --------------------------------------------------------------------------
 
+def runbook_acl_commands(old, new):
+    """The `ACL SETUSER` steps of docs/failure-modes.md "Rotating the Redis password" (the
+    ordered steps after "In this order"), as argument lists with OLD and NEW filled in."""
+    with open(os.path.join(REPO, "docs", "failure-modes.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("### Rotating the Redis password"):]
+    section = section[section.index("In this order"):section.index("\n### ")]
+    spans = re.findall(r"`(ACL SETUSER idem-proxy [^`]+)`", section)
+    return [[w.replace("NEW", new).replace("OLD", old) for w in s.split()] for s in spans]
+
+
 def test_a_rotation_in_the_documented_order_refuses_nothing(tmp_path, redis, start_proxy,
                                                              upstream):
+    """The runbook's two-password rotation, its ACL SETUSER lines as written, with keyed
+    traffic through every step; a second proxy left on the old password shows what the
+    last step does to an instance that did not move."""
     old, new = new_password("old"), new_password("new")
+    add, remove = runbook_acl_commands(old, new)
+    assert add[3:] == [">" + new] and remove[3:] == ["<" + old], (add, remove)
     p, path = start_with_password_file(start_proxy, redis, tmp_path, old)
-    pay_once(p, upstream)
+    stale_path = tmp_path / "stale-password"
+    write_secret(stale_path, old)
+    stale = start_proxy(redis={"username": USER, "password_file": str(stale_path)},
+                        name="stale")
+    wait_ready(stale)
     open_before = proxy_connections(redis)
-    assert open_before
     redis.cmd("ACL", "LOG", "RESET")
-    # 1. the user takes the new password beside the old; 2. the file; 3. SIGHUP
-    acl_setuser(redis, USER, ">" + new)
-    write_secret(path, new)
-    reload_and_wait(p, "redis.password changed")
-    # the connections open keep their AUTH: nothing reconnected
+    with Traffic([p, stale], threads=2, then="twice", pause_s=0.02) as traffic:
+        pay_once(p, upstream)
+        # 1. the user takes the new password beside the old
+        redis.cmd(*add)
+        pay_once(p, upstream)
+        # 2. the file; 3. SIGHUP (the stale proxy's file keeps the old one)
+        write_secret(path, new)
+        reload_and_wait(p, "redis.password changed")
+        # the connections open keep their AUTH: nothing reconnected
+        assert proxy_connections(redis) == open_before
+        pay_once(p, upstream)
+        pay_once(stale, upstream)
+        # 4. the old password goes; the open connections go on serving
+        redis.cmd(*remove)
+        pay_once(p, upstream)
+        pay_once(stale, upstream)
+    assert traffic.answers and not traffic.errors, traffic.errors
+    assert {a.status for a in traffic.answers} == {201}, \
+        sorted({(a.kind, a.status) for a in traffic.answers})
+    assert traffic.bad == []
+    assert all(upstream.executions(k) == 1 for k in traffic.keys)
     assert proxy_connections(redis) == open_before
-    # 4. the old password goes; the open connections go on serving
-    acl_setuser(redis, USER, "<" + old)
-    pay_once(p, upstream)
-    assert proxy_connections(redis) == open_before
-    # every connection made from now on sends the new password
+    assert auth_failures(redis) == []
+    # every connection made from now on needs the new password: the proxy that moved
+    # reconnects and serves, the one left on the old password is refused
     redis.cmd("CLIENT", "KILL", "USER", USER)
-    wait_until(lambda: all_made_again(redis, open_before),
-               what="the proxy's connections made again")
+    wait_metric(stale, "idempotency_proxy_redis_up", lambda v: v == 0)
+    log_line(stale, "AUTH failed for user %s" % USER, "WRONGPASS")
     wait_ready(p)
     assert metric(p, "idempotency_proxy_redis_up", required=True) == 1
     pay_once(p, upstream)
-    assert auth_failures(redis) == []
+    key = new_key()
+    assert_problem(stale.post(key=key), 503, "store-unavailable")
+    assert upstream.executions(key) == 0
     assert not log_lines(p, "WRONGPASS")
+    assert auth_failures(redis), "the stale proxy's old password is refused"
     assert_no_secret_written(p, old, new)
+    assert_no_secret_written(stale, old, new)
 
 
 def test_a_killed_connection_before_the_reload_is_refused_then_the_reload_recovers(
