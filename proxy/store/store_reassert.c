@@ -216,6 +216,10 @@ static void reassert_on_sent(struct store *s, enum store_status st, long long re
         log_msg(LOG_WARN, "could not put back a recent write on the new primary (record key "
                 "%s): %s", record_key, store_status_name(st));
         store_reassert_count(s, STORE_EVENT_REASSERT_FAILED);
+    } else if (release && result == 1) {
+        log_msg(LOG_INFO, "released again a claim that the new primary still had (record key "
+                "%s), after a failover", record_key);
+        store_reassert_count(s, STORE_EVENT_REASSERT_RESTORED);
     } else if (release) {
         store_reassert_count(s, STORE_EVENT_REASSERT_PRESENT);
     } else if (result == 2) {
@@ -247,9 +251,9 @@ static void reassert_on_release_reply(enum store_status st, const struct store_r
                                       void *arg)
 {
     struct reassert_sent *sent = arg;
+    long long result = st == STORE_OK && r->type == STORE_INT ? r->integer : 0;
 
-    (void)r;
-    reassert_on_sent(sent->s, st, 0, sent->record_key, true);
+    reassert_on_sent(sent->s, st, result, sent->record_key, true);
     free(sent);
 }
 
