@@ -24,8 +24,8 @@ Plain helpers (no pytest), all real: redis-server or valkey-server processes
                 Events, as the services do them:
                   failover()         the primary SIGKILLed; after detect_s a replica is
                                      promoted (REPLICAOF NO ONE), NAME moves to it, the
-                                     other replica follows it, and the old primary comes
-                                     back empty as its replica (full resync)
+                                     other replica follows it, and replace_s later the old
+                                     primary comes back empty as its replica (full resync)
                   replace_replica()  a replica removed (killed, its data gone) and, after
                                      replace_s, an empty one in its place (full resync)
                   lose_replica(s)    a replica cut off from the primary for s seconds,
@@ -85,8 +85,9 @@ class LagGate(RedisGate):
                     self._cv.wait(0.2)
                     continue
                 when, conn, data = self._due[0]
-            if when > time.monotonic():
-                time.sleep(when - time.monotonic())
+            delay = when - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
             with self._cv:
                 self._due.popleft()
             # a connection the primary closed was shut: sendall fails, the bytes are dropped
@@ -118,8 +119,8 @@ class LagGate(RedisGate):
 class ManagedRedis:
     """A primary and `replicas` replicas as a managed service runs them (module doc), in
     workdir. lag_ms: the replication delay of every replica's link; detect_s: how long
-    after the primary dies the service promotes a replica; replace_s: how long a replaced
-    replica is away. .primary, .replicas(), .nodes; .url and .redis_section() are what the
+    after the primary dies the service promotes a replica; replace_s: how long a lost node
+    (the old primary, a replaced replica) is away before it is back, empty. .primary, .replicas(), .nodes; .url and .redis_section() are what the
     proxy is given."""
 
     def __init__(self, workdir, replicas=1, lag_ms=100, detect_s=1.0, replace_s=1.0,
@@ -211,8 +212,9 @@ class ManagedRedis:
 
     def failover(self):
         """The primary SIGKILLed; detect_s later a replica promoted and NAME moved to it;
-        the other replica follows it; the old primary back, empty, as its replica; once
-        every replica is online. Returns {step: monotonic time}: killed, promoted, rejoined."""
+        the other replica follows it; replace_s later the old primary back, empty, as its
+        replica; once every replica is online. Returns {step: monotonic time}: killed,
+        promoted, started (the old primary), rejoined."""
         old, new = self.primary, self.replicas()[0]
         at = {"killed": time.monotonic()}
         old.kill()
@@ -226,6 +228,8 @@ class ManagedRedis:
         for r in self.replicas():
             if r is not old:
                 r.cmd("REPLICAOF", *self._link(r))
+        time.sleep(self.replace_s)  # the service recovers the lost node
+        at["started"] = time.monotonic()
         self._start_replica(old)
         self.wait_replicas()
         at["rejoined"] = time.monotonic()

@@ -38,7 +38,8 @@ TABLE = os.environ.get("IDEM_MANAGED_TABLE")
 LEASE_S = 4      # lease: a claim whose record was lost reads as in flight this long
 HANG_S = 10      # every answer within this: a bound that catches a hang, not a latency target
 KEYS_AROUND = 100  # keys acknowledged before the event, and again after it
-SLOT_S = 0.1     # "seconds of 503" counts the slots of this length in which a 503 came
+SLOT_S = 0.1     # "seconds of 503": the slots of this length in which a request was out that
+                 # got 503 (sent, waited for, answered)
 REASSERT_ON = {"window": "2s", "grace": "500ms"}
 REASSERT_OFF = {"window": "0s"}
 
@@ -174,7 +175,7 @@ def run_scenario(m, proxies, upstream, event, capsys, tmp_path, label):
     watch = ReadyWatch(proxies)
     traffic = Traffic(proxies, threads=6, then="retry", body=None, timeout=HANG_S * 2,
                       tag="m", pause_s=0.02, join_s=40).start()
-    report = dict(label, lag_ms=m.lag_ms, detect_s=m.detect_s)
+    report = dict(label, lag_ms=m.lag_ms, detect_s=m.detect_s, replace_s=m.replace_s)
     try:
         wait_until(lambda: len(traffic.acked) >= KEYS_AROUND, what="keyed traffic under way")
         t_event = time.monotonic()
@@ -191,7 +192,9 @@ def run_scenario(m, proxies, upstream, event, capsys, tmp_path, label):
     statuses = {}
     for a in answers:
         statuses[a.status] = statuses.get(a.status, 0) + 1
-    slots_503 = {int((a.sent + a.seconds) / SLOT_S) for a in answers if a.status == 503}
+    # a slot counts when a request that got 503 was out in it (sent, waited on, answered)
+    slots_503 = {slot for a in answers if a.status == 503
+                 for slot in range(int(a.sent / SLOT_S), int((a.sent + a.seconds) / SLOT_S) + 1)}
     report.update(
         keys=len(traffic.keys), acked=len(traffic.acked), requests=len(answers),
         statuses=statuses, load_s=round(t_end - traffic.started, 1),
