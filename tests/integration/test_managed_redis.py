@@ -327,9 +327,10 @@ def scenarios():
     return out
 
 
-# About 15 to 25 s a scenario: the load before the event, the event (a 1 s detection delay,
-# a 1 s replacement, a 3 s replica loss, each with its resync), the load after it, and every
-# key sent once more.
+# 3 to 13 s a scenario (measured on 2 cores): the load before the event, the event (a 1 s
+# detection delay and the old primary back 1 s later, a replica replaced in 1 s, or lost for
+# 3 s, each with its resync), the load after it, and every key sent once more; min_replicas 1
+# takes longest (each claim's WAIT waits for the 100 ms replication lag).
 @pytest.mark.threads
 @pytest.mark.slow
 @pytest.mark.topology
