@@ -120,8 +120,8 @@ class ManagedRedis:
     """A primary and `replicas` replicas as a managed service runs them (module doc), in
     workdir. lag_ms: the replication delay of every replica's link; detect_s: how long
     after the primary dies the service promotes a replica; replace_s: how long a lost node
-    (the old primary, a replaced replica) is away before it is back, empty. .primary, .replicas(), .nodes; .url and .redis_section() are what the
-    proxy is given."""
+    (the old primary, a replaced replica) is away before it is back, empty. .primary,
+    .replicas(), .nodes; .url and .redis_section() are what the proxy is given."""
 
     def __init__(self, workdir, replicas=1, lag_ms=100, detect_s=1.0, replace_s=1.0,
                  binary=None):
