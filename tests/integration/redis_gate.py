@@ -95,10 +95,12 @@ def _reply_end(buf, pos=0):
 
 
 class RedisGate:
-    """127.0.0.1:port forwarding to 127.0.0.1:target_port; .held counts held commands."""
+    """127.0.0.1:port forwarding to target_host:target_port (a node on another loopback
+    address in a test's namespace); .held counts held commands."""
 
-    def __init__(self, target_port):
+    def __init__(self, target_port, target_host="127.0.0.1"):
         self.target_port = target_port
+        self.target_host = target_host
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
@@ -249,7 +251,8 @@ class RedisGate:
                 client.close()
                 continue
             try:
-                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+                server = socket.create_connection((self.target_host, self.target_port),
+                                                  timeout=5)
                 server.settimeout(None)
             except OSError:
                 client.close()

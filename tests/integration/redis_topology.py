@@ -23,6 +23,7 @@ pytest), all real:
                    the primary the sentinels announce, with its time
   ACL_COMMANDS, ACL_RULES  the proxy's minimal ACL (README "Redis in production")
   replica_pair()   a primary and one replica, linked and in sync (a context manager)
+  replicas_online(), wait_replicas()  a primary's replicas that are synced (state=online)
   ClusterGroup     a Redis Cluster on loopback (redis-server --cluster-enabled yes, joined
                    by redis-cli --cluster create): primaries, replicas, slots, stability;
                    with relays=True each node is reached through a RedisGate that it
@@ -165,6 +166,25 @@ def replica_pair(tmp_path, primary_args=()):
         for srv in (replica, primary):
             srv.resume()
             srv.kill()
+
+
+def replicas_online(primary):
+    """How many replicas primary has online: synced (state=online in INFO replication), not
+    merely connected (a replica in wait_bgsave has none of the data yet); -1 when primary
+    does not answer."""
+    try:
+        info = primary.cmd("INFO", "replication", timeout=2)
+    except (OSError, RedisError):
+        return -1
+    return sum(1 for line in info.splitlines()
+               if line.startswith("slave") and "state=online" in line)
+
+
+def wait_replicas(primary, n, timeout=20):
+    """Until primary has n replicas online (replicas_online; Sentinel may promote a replica
+    that is merely connected)."""
+    wait_until(lambda: replicas_online(primary) >= n, timeout=timeout, interval=0.05,
+               what="%d replicas online at %d" % (n, primary.port))
 
 
 def _libc():
@@ -439,18 +459,7 @@ class SentinelGroup:
             return None
 
     def wait_replicas(self, primary, n, timeout=20):
-        """Until primary has n replicas online: synced (state=online in INFO replication),
-        not merely connected (a replica in wait_bgsave has none of the data yet, and
-        Sentinel may still promote it)."""
-        def online():
-            try:
-                info = primary.cmd("INFO", "replication", timeout=2)
-            except (OSError, RedisError):
-                return False
-            return sum(1 for line in info.splitlines()
-                       if line.startswith("slave") and "state=online" in line) >= n
-        wait_until(online, timeout=timeout, interval=0.05,
-                   what="%d replicas online at %d" % (n, primary.port))
+        wait_replicas(primary, n, timeout)
 
     def wait_named(self, not_address, timeout=30):
         """Until every running sentinel names one primary other than not_address whose
