@@ -40,7 +40,7 @@ HANG_S = 10      # every answer within this: a bound that catches a hang, not a 
 KEYS_AROUND = 100  # keys acknowledged before the event, and again after it
 SLOT_S = 0.1     # "seconds of 503": the slots of this length in which a request was out that
                  # got 503 (sent, waited for, answered)
-REASSERT_ON = {"window": "2s", "grace": "500ms"}
+REASSERT_ON = {"window": "10s", "grace": "2s"}  # the defaults
 REASSERT_OFF = {"window": "0s"}
 
 pytestmark = pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
