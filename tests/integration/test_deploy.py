@@ -792,8 +792,10 @@ def test_configmap_is_the_container_config_with_the_upstream_in_the_pod():
     baked.pop("admin")
     # and the Redis password from a Secret's file; the image's from $REDIS_PASSWORD
     assert cm["redis"].pop("password_file") == SIDECAR_REDIS_PASSWORD_FILE
-    # claims wait for a replica (a managed Redis has no AOF); the compose demo's one node has AOF
-    assert cm["redis"].pop("min_replicas") == 1 and "min_replicas" not in baked["redis"]
+    # one replica, no AOF: min_replicas 0 with re-assertion (the decision table's first row),
+    # said explicitly; the compose demo's one node has AOF and the default
+    assert cm["redis"].pop("min_replicas") == 0 and "min_replicas" not in baked["redis"]
+    assert "reassert" not in cm["redis"], "re-assertion keeps its defaults"
     assert baked["redis"].pop("password") == "${REDIS_PASSWORD}"
     assert cm == baked
 
