@@ -19,7 +19,20 @@
  * RECORD_CLAIMED, or the RECORD_OWNER_LEN bytes at RECORD_OWNER_OFFSET are
  * not the owner token (Lua strings count from 1).
  */
-#define STORE_LUA_NOT_OURS "string.sub(v, 4, 4) ~= 'C' or string.sub(v, 5, 36) ~= ARGV[1]"
+#define STORE_LUA_NOT_CLAIM "string.sub(v, 4, 4) ~= 'C'"
+#define STORE_LUA_OWNER_NOT "string.sub(v, 5, 36) ~= ARGV[1]"
+#define STORE_LUA_NOT_OURS STORE_LUA_NOT_CLAIM " or " STORE_LUA_OWNER_NOT
+
+/*
+ * Lua: set KEYS[1] to ARGV[2] for ARGV[3] ms, or keep its time to live when
+ * ARGV[3] is '0' or the key already lives longer (never shortened).
+ */
+#define STORE_LUA_SET_NEVER_SHORTER \
+    "if ARGV[3] == '0' or redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then\n" \
+    "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n" \
+    "else\n" \
+    "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n" \
+    "end\n"
 _Static_assert(RECORD_STATE_OFFSET + 1 == 4 && RECORD_CLAIMED == 'C' &&
                    RECORD_OWNER_OFFSET + 1 == 5 && RECORD_OWNER_OFFSET + RECORD_OWNER_LEN == 36,
                "STORE_LUA_NOT_OURS reads record.h's layout");
@@ -45,11 +58,7 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "if not v or " STORE_LUA_NOT_OURS " then\n"
         "  return 0\n"
         "end\n"
-        "if ARGV[3] == '0' or redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then\n"
-        "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
-        "else\n"
-        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-        "end\n"
+        STORE_LUA_SET_NEVER_SHORTER
         "return 1\n",
     [SCRIPT_RELEASE] =
         "local v = redis.call('GET', KEYS[1])\n"
@@ -220,7 +229,7 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
      * it, or a later record of the same owner; 2: put back (the key was gone,
      * or held an earlier claim of ours); 3: a renewal of a key that is gone;
      * 0: the key holds another owner's record (claimed afresh after the
-     * failover). The owner is read at the offsets of STORE_LUA_NOT_OURS.
+     * failover). The owner and state are read as STORE_LUA_NOT_OURS reads them.
      */
     [SCRIPT_REASSERT] =
         "local v = redis.call('GET', KEYS[1])\n"
@@ -234,17 +243,13 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
         "  return 2\n"
         "end\n"
-        "if string.sub(v, 5, 36) ~= ARGV[1] then\n"
+        "if " STORE_LUA_OWNER_NOT " then\n"
         "  return 0\n"
         "end\n"
-        "if string.sub(v, 4, 4) ~= 'C' then\n"
+        "if " STORE_LUA_NOT_CLAIM " then\n"
         "  return 1\n"
         "end\n"
-        "if ARGV[3] == '0' or redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then\n"
-        "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"
-        "else\n"
-        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-        "end\n"
+        STORE_LUA_SET_NEVER_SHORTER
         "return 2\n",
 };
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
