@@ -112,7 +112,7 @@ const struct config_key config_redis_keys[] = {
 const struct config_key config_redis_reassert_keys[] = {
     { "window", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_reassert_window_ms) },
     { "grace", .reload = RESTART(config_changed_u64), .set = config_set_duration, .offset = CFG(redis_reassert_grace_ms) },
-    { "max_bytes", .reload = RESTART(config_changed_size), .set = config_set_size, .offset = CFG(redis_reassert_max_bytes) },
+    { "max_bytes", .reload = RESTART(config_changed_size), .set = config_set_size, .offset = CFG(redis_reassert_max_bytes), .flags = CONFIG_POSITIVE },
     { .name = NULL },
 };
 

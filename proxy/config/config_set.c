@@ -128,6 +128,8 @@ int config_set_size(struct config_loader *ld, const struct config_key *key,
     if (config_parse_size(*text, field) < 0)
         return config_error(ld, node, "bad size '%s' for %s: expected a whole number and a unit "
                             "(B, KiB, MiB, GiB), e.g. 1MiB", *text, key->name);
+    if (*field == 0 && (key->flags & CONFIG_POSITIVE))
+        return config_error(ld, node, "%s must be larger than 0", key->name);
     return 0;
 }
 

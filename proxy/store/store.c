@@ -146,14 +146,16 @@ static void store_follow_primary(struct store *s)
 
     s->primary_seen = true;
     snprintf(s->primary_replid, sizeof(s->primary_replid), "%s", replid);
-    if (!seen || same)
+    if (!seen || (same && !s->reassert_incomplete))
         return;
     store_conn_ready_addr(s->conn, addr, sizeof(addr));
     if (store_reassert_on(s))
-        store_reassert_replay(s, addr, replid[0] != '\0'
-                              ? "a new primary (another replication ID)"
+        store_reassert_replay(s, addr, same ? "the last put-back did not finish"
+                              : replid[0] != '\0' ? "a new primary (another replication ID)"
                               : "reconnected, and INFO replication is refused: taken for a "
                                 "new primary");
+    if (same)
+        return; /* the same primary: no failover to count */
     if (s->sentinel == NULL && s->failover_observer != NULL)
         s->failover_observer("", replid[0] != '\0' ? replid : addr, s->failover_arg);
 }

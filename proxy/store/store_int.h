@@ -186,6 +186,11 @@ struct store {
     _Atomic double grace_until_ms;  /* monotonic: new claims refused until then; 0: never (any
                                        thread reads it: store_unready) */
     bool primary_seen;              /* a connection was ready before: the next may be another */
+    unsigned reassert_round;        /* replays so far; a put-back's answer names its round */
+    unsigned reassert_outstanding;  /* put-backs of this round not answered yet */
+    bool reassert_failed;           /* one of this round's put-backs failed (logged once) */
+    bool reassert_incomplete;       /* this round is not all answered OK: the next connection
+                                       sends the journal again, whatever its replication ID */
     char primary_replid[STORE_REPLID_LEN + 1]; /* the last ready primary's; "" unread */
 };
 

@@ -75,6 +75,7 @@ struct reassert_pending {
 /* A put-back on its way: the record key its log line names. */
 struct reassert_sent {
     struct store *s;
+    unsigned round;             /* the replay it belongs to (s->reassert_round) */
     char record_key[];
 };
 
@@ -209,12 +210,22 @@ void store_reassert_count(struct store *s, enum store_event ev)
 }
 
 /* A put-back answered: counted by what it found (SCRIPT_REASSERT's or SCRIPT_RELEASE's reply). */
-static void reassert_on_sent(struct store *s, enum store_status st, long long result,
-                             const char *record_key, bool release)
+static void reassert_on_sent(struct reassert_sent *sent, enum store_status st, long long result,
+                             bool release)
 {
+    struct store *s = sent->s;
+    const char *record_key = sent->record_key;
+    bool current = sent->round == s->reassert_round;
+
+    if (current && --s->reassert_outstanding == 0 && !s->reassert_failed)
+        s->reassert_incomplete = false; /* every put-back of this round answered */
     if (st != STORE_OK) {
-        log_msg(LOG_WARN, "could not put back a recent write on the new primary (record key "
-                "%s): %s", record_key, store_status_name(st));
+        if (current && !s->reassert_failed)
+            log_msg(LOG_WARN, "could not put back a recent write on the new primary (record "
+                    "key %s): %s; the whole journal goes again on the next connection",
+                    record_key, store_status_name(st));
+        if (current)
+            s->reassert_failed = true;
         store_reassert_count(s, STORE_EVENT_REASSERT_FAILED);
     } else if (release && result == 1) {
         log_msg(LOG_INFO, "released again a claim that the new primary still had (record key "
@@ -243,7 +254,7 @@ static void reassert_on_write_reply(enum store_status st, const struct store_rep
         result = r->integer;
     else if (st == STORE_OK)
         st = STORE_ERROR; /* not what the script sends */
-    reassert_on_sent(sent->s, st, result, sent->record_key, false);
+    reassert_on_sent(sent, st, result, false);
     free(sent);
 }
 
@@ -253,7 +264,7 @@ static void reassert_on_release_reply(enum store_status st, const struct store_r
     struct reassert_sent *sent = arg;
     long long result = st == STORE_OK && r->type == STORE_INT ? r->integer : 0;
 
-    reassert_on_sent(sent->s, st, result, sent->record_key, true);
+    reassert_on_sent(sent, st, result, true);
     free(sent);
 }
 
@@ -269,6 +280,7 @@ static void reassert_send(struct store *s, const struct reassert_entry *e, doubl
     int n;
 
     sent->s = s;
+    sent->round = s->reassert_round;
     memcpy(sent->record_key, e->data, key_len + 1);
     if (e->expires_ms > 0) {
         double left = e->expires_ms - now;
@@ -293,6 +305,9 @@ void store_reassert_replay(struct store *s, const char *addr, const char *why)
     unsigned sent = 0;
 
     s->grace_until_ms = now + (double)s->cfg->redis_reassert_grace_ms;
+    s->reassert_round++;
+    s->reassert_failed = false;
+    s->reassert_outstanding = 0;
     store_reassert_prune(s);
     for (e = TAILQ_FIRST(&s->journal); e != NULL; e = next) {
         next = TAILQ_NEXT(e, link);
@@ -303,6 +318,8 @@ void store_reassert_replay(struct store *s, const char *addr, const char *why)
         reassert_send(s, e, now);
         sent++;
     }
+    s->reassert_outstanding = sent;
+    s->reassert_incomplete = sent > 0;
     store_reassert_count(s, STORE_EVENT_NEW_PRIMARY);
     log_msg(LOG_WARN, "redis %s: %s; putting back %u writes of the last %llu ms, new claims "
             "refused for %llu ms (redis.reassert)", addr, why, sent,

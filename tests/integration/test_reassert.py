@@ -12,6 +12,7 @@ import threading
 
 from harness import log_line, log_lines, readyz, wait_ready, wait_until
 from proxy_helpers import assert_problem, metric, new_key, record_keys
+from redis_gate import RedisGate
 from redis_topology import acl_setuser
 
 
@@ -149,3 +150,26 @@ def test_without_info_every_reconnection_is_taken_for_a_new_primary(start_proxy,
     assert r.status == 201 and r.replayed, r
     assert upstream.executions(key) == 1
 
+
+
+def test_a_put_back_cut_short_goes_again_on_the_same_node(start_proxy, upstream, redis):
+    """The connection drops while the journal is being put back (its first put-back is held
+    past redis.timeout): the next connection reaches the same node (same replication ID) and
+    sends the whole journal again, so the record is back and the retry replays it."""
+    gate = RedisGate(redis.port).start()
+    try:
+        p = start_proxy(redis={"url": gate.url, "timeout": "500ms",
+                               "reassert": {"window": "30s", "grace": "1s"}})
+        wait_ready(p)
+        key = new_key()
+        assert p.post(key=key).status == 201
+        gate.hold_next(("EVALSHA", "EVAL"), ms=1500)
+        restart_empty(redis)
+        log_line(p, "could not put back a recent write", "goes again on the next connection")
+        log_line(p, "the last put-back did not finish", "putting back")
+        wait_ready(p)
+        r = p.post(key=key)
+        assert r.status == 201 and r.replayed, r
+        assert upstream.executions(key) == 1
+    finally:
+        gate.stop()

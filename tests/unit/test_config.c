@@ -693,6 +693,10 @@ static const struct config_case config_cases[] = {
     { "min_replicas negative", "redis:\n  min_replicas: -1\n", 2, "from 0 to 16", NULL },
     { "min_replicas not a number", "redis:\n  min_replicas: one\n", 2, "whole number", NULL },
     { "replica_timeout 0", "redis:\n  replica_timeout: 0ms\n", 2, "longer than 0", NULL },
+    { "reassert max_bytes 0", "redis:\n  reassert:\n    max_bytes: 0MiB\n", 3,
+      "max_bytes must be larger than 0", NULL },
+    { "reassert window bad", "redis:\n  reassert:\n    window: soon\n", 3, "bad duration", NULL },
+    { "reassert unknown key", "redis:\n  reassert:\n    windows: 1s\n", 3, "windows", NULL },
     { "replica_timeout without a unit", "redis:\n  replica_timeout: 200\n", 2, "bad duration",
       NULL },
     { "replica_timeout over half of redis.timeout", "redis:\n  min_replicas: 1\n"
