@@ -218,6 +218,11 @@ def run_scenario(m, proxies, upstream, event, capsys, tmp_path, label):
     counts = upstream.stats()["by_key"]
     twice = sorted(k for k in traffic.keys if counts.get(k, 0) > 1)
     unknown = {k for k, st, _, body in settled if outcome_unknown(st, body)}
+    # what re-assertion put back, over both proxies (absent without it)
+    report["put_back"] = {
+        result: sum(metric(p, "idempotency_proxy_redis_reasserted_total",
+                           {"result": result}) or 0 for p in proxies)
+        for result in ("restored", "present", "superseded", "failed")}
     report.update(
         twice=len(twice),
         outcome_unknown=len(unknown),
@@ -272,6 +277,10 @@ def check_bounded_and_kept(report, traffic, settled, counts, strict):
             (key, status, body[:200], report)
     if strict:
         assert report["twice"] == 0, report
+        # every proxy put back its writes before the other claimed afresh (the grace held)
+        assert report["put_back"]["superseded"] == 0, report
+        if report["event"] == "failover":  # the new primary had lost the last writes
+            assert report["put_back"]["restored"] > 0, report
 
 
 # --------------------------------------------------------------------------
