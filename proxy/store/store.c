@@ -58,18 +58,25 @@
 #include "log.h"
 #include "record.h"
 
-/* conn is ready: send the commands that waited for it, in order. */
+/*
+ * conn is ready: send the commands that waited for it, in order; a claim
+ * or takeover among them fails unsent (STORE_UNAVAILABLE) when the store
+ * has just followed a new primary (redis.reassert.grace), as one submitted
+ * now would.
+ */
 static void store_on_node_ready(void *owner, struct store_conn *conn)
 {
     struct store *s = owner;
     struct store_cmd *cmd, *next;
+    bool grace = store_reassert_grace(s);
 
     for (cmd = TAILQ_FIRST(&s->queued); cmd != NULL; cmd = next) {
         next = TAILQ_NEXT(cmd, link);
         if (cmd->conn != conn)
             continue;
         TAILQ_REMOVE(&s->queued, cmd, link);
-        if (store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0)
+        if ((cmd->claim && grace) ||
+            store_send(cmd, cmd->argc, (const char **)cmd->argv, cmd->argvlen) != 0)
             store_fail_later(cmd);
     }
 }

@@ -181,7 +181,7 @@ struct store {
                                        this connection, oldest first */
     size_t n_offsets;
     /* redis.reassert (store_reassert.c) */
-    TAILQ_HEAD(, reassert_entry) journal; /* writes that applied, oldest first */
+    TAILQ_HEAD(reassert_journal, reassert_entry) journal; /* writes that applied, oldest first */
     size_t journal_bytes;
     _Atomic double grace_until_ms;  /* monotonic: new claims refused until then; 0: never (any
                                        thread reads it: store_unready) */
@@ -222,6 +222,8 @@ struct store_cmd {
     const char *script;         /* the text of the script an EVALSHA runs, or NULL */
     int key_arg;                /* redis.cluster: argv index of the key; 0: the usual one */
     bool resent;                /* a script's body went out after NOSCRIPT */
+    bool claim;                 /* a claim or takeover: refused in redis.reassert.grace, also
+                                   when it waited for the connection's setup */
     struct timeval submitted;
     int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
                                    queued command */

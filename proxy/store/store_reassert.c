@@ -113,6 +113,25 @@ void store_reassert_prune(struct store *s)
         reassert_free(s, e);
 }
 
+/*
+ * A release applied: the earlier writes of its key and owner are not put
+ * back any more (a claim put back and then released would find the key
+ * claimed afresh by someone else meanwhile, a false alarm); the release
+ * itself is, for a new primary that still has the claim. Releases are rare
+ * (a refused or ambiguous request): a walk from the newest entry.
+ */
+static void reassert_forget_key(struct store *s, const struct reassert_entry *release)
+{
+    struct reassert_entry *e, *prev;
+
+    for (e = TAILQ_LAST(&s->journal, reassert_journal); e != NULL; e = prev) {
+        prev = TAILQ_PREV(e, reassert_journal, link);
+        if (!e->release && strcmp(e->data, release->data) == 0 &&
+            strcmp(e->owner, release->owner) == 0)
+            reassert_free(s, e);
+    }
+}
+
 /* e applied: journal it, the oldest dropped while the store's share is exceeded. */
 static void reassert_keep(struct store *s, struct reassert_entry *e)
 {
@@ -121,14 +140,16 @@ static void reassert_keep(struct store *s, struct reassert_entry *e)
 
     e->written_ms = clock_mono_ms();
     store_reassert_prune(s);
-    while ((old = TAILQ_FIRST(&s->journal)) != NULL && s->journal_bytes + e->bytes > budget) {
-        reassert_free(s, old);
-        store_reassert_count(s, STORE_EVENT_REASSERT_DROPPED);
-    }
-    if (e->bytes > budget) {
+    if (e->bytes > budget) { /* never fits: the others keep their place */
         free(e);
         store_reassert_count(s, STORE_EVENT_REASSERT_DROPPED);
         return;
+    }
+    if (e->release)
+        reassert_forget_key(s, e);
+    while ((old = TAILQ_FIRST(&s->journal)) != NULL && s->journal_bytes + e->bytes > budget) {
+        reassert_free(s, old);
+        store_reassert_count(s, STORE_EVENT_REASSERT_DROPPED);
     }
     TAILQ_INSERT_TAIL(&s->journal, e, link);
     s->journal_bytes += e->bytes;
@@ -288,13 +309,17 @@ static void reassert_send(struct store *s, const struct reassert_entry *e, doubl
     } else {
         n = snprintf(px, sizeof(px), "0");
     }
-    const char *argv[] = { "EVALSHA", s->script_sha[script], "1", e->data, e->owner,
-                           e->value, px };
-    const size_t argvlen[] = { 7, strlen(s->script_sha[script]), 1, key_len,
-                               strlen(e->owner), e->value_len, (size_t)n };
+    /*
+     * EVAL, not EVALSHA: a new primary's script cache is empty, and an
+     * EVALSHA's NOSCRIPT would send the body only after the claims
+     * pipelined behind it had run
+     */
+    const char *text = store_script_text(script);
+    const char *argv[] = { "EVAL", text, "1", e->data, e->owner, e->value, px };
+    const size_t argvlen[] = { 4, strlen(text), 1, key_len, strlen(e->owner), e->value_len,
+                               (size_t)n };
 
     cmd->cb.any = e->release ? reassert_on_release_reply : reassert_on_write_reply;
-    cmd->script = store_script_text(script);
     store_submit(cmd, e->release ? 5 : 7, argv, argvlen);
 }
 

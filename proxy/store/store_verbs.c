@@ -25,6 +25,7 @@ static void store_eval(struct store *s, enum store_record_script script, store_c
     struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
 
     cmd->cb.cas = cb;
+    cmd->claim = script == SCRIPT_TAKEOVER; /* a new claim: the grace applies when queued */
     cmd->script = store_script_text(script);
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
@@ -73,6 +74,7 @@ void store_claim(struct store *s, const char *key, const char *value, size_t len
     }
     cmd = store_cmd_new(s, REPLY_VALUE, arg);
     cmd->cb.value = cb;
+    cmd->claim = true;
     store_submit(cmd, 7, argv, argvlen);
 }
 

@@ -173,3 +173,56 @@ def test_a_put_back_cut_short_goes_again_on_the_same_node(start_proxy, upstream,
         assert upstream.executions(key) == 1
     finally:
         gate.stop()
+
+
+def test_a_claim_queued_during_the_setup_waits_for_the_put_back(start_proxy, upstream,
+                                                                 redis):
+    """The node comes back empty, and a retry arrives while the new connection is being set
+    up (its answers from ROLE on held), so it waits in the setup queue: once the connection
+    is ready it is refused with the grace (503, unsent), never sent before the put-back (an
+    empty node knows no script: an EVALSHA put-back would have been applied after it)."""
+    gate = RedisGate(redis.port).start()
+    try:
+        p = start_proxy(workers=1, redis={"url": gate.url, "timeout": "5s",
+                                          "reassert": {"window": "30s", "grace": "1s"}})
+        wait_ready(p)
+        key = new_key()
+        assert p.post(key=key).status == 201
+        redis.kill()
+        gate.hold_replies(from_command="ROLE")
+        redis.start()
+        wait_until(gate.held_replies, what="the new connection's setup held at ROLE")
+        answers = []
+        t = threading.Thread(target=lambda: answers.append(p.post(key=key, timeout=30)))
+        t.start()
+        wait_until(lambda: metric(p, "idempotency_proxy_in_flight_requests") >= 1,
+                   what="the retry waiting for the connection")
+        gate.release_replies()
+        t.join(30)
+        assert answers, "the retry got no answer"
+        assert answers[0].status == 503 or answers[0].replayed, answers[0]
+        wait_ready(p)
+        r = p.post(key=key)
+        assert r.status == 201 and r.replayed, r
+        assert upstream.executions(key) == 1
+    finally:
+        gate.stop()
+
+
+def test_a_write_larger_than_the_journal_leaves_the_others_in_it(start_proxy, upstream,
+                                                                redis):
+    """redis.reassert.max_bytes smaller than one answer: that record alone is left out
+    (counted), the small one before it is still put back."""
+    p = start_proxy(workers=1, redis={"url": redis.url, "reassert": {
+        "window": "30s", "grace": "1s", "max_bytes": "64KiB"}})
+    wait_ready(p)
+    small, large = new_key(), new_key()
+    assert p.post(key=small).status == 201
+    assert p.post(key=large, headers=[("X-Demo-Size", "100000")]).status == 201
+    assert metric(p, "idempotency_proxy_redis_reassert_dropped_total") == 1
+    restart_empty(redis)
+    log_line(p, "putting back")
+    wait_ready(p)
+    r = p.post(key=small)
+    assert r.status == 201 and r.replayed, r
+    assert upstream.executions(small) == 1
