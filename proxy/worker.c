@@ -493,6 +493,7 @@ static int worker_init(struct worker *w, struct worker_pool *p, unsigned index,
         goto failed;
     }
     if (w->admin_only) {
+        store_set_claimless(w->store); /* it claims nothing: no journal, no grace */
         w->admin.store = w->store;
         w->admin.set = w->xs;
     }

@@ -374,6 +374,11 @@ void store_set_credentials(struct store *s, struct config *cfg)
     config_unref(was);
 }
 
+void store_set_claimless(struct store *s)
+{
+    s->claimless = true;
+}
+
 void store_set_observer(struct store *s, store_observer *fn, void *arg)
 {
     s->observer = fn;

@@ -79,6 +79,14 @@ void store_set_credentials(struct store *s, struct config *cfg);
  */
 typedef void store_observer(double seconds, bool ok, void *arg);
 
+/*
+ * s makes no claims (the admin worker's store: records, listings, the
+ * census): it keeps no journal and has no grace after a new primary
+ * (redis.reassert, docs/redis.md#re-assertion-after-a-failover). Call it
+ * before the loop runs.
+ */
+void store_set_claimless(struct store *s);
+
 /* Install the observer (metrics); fn may be NULL. */
 void store_set_observer(struct store *s, store_observer *fn, void *arg);
 

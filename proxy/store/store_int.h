@@ -185,6 +185,7 @@ struct store {
     size_t journal_bytes;
     _Atomic double grace_until_ms;  /* monotonic: new claims refused until then; 0: never (any
                                        thread reads it: store_unready) */
+    bool claimless;                 /* store_set_claimless: the journal is off */
     bool primary_seen;              /* a connection was ready before: the next may be another */
     unsigned reassert_round;        /* replays so far; a put-back's answer names its round */
     unsigned reassert_outstanding;  /* put-backs of this round not answered yet */

@@ -81,7 +81,7 @@ struct reassert_sent {
 
 bool store_reassert_on(const struct store *s)
 {
-    return s->cfg->redis_reassert_window_ms > 0 && s->cluster == NULL;
+    return s->cfg->redis_reassert_window_ms > 0 && s->cluster == NULL && !s->claimless;
 }
 
 bool store_reassert_grace(const struct store *s)

@@ -37,14 +37,20 @@ def start(start_proxy, redis, window="30s", grace="1s", **kw):
 def test_a_node_back_empty_gets_the_recent_writes_back(start_proxy, upstream, redis):
     """A finished key's record is lost with the node; the proxy follows the new replication ID,
     puts the record back with the time to live it had left, and the retry replays it."""
-    p = start(start_proxy, redis)
+    p = start(start_proxy, redis, workers=2)
+    stores = len(log_lines(p, "ready (primary"))  # the workers' and the admin worker's
+    assert stores == 3
     key = new_key()
     assert p.post(key=key).status == 201
     [record] = record_keys(redis)
     ttl_before = int(redis.cmd("PTTL", record))
     restart_empty(redis)
     log_line(p, "a new primary (another replication ID)", "putting back")
+    wait_until(lambda: len(log_lines(p, "ready (primary")) == 2 * stores,
+               what="every store on the node again")
     wait_ready(p)
+    # each serving worker puts back its journal; the admin worker claims nothing: no grace
+    assert len(log_lines(p, "putting back")) == 2
     assert reasserted(p, "restored") >= 1
     assert record_keys(redis) == [record]
     assert 0 < int(redis.cmd("PTTL", record)) <= ttl_before
