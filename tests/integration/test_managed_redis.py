@@ -19,14 +19,13 @@ $IDEM_REDIS_SERVER), the resolver, the demo upstream and two proxies, all inside
 """
 
 import os
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import HTTPError, log_line, proxy_binary, readyz, wait_ready, wait_until
+from harness import HTTPError, log_line, readyz, wait_ready, wait_until
 from managed_topology import NAME, ManagedRedis
 from proxy_helpers import Traffic, metric, new_key, record_keys
 from redis_topology import NetNs
@@ -76,25 +75,10 @@ def managed(netns, tmp_path):
         m.stop()
 
 
-def reassert_supported(tmp_path):
-    """Whether this build knows redis.reassert (`-t` accepts it)."""
-    path = tmp_path / "reassert-probe.yaml"
-    path.write_text("redis:\n  reassert:\n    window: %s\n    grace: %s\n"
-                    % (REASSERT_ON["window"], REASSERT_ON["grace"]))
-    return subprocess.run([proxy_binary(), "-t", "-c", str(path)], capture_output=True,
-                          timeout=10).returncode == 0
-
-
-def reassert_config(mode, tmp_path):
-    """(redis.reassert for mode "on", "off" or "auto" (on where the build has it), whether
-    it is on). "on" skips the test on a build without it."""
-    supported = reassert_supported(tmp_path)
-    if mode == "on" and not supported:
-        pytest.skip("this build has no redis.reassert")
-    if not supported:
-        return None, False
-    on = mode in ("on", "auto")
-    return (REASSERT_ON if on else REASSERT_OFF), on
+def reassert_config(mode):
+    """(redis.reassert for mode "on" or "off", whether it is on)."""
+    assert mode in ("on", "off"), mode
+    return (REASSERT_ON, True) if mode == "on" else (REASSERT_OFF, False)
 
 
 def start_proxies(start_proxy, netns, m, min_replicas, reassert):
@@ -321,10 +305,9 @@ MATRIX_ONLY = pytest.mark.skipif(not MATRIX, reason="the full matrix: IDEM_MANAG
 
 
 def scenarios():
-    """(replicas, min_replicas, event, re-assertion): CI's one scenario with re-assertion as
-    the build has it ("auto"), and, with IDEM_MANAGED_MATRIX=1, every combination with it
-    off and on."""
-    out = [pytest.param(1, 0, "failover", "auto", id="1-replica-min0-failover")]
+    """(replicas, min_replicas, event, re-assertion): CI's one scenario with re-assertion on
+    (the default), and, with IDEM_MANAGED_MATRIX=1, every combination with it off and on."""
+    out = [pytest.param(1, 0, "failover", "on", id="1-replica-min0-failover")]
     for replicas in (1, 2):
         for min_replicas in (0, 1):
             for event in EVENTS:
@@ -352,7 +335,7 @@ def test_fresh_key_load_through_a_managed_event(replicas, min_replicas, event, r
     outcome-unknown (its record lost); with re-assertion no key executed twice, without it the
     keys that did are reported. The report gives keys twice, seconds of 503, seconds unready
     and keys left outcome-unknown."""
-    config, on = reassert_config(reassert, tmp_path)
+    config, on = reassert_config(reassert)
     m = managed(replicas=replicas, lag_ms=100, detect_s=1.0)
     proxies = start_proxies(start_proxy, netns, m, min_replicas, config)
     label = {"replicas": replicas, "min_replicas": min_replicas, "event": event,
@@ -380,7 +363,7 @@ def test_reassertion_loses_no_claim_through_a_primary_kill(run, managed, start_p
     """One replica, min_replicas 0, the primary SIGKILLed under load from two proxies that
     both outlive it, five runs: with re-assertion no key executes twice; the report gives
     the 503 window it adds."""
-    config, on = reassert_config("on", tmp_path)
+    config, on = reassert_config("on")
     m = managed(replicas=1, lag_ms=KILL_LAG_MS, detect_s=1.0)
     proxies = start_proxies(start_proxy, netns, m, 0, config)
     label = {"replicas": 1, "min_replicas": 0, "event": "failover", "reassert": "on",
@@ -398,7 +381,7 @@ def test_without_reassertion_a_primary_kill_executes_keys_twice(managed, start_p
     """The control of the test above, the same scenario with re-assertion off (window 0, or
     a build without it): keys DO execute twice (what the primary acknowledged in its last
     moments is not on the replica it promotes), so that test can fail."""
-    config, _ = reassert_config("off", tmp_path)
+    config, _ = reassert_config("off")
     m = managed(replicas=1, lag_ms=KILL_LAG_MS, detect_s=1.0)
     proxies = start_proxies(start_proxy, netns, m, 0, config)
     label = {"replicas": 1, "min_replicas": 0, "event": "failover", "reassert": "off"}
