@@ -10,9 +10,9 @@ outcome-unknown. Each prints its report and, with IDEM_MANAGED_TABLE=FILE, appen
 as a markdown table row. CI runs one scenario (one replica, min_replicas 0, the failover);
 IDEM_MANAGED_MATRIX=1 runs them all (tests/integration/README.md).
 
-Re-assertion (redis.reassert: after following a new primary, live proxies write back what
-they wrote in the window before it): a build that does not know the key skips the scenarios
-that need it (found with `idempotency-proxy -t`, as test_sentinel.py finds min_replicas).
+Re-assertion (redis.reassert, docs/redis.md: after following a new primary, live proxies put
+back what they wrote in the window before it) is on in CI's scenario and in the five runs of
+the primary kill; its control runs the same kill with it off and must see keys twice.
 
 Real processes only, in a network namespace of the test's own (root): redis-server (or
 $IDEM_REDIS_SERVER), the resolver, the demo upstream and two proxies, all inside it.
