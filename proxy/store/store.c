@@ -153,9 +153,11 @@ static void store_follow_primary(struct store *s)
 
     s->primary_seen = true;
     snprintf(s->primary_replid, sizeof(s->primary_replid), "%s", replid);
+    store_conn_ready_addr(s->conn, addr, sizeof(addr));
+    if (!seen && store_reassert_on(s))
+        store_reassert_first(s, addr);
     if (!seen || (same && !s->reassert_incomplete))
         return;
-    store_conn_ready_addr(s->conn, addr, sizeof(addr));
     if (store_reassert_on(s))
         store_reassert_replay(s, addr, same ? "the last put-back did not finish"
                               : replid[0] != '\0' ? "a new primary (another replication ID)"

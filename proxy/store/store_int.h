@@ -192,6 +192,9 @@ struct store {
     bool reassert_failed;           /* one of this round's put-backs failed (logged once) */
     bool reassert_incomplete;       /* this round is not all answered OK: the next connection
                                        sends the journal again, whatever its replication ID */
+    bool reassert_recheck;          /* a put-back of this round found another owner's record */
+    struct event reassert_ev;       /* the grace's end: the journal once more when rechecking */
+    bool reassert_ev_set;
     char primary_replid[STORE_REPLID_LEN + 1]; /* the last ready primary's; "" unread */
 };
 
@@ -246,7 +249,8 @@ bool store_reassert_grace(const struct store *s);
 
 /*
  * A write of key (owner token: RECORD_OWNER_LEN chars; value of len bytes;
- * all copied) about to be sent with PX px_ms (0: KEEPTTL); release: an
+ * a takeover's expected record, the one it replaces, of expected_len bytes,
+ * else NULL and 0; all copied) about to be sent with PX px_ms (0: KEEPTTL); release: an
  * owner-checked delete. Pass the result as the write's callback argument
  * with store_reassert_on_claimed (a claim) or store_reassert_on_written
  * (a compare-and-set), after store_reassert_wrap_*: the write is journalled
@@ -254,7 +258,9 @@ bool store_reassert_grace(const struct store *s);
  */
 struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
                                               const char *owner, const char *value,
-                                              size_t len, uint64_t px_ms, bool release);
+                                              size_t len, const char *expected,
+                                              size_t expected_len, uint64_t px_ms,
+                                              bool release);
 void store_reassert_wrap_value(struct reassert_pending *p, store_value_cb *cb, void *arg);
 void store_reassert_wrap_cas(struct reassert_pending *p, store_cas_cb *cb, void *arg);
 store_value_cb store_reassert_on_claimed;
@@ -266,6 +272,13 @@ store_cas_cb store_reassert_on_written;
  * anything else, and refuse new claims for redis.reassert.grace.
  */
 void store_reassert_replay(struct store *s, const char *addr, const char *why);
+
+/*
+ * The store's first connection is ready (addr, for the log): a proxy that
+ * starts cannot tell a primary just promoted, on which other proxies may
+ * still be putting back their writes, so new claims wait redis.reassert.grace.
+ */
+void store_reassert_first(struct store *s, const char *addr);
 
 /* Forget the writes older than redis.reassert.window (the health tick, each write). */
 void store_reassert_prune(struct store *s);

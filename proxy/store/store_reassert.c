@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "clock.h"
 #include "config.h"
 #include "log.h"
@@ -57,7 +59,9 @@ struct reassert_entry {
     char owner[RECORD_OWNER_LEN + 1];
     size_t value_len;
     char *value;                /* into data, after the key */
-    char data[];                /* the key (NUL-terminated), then the value */
+    size_t expected_len;        /* a takeover: the record it replaced (0: none) */
+    char *expected;             /* into data, after the value */
+    char data[];                /* the key (NUL-terminated), the value, the expected record */
 };
 
 /* A write on its way: its caller's callback, and the entry journalled once it applied. */
@@ -76,6 +80,7 @@ struct reassert_pending {
 struct reassert_sent {
     struct store *s;
     unsigned round;             /* the replay it belongs to (s->reassert_round) */
+    bool final;                 /* the last look: another owner's record is reported */
     char record_key[];
 };
 
@@ -157,21 +162,27 @@ static void reassert_keep(struct store *s, struct reassert_entry *e)
 
 struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
                                               const char *owner, const char *value,
-                                              size_t len, uint64_t px_ms, bool release)
+                                              size_t len, const char *expected,
+                                              size_t expected_len, uint64_t px_ms,
+                                              bool release)
 {
     size_t key_len = strlen(key);
     struct reassert_pending *p = oom_check(calloc(1, sizeof(*p)), "a journalled write");
-    struct reassert_entry *e = oom_check(malloc(sizeof(*e) + key_len + 1 + len),
+    struct reassert_entry *e = oom_check(malloc(sizeof(*e) + key_len + 1 + len + expected_len),
                                          "a journalled write");
 
     memset(e, 0, sizeof(*e));
     e->release = release;
-    e->bytes = sizeof(*e) + key_len + 1 + len;
+    e->bytes = sizeof(*e) + key_len + 1 + len + expected_len;
     snprintf(e->owner, sizeof(e->owner), "%.*s", RECORD_OWNER_LEN, owner);
     memcpy(e->data, key, key_len + 1);
     e->value = e->data + key_len + 1;
     memcpy(e->value, value, len);
     e->value_len = len;
+    e->expected = e->value + len;
+    if (expected_len > 0)
+        memcpy(e->expected, expected, expected_len);
+    e->expected_len = expected_len;
     p->s = s;
     p->e = e;
     p->px_ms = px_ms;
@@ -256,6 +267,8 @@ static void reassert_on_sent(struct reassert_sent *sent, enum store_status st, l
         store_reassert_count(s, STORE_EVENT_REASSERT_PRESENT);
     } else if (result == 2) {
         store_reassert_count(s, STORE_EVENT_REASSERT_RESTORED);
+    } else if (result == 0 && !sent->final) {
+        s->reassert_recheck = true; /* perhaps a claim another proxy's put-back releases */
     } else if (result == 0) {
         log_msg(LOG_WARN, "re-asserting a recent write after a failover: record key %s holds "
                 "another owner's record on the new primary (claimed afresh before the "
@@ -290,7 +303,8 @@ static void reassert_on_release_reply(enum store_status st, const struct store_r
 }
 
 /* Send e as an owner-checked put-back (argv through store_cmd.c's submit). */
-static void reassert_send(struct store *s, const struct reassert_entry *e, double now)
+static void reassert_send(struct store *s, const struct reassert_entry *e, double now,
+                          bool final)
 {
     enum store_record_script script = e->release ? SCRIPT_RELEASE : SCRIPT_REASSERT;
     size_t key_len = strlen(e->data);
@@ -302,6 +316,7 @@ static void reassert_send(struct store *s, const struct reassert_entry *e, doubl
 
     sent->s = s;
     sent->round = s->reassert_round;
+    sent->final = final;
     memcpy(sent->record_key, e->data, key_len + 1);
     if (e->expires_ms > 0) {
         double left = e->expires_ms - now;
@@ -315,24 +330,24 @@ static void reassert_send(struct store *s, const struct reassert_entry *e, doubl
      * pipelined behind it had run
      */
     const char *text = store_script_text(script);
-    const char *argv[] = { "EVAL", text, "1", e->data, e->owner, e->value, px };
+    const char *argv[] = { "EVAL", text, "1", e->data, e->owner, e->value, px, e->expected };
     const size_t argvlen[] = { 4, strlen(text), 1, key_len, strlen(e->owner), e->value_len,
-                               (size_t)n };
+                               (size_t)n, e->expected_len };
 
     cmd->cb.any = e->release ? reassert_on_release_reply : reassert_on_write_reply;
-    store_submit(cmd, e->release ? 5 : 7, argv, argvlen);
+    store_submit(cmd, e->release ? 5 : 8, argv, argvlen);
 }
 
-void store_reassert_replay(struct store *s, const char *addr, const char *why)
+/* Send the whole journal, in order (one round); how many were sent. */
+static unsigned reassert_send_all(struct store *s, bool final)
 {
     double now = clock_mono_ms();
     struct reassert_entry *e, *next;
     unsigned sent = 0;
 
-    s->grace_until_ms = now + (double)s->cfg->redis_reassert_grace_ms;
     s->reassert_round++;
     s->reassert_failed = false;
-    s->reassert_outstanding = 0;
+    s->reassert_recheck = false;
     store_reassert_prune(s);
     for (e = TAILQ_FIRST(&s->journal); e != NULL; e = next) {
         next = TAILQ_NEXT(e, link);
@@ -340,11 +355,48 @@ void store_reassert_replay(struct store *s, const char *addr, const char *why)
             reassert_free(s, e); /* its key has expired by now anyway */
             continue;
         }
-        reassert_send(s, e, now);
+        reassert_send(s, e, now, final);
         sent++;
     }
     s->reassert_outstanding = sent;
     s->reassert_incomplete = sent > 0;
+    return sent;
+}
+
+/*
+ * The grace is over: when a put-back found another owner's record, the
+ * journal goes once more. That record may have been a claim whose release
+ * another proxy's put-back has brought back since (a claim released, the key
+ * claimed afresh, and the primary that had both lost them); what still
+ * holds another owner's record now is reported (superseded).
+ */
+static void reassert_on_grace_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct store *s = arg;
+
+    (void)fd;
+    (void)what;
+    if (!s->reassert_recheck || s->conn == NULL || !store_conn_ready(s->conn))
+        return;
+    log_msg(LOG_INFO, "redis: sending the journal once more after the grace (a put-back found "
+            "another owner's record): %u writes", reassert_send_all(s, true));
+}
+
+void store_reassert_replay(struct store *s, const char *addr, const char *why)
+{
+    struct timeval grace = clock_ms_to_timeval(s->cfg->redis_reassert_grace_ms);
+    bool final = s->cfg->redis_reassert_grace_ms == 0;
+    unsigned sent;
+
+    s->grace_until_ms = clock_mono_ms() + (double)s->cfg->redis_reassert_grace_ms;
+    sent = reassert_send_all(s, final);
+    if (!final) {
+        if (!s->reassert_ev_set) {
+            evtimer_assign(&s->reassert_ev, s->base, reassert_on_grace_over, s);
+            s->reassert_ev_set = true;
+        }
+        evtimer_add(&s->reassert_ev, &grace);
+    }
     store_reassert_count(s, STORE_EVENT_NEW_PRIMARY);
     log_msg(LOG_WARN, "redis %s: %s; putting back %u writes of the last %llu ms, new claims "
             "refused for %llu ms (redis.reassert)", addr, why, sent,
@@ -352,8 +404,21 @@ void store_reassert_replay(struct store *s, const char *addr, const char *why)
             (unsigned long long)s->cfg->redis_reassert_grace_ms);
 }
 
+void store_reassert_first(struct store *s, const char *addr)
+{
+    if (s->cfg->redis_reassert_grace_ms == 0)
+        return;
+    s->grace_until_ms = clock_mono_ms() + (double)s->cfg->redis_reassert_grace_ms;
+    log_msg(LOG_INFO, "redis %s: first connection: new claims refused for %llu ms "
+            "(redis.reassert.grace: a primary just promoted may still lack writes that other "
+            "proxies re-assert)", addr,
+            (unsigned long long)s->cfg->redis_reassert_grace_ms);
+}
+
 void store_reassert_clear(struct store *s)
 {
+    if (s->reassert_ev_set)
+        event_del(&s->reassert_ev);
     while (!TAILQ_EMPTY(&s->journal))
         reassert_free(s, TAILQ_FIRST(&s->journal));
 }

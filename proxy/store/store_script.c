@@ -225,11 +225,13 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
      * A write put back on a new primary after a failover (store_reassert.c):
      * ARGV[1] its owner token, ARGV[2] the value this store wrote, ARGV[3]
      * its time to live left (ms), or '0' for a write that kept the key's
-     * (KEEPTTL: never put back alone, an earlier entry of the key does that). 1: the key already holds
-     * it, or a later record of the same owner; 2: put back (the key was gone,
-     * or held an earlier claim of ours); 3: a renewal of a key that is gone;
-     * 0: the key holds another owner's record (claimed afresh after the
-     * failover). The owner and state are read as STORE_LUA_NOT_OURS reads them.
+     * (KEEPTTL: never put back alone, an earlier entry of the key does that),
+     * ARGV[4] for a takeover the record it replaced, else ''. 1: the key
+     * already holds it, or a later record of the same owner; 2: put back (the
+     * key was gone, held an earlier claim of ours, or still holds the record
+     * the takeover replaced); 3: a renewal of a key that is gone; 0: the key
+     * holds another owner's record (claimed afresh after the failover). The
+     * owner and state are read as STORE_LUA_NOT_OURS reads them.
      */
     [SCRIPT_REASSERT] =
         "local v = redis.call('GET', KEYS[1])\n"
@@ -240,6 +242,10 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  if ARGV[3] == '0' then\n"
         "    return 3\n"
         "  end\n"
+        "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+        "  return 2\n"
+        "end\n"
+        "if ARGV[4] ~= '' and v == ARGV[4] then\n"
         "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
         "  return 2\n"
         "end\n"

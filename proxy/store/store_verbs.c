@@ -67,7 +67,7 @@ void store_claim(struct store *s, const char *key, const char *value, size_t len
     }
     if (store_reassert_on(s)) {
         struct reassert_pending *p = store_reassert_begin(
-            s, key, store_value_owner(value, len, owner), value, len, px_ms, false);
+            s, key, store_value_owner(value, len, owner), value, len, NULL, 0, px_ms, false);
         store_reassert_wrap_value(p, cb, arg);
         cb = store_reassert_on_claimed;
         arg = p;
@@ -80,14 +80,15 @@ void store_claim(struct store *s, const char *key, const char *value, size_t len
 
 /* With redis.reassert: cb and arg become the journal's, which calls them once it has looked. */
 static void store_journal_cas(struct store *s, const char *key, const char *owner,
-                              const char *value, size_t len, uint64_t px_ms, bool release,
+                              const char *value, size_t len, const char *expected,
+                              size_t expected_len, uint64_t px_ms, bool release,
                               store_cas_cb **cb, void **arg)
 {
     struct reassert_pending *p;
 
     if (!store_reassert_on(s))
         return;
-    p = store_reassert_begin(s, key, owner, value, len, px_ms, release);
+    p = store_reassert_begin(s, key, owner, value, len, expected, expected_len, px_ms, release);
     store_reassert_wrap_cas(p, *cb, *arg);
     *cb = store_reassert_on_written;
     *arg = p;
@@ -112,7 +113,7 @@ void store_replace_owned(struct store *s, const char *key, const char *owner, co
     const char *argv[] = { NULL, NULL, NULL, key, owner, value, px };
     size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner), len, (size_t)n };
 
-    store_journal_cas(s, key, owner, value, len, px_ms, false, &cb, &arg);
+    store_journal_cas(s, key, owner, value, len, NULL, 0, px_ms, false, &cb, &arg);
     store_eval(s, SCRIPT_REPLACE, cb, arg, 7, argv, argvlen);
 }
 
@@ -122,7 +123,7 @@ void store_release_owned(struct store *s, const char *key, const char *owner, st
     const char *argv[] = { NULL, NULL, NULL, key, owner };
     size_t argvlen[] = { 0, 0, 0, strlen(key), strlen(owner) };
 
-    store_journal_cas(s, key, owner, "", 0, 0, true, &cb, &arg);
+    store_journal_cas(s, key, owner, "", 0, NULL, 0, 0, true, &cb, &arg);
     store_eval(s, SCRIPT_RELEASE, cb, arg, 5, argv, argvlen);
 }
 
@@ -140,8 +141,9 @@ void store_takeover(struct store *s, const char *key, const char *expected, size
         store_fail_later(cmd);
         return;
     }
-    store_journal_cas(s, key, store_value_owner(value, len, owner), value, len, px_ms, false,
-                      &cb, &arg);
+    /* the record it replaces: a new primary that lost the takeover still holds that one */
+    store_journal_cas(s, key, store_value_owner(value, len, owner), value, len, expected,
+                      expected_len, px_ms, false, &cb, &arg);
     store_eval(s, SCRIPT_TAKEOVER, cb, arg, 7, argv, argvlen);
 }
 
