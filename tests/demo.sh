@@ -61,6 +61,11 @@ pids+=($!)
 pids+=($!)
 wait_port 3000
 wait_port 8080
+# ready: Redis connected, and the re-assertion grace of its first connection over
+for _ in $(seq 1 100); do
+  [[ $(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9901/readyz) == 200 ]] && break
+  sleep 0.1
+done
 echo "upstream: demo payments API on 127.0.0.1:3000; proxy on 0.0.0.0:8080 as conf/ says (admin 127.0.0.1:9901)"
 
 key="demo-$(date +%s)-$RANDOM"
