@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from harness import REPO, build_config, free_port, to_yaml
+from harness import REPO, build_config, free_port, to_yaml, wait_ready
 from proxy_helpers import new_key, assert_problem, assert_replay_of, run_bin, require_binary
 
 
@@ -184,6 +184,7 @@ def test_the_contract_example_config_runs(start_proxy, upstream, redis, tmp_path
                     .replace("${REDIS_PASSWORD}", "${{REDIS_PASSWORD}}"),
                     env={"REDIS_PASSWORD": ""})
     assert_problem(p.post(key=None), 400, "missing-key")
+    wait_ready(p)  # its defaults: redis.reassert.grace after the first connection
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201
