@@ -154,7 +154,7 @@ static void store_follow_primary(struct store *s)
     s->primary_seen = true;
     snprintf(s->primary_replid, sizeof(s->primary_replid), "%s", replid);
     store_conn_ready_addr(s->conn, addr, sizeof(addr));
-    if (!seen && store_reassert_on(s))
+    if (!seen && store_reassert_on(s) && store_conn_promoted(s->conn))
         store_reassert_first(s, addr);
     if (!seen || (same && !s->reassert_incomplete))
         return;

@@ -248,6 +248,13 @@ bool store_conn_ready_addr(struct store_conn *c, char *addr, size_t len);
  */
 const char *store_conn_replid(const struct store_conn *c);
 
+/*
+ * Whether the primary the connection's last setup reached was once a
+ * replica promoted (INFO replication's master_replid2 is set); false when
+ * INFO was refused. The loop's thread.
+ */
+bool store_conn_promoted(const struct store_conn *c);
+
 /* ms since the connection last carried a reply (monotonic); for the idle health check. */
 double store_conn_idle_ms(const struct store_conn *c);
 
@@ -469,6 +476,7 @@ struct store_conn {
     enum store_policy policy;       /* its node's maxmemory-policy, as last read */
     char replid[STORE_REPLID_LEN + 1]; /* its primary's master_replid (INFO replication) read
                                        by this setup; "": not read (INFO refused) */
+    bool promoted;                  /* that primary was a promoted replica (master_replid2) */
 };
 
 

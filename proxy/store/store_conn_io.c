@@ -271,6 +271,11 @@ const char *store_conn_replid(const struct store_conn *c)
     return c->replid;
 }
 
+bool store_conn_promoted(const struct store_conn *c)
+{
+    return c->promoted;
+}
+
 bool store_conn_ready(const struct store_conn *c)
 {
     return c->ready;

@@ -136,14 +136,18 @@ static void conn_check_policy_info(struct store_conn *c, const redisReply *r)
  */
 static void conn_read_replid(struct store_conn *c, const redisReply *r)
 {
-    size_t len = 0;
+    size_t len = 0, len2 = 0;
     const char *id = conn_info_field(r, "master_replid:", &len);
+    const char *id2 = conn_info_field(r, "master_replid2:", &len2);
 
     c->replid[0] = '\0';
     if (id != NULL && len == STORE_REPLID_LEN) {
         memcpy(c->replid, id, len);
         c->replid[len] = '\0';
     }
+    /* a replica promoted keeps its former primary's ID as master_replid2; else all zeros */
+    c->promoted = id2 != NULL && len2 == STORE_REPLID_LEN &&
+                  strspn(id2, "0") < STORE_REPLID_LEN;
 }
 
 /* The credentials of AUTH: a sentinel's own, or the data nodes'. */
@@ -272,6 +276,7 @@ void conn_send_setup(struct store_conn *c, redisAsyncContext *ac)
         const char *argv[] = { "INFO", "replication" };
         const size_t argvlen[] = { 4, 11 };
         c->replid[0] = '\0';
+        c->promoted = false;
         conn_setup_command(ac, SETUP_REPLID, 2, argv, argvlen);
     }
     {

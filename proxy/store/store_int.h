@@ -274,9 +274,10 @@ store_cas_cb store_reassert_on_written;
 void store_reassert_replay(struct store *s, const char *addr, const char *why);
 
 /*
- * The store's first connection is ready (addr, for the log): a proxy that
- * starts cannot tell a primary just promoted, on which other proxies may
- * still be putting back their writes, so new claims wait redis.reassert.grace.
+ * The store's first connection is ready on a primary that was a promoted
+ * replica (addr, for the log): a proxy that starts cannot tell whether it
+ * was promoted just now, with other proxies still putting back their
+ * writes, so new claims wait redis.reassert.grace.
  */
 void store_reassert_first(struct store *s, const char *addr);
 

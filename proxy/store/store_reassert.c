@@ -409,9 +409,9 @@ void store_reassert_first(struct store *s, const char *addr)
     if (s->cfg->redis_reassert_grace_ms == 0)
         return;
     s->grace_until_ms = clock_mono_ms() + (double)s->cfg->redis_reassert_grace_ms;
-    log_msg(LOG_INFO, "redis %s: first connection: new claims refused for %llu ms "
-            "(redis.reassert.grace: a primary just promoted may still lack writes that other "
-            "proxies re-assert)", addr,
+    log_msg(LOG_INFO, "redis %s: first connection, to a promoted replica: new claims refused "
+            "for %llu ms (redis.reassert.grace: if it was just promoted, it may still lack "
+            "writes that other proxies re-assert)", addr,
             (unsigned long long)s->cfg->redis_reassert_grace_ms);
 }
 

@@ -828,11 +828,7 @@ def build_config(port, admin_port, upstream_url, redis_url, routes=None, admin_h
         "admin_listen": "%s:%d" % (admin_host, admin_port) if admin_port else "",
         "workers": int(TEST_WORKERS) if TEST_WORKERS else None,
         "upstream": {"url": upstream_url, "connect_timeout": "2s", "timeout": "30s"},
-        # no grace at start (redis.reassert.grace, 2 s by default: every proxy a test starts
-        # would wait it out); the tests of re-assertion set theirs (test_reassert.py,
-        # test_managed_redis.py)
-        "redis": {"url": redis_url, "key_prefix": "idem", "timeout": "500ms",
-                  "reassert": {"grace": "0s"}},
+        "redis": {"url": redis_url, "key_prefix": "idem", "timeout": "500ms"},
         "limits": {"max_request_body": "1MiB", "max_stored_response": "1MiB"},
         "defaults": {},
         "routes": list(DEFAULT_ROUTES if routes is None else routes),

@@ -54,6 +54,7 @@ def test_a_node_back_empty_gets_the_recent_writes_back(start_proxy, upstream, re
     wait_ready(p)
     # each serving worker puts back its journal; the admin worker claims nothing: no grace
     assert len(log_lines(p, "putting back")) == 2
+    assert not log_lines(p, "first connection"), "a node never promoted: no grace at start"
     assert reasserted(p, "restored") >= 1
     assert record_keys(redis) == [record]
     assert 0 < int(redis.cmd("PTTL", record)) <= ttl_before
@@ -242,10 +243,11 @@ def test_a_write_larger_than_the_journal_leaves_the_others_in_it(start_proxy, up
 
 def test_a_proxy_that_starts_waits_the_grace_for_the_others_put_back(start_proxy, upstream,
                                                                      redis):
-    """Proxy A finished a key; the node comes back empty and A has not followed yet (its new
-    connection's setup held at ROLE). Proxy B starts now: its first primary may be one the
-    others have not put their writes back on, so it refuses new claims for the grace (503,
-    never forwarded) instead of running A's key afresh; once A has put it back, B replays it."""
+    """Proxy A finished a key; the node comes back empty, as a promoted replica (REPLICAOF and
+    REPLICAOF NO ONE: a second replication ID, as after a failover), and A has not followed
+    yet (its new connection's setup held at ROLE). Proxy B starts now: its first primary was
+    promoted, perhaps just now, so it refuses new claims for the grace (503, never forwarded)
+    instead of running A's key afresh; once A has put it back, B replays it."""
     gate = RedisGate(redis.port).start()
     try:
         a = start_proxy(redis={"url": gate.url, "timeout": "5s",
@@ -256,10 +258,13 @@ def test_a_proxy_that_starts_waits_the_grace_for_the_others_put_back(start_proxy
         redis.kill()
         gate.hold_replies(from_command="ROLE")
         redis.start()
+        redis.cmd("REPLICAOF", "127.0.0.1", "1")  # nothing there: it stays empty
+        redis.cmd("REPLICAOF", "NO", "ONE")
+        assert "master_replid2:" + "0" * 40 not in redis.cmd("INFO", "replication")
         wait_until(gate.held_replies, what="A's new connection held at ROLE")
         b = start_proxy(redis={"url": redis.url, "reassert": {"window": "30s", "grace": "5s"}},
                         name="b")
-        log_line(b, "first connection: new claims refused for 5000 ms")
+        log_line(b, "first connection, to a promoted replica: new claims refused for 5000 ms")
         r = b.post(key=key)
         assert_problem(r, 503, "store-unavailable")
         assert upstream.executions(key) == 1
