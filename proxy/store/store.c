@@ -156,7 +156,7 @@ static void store_follow_primary(struct store *s)
     store_conn_ready_addr(s->conn, addr, sizeof(addr));
     if (!seen && store_reassert_on(s) && store_conn_promoted(s->conn))
         store_reassert_first(s, addr);
-    if (!seen || (same && !s->reassert_incomplete))
+    if (!seen || (same && !store_reassert_incomplete(s)))
         return;
     if (store_reassert_on(s))
         store_reassert_replay(s, addr, same ? "the last put-back did not finish"

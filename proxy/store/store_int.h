@@ -190,8 +190,6 @@ struct store {
     unsigned reassert_round;        /* replays so far; a put-back's answer names its round */
     unsigned reassert_outstanding;  /* put-backs of this round not answered yet */
     bool reassert_failed;           /* one of this round's put-backs failed (logged once) */
-    bool reassert_incomplete;       /* this round is not all answered OK: the next connection
-                                       sends the journal again, whatever its replication ID */
     bool reassert_recheck;          /* a put-back of this round found another owner's record */
     struct event reassert_ev;       /* the grace's end: the journal once more when rechecking */
     bool reassert_ev_set;
@@ -239,10 +237,17 @@ struct store_cmd {
 
 /* ---- store_reassert.c: writes put back after a failover (redis.reassert) ---- */
 
-struct reassert_pending;
+struct reassert_entry;
 
 /* Whether s journals its writes: redis.reassert.window > 0, one primary (not redis.cluster). */
 bool store_reassert_on(const struct store *s);
+
+/*
+ * Whether the last round of put-backs is not all answered OK (one still on
+ * its way, or one failed): the next connection sends the journal again,
+ * whatever its replication ID.
+ */
+bool store_reassert_incomplete(const struct store *s);
 
 /* Whether s is in its grace after following a new primary: new claims are refused. */
 bool store_reassert_grace(const struct store *s);
@@ -256,13 +261,12 @@ bool store_reassert_grace(const struct store *s);
  * (a compare-and-set), after store_reassert_wrap_*: the write is journalled
  * when it applied, then the caller's cb runs. Out of memory aborts.
  */
-struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
-                                              const char *owner, const char *value,
-                                              size_t len, const char *expected,
-                                              size_t expected_len, uint64_t px_ms,
-                                              bool release);
-void store_reassert_wrap_value(struct reassert_pending *p, store_value_cb *cb, void *arg);
-void store_reassert_wrap_cas(struct reassert_pending *p, store_cas_cb *cb, void *arg);
+struct reassert_entry *store_reassert_begin(struct store *s, const char *key,
+                                            const char *owner, const char *value, size_t len,
+                                            const char *expected, size_t expected_len,
+                                            uint64_t px_ms, bool release);
+void store_reassert_wrap_value(struct reassert_entry *e, store_value_cb *cb, void *arg);
+void store_reassert_wrap_cas(struct reassert_entry *e, store_cas_cb *cb, void *arg);
 store_value_cb store_reassert_on_claimed;
 store_cas_cb store_reassert_on_written;
 

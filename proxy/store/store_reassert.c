@@ -49,8 +49,13 @@
 #include "oom.h"
 #include "record.h"
 
-/* A write this store made that applied, kept to be put back (s->journal, oldest first). */
+/*
+ * A write this store made: on its way (the caller's callback, then it is
+ * journalled if it applied), then kept to be put back (s->journal, oldest
+ * first).
+ */
 struct reassert_entry {
+    struct store *s;
     TAILQ_ENTRY(reassert_entry) link;
     bool release;               /* a release (owner-checked delete); else a write */
     double written_ms;          /* monotonic: when it applied */
@@ -61,19 +66,13 @@ struct reassert_entry {
     char *value;                /* into data, after the key */
     size_t expected_len;        /* a takeover: the record it replaced (0: none) */
     char *expected;             /* into data, after the value */
-    char data[];                /* the key (NUL-terminated), the value, the expected record */
-};
-
-/* A write on its way: its caller's callback, and the entry journalled once it applied. */
-struct reassert_pending {
-    struct store *s;
-    struct reassert_entry *e;
     uint64_t px_ms;             /* the write's PX (0: KEEPTTL) */
-    union {
+    union {                     /* the caller's, while the write is on its way */
         store_value_cb *value;
         store_cas_cb *cas;
     } cb;
     void *arg;
+    char data[];                /* the key (NUL-terminated), the value, the expected record */
 };
 
 /* A put-back on its way: the record key its log line names. */
@@ -87,6 +86,11 @@ struct reassert_sent {
 bool store_reassert_on(const struct store *s)
 {
     return s->cfg->redis_reassert_window_ms > 0 && s->cluster == NULL && !s->claimless;
+}
+
+bool store_reassert_incomplete(const struct store *s)
+{
+    return s->reassert_outstanding > 0 || s->reassert_failed;
 }
 
 bool store_reassert_grace(const struct store *s)
@@ -160,18 +164,17 @@ static void reassert_keep(struct store *s, struct reassert_entry *e)
     s->journal_bytes += e->bytes;
 }
 
-struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
-                                              const char *owner, const char *value,
-                                              size_t len, const char *expected,
-                                              size_t expected_len, uint64_t px_ms,
-                                              bool release)
+struct reassert_entry *store_reassert_begin(struct store *s, const char *key,
+                                            const char *owner, const char *value, size_t len,
+                                            const char *expected, size_t expected_len,
+                                            uint64_t px_ms, bool release)
 {
     size_t key_len = strlen(key);
-    struct reassert_pending *p = oom_check(calloc(1, sizeof(*p)), "a journalled write");
     struct reassert_entry *e = oom_check(malloc(sizeof(*e) + key_len + 1 + len + expected_len),
                                          "a journalled write");
 
     memset(e, 0, sizeof(*e));
+    e->s = s;
     e->release = release;
     e->bytes = sizeof(*e) + key_len + 1 + len + expected_len;
     snprintf(e->owner, sizeof(e->owner), "%.*s", RECORD_OWNER_LEN, owner);
@@ -183,54 +186,51 @@ struct reassert_pending *store_reassert_begin(struct store *s, const char *key,
     if (expected_len > 0)
         memcpy(e->expected, expected, expected_len);
     e->expected_len = expected_len;
-    p->s = s;
-    p->e = e;
-    p->px_ms = px_ms;
-    return p;
+    e->px_ms = px_ms;
+    return e;
 }
 
-/* Done with p: e journalled when the write applied, else freed. */
-static void reassert_end(struct reassert_pending *p, bool applied)
+/* The write of e was answered: e journalled when it applied, else freed. */
+static void reassert_end(struct reassert_entry *e, bool applied)
 {
     if (applied) {
-        p->e->expires_ms = p->px_ms > 0 ? clock_mono_ms() + (double)p->px_ms : 0;
-        reassert_keep(p->s, p->e);
+        e->expires_ms = e->px_ms > 0 ? clock_mono_ms() + (double)e->px_ms : 0;
+        reassert_keep(e->s, e);
     } else {
-        free(p->e);
+        free(e);
     }
-    free(p);
 }
 
 void store_reassert_on_claimed(enum store_status st, const char *value, size_t len, void *arg)
 {
-    struct reassert_pending *p = arg;
-    store_value_cb *cb = p->cb.value;
-    void *cb_arg = p->arg;
+    struct reassert_entry *e = arg;
+    store_value_cb *cb = e->cb.value;
+    void *cb_arg = e->arg;
 
-    reassert_end(p, st == STORE_OK && value == NULL); /* won: no record held the key */
+    reassert_end(e, st == STORE_OK && value == NULL); /* won: no record held the key */
     cb(st, value, len, cb_arg);
 }
 
 void store_reassert_on_written(enum store_status st, bool applied, void *arg)
 {
-    struct reassert_pending *p = arg;
-    store_cas_cb *cb = p->cb.cas;
-    void *cb_arg = p->arg;
+    struct reassert_entry *e = arg;
+    store_cas_cb *cb = e->cb.cas;
+    void *cb_arg = e->arg;
 
-    reassert_end(p, st == STORE_OK && applied);
+    reassert_end(e, st == STORE_OK && applied);
     cb(st, applied, cb_arg);
 }
 
-void store_reassert_wrap_value(struct reassert_pending *p, store_value_cb *cb, void *arg)
+void store_reassert_wrap_value(struct reassert_entry *e, store_value_cb *cb, void *arg)
 {
-    p->cb.value = cb;
-    p->arg = arg;
+    e->cb.value = cb;
+    e->arg = arg;
 }
 
-void store_reassert_wrap_cas(struct reassert_pending *p, store_cas_cb *cb, void *arg)
+void store_reassert_wrap_cas(struct reassert_entry *e, store_cas_cb *cb, void *arg)
 {
-    p->cb.cas = cb;
-    p->arg = arg;
+    e->cb.cas = cb;
+    e->arg = arg;
 }
 
 /* ---- the put-back after a failover ----------------------------------------- */
@@ -249,8 +249,8 @@ static void reassert_on_sent(struct reassert_sent *sent, enum store_status st, l
     const char *record_key = sent->record_key;
     bool current = sent->round == s->reassert_round;
 
-    if (current && --s->reassert_outstanding == 0 && !s->reassert_failed)
-        s->reassert_incomplete = false; /* every put-back of this round answered */
+    if (current)
+        s->reassert_outstanding--;
     if (st != STORE_OK) {
         if (current && !s->reassert_failed)
             log_msg(LOG_WARN, "could not put back a recent write on the new primary (record "
@@ -359,7 +359,6 @@ static unsigned reassert_send_all(struct store *s, bool final)
         sent++;
     }
     s->reassert_outstanding = sent;
-    s->reassert_incomplete = sent > 0;
     return sent;
 }
 

@@ -66,11 +66,11 @@ void store_claim(struct store *s, const char *key, const char *value, size_t len
         return;
     }
     if (store_reassert_on(s)) {
-        struct reassert_pending *p = store_reassert_begin(
+        struct reassert_entry *e = store_reassert_begin(
             s, key, store_value_owner(value, len, owner), value, len, NULL, 0, px_ms, false);
-        store_reassert_wrap_value(p, cb, arg);
+        store_reassert_wrap_value(e, cb, arg);
         cb = store_reassert_on_claimed;
-        arg = p;
+        arg = e;
     }
     cmd = store_cmd_new(s, REPLY_VALUE, arg);
     cmd->cb.value = cb;
@@ -84,14 +84,14 @@ static void store_journal_cas(struct store *s, const char *key, const char *owne
                               size_t expected_len, uint64_t px_ms, bool release,
                               store_cas_cb **cb, void **arg)
 {
-    struct reassert_pending *p;
+    struct reassert_entry *e;
 
     if (!store_reassert_on(s))
         return;
-    p = store_reassert_begin(s, key, owner, value, len, expected, expected_len, px_ms, release);
-    store_reassert_wrap_cas(p, *cb, *arg);
+    e = store_reassert_begin(s, key, owner, value, len, expected, expected_len, px_ms, release);
+    store_reassert_wrap_cas(e, *cb, *arg);
     *cb = store_reassert_on_written;
-    *arg = p;
+    *arg = e;
 }
 
 void store_get(struct store *s, const char *key, store_value_cb *cb, void *arg)
