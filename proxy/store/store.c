@@ -68,7 +68,7 @@ static void store_on_node_ready(void *owner, struct store_conn *conn)
 {
     struct store *s = owner;
     struct store_cmd *cmd, *next;
-    bool grace = store_reassert_grace(s);
+    bool grace = store_claims_held(s);
 
     for (cmd = TAILQ_FIRST(&s->queued); cmd != NULL; cmd = next) {
         next = TAILQ_NEXT(cmd, link);
@@ -401,7 +401,7 @@ const char *store_unready(const struct store *s)
     /* a cluster counts each primary's replicas in its slot map, not in one ROLE or WAIT */
     if (s->cluster != NULL ? store_cluster_replicas_short(s->cluster) : s->replicas_short)
         return "too few replicas acknowledge writes (redis.min_replicas)";
-    if (store_reassert_grace(s))
+    if (store_claims_held(s))
         return "putting back recent writes after a failover (redis.reassert.grace)";
     return NULL;
 }

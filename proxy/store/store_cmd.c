@@ -370,12 +370,21 @@ void store_dispatch(struct store_cmd *cmd)
  * primary of its key's slot), queue it while the connection is being set
  * up, or report STORE_UNAVAILABLE from the event loop.
  */
+bool store_claims_held(const struct store *s)
+{
+    return s->grace_until_ms > 0 && clock_mono_ms() < s->grace_until_ms;
+}
+
 void store_submit(struct store_cmd *cmd, int argc, const char **argv,
                          const size_t *argvlen)
 {
     struct store *s = cmd->s;
     bool ready, queue;
 
+    if (cmd->claim && store_claims_held(s)) { /* a new claim waits for the journals: unsent */
+        store_fail_later(cmd);
+        return;
+    }
     if (s->cluster != NULL && !s->destroying) {
         /* the key: argv[1], or a script's KEYS[1] after EVALSHA sha 1, or where it says */
         int k = cmd->key_arg > 0 ? cmd->key_arg : cmd->script != NULL ? 3 : 1;

@@ -224,8 +224,8 @@ struct store_cmd {
     const char *script;         /* the text of the script an EVALSHA runs, or NULL */
     int key_arg;                /* redis.cluster: argv index of the key; 0: the usual one */
     bool resent;                /* a script's body went out after NOSCRIPT */
-    bool claim;                 /* a claim or takeover: refused in redis.reassert.grace, also
-                                   when it waited for the connection's setup */
+    bool claim;                 /* a claim or takeover: refused in redis.reassert.grace
+                                   (store_claims_held), also when it waited for the setup */
     struct timeval submitted;
     int argc;                   /* saved argv of a script (for the NOSCRIPT resend) or of a
                                    queued command */
@@ -249,8 +249,6 @@ bool store_reassert_on(const struct store *s);
  */
 bool store_reassert_incomplete(const struct store *s);
 
-/* Whether s is in its grace after following a new primary: new claims are refused. */
-bool store_reassert_grace(const struct store *s);
 
 /*
  * A write of key (owner token: RECORD_OWNER_LEN chars; value of len bytes;
@@ -314,7 +312,17 @@ void store_fail_later(struct store_cmd *cmd);
 /* s->failed_ev: report the commands that were not sent. */
 void store_on_failed(evutil_socket_t fd, short what, void *arg);
 
-/* Send cmd (argv copied when it must wait), queue it for its connection's setup, or fail it. */
+/*
+ * Whether s is in its grace after following a new primary (redis.reassert):
+ * a claim or takeover (cmd->claim) is then failed unsent, STORE_UNAVAILABLE,
+ * by store_submit and by the flush of the setup queue. Any thread.
+ */
+bool store_claims_held(const struct store *s);
+
+/*
+ * Send cmd (argv copied when it must wait), queue it for its connection's
+ * setup, or fail it (also a claim while store_claims_held).
+ */
 void store_submit(struct store_cmd *cmd, int argc, const char **argv, const size_t *argvlen);
 
 /* Keep a copy of argv (argc strings of argvlen bytes, borrowed) in cmd; out of memory aborts. */

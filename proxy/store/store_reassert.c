@@ -93,11 +93,6 @@ bool store_reassert_incomplete(const struct store *s)
     return s->reassert_outstanding > 0 || s->reassert_failed;
 }
 
-bool store_reassert_grace(const struct store *s)
-{
-    return s->grace_until_ms > 0 && clock_mono_ms() < s->grace_until_ms;
-}
-
 static void reassert_free(struct store *s, struct reassert_entry *e)
 {
     TAILQ_REMOVE(&s->journal, e, link);

@@ -25,7 +25,7 @@ static void store_eval(struct store *s, enum store_record_script script, store_c
     struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
 
     cmd->cb.cas = cb;
-    cmd->claim = script == SCRIPT_TAKEOVER; /* a new claim: the grace applies when queued */
+    cmd->claim = script == SCRIPT_TAKEOVER; /* a new claim: refused in the grace */
     cmd->script = store_script_text(script);
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
@@ -59,12 +59,6 @@ void store_claim(struct store *s, const char *key, const char *value, size_t len
     const size_t argvlen[] = { 3, strlen(key), len, 2, 3, 2, (size_t)n };
     struct store_cmd *cmd;
 
-    if (store_reassert_grace(s)) { /* a new claim waits for the journals: 503, unsent */
-        cmd = store_cmd_new(s, REPLY_VALUE, arg);
-        cmd->cb.value = cb;
-        store_fail_later(cmd);
-        return;
-    }
     if (store_reassert_on(s)) {
         struct reassert_entry *e = store_reassert_begin(
             s, key, store_value_owner(value, len, owner), value, len, NULL, 0, px_ms, false);
@@ -135,12 +129,6 @@ void store_takeover(struct store *s, const char *key, const char *expected, size
     const char *argv[] = { NULL, NULL, NULL, key, expected, value, px };
     size_t argvlen[] = { 0, 0, 0, strlen(key), expected_len, len, (size_t)n };
 
-    if (store_reassert_grace(s)) { /* a takeover is a new claim too */
-        struct store_cmd *cmd = store_cmd_new(s, REPLY_CAS, arg);
-        cmd->cb.cas = cb;
-        store_fail_later(cmd);
-        return;
-    }
     /* the record it replaces: a new primary that lost the takeover still holds that one */
     store_journal_cas(s, key, store_value_owner(value, len, owner), value, len, expected,
                       expected_len, px_ms, false, &cb, &arg);
