@@ -172,14 +172,26 @@ static void metrics_render_scalar(struct evbuffer *out, const char *name, const 
                         name, value);
 }
 
+/* A counter with one label of n values (static strings), value i counted counts[i]. */
+static void metrics_render_labelled(struct evbuffer *out, const char *name, const char *help,
+                                    const char *label, const char *const *values,
+                                    const uint64_t *counts, size_t n)
+{
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t i = 0; i < n; i++)
+        evbuffer_add_printf(out, "%s{%s=\"%s\"} %llu\n", name, label, values[i],
+                            (unsigned long long)counts[i]);
+}
+
 /* A counter with one label of two values, a and b (static strings), counted ca and cb. */
 static void metrics_render_pair(struct evbuffer *out, const char *name, const char *help,
                                 const char *label, const char *a, uint64_t ca, const char *b,
                                 uint64_t cb)
 {
-    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s{%s=\"%s\"} %llu\n"
-                        "%s{%s=\"%s\"} %llu\n", name, help, name, name, label, a,
-                        (unsigned long long)ca, name, label, b, (unsigned long long)cb);
+    const char *const values[] = { a, b };
+    const uint64_t counts[] = { ca, cb };
+
+    metrics_render_labelled(out, name, help, label, values, counts, 2);
 }
 
 static void metrics_render_inbox(struct metrics *m, struct evbuffer *out);
@@ -353,16 +365,19 @@ void metrics_render(struct metrics *m, struct evbuffer *out, const struct metric
                             "moved", m->counters[METRICS_CLUSTER_MOVED],
                             "ask", m->counters[METRICS_CLUSTER_ASK]);
     }
-    evbuffer_add_printf(out, "# HELP idempotency_proxy_redis_reasserted_total Recent writes "
-                        "sent again to a new primary after a failover (redis.reassert), by "
-                        "what they found: restored (the key had lost it), present, superseded "
-                        "(another owner's record: that key may have run twice), failed.\n"
-                        "# TYPE idempotency_proxy_redis_reasserted_total counter\n");
-    for (int i = 0; i < 4; i++) {
+    {
+        /* the METRICS_REASSERT_* counters, in their order in metrics.h */
         static const char *const result[] = { "restored", "present", "superseded", "failed" };
-        evbuffer_add_printf(out, "idempotency_proxy_redis_reasserted_total{result=\"%s\"} %llu\n",
-                            result[i],
-                            (unsigned long long)m->counters[METRICS_REASSERT_RESTORED + i]);
+        _Static_assert(METRICS_REASSERT_PRESENT == METRICS_REASSERT_RESTORED + 1 &&
+                           METRICS_REASSERT_SUPERSEDED == METRICS_REASSERT_RESTORED + 2 &&
+                           METRICS_REASSERT_FAILED == METRICS_REASSERT_RESTORED + 3,
+                       "result[] names the METRICS_REASSERT_* counters in order");
+        metrics_render_labelled(out, "idempotency_proxy_redis_reasserted_total",
+                                "Recent writes sent again to a new primary after a failover "
+                                "(redis.reassert), by what they found: restored (the key had "
+                                "lost it), present, superseded (another owner's record: that "
+                                "key may have run twice), failed.", "result", result,
+                                &m->counters[METRICS_REASSERT_RESTORED], 4);
     }
     metrics_render_scalar(out, "idempotency_proxy_redis_reassert_dropped_total", "counter",
                           "Writes left out of the re-assertion journal: it was at "
