@@ -8,11 +8,12 @@ replacement. Real processes only: redis-server (or $IDEM_REDIS_SERVER), the demo
 the proxy. The failover under load with replicas and two proxies is test_managed_redis.py's.
 """
 
+import contextlib
 import threading
 
 import pytest
 
-from harness import log_line, log_lines, readyz, wait_ready, wait_until
+from harness import log_line, log_lines, wait_ready, wait_until
 from proxy_helpers import assert_problem, metric, new_key, record_keys
 from redis_gate import RedisGate
 from redis_topology import acl_setuser
@@ -29,11 +30,46 @@ def restart_empty(redis):
     assert redis.keys("*") == []
 
 
-def start(start_proxy, redis, window="30s", grace="1s", **kw):
-    p = start_proxy(redis={"url": redis.url, "reassert": {"window": window, "grace": grace}},
-                    **kw)
+def start(start_proxy, redis, window="30s", grace="1s", redis_section=None, **kw):
+    """A proxy with re-assertion on redis (its redis section: redis_section over that), ready."""
+    section = {"url": redis.url, "reassert": {"window": window, "grace": grace}}
+    section.update(redis_section or {})
+    p = start_proxy(redis=section, **kw)
     wait_ready(p)
     return p
+
+
+def assert_replays_once(p, upstream, key):
+    """Once the proxy takes claims again, key's retry is a replay and ran once."""
+    wait_ready(p)
+    r = p.post(key=key)
+    assert r.status == 201 and r.replayed, r
+    assert upstream.executions(key) == 1
+
+
+@contextlib.contextmanager
+def back_empty_while_its_setup_is_held(start_proxy, redis, grace, promoted=False, **kw):
+    """A proxy through a RedisGate finished a key; the node comes back empty (promoted: as a
+    promoted replica, REPLICAOF and REPLICAOF NO ONE giving it a second replication ID, as
+    after a failover), and the proxy's new connection is held at ROLE (its answers from
+    there wait in the gate: it has not followed yet). Yields (gate, proxy, key)."""
+    gate = RedisGate(redis.port).start()
+    try:
+        p = start(start_proxy, redis, grace=grace,
+                  redis_section={"url": gate.url, "timeout": "5s"}, **kw)
+        key = new_key()
+        assert p.post(key=key).status == 201
+        redis.kill()
+        gate.hold_replies(from_command="ROLE")
+        redis.start()
+        if promoted:
+            redis.cmd("REPLICAOF", "127.0.0.1", "1")  # nothing there: it stays empty
+            redis.cmd("REPLICAOF", "NO", "ONE")
+            assert "master_replid2:" + "0" * 40 not in redis.cmd("INFO", "replication")
+        wait_until(gate.held_replies, what="the proxy's new connection held at ROLE")
+        yield gate, p, key
+    finally:
+        gate.stop()
 
 
 @pytest.mark.threads
@@ -58,9 +94,7 @@ def test_a_node_back_empty_gets_the_recent_writes_back(start_proxy, upstream, re
     assert reasserted(p, "restored") >= 1
     assert record_keys(redis) == [record]
     assert 0 < int(redis.cmd("PTTL", record)) <= ttl_before
-    r = p.post(key=key)
-    assert r.status == 201 and r.replayed, r
-    assert upstream.executions(key) == 1
+    assert_replays_once(p, upstream, key)
     assert metric(p, "idempotency_proxy_redis_failovers_followed_total") >= 1
 
 
@@ -137,10 +171,7 @@ def test_a_claim_in_flight_is_put_back_and_its_answer_recorded(start_proxy, upst
     log_line(p, "putting back")
     t.join(30)
     assert answers and answers[0].status == 201, answers
-    r = wait_until(lambda: (lambda r: r if r.status != 503 else None)(p.post(key=key)),
-                   what="the retry answered")
-    assert r.status == 201 and r.replayed, r
-    assert upstream.executions(key) == 1
+    assert_replays_once(p, upstream, key)
 
 
 def test_without_info_every_reconnection_is_taken_for_a_new_primary(start_proxy, upstream,
@@ -158,10 +189,7 @@ def test_without_info_every_reconnection_is_taken_for_a_new_primary(start_proxy,
     redis.cmd("CLIENT", "KILL", "USER", "noinfo")
     log_line(p, "INFO replication is refused: taken for a new primary", "putting back")
     assert reasserted(p, "present") >= 1
-    wait_ready(p)
-    r = p.post(key=key)
-    assert r.status == 201 and r.replayed, r
-    assert upstream.executions(key) == 1
+    assert_replays_once(p, upstream, key)
 
 
 
@@ -180,10 +208,7 @@ def test_a_put_back_cut_short_goes_again_on_the_same_node(start_proxy, upstream,
         restart_empty(redis)
         log_line(p, "could not put back a recent write", "goes again on the next connection")
         log_line(p, "the last put-back did not finish", "putting back")
-        wait_ready(p)
-        r = p.post(key=key)
-        assert r.status == 201 and r.replayed, r
-        assert upstream.executions(key) == 1
+        assert_replays_once(p, upstream, key)
     finally:
         gate.stop()
 
@@ -194,17 +219,8 @@ def test_a_claim_queued_during_the_setup_waits_for_the_put_back(start_proxy, ups
     up (its answers from ROLE on held), so it waits in the setup queue: once the connection
     is ready it is refused with the grace (503, unsent), never sent before the put-back (an
     empty node knows no script: an EVALSHA put-back would have been applied after it)."""
-    gate = RedisGate(redis.port).start()
-    try:
-        p = start_proxy(workers=1, redis={"url": gate.url, "timeout": "5s",
-                                          "reassert": {"window": "30s", "grace": "1s"}})
-        wait_ready(p)
-        key = new_key()
-        assert p.post(key=key).status == 201
-        redis.kill()
-        gate.hold_replies(from_command="ROLE")
-        redis.start()
-        wait_until(gate.held_replies, what="the new connection's setup held at ROLE")
+    with back_empty_while_its_setup_is_held(start_proxy, redis, "1s", workers=1) as \
+            (gate, p, key):
         answers = []
         t = threading.Thread(target=lambda: answers.append(p.post(key=key, timeout=30)))
         t.start()
@@ -214,12 +230,7 @@ def test_a_claim_queued_during_the_setup_waits_for_the_put_back(start_proxy, ups
         t.join(30)
         assert answers, "the retry got no answer"
         assert answers[0].status == 503 or answers[0].replayed, answers[0]
-        wait_ready(p)
-        r = p.post(key=key)
-        assert r.status == 201 and r.replayed, r
-        assert upstream.executions(key) == 1
-    finally:
-        gate.stop()
+        assert_replays_once(p, upstream, key)
 
 
 def test_a_write_larger_than_the_journal_leaves_the_others_in_it(start_proxy, upstream,
@@ -235,10 +246,7 @@ def test_a_write_larger_than_the_journal_leaves_the_others_in_it(start_proxy, up
     assert metric(p, "idempotency_proxy_redis_reassert_dropped_total") == 1
     restart_empty(redis)
     log_line(p, "putting back")
-    wait_ready(p)
-    r = p.post(key=small)
-    assert r.status == 201 and r.replayed, r
-    assert upstream.executions(small) == 1
+    assert_replays_once(p, upstream, small)
 
 
 def test_a_proxy_that_starts_waits_the_grace_for_the_others_put_back(start_proxy, upstream,
@@ -248,20 +256,8 @@ def test_a_proxy_that_starts_waits_the_grace_for_the_others_put_back(start_proxy
     yet (its new connection's setup held at ROLE). Proxy B starts now: its first primary was
     promoted, perhaps just now, so it refuses new claims for the grace (503, never forwarded)
     instead of running A's key afresh; once A has put it back, B replays it."""
-    gate = RedisGate(redis.port).start()
-    try:
-        a = start_proxy(redis={"url": gate.url, "timeout": "5s",
-                               "reassert": {"window": "30s", "grace": "5s"}}, name="a")
-        wait_ready(a)
-        key = new_key()
-        assert a.post(key=key).status == 201
-        redis.kill()
-        gate.hold_replies(from_command="ROLE")
-        redis.start()
-        redis.cmd("REPLICAOF", "127.0.0.1", "1")  # nothing there: it stays empty
-        redis.cmd("REPLICAOF", "NO", "ONE")
-        assert "master_replid2:" + "0" * 40 not in redis.cmd("INFO", "replication")
-        wait_until(gate.held_replies, what="A's new connection held at ROLE")
+    with back_empty_while_its_setup_is_held(start_proxy, redis, "5s", promoted=True,
+                                            name="a") as (gate, a, key):
         b = start_proxy(redis={"url": redis.url, "reassert": {"window": "30s", "grace": "5s"}},
                         name="b")
         log_line(b, "first connection, to a promoted replica: new claims refused for 5000 ms")
@@ -270,9 +266,4 @@ def test_a_proxy_that_starts_waits_the_grace_for_the_others_put_back(start_proxy
         assert upstream.executions(key) == 1
         gate.release_replies()
         log_line(a, "putting back")
-        wait_ready(b)
-        r = b.post(key=key)
-        assert r.status == 201 and r.replayed, r
-        assert upstream.executions(key) == 1
-    finally:
-        gate.stop()
+        assert_replays_once(b, upstream, key)
