@@ -192,8 +192,20 @@ def keyed_requests_as_the_user(p, primary, upstream):
 def test_core_user_runs_claims_replays_waits_and_the_policy_check(heading, policy_ok, tmp_path,
                                                                  start_proxy, upstream):
     rules = rules_of(heading)
-    with replica_pair(tmp_path) as (primary, replica):
+
+    def install(primary):
         set_user(primary, rules)
+        return rules
+    core_features_as_the_user(tmp_path, start_proxy, upstream, policy_ok, install)
+
+
+def core_features_as_the_user(tmp_path, start_proxy, upstream, policy_ok, install):
+    """On a primary with a replica, install(primary) makes the proxy's user and returns its
+    rules; a proxy as that user (min_replicas 1) takes claims, replays, 409s, releases, lists,
+    dry-runs a bulk change and walks the census; the eviction gauge is policy_ok; Redis
+    refused only the optional commands and ran every command the rules allow."""
+    with replica_pair(tmp_path) as (primary, replica):
+        rules = install(primary)
         reset_counts(primary)
         p = start_proxy(redis=redis_as_user(primary.url_db(1), min_replicas=1,
                                             replica_timeout="1s", timeout="2s"),
@@ -398,19 +410,9 @@ def test_managed_access_strings_are_the_acl_lines_as_elasticache_takes_them():
 ])
 def test_managed_access_string_runs_its_feature(heading, policy_ok, tmp_path, start_proxy,
                                                 upstream):
-    with replica_pair(tmp_path) as (primary, replica):
-        rules = set_access_string(primary, heading)
-        reset_counts(primary)
-        p = start_proxy(redis=redis_as_user(primary.url_db(1), min_replicas=1,
-                                            replica_timeout="1s", timeout="2s"),
-                        workers=1, admin_config=CENSUS)
-        wait_ready(p)
-        # once, replayed, 409, released, the listing and a bulk dry run (+scan +getrange)
-        keyed_requests_as_the_user(p, primary, upstream)
-        census_walked([primary], db=1)
-        assert metric(p, "idempotency_proxy_redis_eviction_policy_ok") == policy_ok
-        assert_denied_only_optional([primary])
-        assert_every_command_ran([primary], rules)
+    # once, replayed, 409, released, the listing and a bulk dry run (+scan +getrange)
+    core_features_as_the_user(tmp_path, start_proxy, upstream, policy_ok,
+                              lambda primary: set_access_string(primary, heading))
 
 
 def test_managed_inbox_access_string_delivers(tmp_path, start_proxy, upstream):

@@ -27,7 +27,7 @@ import pytest
 
 from harness import HTTPError, log_line, readyz, wait_ready, wait_until
 from managed_topology import NAME, ManagedRedis
-from proxy_helpers import Traffic, metric, new_key, record_keys
+from proxy_helpers import Traffic, assert_replayed, metric, new_key, record_keys
 from redis_topology import NetNs
 
 NO_NETNS = NetNs.available()
@@ -286,8 +286,7 @@ def test_the_proxy_uses_the_service_by_name_over_tls_as_its_user(managed, start_
     key = new_key()
     first = p.post(key=key)
     assert first.status == 201, first
-    replay = p.post(key=key)
-    assert replay.replayed and replay.body == first.body, replay
+    assert_replayed(p.post(key=key), first)
     assert upstream.executions(key) == 1
     assert len(record_keys(m.primary)) == 1
     replica = m.replicas()[0]
