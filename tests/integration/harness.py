@@ -407,20 +407,26 @@ def redis_server_binary():
     return os.environ.get("IDEM_REDIS_SERVER") or "redis-server"
 
 
+def documented_lines(doc, section, line):
+    """{heading: words} of every `### heading` under `## section` of docs/doc whose text has a
+    line matching the regex `line` (re.M), split into words: group 1 of the match."""
+    with open(os.path.join(REPO, "docs", doc), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## %s\n" % section)
+    end = text.find("\n## ", start + 1)
+    found = {}
+    for m in re.finditer(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)",
+                         text[start:end if end > 0 else len(text)], re.M | re.S):
+        match = re.search(line, m.group(2), re.M)
+        if match:
+            found[m.group(1).strip()] = match.group(1).split()
+    return found
+
+
 def documented_acl_users():
     """{heading: [rules]} of every `### ... user` under `## ACL users` in docs/redis.md, each
     the rules of its `ACL SETUSER idem-proxy ...` line (`>PASSWORD` as written)."""
-    with open(os.path.join(REPO, "docs", "redis.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("\n## ACL users\n")
-    end = text.find("\n## ", start + 1)
-    section = text[start:end if end > 0 else len(text)]
-    users = {}
-    for m in re.finditer(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, re.M | re.S):
-        line = re.search(r"^ACL SETUSER idem-proxy (.+)$", m.group(2), re.M)
-        if line:
-            users[m.group(1).strip()] = line.group(1).split()
-    return users
+    return documented_lines("redis.md", "ACL users", r"^ACL SETUSER idem-proxy (.+)$")
 
 
 def documented_acl_rules(heading, password):
@@ -432,22 +438,12 @@ def documented_acl_rules(heading, password):
     return rules
 
 
-
 def documented_access_strings():
     """{heading: [rules]} of every `### ...` under `## Access strings` in
     docs/managed-redis.md that has an access string (a fenced line starting with `on `): the
     strings a managed service takes, without a password."""
-    with open(os.path.join(REPO, "docs", "managed-redis.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("\n## Access strings\n")
-    end = text.find("\n## ", start + 1)
-    section = text[start:end if end > 0 else len(text)]
-    strings = {}
-    for m in re.finditer(r"^### ([^\n]+)\n(.*?)(?=^### |\Z)", section, re.M | re.S):
-        line = re.search(r"^```\n(on .+)\n```$", m.group(2), re.M)
-        if line:
-            strings[m.group(1).strip()] = line.group(1).split()
-    return strings
+    return documented_lines("managed-redis.md", "Access strings", r"^```\n(on .+)\n```$")
+
 
 class RedisServer:
     """redis-server on 127.0.0.1:port with no persistence; restartable.
