@@ -91,7 +91,8 @@ def test_a_node_back_empty_gets_the_recent_writes_back(start_proxy, upstream, re
     # each serving worker puts back its journal; the admin worker claims nothing: no grace
     assert len(log_lines(p, "putting back")) == 2
     assert not log_lines(p, "first connection"), "a node never promoted: no grace at start"
-    assert reasserted(p, "restored") >= 1
+    # the counter moves when the put-back's answer arrives, after the log line
+    wait_until(lambda: reasserted(p, "restored") >= 1, what="the put-back answered: restored")
     assert record_keys(redis) == [record]
     assert 0 < int(redis.cmd("PTTL", record)) <= ttl_before
     assert_replays_once(p, upstream, key)
@@ -188,7 +189,8 @@ def test_without_info_every_reconnection_is_taken_for_a_new_primary(start_proxy,
     assert p.post(key=key).status == 201
     redis.cmd("CLIENT", "KILL", "USER", "noinfo")
     log_line(p, "INFO replication is refused: taken for a new primary", "putting back")
-    assert reasserted(p, "present") >= 1
+    # the log line is written when the journal is sent; the counter moves on its answer
+    wait_until(lambda: reasserted(p, "present") >= 1, what="the put-back answered: present")
     assert_replays_once(p, upstream, key)
 
 
