@@ -22,9 +22,6 @@
 
 struct keyring;
 
-/* `errors.format`: the shape of the answers the proxy makes itself. */
-enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
-
 /*
  * `log.access`: which requests get an access-log line. ACCESS_LOG_ERRORS
  * keeps the lines of outcome_is_error (outcome.h) and of a status >= 400.
@@ -203,7 +200,11 @@ struct config {
     uint64_t idle_timeout_ms;       /* a kept-alive connection's wait for a request, and a
                                        stalled read or write, ms, > 0 */
 
-    enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}) */
+    enum error_format error_format; /* problem (RFC 9457) or stripe ({"error": {...}}): the
+                                       answers of requests no route matches, and the default
+                                       of defaults: and the routes (policy.h) */
+    bool replayed_header_on_first;  /* the routes' default: executed answers carry
+                                       Idempotent-Replayed: false */
     enum access_log access_log;     /* log.access: all, errors or off */
     char *audit_log;                /* log.audit: "stdout", "stderr" or a file; owned */
 
@@ -232,8 +233,9 @@ struct config {
 /*
  * Load and check FILE into *cfg (zeroed by the callee first). Returns 0;
  * keys the file leaves out take their documented defaults, and each
- * route inherits `defaults:` key by key (a webhook route with key_from
- * defaults to fingerprint none). Release with config_deinit.
+ * route inherits `defaults:` key by key (a webhook route, key_from with
+ * verify, defaults to fingerprint none; errors.format comes from defaults:
+ * and then the top level, replayed_header_on_first from the top level). Release with config_deinit.
  * On error returns -1, leaves *cfg empty, and writes one line into err
  * (errlen bytes, truncated to fit) of the form "FILE:LINE: what is wrong"
  * ("FILE: ..." when no line applies, e.g. the file cannot be read).

@@ -104,7 +104,11 @@ int config_apply_doc(struct config_loader *ld, struct config_doc *doc)
         config_apply_mapping(ld, doc, config_lookup(doc, root, "encryption"),
                              config_encryption_keys, cfg, &ld->set_encryption) < 0 ||
         config_apply_mapping(ld, doc, config_lookup(doc, root, "defaults"), config_policy_keys,
-                             &cfg->defaults, &ld->set_defaults) < 0)
+                             &cfg->defaults, &ld->set_defaults) < 0 ||
+        config_apply_mapping(ld, doc,
+                             config_lookup(doc, config_lookup(doc, root, "defaults"), "errors"),
+                             config_route_errors_keys, &cfg->defaults,
+                             &ld->set_defaults_errors) < 0)
         return -1;
     return 0;
 }
@@ -148,7 +152,7 @@ int config_apply_routes(struct config_loader *ld)
         uint32_t path_set = 0;
 
         yaml_node_t *delivery = config_lookup(doc, item, "delivery");
-        uint32_t delivery_set = 0, backoff_set = 0, sign_set = 0;
+        uint32_t delivery_set = 0, backoff_set = 0, sign_set = 0, errors_set = 0;
 
         ld->route_nodes[i] = item;
         route->line = (int)item->start_mark.line + 1;
@@ -163,8 +167,13 @@ int config_apply_routes(struct config_loader *ld)
                                  &backoff_set) < 0 ||
             config_apply_mapping(ld, doc, config_lookup(doc, delivery, "sign"),
                                  config_delivery_sign_keys, &route->policy.delivery,
-                                 &sign_set) < 0)
+                                 &sign_set) < 0 ||
+            config_apply_mapping(ld, doc, config_lookup(doc, item, "errors"),
+                                 config_route_errors_keys, &route->policy, &errors_set) < 0)
             return -1;
+        /* the section's one key set marks the section: config_finish_route inherits the rest */
+        if (errors_set != 0)
+            ld->set_routes[i] |= 1u << config_key_index(config_policy_keys, "errors");
     }
     return 0;
 }

@@ -125,13 +125,23 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
 
 /*
  * Webhook rules, then inheritance: `defaults:` first, the built-in
- * defaults for what neither sets. Then the checks of the whole policy.
+ * defaults for what neither sets (errors.format: defaults:', else the top
+ * level's; replayed_header_on_first: the top level's). Then the checks of
+ * the whole policy.
+ *
+ * A route with key_from is a webhook receiver when it also writes verify
+ * out (none included): signed deliveries only, fingerprint none, non-2xx
+ * releases, an event id per route. key_from without verify is an ordinary
+ * protected route that reads its key from that header or the JSON body
+ * (docs/client-contract.md#the-key-in-the-body); a queued delivery
+ * (delivery:) is a webhook receiver's, so it needs verify.
  */
 static int config_finish_route(struct config_loader *ld, size_t i)
 {
     struct route_policy *policy = &ld->cfg->routes[i].policy;
     yaml_node_t *map = ld->route_nodes[i];
     uint32_t *set = &ld->set_routes[i];
+    yaml_node_pair_t *delivery = config_lookup_pair(&ld->user, map, "delivery");
     yaml_node_t *verify, *secret, *secret_file;
 
     ld->cur = &ld->user;
@@ -143,14 +153,16 @@ static int config_finish_route(struct config_loader *ld, size_t i)
                                     "header; keep one");
             *set |= config_policy_bit("key_header");
         }
+        policy->webhook = (*set & config_policy_bit("verify")) != 0;
         /* unsigned, anyone who reaches the route could pre-claim a provider's event id */
-        if (!(*set & config_policy_bit("verify")))
-            return config_error(ld, config_lookup(&ld->user, map, "key_from"),
-                                "key_from needs verify (stripe, github or standard-webhooks): "
+        if (!policy->webhook && delivery != NULL)
+            return config_error(ld, config_node(&ld->user, delivery->key),
+                                "delivery needs verify (stripe, github or standard-webhooks): "
+                                "a queued route takes the provider's event id as it comes, and "
                                 "without a signature check anyone who reaches this route can "
-                                "pre-claim an event id; write verify: none to accept that");
+                                "pre-claim one; write verify: none to accept that");
         /* providers change the body between deliveries (a retry adds attempt counts) */
-        if (!(*set & config_policy_bit("fingerprint"))) {
+        if (policy->webhook && !(*set & config_policy_bit("fingerprint"))) {
             policy->fingerprint = FINGERPRINT_NONE;
             *set |= config_policy_bit("fingerprint");
         }
@@ -161,6 +173,10 @@ static int config_finish_route(struct config_loader *ld, size_t i)
                              config_lookup(&ld->builtin, ld->builtin.root, "defaults"),
                              config_policy_keys, policy, set) < 0)
         return -1;
+    if (!(*set & config_policy_bit("errors")))
+        policy->error_format = ld->cfg->defaults.error_format;
+    if (!(*set & config_policy_bit("replayed_header_on_first")))
+        policy->replayed_header_on_first = ld->cfg->replayed_header_on_first;
 
     ld->cur = &ld->user;
     if (config_check_secret_source(ld, map, "", "secret") < 0)
@@ -194,7 +210,7 @@ static int config_finish_route(struct config_loader *ld, size_t i)
                             (const char *)file->data.scalar.value,
                             why != NULL ? why : "unusable");
     }
-    if (config_check_delivery(ld, policy, map) < 0)
+    if (config_check_delivery(ld, policy, map) < 0 || config_check_key_rules(ld, policy, map) < 0)
         return -1;
     return config_check_policy(ld, policy, map);
 }
@@ -313,6 +329,9 @@ int config_finish(struct config_loader *ld)
     if (config_apply_doc(ld, &ld->builtin) < 0)
         return -1;
     ld->cur = &ld->user;
+    /* defaults: without errors: takes the top level's format; the routes take defaults:' */
+    if (ld->set_defaults_errors == 0)
+        cfg->defaults.error_format = cfg->error_format;
 
     if (config_finish_redis(ld) < 0)
         return -1;
@@ -352,7 +371,9 @@ int config_finish(struct config_loader *ld)
     if (config_check_limits(ld) < 0)
         return -1;
     if (config_check_policy(ld, &cfg->defaults,
-                            config_lookup(&ld->user, ld->user.root, "defaults")) < 0)
+                            config_lookup(&ld->user, ld->user.root, "defaults")) < 0 ||
+        config_check_key_rules(ld, &cfg->defaults,
+                               config_lookup(&ld->user, ld->user.root, "defaults")) < 0)
         return -1;
     for (size_t i = 0; i < cfg->n_routes; i++) {
         if (config_finish_route(ld, i) < 0)

@@ -57,7 +57,8 @@ enum config_kind {
     CONFIG_ROUTES,          /* a list of route mappings; null counts as [] */
 };
 
-#define CONFIG_ROUTE_ONLY 0x1u  /* webhook keys: in a route, not in defaults: */
+#define CONFIG_ROUTE_ONLY 0x1u  /* in a route, not in defaults: (the webhook keys, and keys
+                                   whose default is a top-level key) */
 #define CONFIG_POSITIVE   0x2u  /* durations: 0 is an error */
 #define CONFIG_EMPTY_OFF  0x4u  /* endpoints: "" disables the listener */
 #define CONFIG_NONEMPTY   0x8u  /* strings: "" is an error */
@@ -109,7 +110,8 @@ struct config_section {
 extern const struct config_key config_root_keys[], config_upstream_keys[], config_redis_keys[],
     config_redis_tls_keys[], config_redis_sentinel_keys[], config_redis_cluster_keys[],
     config_redis_reassert_keys[],
-    config_limits_keys[], config_errors_keys[], config_log_keys[], config_encryption_keys[],
+    config_limits_keys[], config_errors_keys[], config_route_errors_keys[], config_log_keys[],
+    config_encryption_keys[],
     config_admin_keys[],
     config_policy_keys[],
     config_route_keys[], config_delivery_keys[], config_delivery_backoff_keys[],
@@ -149,6 +151,7 @@ struct config_loader {
     uint32_t set_root, set_upstream, set_redis, set_redis_tls, set_limits, set_defaults;
     uint32_t set_redis_sentinel, set_redis_cluster, set_redis_reassert;
     uint32_t set_errors, set_log, set_encryption, set_admin;
+    uint32_t set_defaults_errors;          /* defaults.errors (config_route_errors_keys) */
     uint32_t *set_routes;                  /* one mask per route */
     yaml_node_t **route_nodes;             /* each route's mapping, for lines */
     char *redis_url_username;              /* from redis://USER:PASSWORD@; owned */
@@ -362,6 +365,28 @@ config_setter config_set_audit_log;
 
 /* redis.min_replicas (config_replicas.c). */
 config_setter config_set_min_replicas;
+
+/*
+ * The rules a route puts on its keys (config_key_rules.c): key_min_length
+ * (1..CONFIG_MAX_KEY_LENGTH bytes) and key_pattern (a POSIX extended
+ * regular expression the whole key must match, compiled here once with
+ * regcomp; a pattern regcomp refuses, or one with a back-reference, is an
+ * error with the line and regerror's words).
+ */
+config_setter config_set_key_min_length, config_set_key_pattern;
+
+/*
+ * Pass 3 of a policy (defaults:, or a route after inheritance;
+ * config_key_rules.c): key_min_length at most key_max_length, and
+ * scope_required only with scope_headers. map is the policy's mapping in
+ * the user's file (NULL is fine), for the line. Returns 0, or -1 after
+ * config_error.
+ */
+int config_check_key_rules(struct config_loader *ld, const struct route_policy *policy,
+                           yaml_node_t *map);
+
+/* Frees policy's key_pattern and its compiled key_regex (config_key_rules.c); NULL is fine. */
+void config_key_pattern_free(struct route_policy *policy);
 
 /* delivery.max_attempts / delivery.concurrency, and delivery.ack_status (config_set.c). */
 config_setter config_set_delivery_count, config_set_ack_status;

@@ -189,8 +189,22 @@ const struct config_key config_admin_keys[] = {
 };
 
 /*
- * `defaults:` takes these without the route-only (webhook) ones; a route
- * takes all. The identity keys are compared route by route, for every path
+ * A route's errors (and defaults:'): the shape of the answers the proxy
+ * makes for a request the route matched. Unset, a route takes defaults:'
+ * and defaults: the top-level errors.format (config_finish.c).
+ */
+const struct config_key config_route_errors_keys[] = {
+    { "format", .reload = LIVE, .set = config_set_enum, .offset = POL(error_format), .names = config_error_format_names },
+    { .name = NULL },
+};
+
+static const struct config_section config_route_errors_section = {
+    "errors", { config_route_errors_keys, NULL }, 0 };
+
+/*
+ * `defaults:` takes these without the route-only ones (the webhook keys,
+ * and replayed_header_on_first, whose default is the top-level key); a
+ * route takes all. The identity keys are compared route by route, for every path
  * (config_changed_routes): what `defaults:` says reaches requests only
  * through the routes that inherit it.
  */
@@ -199,8 +213,11 @@ const struct config_key config_policy_keys[] = {
     { "methods", .reload = LIVE, .kind = CONFIG_LIST, .set = config_set_method, .begin = config_begin_methods },
     { "require_key", .reload = LIVE, .set = config_set_bool, .offset = POL(require_key) },
     { "key_max_length", .reload = LIVE, .set = config_set_key_max_length },
+    { "key_min_length", .reload = LIVE, .set = config_set_key_min_length },
+    { "key_pattern", .reload = LIVE, .set = config_set_key_pattern },
     { "fingerprint", .reload = LIVE, .set = config_set_enum, .offset = POL(fingerprint), .names = config_fingerprint_names },
     { "scope_headers", .reload = IDENTITY(config_changed_scope_headers), .kind = CONFIG_LIST, .set = config_set_scope_header, .begin = config_begin_scope_headers },
+    { "scope_required", .reload = LIVE, .set = config_set_bool, .offset = POL(scope_required) },
     { "lease", .reload = LIVE, .set = config_set_duration, .offset = POL(lease_ms), .flags = CONFIG_POSITIVE },
     { "retention", .reload = LIVE, .set = config_set_duration, .offset = POL(retention_ms), .flags = CONFIG_POSITIVE },
     { "in_flight", .reload = LIVE, .set = config_set_enum, .offset = POL(in_flight), .names = config_in_flight_names },
@@ -209,6 +226,8 @@ const struct config_key config_policy_keys[] = {
     { "release_statuses", .reload = LIVE, .kind = CONFIG_LIST, .set = config_set_release_status, .begin = config_begin_release_statuses },
     { "on_ambiguous", .reload = LIVE, .set = config_set_enum, .offset = POL(on_ambiguous), .names = config_ambiguous_names },
     { "on_store_error", .reload = LIVE, .set = config_set_enum, .offset = POL(on_store_error), .names = config_store_error_names },
+    { "errors", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_route_errors_section },
+    { "replayed_header_on_first", .reload = LIVE, .set = config_set_bool, .offset = POL(replayed_header_on_first), .flags = CONFIG_ROUTE_ONLY },
     { "key_from", .reload = IDENTITY(config_changed_key_source), .set = config_set_key_from, .flags = CONFIG_ROUTE_ONLY },
     { "verify", .reload = LIVE, .set = config_set_enum, .offset = POL(verify), .flags = CONFIG_ROUTE_ONLY, .names = config_verify_names },
     { "secret", .reload = LIVE, .kind = CONFIG_SCALAR_OR_LIST, .set = config_set_secret, .flags = CONFIG_ROUTE_ONLY, .begin = config_begin_secrets },
@@ -316,6 +335,7 @@ const struct config_key config_root_keys[] = {
     { "redis", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_redis_section },
     { "limits", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_limits_section },
     { "errors", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_errors_section },
+    { "replayed_header_on_first", .reload = LIVE, .set = config_set_bool, .offset = CFG(replayed_header_on_first) },
     { "log", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_log_section },
     { "encryption", .reload = BY_KEYS, .kind = CONFIG_SECTION, .section = &config_encryption_section },
     { "defaults", .reload = BY_KEYS, .kind = CONFIG_SECTION, .offset = CFG(defaults), .section = &config_defaults_section, .compare = config_changed_inherited },
@@ -380,6 +400,7 @@ const char config_builtin_yaml[] =
     "  idle_timeout: 75s\n"
     "errors:\n"
     "  format: problem\n"
+    "replayed_header_on_first: false\n"
     "log:\n"
     "  access: all\n"
     "  audit: stdout\n"
@@ -388,8 +409,10 @@ const char config_builtin_yaml[] =
     "  methods: [POST, PATCH]\n"
     "  require_key: false\n"
     "  key_max_length: 255\n"
+    "  key_min_length: 1\n"
     "  fingerprint: request\n"
     "  scope_headers: [Authorization]\n"
+    "  scope_required: false\n"
     "  lease: 60s\n"
     "  retention: 24h\n"
     "  in_flight: wait\n"

@@ -571,7 +571,10 @@ int config_set_enum(struct config_loader *ld, const struct config_key *key,
     return 0;
 }
 
-/* key_from: header:NAME or json:/pointer (RFC 6901); the route becomes a webhook receiver. */
+/*
+ * key_from: header:NAME or json:/pointer (RFC 6901). With verify written
+ * out the route is a webhook receiver (config_finish_route decides).
+ */
 int config_set_key_from(struct config_loader *ld, const struct config_key *key,
                         yaml_node_t *node, char **text, void *obj)
 {
@@ -590,7 +593,6 @@ int config_set_key_from(struct config_loader *ld, const struct config_key *key,
                             "header:X-GitHub-Delivery) or json:/pointer (e.g. json:/id)",
                             key->name, *text);
     }
-    policy->webhook = true;
     return 0;
 }
 

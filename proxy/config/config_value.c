@@ -241,7 +241,7 @@ char *config_record_source(const struct route_policy *policy, const char *route_
 {
     char *source, *scoped;
 
-    if (policy->webhook && policy->key_from == KEY_FROM_JSON)
+    if (policy->key_from == KEY_FROM_JSON)
         source = config_printf_dup("json:%s", policy->key_json_pointer);
     else if ((source = config_printf_dup("header:%s", policy->key_header)) != NULL)
         for (char *c = source; *c != '\0'; c++)

@@ -74,7 +74,7 @@ bool config_same_string(const char *a, const char *b);
 /*
  * What record ids hash as policy's key source (record_id.h):
  * "header:" and key_header lowercased (header names are case-insensitive,
- * RFC 9110 5.1), or for a webhook route with key_from json: "json:" and the
+ * RFC 9110 5.1), or for a route with key_from json: "json:" and the
  * pointer as written. A webhook route's source also names the route (" route:"
  * and route_match, the normalised pattern, with "*" when prefix): a provider
  * sends one event id to each endpoint it delivers to, and each endpoint's

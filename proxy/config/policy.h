@@ -6,6 +6,7 @@
 #ifndef IDEM_POLICY_H
 #define IDEM_POLICY_H
 
+#include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,8 +30,11 @@ enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
 /* `on_store_error`: what a request gets when Redis cannot decide (not a store status). */
 enum on_store_error_mode { ON_STORE_ERROR_REJECT, ON_STORE_ERROR_PASS };
 
-/* Where a webhook route takes its idempotency key from: a header, or a JSON Pointer into the body. */
+/* Where a route takes its idempotency key from: a header, or a JSON Pointer into the body. */
 enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
+
+/* `errors.format` (top level, `defaults:`, a route): the shape of the proxy's own answers. */
+enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
 
 #define CONFIG_MAX_SCOPE_HEADERS 8
 #define CONFIG_MAX_RELEASE_STATUSES 16
@@ -82,6 +86,12 @@ struct route_policy {
     unsigned methods;               /* enum method_bit set */
     bool require_key;
     size_t key_max_length;          /* bytes, after unquoting */
+    size_t key_min_length;          /* bytes, after unquoting; 1..key_max_length */
+    char *key_pattern;              /* key_pattern as written (POSIX ERE); NULL: none; owned */
+    regex_t *key_regex;             /* "^(" key_pattern ")$", compiled once at load
+                                       (REG_EXTENDED | REG_NOSUB); NULL: none; owned */
+    bool scope_required;            /* a protected request must send every scope header,
+                                       non-empty (else 400 missing-scope) */
     enum fingerprint_mode fingerprint;
     char *scope_headers[CONFIG_MAX_SCOPE_HEADERS]; /* owned */
     size_t n_scope_headers;
@@ -94,8 +104,13 @@ struct route_policy {
     size_t n_release_statuses;
     enum ambiguous_mode on_ambiguous;
     enum on_store_error_mode on_store_error;
-    /* webhook receivers */
-    bool webhook;                   /* the route set key_from: a webhook receiver */
+    enum error_format error_format; /* errors.format: the route's, else defaults:', else the
+                                       top level's */
+    bool replayed_header_on_first;  /* an executed answer carries Idempotent-Replayed: false
+                                       (routes: the route's, else the top level's) */
+    /* the key's source, and webhook receivers */
+    bool webhook;                   /* key_from and verify (or delivery): a webhook receiver;
+                                       key_from alone is an ordinary protected route */
     enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
     char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
     char *record_source;            /* what record ids hash as the key source:

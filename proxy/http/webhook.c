@@ -669,12 +669,14 @@ int webhook_key_from_json(const char *body, size_t len, const char *pointer, cha
     if (body == NULL || (*p != '\0' && *p != '/'))
         goto failed;
     /* providers never repeat a member; if a body does, which "id" is meant is ambiguous */
+    rc = -3;
     root = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &error);
     if (root == NULL)
         goto failed;
     token = malloc(strlen(pointer) + 1); /* unescaping only shortens */
     if (token == NULL)
         goto failed;
+    rc = -1;
     node = root;
     while (*p == '/') {
         size_t n = 0;

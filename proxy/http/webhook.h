@@ -113,8 +113,8 @@ enum webhook_verdict webhook_verify(enum verify_scheme scheme, char *const *secr
 int webhook_secret_check(enum verify_scheme scheme, const char *secret, const char **reason);
 
 /*
- * Take a webhook route's idempotency key from the JSON body (`key_from:
- * json:/id`, docs/webhooks.md): parse body (len bytes, binary-safe, need
+ * Take a route's idempotency key from the JSON body (`key_from: json:/id`,
+ * docs/webhooks.md, docs/client-contract.md#the-key-in-the-body): parse body (len bytes, binary-safe, need
  * not be NUL-terminated) with jansson, follow the RFC 6901 JSON Pointer
  * `pointer` (NUL-terminated; "" is the whole document, "/a/b" descends,
  * `~1` is '/', `~0` is '~', array elements by decimal index without leading
@@ -124,13 +124,16 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
  *     NUL-terminated, its length in bytes in *out_len.
  * Returns
  *     0   success;
- *    -1   the body is not JSON (or repeats an object member name), or the
- *         pointer is not a valid JSON Pointer or does not resolve (no such
- *         member, index out of range, descends into a scalar): "no key";
+ *    -1   the pointer is not a valid JSON Pointer or does not resolve in
+ *         the document (no such member, index out of range, descends into
+ *         a scalar): "no key";
  *    -2   the pointer resolves, but not to a usable key: not a JSON string,
  *         the empty string, a string containing NUL (\u0000), or longer
- *         than outsize - 1 bytes.
- * Out of memory while parsing shows as -1. out is unspecified on failure.
+ *         than outsize - 1 bytes;
+ *    -3   the body is not one JSON document (an empty body included), or
+ *         repeats an object member name, so whether it holds a key cannot
+ *         be told; out of memory while parsing shows as this too.
+ * out is unspecified on failure.
  */
 int webhook_key_from_json(const char *body, size_t len, const char *pointer, char *out,
                           size_t outsize, size_t *out_len);

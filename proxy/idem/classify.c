@@ -3,6 +3,9 @@
  */
 #include "classify.h"
 
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -23,6 +26,20 @@ static void classify_refuse(struct classify_result *out, enum problem p, int sta
     out->problem = p;
     out->status = status;
     out->detail = detail;
+}
+
+/* classify_refuse with a detail that names the route's rule, formatted into out->detail_text. */
+static void classify_refuse_rule(struct classify_result *out, enum problem p, int status,
+                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void classify_refuse_rule(struct classify_result *out, enum problem p, int status,
+                                 const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(out->detail_text, sizeof(out->detail_text), fmt, ap);
+    va_end(ap);
+    classify_refuse(out, p, status, out->detail_text);
 }
 
 /*
@@ -73,8 +90,17 @@ static const char *classify_key_header_name(const struct route_policy *policy,
     return name;
 }
 
+/* Why a key from a JSON body is refused: a webhook route's event id, or another route's key. */
+static const char *classify_body_key_reason(const struct route_policy *policy)
+{
+    return policy->webhook ? "the event id in the JSON body is not a non-empty printable "
+                             "string within the configured length"
+                           : "the idempotency key in the JSON body is not a non-empty string of "
+                             "printable ASCII within this route's key_max_length";
+}
+
 /*
- * An event id taken from a JSON body (key, NUL-terminated) is a key as it
+ * A key taken from a JSON body (key, NUL-terminated) is a key as it
  * stands: non-empty printable ASCII within key_max_length, which key_parse
  * leaves unchanged. Sets out->key_len; false after a 400 refusal.
  */
@@ -86,15 +112,13 @@ static bool classify_event_id(const struct route_policy *policy, const char *key
     if (key_parse(key, policy->key_max_length, checked, sizeof(checked), &out->key_len) !=
             KEY_OK ||
         strcmp(checked, key) != 0) {
-        classify_refuse(out, PROBLEM_INVALID_KEY, 400,
-                        "the event id in the JSON body is not a non-empty printable string "
-                        "within the configured length");
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400, classify_body_key_reason(policy));
         return false;
     }
     return true;
 }
 
-/* key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
+/* A webhook route's key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
 static bool classify_key_from_body(const struct route_policy *policy,
                                    const struct classify_input *in, char *key, size_t keysize,
                                    struct classify_result *out)
@@ -103,7 +127,7 @@ static bool classify_key_from_body(const struct route_policy *policy,
     int rc = webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
                                    policy->key_json_pointer, key, max, &out->key_len);
 
-    if (rc == -1) {
+    if (rc == -1 || rc == -3) {
         classify_refuse(out, PROBLEM_MISSING_KEY, 400,
                         "the JSON body has no event id at the configured pointer");
         return false;
@@ -118,20 +142,109 @@ static bool classify_key_from_body(const struct route_policy *policy,
 }
 
 /*
+ * key_from: json:/pointer on an ordinary protected route (no verify;
+ * docs/client-contract.md#the-key-in-the-body): the key is the JSON string
+ * at the pointer. An empty body, or a JSON one without the member, has no
+ * key: unprotected, or 400 missing-key with require_key, and 400
+ * missing-key as well when the request carries the route's key header (its
+ * client means it to be protected, and this route does not read that
+ * header). A body that is not one JSON document (or repeats a member)
+ * cannot be told to hold no key: 400 invalid-key, never forwarded
+ * unprotected. PROTECT or UNPROTECTED in out, or a refusal.
+ */
+static void classify_key_in_body(const struct route_policy *policy,
+                                 const struct classify_input *in, char *key, size_t keysize,
+                                 struct classify_result *out)
+{
+    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
+    const char *pointer = policy->key_json_pointer;
+    int rc = in->body_len == 0 ? -1
+                               : webhook_key_from_json(in->body, in->body_len, pointer, key, max,
+                                                       &out->key_len);
+    int lines;
+
+    if (rc == -3) {
+        classify_refuse_rule(out, PROBLEM_INVALID_KEY, 400, "the request body is not one JSON "
+                             "document (or repeats a member name), so whether it holds the "
+                             "idempotency key this route reads (key_from: json:%s) cannot be "
+                             "told; nothing was claimed or forwarded", pointer);
+    } else if (rc == -2) {
+        classify_refuse(out, PROBLEM_INVALID_KEY, 400, classify_body_key_reason(policy));
+    } else if (rc == -1 && policy->require_key) {
+        classify_refuse_rule(out, PROBLEM_MISSING_KEY, 400, "this route requires an idempotency "
+                             "key in the JSON body at %s (key_from: json:%s)", pointer, pointer);
+    } else if (rc == -1) {
+        header_find_all(in->headers, policy->key_header, &lines);
+        if (lines > 0)
+            classify_refuse_rule(out, PROBLEM_MISSING_KEY, 400, "this route reads the "
+                                 "idempotency key from the JSON body at %s (key_from: json:%s), "
+                                 "not from the %s header, and the body has none", pointer,
+                                 pointer, policy->key_header);
+        else
+            out->verdict = CLASSIFY_UNPROTECTED;
+    } else if (classify_event_id(policy, key, out)) {
+        out->verdict = CLASSIFY_PROTECT;
+    }
+}
+
+/*
+ * The route's rules for the key it read (key, key_len bytes, NUL-terminated;
+ * docs/client-contract.md#key-rules): at least key_min_length bytes, and
+ * the whole key matches key_pattern (key_regex is anchored at load,
+ * config_key_rules.c). The detail names the rule, never the key. False
+ * after a 400 refusal.
+ *
+ * Several worker threads may run regexec on one route's regex_t at once:
+ * POSIX lists no regexec among the functions that need not be thread-safe,
+ * and glibc's takes the pattern's own lock (dfa->lock, posix/regexec.c)
+ * around each match, so the workers take turns on a pattern. A turn is
+ * short: without back-references (refused at load) glibc matches as an
+ * automaton over the key, whose length key_max_length bounds.
+ */
+static bool classify_key_rules(const struct route_policy *policy, const char *key,
+                               size_t key_len, struct classify_result *out)
+{
+    const char *what = policy->webhook ? "event id" : "idempotency key";
+
+    if (key_len < policy->key_min_length) {
+        classify_refuse_rule(out, PROBLEM_INVALID_KEY, 400, "the %s is shorter than this "
+                             "route's key_min_length (%zu bytes)", what,
+                             policy->key_min_length);
+        return false;
+    }
+    if (policy->key_regex != NULL && regexec(policy->key_regex, key, 0, NULL, 0) != 0) {
+        classify_refuse_rule(out, PROBLEM_INVALID_KEY, 400, "the %s does not match this route's "
+                             "key_pattern", what);
+        return false;
+    }
+    return true;
+}
+
+/*
  * A scope header (docs/client-contract.md#the-key) sent on two lines: which one names the
  * caller is a guess, so the request is refused rather than recorded under
- * one of them (fail closed).
+ * one of them (fail closed). With scope_required (docs/client-contract.md#key-rules),
+ * a scope header absent or empty (spaces and tabs only) is 400 missing-scope:
+ * such requests would share one namespace.
  */
 static void classify_check_scope(const struct route_policy *policy,
                                  const struct evkeyvalq *headers, struct classify_result *out)
 {
     for (size_t i = 0; i < policy->n_scope_headers; i++) {
         int lines;
-        header_find_all(headers, policy->scope_headers[i], &lines);
+        const char *value = header_find_all(headers, policy->scope_headers[i], &lines);
+
         if (lines > 1) {
             classify_refuse(out, PROBLEM_INVALID_KEY, 400,
                             "a scope header of this route appears more than once, so the "
                             "caller's namespace is ambiguous");
+            return;
+        }
+        if (policy->scope_required && (lines == 0 || value[strspn(value, " \t")] == '\0')) {
+            classify_refuse_rule(out, PROBLEM_MISSING_SCOPE, 400, "this route requires the "
+                                 "scope header %s (scope_required), and the request has none "
+                                 "or an empty one; nothing was claimed or forwarded",
+                                 policy->scope_headers[i]);
             return;
         }
     }
@@ -255,6 +368,14 @@ static bool classify_route(const struct config *cfg, const char *path,
     return true;
 }
 
+const struct route *classify_route_of(const struct config *cfg, const char *path)
+{
+    struct classify_result out;
+
+    memset(&out, 0, sizeof(out));
+    return classify_route(cfg, path, &out) ? out.route : NULL;
+}
+
 void classify_lookup(const struct config *cfg, const char *method, const char *path,
                      const struct evkeyvalq *headers, const char *key_value, char *key,
                      size_t keysize, struct classify_result *out)
@@ -284,7 +405,7 @@ void classify_lookup(const struct config *cfg, const char *method, const char *p
     } else {
         classify_key_value(policy, key_value, key, keysize, out);
     }
-    if (out->verdict == CLASSIFY_PROTECT)
+    if (out->verdict == CLASSIFY_PROTECT && classify_key_rules(policy, key, out->key_len, out))
         classify_check_scope(policy, headers, out);
 }
 
@@ -324,13 +445,15 @@ void classify_request(const struct config *cfg, const struct classify_input *in,
         return;
     if (!classify_queued_fields(policy, in, out))
         return;
-    if (policy->key_from == KEY_FROM_JSON) {
+    if (policy->key_from == KEY_FROM_JSON && policy->webhook) {
         if (classify_key_from_body(policy, in, key, keysize, out))
             out->verdict = CLASSIFY_PROTECT;
+    } else if (policy->key_from == KEY_FROM_JSON) {
+        classify_key_in_body(policy, in, key, keysize, out);
     } else {
         classify_key_from_header(policy, in, signed_id, key, keysize, out);
     }
-    if (out->verdict == CLASSIFY_PROTECT)
+    if (out->verdict == CLASSIFY_PROTECT && classify_key_rules(policy, key, out->key_len, out))
         classify_check_scope(policy, in->headers, out);
 }
 

@@ -1,8 +1,9 @@
 /*
  * classify.h - what the proxy does with a request before any I/O: the route,
  * whether the method is protected, the idempotency key, the limits, and a
- * webhook's signature (docs/client-contract.md#how-a-request-is-handled and 8). Pure: no I/O, no clock (the caller
- * passes the time), unit-tested by a table of requests.
+ * webhook's signature (docs/client-contract.md#how-a-request-is-handled and 8), and the
+ * route's rules for keys and scope (docs/client-contract.md#key-rules). Pure: no I/O, no
+ * clock (the caller passes the time), unit-tested by a table of requests.
  */
 #ifndef IDEM_CLASSIFY_H
 #define IDEM_CLASSIFY_H
@@ -18,6 +19,9 @@ struct evkeyvalq;
 
 /* Bytes of a key buffer that holds any configurable key and its NUL. */
 #define CLASSIFY_KEY_MAX (CONFIG_MAX_KEY_LENGTH + 1)
+
+/* Bytes of a refusal's detail that names a configured value (a length, a header, a pointer). */
+#define CLASSIFY_DETAIL_MAX 256
 
 enum classify_verdict {
     CLASSIFY_REFUSE,        /* answer the problem; nothing claimed, nothing forwarded */
@@ -42,8 +46,11 @@ struct classify_result {
                                        does not protect; NULL when none matched */
     enum problem problem;           /* REFUSE: the cause */
     int status;                     /* REFUSE: the HTTP status */
-    const char *detail;             /* REFUSE: static human string */
+    const char *detail;             /* REFUSE: a static human string, or detail_text */
     size_t key_len;                 /* PROTECT: bytes of the key in the caller's buffer */
+    char detail_text[CLASSIFY_DETAIL_MAX]; /* REFUSE: a detail that names the route's rule
+                                       (never the request's data); detail points here then,
+                                       so it is valid while this result is */
 };
 
 /*
@@ -69,10 +76,22 @@ bool classify_streams(const struct config *cfg, const struct classify_input *in,
                       size_t keysize, struct classify_result *out);
 
 /*
+ * The route path (the target's path as sent, no query) names, matched as
+ * classify_request matches it; NULL when none does, when the path cannot be
+ * normalised, or when its two-slash reading names another route (those
+ * requests are refused as invalid-target). For an answer the proxy gives
+ * before the request is classified, whose shape is its route's
+ * errors.format (docs/client-contract.md#errors-per-route). The route is
+ * cfg's; borrows; pure.
+ */
+const struct route *classify_route_of(const struct config *cfg, const char *path);
+
+/*
  * What classify_request decides about the idempotency key of a request on
  * path with method (NULL: any method the route protects) whose key header
  * carries key_value (as sent: key_parse reads it, as for a request; on a
- * route with key_from json, key_value is the event id itself) and whose
+ * route with key_from json, key_value is the key itself, as the body
+ * holds it) and whose
  * scope header fields are headers; without a body, a signature or the
  * limits, which do not change the record a key maps to. For the admin
  * lookup (`record-id`, GET /records/lookup), which must find the record the

@@ -25,7 +25,8 @@ struct evkeyvalq;
  * request that policy (a route of cfg) protects with key (key_len bytes):
  * each of policy's scope headers is read from headers (classify refuses one
  * sent twice), and a header the request does not carry counts as absent,
- * which is a scope of its own (the exchange does not refuse it). Returns 0,
+ * which is a scope of its own (classify refuses it only under
+ * scope_required). Returns 0,
  * or -1 when record_key is too small (config_load bounds key_prefix so
  * that RECORD_KEY_MAX always fits). Borrows everything.
  */

@@ -33,7 +33,21 @@ static const char config_yaml[] =
     "    methods: [POST]\n"
     "    key_from: header:X-GitHub-Delivery\n"
     "    verify: none\n"
-    "    delivery: {mode: queued}\n";
+    "    delivery: {mode: queued}\n"
+    /* the client contract's key and scope rules, and key_from on ordinary routes */
+    "  - path: /v2/rules*\n"
+    "    key_min_length: 8\n"
+    "    key_pattern: '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|short-[0-9]+'\n"
+    "  - path: /v2/tenant*\n"
+    "    scope_headers: [X-Account-Id]\n"
+    "    scope_required: true\n"
+    "  - path: /v2/orders*\n"
+    "    key_from: json:/reference\n"
+    "  - path: /v2/transfers*\n"
+    "    key_from: json:/reference\n"
+    "    require_key: true\n"
+    "  - path: /v2/legacy*\n"
+    "    key_from: header:X-Reference\n";
 
 struct header { const char *name, *value; };
 
@@ -112,6 +126,144 @@ static const struct {
       "{\"id\":7}", false, CLASSIFY_REFUSE, PROBLEM_INVALID_KEY, "/hooks/json", NULL },
 };
 
+/*
+ * The key and scope rules (scope_required, key_min_length, key_pattern) and
+ * key_from on ordinary protected routes (docs/client-contract.md#key-rules,
+ * #the-key-in-the-body): the verdict, the problem, and a word of the detail,
+ * which names the rule and never the key.
+ */
+#define UUID "0c8a3e5e-5d2f-4b9e-9a57-3f2d1c0b9a88"
+static const struct {
+    const char *name;
+    const char *method, *path;
+    struct header headers[3];
+    const char *body;
+    enum classify_verdict want;
+    enum problem problem;           /* REFUSE */
+    const char *detail;             /* REFUSE: a word of the detail */
+    const char *key;                /* PROTECT */
+} rule_cases[] = {
+    { .name = "key_min_length: a shorter key is invalid-key naming the rule", .method = "POST",
+      .path = "/v2/rules", .headers = { { "Idempotency-Key", "short-1" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY,
+      .detail = "shorter than this route's key_min_length (8 bytes)" },
+    { .name = "key_min_length counts the key after unquoting", .method = "POST",
+      .path = "/v2/rules", .headers = { { "Idempotency-Key", "\"short-1\"" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY, .detail = "key_min_length" },
+    { .name = "key_pattern: a key that does not match is invalid-key naming the rule",
+      .method = "POST", .path = "/v2/rules", .headers = { { "Idempotency-Key", "order-4242" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY,
+      .detail = "does not match this route's key_pattern" },
+    { .name = "key_pattern: the whole key must match, not a part", .method = "POST",
+      .path = "/v2/rules", .headers = { { "Idempotency-Key", "x" UUID } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY, .detail = "key_pattern" },
+    { .name = "key_pattern: nor a key with a match inside", .method = "POST",
+      .path = "/v2/rules", .headers = { { "Idempotency-Key", "short-12x" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY, .detail = "key_pattern" },
+    { .name = "key_pattern: a UUID key is protected", .method = "POST", .path = "/v2/rules",
+      .headers = { { "Idempotency-Key", UUID } }, .want = CLASSIFY_PROTECT, .key = UUID },
+    { .name = "key_pattern: either alternative, whole", .method = "POST", .path = "/v2/rules",
+      .headers = { { "Idempotency-Key", "short-12" } }, .want = CLASSIFY_PROTECT,
+      .key = "short-12" },
+    { .name = "key_pattern: an sf-string key is matched unquoted", .method = "POST",
+      .path = "/v2/rules", .headers = { { "Idempotency-Key", "\"" UUID "\"" } },
+      .want = CLASSIFY_PROTECT, .key = UUID },
+    { .name = "key rules: no key stays unprotected", .method = "POST", .path = "/v2/rules",
+      .want = CLASSIFY_UNPROTECTED },
+    { .name = "scope_required: no scope header is missing-scope naming it", .method = "POST",
+      .path = "/v2/tenant", .headers = { { "Idempotency-Key", "k-1" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_MISSING_SCOPE, .detail = "X-Account-Id" },
+    { .name = "scope_required: an empty scope header is missing-scope", .method = "POST",
+      .path = "/v2/tenant", .headers = { { "Idempotency-Key", "k-1" }, { "X-Account-Id", "" } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_MISSING_SCOPE, .detail = "scope_required" },
+    { .name = "scope_required: spaces only are empty", .method = "POST", .path = "/v2/tenant",
+      .headers = { { "Idempotency-Key", "k-1" }, { "X-Account-Id", " \t " } },
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_MISSING_SCOPE, .detail = "X-Account-Id" },
+    { .name = "scope_required: a scope header twice is still invalid-key", .method = "POST",
+      .path = "/v2/tenant", .headers = { { "Idempotency-Key", "k-1" }, { "X-Account-Id", "a" },
+      { "X-Account-Id", "b" } }, .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY,
+      .detail = "more than once" },
+    { .name = "scope_required: with the header, protected", .method = "POST",
+      .path = "/v2/tenant", .headers = { { "Idempotency-Key", "k-1" }, { "X-Account-Id", "a" } },
+      .want = CLASSIFY_PROTECT, .key = "k-1" },
+    { .name = "scope_required: no key, no scope: unprotected as before", .method = "POST",
+      .path = "/v2/tenant", .want = CLASSIFY_UNPROTECTED },
+    { .name = "key_from json: the key from the body", .method = "POST", .path = "/v2/orders",
+      .body = "{\"reference\":\"ref-1\",\"amount\":5}", .want = CLASSIFY_PROTECT,
+      .key = "ref-1" },
+    { .name = "key_from json: a JSON body without the member is unprotected", .method = "POST",
+      .path = "/v2/orders", .body = "{\"amount\":5}", .want = CLASSIFY_UNPROTECTED },
+    { .name = "key_from json: an empty body has no key", .method = "POST", .path = "/v2/orders",
+      .body = "", .want = CLASSIFY_UNPROTECTED },
+    { .name = "key_from json: a body that is not JSON is refused, never unprotected",
+      .method = "POST", .path = "/v2/orders", .body = "reference=ref-1&amount=5",
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY, .detail = "json:/reference" },
+    { .name = "key_from json: a member repeated is refused", .method = "POST",
+      .path = "/v2/orders", .body = "{\"reference\":\"a\",\"reference\":\"b\"}",
+      .want = CLASSIFY_REFUSE, .problem = PROBLEM_INVALID_KEY, .detail = "not one JSON" },
+    { .name = "key_from json: a key that is not a string is invalid-key", .method = "POST",
+      .path = "/v2/orders", .body = "{\"reference\":42}", .want = CLASSIFY_REFUSE,
+      .problem = PROBLEM_INVALID_KEY, .detail = "idempotency key in the JSON body" },
+    { .name = "key_from json: a key header without the member is missing-key", .method = "POST",
+      .path = "/v2/orders", .headers = { { "Idempotency-Key", "k-1" } },
+      .body = "{\"amount\":5}", .want = CLASSIFY_REFUSE, .problem = PROBLEM_MISSING_KEY,
+      .detail = "not from the Idempotency-Key header" },
+    { .name = "key_from json: the key header is not read beside the member", .method = "POST",
+      .path = "/v2/orders", .headers = { { "Idempotency-Key", "k-1" } },
+      .body = "{\"reference\":\"ref-2\"}", .want = CLASSIFY_PROTECT, .key = "ref-2" },
+    { .name = "key_from json: another method passes through (no 405)", .method = "GET",
+      .path = "/v2/orders/1", .want = CLASSIFY_PASS_THROUGH },
+    { .name = "key_from json with require_key: no member is missing-key", .method = "POST",
+      .path = "/v2/transfers", .body = "{\"amount\":5}", .want = CLASSIFY_REFUSE,
+      .problem = PROBLEM_MISSING_KEY, .detail = "requires an idempotency key in the JSON body" },
+    { .name = "key_from header: the key from that header", .method = "POST",
+      .path = "/v2/legacy", .headers = { { "X-Reference", "\"L-1\"" } },
+      .want = CLASSIFY_PROTECT, .key = "L-1" },
+    { .name = "key_from header: without it, unprotected (not a webhook's 400)",
+      .method = "POST", .path = "/v2/legacy", .headers = { { "Idempotency-Key", "k" } },
+      .want = CLASSIFY_UNPROTECTED },
+    { .name = "webhook json route: a body that is not JSON is missing-key as before",
+      .method = "POST", .path = "/hooks/json", .body = "id=evt_1", .want = CLASSIFY_REFUSE,
+      .problem = PROBLEM_MISSING_KEY, .detail = "no event id" },
+};
+
+static void run_rule_cases(const struct config *cfg)
+{
+    for (size_t i = 0; i < sizeof(rule_cases) / sizeof(rule_cases[0]); i++) {
+        struct evkeyvalq headers;
+        struct classify_input in;
+        struct classify_result out;
+        char key[CLASSIFY_KEY_MAX];
+        const char *body = rule_cases[i].body;
+        bool ok;
+
+        TAILQ_INIT(&headers);
+        for (size_t h = 0; h < 3 && rule_cases[i].headers[h].name != NULL; h++)
+            evhttp_add_header(&headers, rule_cases[i].headers[h].name,
+                              rule_cases[i].headers[h].value);
+        in = (struct classify_input){
+            .method = rule_cases[i].method, .path = rule_cases[i].path, .headers = &headers,
+            .body = body, .body_len = body != NULL ? strlen(body) : 0, .now_s = 1700000000,
+        };
+        classify_request(cfg, &in, key, sizeof(key), &out);
+        ok = out.verdict == rule_cases[i].want &&
+             (rule_cases[i].key == NULL ||
+              (out.key_len == strlen(rule_cases[i].key) && strcmp(key, rule_cases[i].key) == 0));
+        if (rule_cases[i].want == CLASSIFY_REFUSE)
+            ok = ok && out.problem == rule_cases[i].problem && out.status == 400 &&
+                 out.detail != NULL && strstr(out.detail, rule_cases[i].detail) != NULL;
+        /* the detail names the rule, never the request's key */
+        for (size_t h = 0; h < 3 && rule_cases[i].headers[h].name != NULL && out.detail; h++)
+            if (strcmp(rule_cases[i].headers[h].name, "Idempotency-Key") == 0 &&
+                strlen(rule_cases[i].headers[h].value) > 2)
+                ok = ok && strstr(out.detail, rule_cases[i].headers[h].value) == NULL;
+        UNIT_CHECK(rule_cases[i].name, ok, "verdict %d problem %d key_len %zu detail %s",
+                   (int)out.verdict, (int)out.problem, out.key_len,
+                   out.detail != NULL ? out.detail : "(none)");
+        evhttp_clear_headers(&headers);
+    }
+}
+
 /* Whether out has verdict want, the route named route (NULL: none) and, when key is set, that key. */
 static bool classified(const struct classify_result *out, const char *parsed,
                        enum classify_verdict want, const char *route, const char *key)
@@ -159,7 +311,58 @@ static const struct {
       { { NULL, NULL } }, CLASSIFY_REFUSE, "/hooks/json", NULL },
     { "lookup: an empty JSON event id", NULL, "/hooks/json", "", { { NULL, NULL } },
       CLASSIFY_REFUSE, "/hooks/json", NULL },
+    { "lookup: a key under key_min_length", NULL, "/v2/rules", "short-1", { { NULL, NULL } },
+      CLASSIFY_REFUSE, "/v2/rules", NULL },
+    { "lookup: a key outside key_pattern", NULL, "/v2/rules", "order-4242", { { NULL, NULL } },
+      CLASSIFY_REFUSE, "/v2/rules", NULL },
+    { "lookup: a key the rules take", NULL, "/v2/rules", UUID, { { NULL, NULL } },
+      CLASSIFY_PROTECT, "/v2/rules", UUID },
+    { "lookup: scope_required without the scope header", NULL, "/v2/tenant", "k",
+      { { NULL, NULL } }, CLASSIFY_REFUSE, "/v2/tenant", NULL },
+    { "lookup: scope_required with it", NULL, "/v2/tenant", "k", { { "X-Account-Id", "a" } },
+      CLASSIFY_PROTECT, "/v2/tenant", "k" },
+    { "lookup: key_from json on an ordinary route takes the key as it stands", NULL,
+      "/v2/orders", "ref-1", { { NULL, NULL } }, CLASSIFY_PROTECT, "/v2/orders", "ref-1" },
 };
+
+/*
+ * classify_streams: the head alone decides a pass, so the body may stream;
+ * a route keyed from the body never does, and a scope_required route
+ * without a key streams as any keyless request.
+ */
+static void run_stream_cases(const struct config *cfg)
+{
+    static const struct {
+        const char *name, *path;
+        bool streams;
+        enum classify_verdict want;
+    } streams[] = {
+        { "streams: key_from json reads the body whole", "/v2/orders", false, 0 },
+        { "streams: scope_required without a key streams", "/v2/tenant", true,
+          CLASSIFY_UNPROTECTED },
+        { "streams: key_from header without it streams", "/v2/legacy", true,
+          CLASSIFY_UNPROTECTED },
+    };
+    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+        struct evkeyvalq headers;
+        struct classify_result out;
+        char key[CLASSIFY_KEY_MAX];
+        struct classify_input in = { .method = "POST", .path = streams[i].path,
+                                     .headers = &headers, .now_s = 1700000000 };
+        bool got;
+
+        TAILQ_INIT(&headers);
+        got = classify_streams(cfg, &in, key, sizeof(key), &out);
+        UNIT_CHECK(streams[i].name, got == streams[i].streams &&
+                   (!got || out.verdict == streams[i].want), "streams %d verdict %d", (int)got,
+                   (int)out.verdict);
+    }
+    UNIT_CHECK("route of a path before classifying",
+               classify_route_of(cfg, "/v2//orders/1") != NULL &&
+               strcmp(classify_route_of(cfg, "/v2//orders/1")->path, "/v2/orders") == 0 &&
+               classify_route_of(cfg, "/nowhere") == NULL &&
+               classify_route_of(cfg, "/v1%2Fpayments") == NULL, "wrong route");
+}
 
 static void run_lookup_cases(const struct config *cfg)
 {
@@ -259,6 +462,8 @@ int main(void)
         evhttp_clear_headers(&headers);
     }
     run_lookup_cases(&cfg);
+    run_rule_cases(&cfg);
+    run_stream_cases(&cfg);
     config_deinit(&cfg);
     UNIT_DONE();
 }

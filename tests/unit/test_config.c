@@ -1114,8 +1114,9 @@ static const struct config_case config_cases[] = {
       "    secret: whsec_abc\n", 5, "bad secret", NULL },
     { "route without key_from keeps fingerprint request", "defaults:\n  fingerprint: request\n"
       "routes:\n  - path: /v1/x\n", 0, NULL, check_plain_route_fingerprint },
-    { "key_from without verify refused", "routes:\n  - path: /h\n    key_from: json:/id\n", 3,
-      "key_from needs verify", NULL },
+    { "key_from with delivery but without verify refused", "routes:\n  - path: /h\n"
+      "    key_from: json:/id\n    delivery:\n      mode: queued\n", 4, "delivery needs verify",
+      NULL },
     { "key_from with an explicit verify: none loads",
       "routes:\n  - path: /h\n    key_from: json:/id\n    verify: none\n", 0, NULL,
       check_loads },
@@ -1142,6 +1143,194 @@ static const struct config_case config_cases[] = {
       4, "at most 2", NULL },
     { "key_header and key_from header conflict", "routes:\n  - path: /h\n"
       "    key_header: X-A\n    key_from: header:X-B\n", 3, "keep one", NULL },
+};
+
+/* ---- the key and scope rules, key_from, the replay marker, errors per route ---- */
+
+static void check_key_rules_defaults(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    UNIT_CHECK(name, cfg->defaults.key_min_length == 1 && cfg->defaults.key_regex == NULL &&
+                     cfg->defaults.key_pattern == NULL && !cfg->defaults.scope_required,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, !cfg->replayed_header_on_first && cfg->error_format == ERROR_FORMAT_PROBLEM &&
+                     cfg->defaults.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+    UNIT_CHECK(name, r != NULL && r->policy.key_min_length == 1 && r->policy.key_regex == NULL &&
+                     !r->policy.scope_required && !r->policy.replayed_header_on_first &&
+                     r->policy.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+}
+
+static void check_key_rules_set(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+
+    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
+    if (a == NULL || b == NULL)
+        return;
+    /* a inherits defaults:, b overrides it */
+    UNIT_CHECK(name, a->policy.key_min_length == 16 && a->policy.scope_required &&
+                     STREQ(a->policy.key_pattern, "[0-9a-f-]+") && a->policy.key_regex != NULL,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, b->policy.key_min_length == 4 && !b->policy.scope_required &&
+                     STREQ(b->policy.key_pattern, "[A-Z]+") && b->policy.key_regex != NULL &&
+                     b->policy.key_regex != a->policy.key_regex, "line %d", __LINE__);
+    UNIT_CHECK(name, regexec(a->policy.key_regex, "0123-abcd", 0, NULL, 0) == 0 &&
+                     regexec(a->policy.key_regex, "0123-ABCD", 0, NULL, 0) != 0,
+                     "line %d", __LINE__);
+}
+
+/* key_pattern is anchored whole: an alternation cannot leave one end free */
+static void check_key_pattern_anchored(const char *name, const struct config *cfg)
+{
+    const regex_t *re = route_at(cfg, 0) != NULL ? route_at(cfg, 0)->policy.key_regex : NULL;
+
+    UNIT_CHECK(name, re != NULL, "line %d", __LINE__);
+    if (re == NULL)
+        return;
+    UNIT_CHECK(name, regexec(re, "a", 0, NULL, 0) == 0 && regexec(re, "b", 0, NULL, 0) == 0,
+                     "line %d", __LINE__);
+    UNIT_CHECK(name, regexec(re, "xb", 0, NULL, 0) != 0 && regexec(re, "ax", 0, NULL, 0) != 0 &&
+                     regexec(re, "ab", 0, NULL, 0) != 0, "line %d", __LINE__);
+}
+
+static void check_errors_per_route(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+
+    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
+    if (a == NULL || b == NULL)
+        return;
+    UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_PROBLEM &&
+                     cfg->defaults.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+    UNIT_CHECK(name, a->policy.error_format == ERROR_FORMAT_STRIPE &&
+                     b->policy.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+}
+
+/* the top level is defaults:' default, and defaults: the routes' */
+static void check_errors_inherited(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+
+    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
+    if (a == NULL || b == NULL)
+        return;
+    UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_STRIPE &&
+                     cfg->defaults.error_format == ERROR_FORMAT_STRIPE &&
+                     a->policy.error_format == ERROR_FORMAT_STRIPE &&
+                     b->policy.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
+}
+
+static void check_errors_from_defaults(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0);
+
+    UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_PROBLEM &&
+                     cfg->defaults.error_format == ERROR_FORMAT_STRIPE && a != NULL &&
+                     a->policy.error_format == ERROR_FORMAT_STRIPE, "line %d", __LINE__);
+}
+
+static void check_replayed_marker(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+
+    UNIT_CHECK(name, cfg->replayed_header_on_first && a != NULL && b != NULL &&
+                     a->policy.replayed_header_on_first && !b->policy.replayed_header_on_first,
+                     "line %d", __LINE__);
+}
+
+/* key_from without verify: an ordinary protected route keyed from the body or a header */
+static void check_key_from_ordinary(const char *name, const struct config *cfg)
+{
+    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1), *c = route_at(cfg, 2);
+
+    UNIT_CHECK(name, a != NULL && b != NULL && c != NULL, "line %d", __LINE__);
+    if (a == NULL || b == NULL || c == NULL)
+        return;
+    UNIT_CHECK(name, !a->policy.webhook && a->policy.key_from == KEY_FROM_JSON &&
+                     a->policy.fingerprint == FINGERPRINT_REQUEST &&
+                     STREQ(a->policy.record_source, "json:/reference"), "line %d", __LINE__);
+    UNIT_CHECK(name, !b->policy.webhook && b->policy.key_from == KEY_FROM_HEADER &&
+                     STREQ(b->policy.key_header, "X-Reference") &&
+                     b->policy.fingerprint == FINGERPRINT_REQUEST &&
+                     STREQ(b->policy.record_source, "header:x-reference"), "line %d", __LINE__);
+    /* verify written out, none included: a webhook receiver as before */
+    UNIT_CHECK(name, c->policy.webhook && c->policy.fingerprint == FINGERPRINT_NONE &&
+                     STREQ(c->policy.record_source, "json:/id route:/hooks"), "line %d",
+                     __LINE__);
+}
+
+#define UUID_PATTERN "'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'"
+
+static const struct config_case key_rule_cases[] = {
+    { "key rules default: min 1, no pattern, scope not required, no marker, problem",
+      "routes:\n  - path: /v1/x\n", 0, NULL, check_key_rules_defaults },
+    { "key rules in defaults: and a route",
+      "defaults:\n  key_min_length: 16\n  key_pattern: '[0-9a-f-]+'\n"
+      "  scope_headers: [X-Account-Id]\n  scope_required: true\n"
+      "routes:\n  - path: /v1/a\n  - path: /v1/b\n    key_min_length: 4\n"
+      "    key_pattern: '[A-Z]+'\n    scope_required: false\n", 0, NULL, check_key_rules_set },
+    { "key_pattern is anchored around an alternation", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: a|b\n", 0, NULL, check_key_pattern_anchored },
+    { "a UUID key_pattern loads", "routes:\n  - path: /v1/a\n    key_pattern: " UUID_PATTERN
+      "\n", 0, NULL, check_loads },
+    { "key_min_length 0 refused", "defaults:\n  key_min_length: 0\n", 2, "from 1 to 8192",
+      NULL },
+    { "key_min_length over key_max_length refused", "routes:\n  - path: /v1/a\n"
+      "    key_max_length: 32\n    key_min_length: 33\n", 4,
+      "key_min_length (33) must not be more than key_max_length (32)", NULL },
+    { "key_min_length over an inherited key_max_length names the route's line",
+      "defaults:\n  key_max_length: 8\nroutes:\n  - path: /v1/a\n    key_min_length: 9\n", 5,
+      "must not be more than key_max_length (8)", NULL },
+    { "key_min_length in defaults: over a route's key_max_length names its line",
+      "defaults:\n  key_min_length: 16\nroutes:\n  - path: /v1/a\n    key_max_length: 8\n",
+      5, "key_min_length (16) must not be more than key_max_length (8)", NULL },
+    { "a key_pattern regcomp refuses names its line and why", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: 'a(b'\n", 3, "bad key_pattern 'a(b': Unmatched ( or \\(", NULL },
+    { "an unbalanced key_pattern cannot escape its anchors", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: 'a)|(b'\n", 3, "bad key_pattern", NULL },
+    /* glibc reads a lone ')' as a literal: "^(a)|x(b))$" would take any key starting with a */
+    { "a key_pattern with a ')' without its '(' refused", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: 'a)|x(b)'\n", 3, "a ')' without its '('", NULL },
+    { "a literal ')' written \\) loads", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: 'a\\)|x(b)'\n", 0, NULL, check_loads },
+    { "a key_pattern with a back-reference refused", "routes:\n  - path: /v1/a\n"
+      "    key_pattern: '(a+)\\1'\n", 3, "back-references", NULL },
+    { "an empty key_pattern refused", "defaults:\n  key_pattern: \"\"\n", 2, "may not be empty",
+      NULL },
+    { "scope_required without scope_headers refused", "routes:\n  - path: /v1/a\n"
+      "    scope_required: true\n    scope_headers: []\n", 4, "scope_required needs "
+      "scope_headers", NULL },
+    { "scope_required in defaults: with a route's empty scope_headers names its line",
+      "defaults:\n  scope_headers: [X-Account-Id]\n  scope_required: true\n"
+      "routes:\n  - path: /v1/a\n  - path: /v1/b\n    scope_headers: []\n", 7,
+      "scope_required needs scope_headers", NULL },
+    { "scope_required in defaults: without scope_headers refused", "defaults:\n"
+      "  scope_required: true\n  scope_headers: []\n", 3, "scope_required needs", NULL },
+    { "scope_required must be a boolean", "defaults:\n  scope_required: yes\n", 2,
+      "expected true or false", NULL },
+    { "errors.format per route", "routes:\n  - path: /v1/a\n    errors:\n      format: stripe\n"
+      "  - path: /v1/b\n", 0, NULL, check_errors_per_route },
+    { "errors.format: the top level, then defaults:, then the route", "errors:\n  format: stripe\n"
+      "routes:\n  - path: /v1/a\n  - path: /v1/b\n    errors: {format: problem}\n", 0, NULL,
+      check_errors_inherited },
+    { "errors.format in defaults: reaches the routes", "defaults:\n  errors: {format: stripe}\n"
+      "routes:\n  - path: /v1/a\n    errors: {}\n", 0, NULL, check_errors_from_defaults },
+    { "a route's errors.format is checked", "routes:\n  - path: /v1/a\n    errors:\n"
+      "      format: xml\n", 4, "expected one of problem, stripe", NULL },
+    { "a route's errors takes format only", "routes:\n  - path: /v1/a\n    errors:\n"
+      "      shape: stripe\n", 4, "unknown key 'shape' in errors (allowed: format)", NULL },
+    { "replayed_header_on_first: the top level is the routes' default",
+      "replayed_header_on_first: true\nroutes:\n  - path: /v1/a\n  - path: /v1/b\n"
+      "    replayed_header_on_first: false\n", 0, NULL, check_replayed_marker },
+    { "replayed_header_on_first is not a defaults: key",
+      "defaults:\n  replayed_header_on_first: true\n", 2, "belongs in the top level, a route",
+      NULL },
+    { "key_from without verify: an ordinary protected route",
+      "routes:\n  - path: /v1/a\n    key_from: json:/reference\n"
+      "  - path: /v1/b\n    key_from: header:X-Reference\n"
+      "  - path: /hooks\n    key_from: json:/id\n    verify: none\n", 0, NULL,
+      check_key_from_ordinary },
 };
 
 /* ---- route matching ---------------------------------------------------- */
@@ -1439,6 +1628,8 @@ int main(int argc, char **argv)
 
     for (size_t i = 0; i < sizeof(config_cases) / sizeof(config_cases[0]); i++)
         run_case(&config_cases[i]);
+    for (size_t i = 0; i < sizeof(key_rule_cases) / sizeof(key_rule_cases[0]); i++)
+        run_case(&key_rule_cases[i]);
     run_match_cases();
     run_pattern_cases();
     run_delivery_warning_cases();
