@@ -131,7 +131,9 @@ static void exchange_admit(struct exchange *x)
 /*
  * Refuse req at once, before its body is read (or when the listener cannot
  * read it): the problem answer, logged and counted; the connection closes
- * after it.
+ * after it. A body too large is refused once its route is known (the
+ * answer takes the route's errors.format); a request whose head cannot be
+ * read safely has no route, and is answered in the top level's.
  */
 static void exchange_refuse_now(struct exchange_set *set, struct http_req *req, enum problem p,
                                 int status, const char *detail)
@@ -143,6 +145,8 @@ static void exchange_refuse_now(struct exchange_set *set, struct http_req *req, 
         http_server_reply(req, 500, NULL, NULL);
         return;
     }
+    if (p == PROBLEM_BODY_TOO_LARGE && !x->rq.invalid_target)
+        x->route = classify_route_of(x->conf, x->rq.path);
     exchange_problem(x, p, status, detail, 0, false);
 }
 

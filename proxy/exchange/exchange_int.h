@@ -166,6 +166,15 @@ void exchange_reply(struct exchange *x, int status, struct evbuffer *body);
 void exchange_reply_upstream(struct exchange *x);
 
 /*
+ * The upstream's answer to x, a protected request it executed (FORWARDING:
+ * streamed as a tombstone; WRITING: recorded, or released), goes out with
+ * its fields moved to the client's answer: on a route with
+ * replayed_header_on_first, mark it Idempotent-Replayed: false
+ * (reply_mark_executed). Nothing for a request that passes.
+ */
+void exchange_mark_executed(struct exchange *x);
+
+/*
  * A streamed exchange's answer is over (whole, or cut short): x enters
  * ANSWERED with status, is counted and logged, gives its holds back and
  * forgets its request; freed once no callback can reach it.

@@ -218,6 +218,19 @@ void exchange_overloaded(struct exchange *x)
 }
 
 /*
+ * The shape of x's own answers (docs/client-contract.md#errors-per-route):
+ * its route's errors.format, the top level's for a request no route
+ * matched (or answered before its route was known).
+ */
+static bool exchange_answers_stripe(const struct exchange *x)
+{
+    enum error_format f = x->route != NULL ? x->route->policy.error_format
+                                           : x->conf->error_format;
+
+    return f == ERROR_FORMAT_STRIPE;
+}
+
+/*
  * The proxy's own answer, naming record_id (NULL: none); a refusal names
  * the outcome after the problem.
  */
@@ -234,8 +247,7 @@ static void exchange_answer_problem(struct exchange *x, enum problem p, int stat
         return;
     }
     exchange_reply(x, status, reply_problem(x->req, p, status, detail, retry_after_s, replayed,
-                                            record_id,
-                                            x->conf->error_format == ERROR_FORMAT_STRIPE));
+                                            record_id, exchange_answers_stripe(x)));
 }
 
 /* The proxy's own answer (docs/client-contract.md#problem-details). */
@@ -318,13 +330,22 @@ void exchange_tag_upstream(struct exchange *x, bool protected)
         oom_abort("the record id field of a forwarded request");
 }
 
+void exchange_mark_executed(struct exchange *x)
+{
+    if (x->req != NULL && x->policy != NULL && x->policy->replayed_header_on_first &&
+        (x->state == X_FORWARDING || x->state == X_WRITING))
+        reply_mark_executed(x->req);
+}
+
 /* Answer with the upstream response kept in x (first execution or pass-through). */
 void exchange_reply_upstream(struct exchange *x)
 {
     struct evbuffer *body = x->resp_body;
 
-    if (!x->stream_begun)
+    if (!x->stream_begun) {
         reply_move_headers(x->req, &x->resp_headers);
+        exchange_mark_executed(x);
+    }
     x->resp_body = NULL;
     exchange_reply(x, x->resp_status, body);
 }

@@ -91,6 +91,7 @@ int exchange_stream_begin(struct exchange *x, long long content_length)
     if (x->req == NULL)
         return -1;
     reply_move_headers(x->req, &x->resp_headers);
+    exchange_mark_executed(x); /* a protected answer too large to record: a first execution */
     if (http_server_reply_start(x->req, x->resp_status, NULL, content_length) != 0)
         return -1;
     x->stream_begun = true;

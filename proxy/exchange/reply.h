@@ -54,6 +54,16 @@ struct evbuffer *reply_problem(struct http_req *req, enum problem p, int status,
 void reply_move_headers(struct http_req *req, struct evkeyvalq *from);
 
 /*
+ * Mark the upstream's answer to this request's own execution, its fields
+ * already in req's output headers (replayed_header_on_first,
+ * docs/client-contract.md#the-replay-marker): Idempotent-Replayed: false,
+ * after dropping any field of that name the upstream sent, so that the
+ * answer says one thing. Never stored: the record is written from the
+ * upstream's fields, and a replay says true.
+ */
+void reply_mark_executed(struct http_req *req);
+
+/*
  * Add a finished record's stored fields and Idempotent-Replayed: true to req
  * and return its body (a new evbuffer; NULL when out of memory). http_server
  * writes a fresh Content-Length.
