@@ -793,7 +793,8 @@ DEFAULT_ROUTES = [
 ]
 
 TOP_LEVEL = ("listen", "admin_listen", "admin", "workers", "upstream", "redis", "limits",
-             "defaults", "routes", "errors", "log", "encryption", "health_listen", "readiness")
+             "defaults", "routes", "errors", "log", "encryption", "health_listen", "readiness",
+             "replayed_header_on_first")
 
 # IDEM_TEST_WORKERS=N runs every proxy that build_config writes with `workers: N`
 # (tests/run.sh runs the suite once that way); a test's own workers= wins.

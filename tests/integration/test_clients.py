@@ -21,7 +21,7 @@ import time
 import pytest
 
 from harness import REPO, free_port, http_request, wait_until
-from proxy_helpers import metric
+from proxy_helpers import assert_problem, metric
 
 CLIENTS = os.path.join(REPO, "tests", "clients")
 STRIPE_KEY = "sk_test_x"                      # the SDK sends "Authorization: Bearer sk_test_x"
@@ -249,6 +249,33 @@ def test_stripe_sdk_resolves_proxy_errors_in_the_problem_format(start_proxy, ups
     assert res == {"resolved": True, "id": None}
     assert upstream.executions("sdk-problem") == 1
     assert outcomes(p) == ["forwarded"] + ["mismatch"] * 3
+
+
+def test_stripe_sdk_throws_on_its_route_while_another_route_answers_problem_json(
+        start_proxy, upstream, node_clients):
+    """errors.format per route (docs/client-contract.md#errors-per-route): the SDK's route says
+    stripe, the top level (and so /v2/) problem. The SDK throws a typed error on its route: a
+    key under key_min_length (400) as StripeInvalidRequestError, a key reused with another
+    amount (409) as StripeAPIError, stripe-node 22 choosing the class by status, with the
+    type idempotency_error and the code; the same reuse on /v2/ is an RFC 9457 problem."""
+    p = start_proxy(routes=[{"path": "/v1/*", "require_key": True, "key_min_length": 8,
+                             "errors": {"format": "stripe"}},
+                            {"path": "/v2/*", "require_key": True}])
+    res = stripe_create(node_clients, p, "k-1")
+    assert_rejected(res, 400, "invalid-key", "invalid_request_error", "false")
+    assert res["name"] == "StripeInvalidRequestError", res
+    assert upstream.total() == 0
+    assert stripe_create(node_clients, p, "sdk-route")["resolved"] is True
+    res = stripe_create(node_clients, p, "sdk-route", {"amount": 200, "currency": "usd"})
+    assert_rejected(res, 409, "key-reuse-mismatch", "idempotency_error", "false")
+    assert res["name"] == "StripeAPIError" and res["type"] == "StripeAPIError", res
+    assert upstream.executions("sdk-route") == 1
+    headers = [("Idempotency-Key", "raw-route"), ("Content-Type", "application/json")]
+    assert http_request(p.port, "POST", "/v2/payments", headers, b'{"amount": 1}').status == 201
+    r = http_request(p.port, "POST", "/v2/payments", headers, b'{"amount": 2}')
+    assert_problem(r, 409, "key-reuse-mismatch")
+    assert not r.has_header("Stripe-Should-Retry"), r
+    assert upstream.executions("raw-route") == 1
 
 
 # --------------------------------------------------------------------------

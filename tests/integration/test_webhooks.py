@@ -158,13 +158,18 @@ def test_a_webhook_route_refuses_methods_it_does_not_verify(start_proxy, upstrea
     assert upstream.total() == before
 
 
-def test_key_from_needs_verify_or_an_explicit_none(tmp_path, upstream, redis):
-    """`-t` refuses key_from without verify (a forged delivery could pre-claim an event id);
-    with an explicit verify: none it passes with a warning."""
+def test_a_webhook_route_writes_verify_out_and_none_warns(tmp_path, upstream, redis):
+    """`-t`: key_from without verify is an ordinary protected route that reads a client's key
+    (docs/client-contract.md#the-key-in-the-body), so no warning; a queued delivery is a webhook
+    receiver's and is refused without verify (a forged delivery could pre-claim an event id);
+    with an explicit verify: none the route is a webhook receiver and passes with a warning."""
     route = {"path": "/wh", "methods": ["POST"], "key_from": "json:/id"}
     r = check_config(tmp_path, build_config(8080, 9901, upstream.url, redis.url,
                                             routes=[route]))
-    assert r.returncode == 1 and "key_from needs verify" in r.stderr, r.stderr
+    assert r.returncode == 0 and "pre-claim" not in r.stderr, r.stderr
+    r = check_config(tmp_path, build_config(8080, 9901, upstream.url, redis.url,
+                                            routes=[dict(route, delivery={"mode": "queued"})]))
+    assert r.returncode == 1 and "delivery needs verify" in r.stderr, r.stderr
     r = check_config(tmp_path, build_config(8080, 9901, upstream.url, redis.url,
                                             routes=[dict(route, verify="none")]))
     assert r.returncode == 0, r.stderr
