@@ -322,13 +322,14 @@ def _example_of_another_cause(doc):
 
 
 @pytest.mark.parametrize("breaks, message", [
-    (_drop_info, "must have required property 'info'"),
-    (_dangling_ref, 'Missing $ref pointer "#/components/responses/%sNone"' % PREFIX),
-    (_misspelt_keyword, 'unknown keyword: "cosnt"'),
-    (_response_without_description, "must have required property 'description'"),
-    (_example_that_is_no_key, 'the example "t4, t5" does not match the schema'),
-    (_example_of_another_cause, "does not match the schema"),
-], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
+    pytest.param(breaks, message, id=breaks.__name__.strip("_")) for breaks, message in [
+        (_drop_info, "must have required property 'info'"),
+        (_dangling_ref, 'Missing $ref pointer "#/components/responses/%sNone"' % PREFIX),
+        (_misspelt_keyword, 'unknown keyword: "cosnt"'),
+        (_response_without_description, "must have required property 'description'"),
+        (_example_that_is_no_key, 'the example "t4, t5" does not match the schema'),
+        (_example_of_another_cause, "does not match the schema"),
+    ]])
 def test_the_validator_refuses_a_broken_copy(validate, tmp_path, breaks, message):
     doc = fragment()
     breaks(doc)
