@@ -145,8 +145,8 @@ def proxy_problems():
 # The functions that answer a problem: those given its status after the cause, and those that
 # answer with the table's status (problem_status). A call of another with a PROBLEM_ constant
 # fails the check below until it is taught here.
-STATUS_AFTER_CAUSE = {"classify_refuse", "exchange_problem", "exchange_refuse_now",
-                      "exchange_answer_problem"}
+STATUS_AFTER_CAUSE = {"classify_refuse", "classify_refuse_rule", "exchange_problem",
+                      "exchange_refuse_now", "exchange_answer_problem"}
 TABLE_STATUS = {"admin_reply_problem", "admin_auth_answer", "admin_resolve_refused",
                 "admin_records_purge_refused"}
 # where each listener's answers are made
