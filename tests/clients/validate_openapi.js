@@ -15,12 +15,20 @@
 //    problem schema allows (and the problem's own `status` equal to it); every required header
 //    present, and every header the response describes valid under its schema.
 // Prints one line per failure and exits 1; prints "ok ..." lines and exits 0; exits 2 when
-// FILE or ANSWERS cannot be read.
+// FILE or ANSWERS cannot be read or a package is missing.
 'use strict';
 
 const fs = require('fs');
-const SwaggerParser = require('@apidevtools/swagger-parser');
-const Ajv2020 = require('ajv/dist/2020');
+
+let SwaggerParser;
+let Ajv2020;
+try { // a missing package is exit 2, never read as an invalid document
+  SwaggerParser = require('@apidevtools/swagger-parser');
+  Ajv2020 = require('ajv/dist/2020');
+} catch (err) {
+  console.error(`validate_openapi.js: ${err.message} (NODE_PATH: the locked packages)`);
+  process.exit(2);
+}
 
 // OpenAPI's own keywords of a Schema Object (3.1 section 4.8.24), beside JSON Schema's
 const OPENAPI_SCHEMA_KEYWORDS = ['discriminator', 'xml', 'externalDocs', 'example'];

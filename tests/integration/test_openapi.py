@@ -36,8 +36,9 @@ PROBLEM_JSON, STRIPE_JSON = "application/problem+json", "application/json"
 
 @pytest.fixture(scope="module")
 def validate():
-    """validate(path, answers=None) -> (exit code, output) of validate_openapi.js on path, with
-    the answers (a list of dicts, see the script) when given."""
+    """validate(path, answers=None, tmp=None) -> (exit code, output) of validate_openapi.js on
+    path, with the answers (a list of dicts, see the script; written into the directory tmp)
+    when given. Exit 2 (the script broke, or a package is missing) fails the test."""
     node, modules = node_packages()
     env = dict(os.environ, NODE_PATH=modules)
 
