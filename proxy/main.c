@@ -1,6 +1,6 @@
 /*
- * main.c - the command line (-c FILE, -t, -V, -h, record-id, admin), signals, the worker
- * threads.
+ * main.c - the command line (-c FILE, -t, -V, -h, record-id, admin, problems), signals,
+ * the worker threads.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -24,6 +24,7 @@
 #include "record_id.h"
 #include "log.h"
 #include "lookup.h"
+#include "problem.h"
 #include "keyring.h"
 #include "seal.h"
 #include "upstream.h"
@@ -54,7 +55,46 @@ static void main_usage(FILE *out)
             "                                       gives that request (JSON)\n"
             "       idempotency-proxy admin -c FILE [--json] VERB ...\n"
             "                                       the operator CLI: list, show, lookup, resolve,\n"
-            "                                       purge, extend, bulk, inbox (admin --help)\n");
+            "                                       purge, extend, bulk, inbox (admin --help)\n"
+            "       idempotency-proxy problems      print the problem types this binary answers\n"
+            "                                       with, one JSON object a line\n");
+}
+
+/*
+ * `problems`: every cause the proxy answers with (problem.h), one JSON
+ * object a line on stdout, in the enum's order: type, code, title, status
+ * (the default; key-reuse-mismatch may be answered 422 by mismatch_status),
+ * stripe_type and stripe_should_retry (docs/client-contract.md#the-stripe-format).
+ * What tests/integration/test_openapi.py compares docs/openapi.yaml with.
+ * Exits 0, 1 (out of memory) or 2 (usage).
+ */
+static int main_problems(int argc, char **argv)
+{
+    char type[96], *text;
+
+    (void)argv;
+    if (argc != 1) {
+        main_usage(stderr);
+        return 2;
+    }
+    for (int i = 0; i < PROBLEM_COUNT; i++) {
+        enum problem p = (enum problem)i;
+        json_t *doc;
+
+        snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", problem_slug(p));
+        doc = json_pack("{s:s, s:s, s:s, s:i, s:s, s:b}", "type", type, "code", problem_slug(p),
+                        "title", problem_title(p), "status", problem_status(p), "stripe_type",
+                        problem_stripe_type(p), "stripe_should_retry", problem_retryable(p));
+        text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(doc);
+        if (text == NULL) {
+            fprintf(stderr, "idempotency-proxy: out of memory\n");
+            return 1;
+        }
+        printf("%s\n", text);
+        free(text);
+    }
+    return 0;
 }
 
 /*
@@ -235,6 +275,8 @@ int main(int argc, char **argv)
         return main_record_id(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "admin") == 0)
         return cli_admin_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "problems") == 0)
+        return main_problems(argc - 1, argv + 1);
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {
         case 'c': file = optarg; break;

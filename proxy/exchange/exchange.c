@@ -246,9 +246,14 @@ void exchange_refuse(struct http_req *req, int status, enum http_server_fault fa
                             "spaces or control characters, followed by the HTTP version");
         return;
     case HTTP_SERVER_FAULT_FRAMING:
-        exchange_refuse_now(arg, req, PROBLEM_INVALID_FRAMING, status,
-                            "the header fields or the body's framing cannot be read safely "
-                            "(RFC 9112)");
+        /* 413: a body past its limit that exchange_too_large did not answer */
+        if (status == 413)
+            exchange_refuse_now(arg, req, PROBLEM_BODY_TOO_LARGE, 413,
+                                "the request body is larger than the configured limit");
+        else
+            exchange_refuse_now(arg, req, PROBLEM_INVALID_FRAMING, 400,
+                                "the header fields or the body's framing cannot be read safely "
+                                "(RFC 9112)");
         return;
     case HTTP_SERVER_FAULT_HEAD_TOO_LARGE:
         exchange_refuse_now(arg, req, PROBLEM_HEAD_TOO_LARGE, 431,

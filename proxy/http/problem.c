@@ -101,6 +101,11 @@ const char *problem_slug(enum problem p)
     return problem_kinds[p].slug;
 }
 
+const char *problem_title(enum problem p)
+{
+    return problem_kinds[p].title;
+}
+
 /* RFC 9457's members of cause p; NULL when out of memory. */
 static json_t *problem_doc(enum problem p, int status, const char *detail)
 {

@@ -54,6 +54,9 @@ int problem_status(enum problem p);
 /* The cause's slug, e.g. "key-reuse-mismatch". Static string. */
 const char *problem_slug(enum problem p);
 
+/* The cause's RFC 9457 `title`, the same on every answer of the cause. Static string. */
+const char *problem_title(enum problem p);
+
 /*
  * The JSON document for cause p with the given status and detail (detail may
  * be NULL; it must never carry another request's data). Returns a

@@ -21,10 +21,12 @@ test files do with them). One home for each, so no test file copies one or impor
   records      keyring_text, write_keyring, new_keyring_secret, raw, records, head, pay
   admin        new_token, token_file, fingerprint, bearer, stdout_json, audit_lines,
                access_record_id, record_id_cli, redis_contents
+  node         node_packages (tests/clients' npm packages: the Stripe and Svix clients, the
+               OpenAPI validator)
 
 Plain functions and classes; nothing here starts a process of its own but run_bin,
 check_file (and check_config, run_check, record_id_cli on them), which wait for the binary to
-exit, and Traffic's threads.
+exit, Traffic's threads, and node_packages' `npm ci`.
 """
 
 import base64
@@ -45,7 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import build_config, hold, pace, proxy_binary, readyz, to_yaml, wait_until
+from harness import (REPO, build_config, hold, pace, proxy_binary, readyz, to_yaml,
+                     wait_until)
 
 PROBLEM_PREFIX = "urn:idempotency-proxy:problem:"
 
@@ -865,3 +868,51 @@ def redis_contents(redis):
         else:
             out[key] = (kind, redis.cmd("DUMP", key))
     return out
+
+
+# --------------------------------------------------------------------------
+# node
+# --------------------------------------------------------------------------
+
+CLIENTS = os.path.join(REPO, "tests", "clients")
+
+
+def node_packages():
+    """(node, node_modules) with tests/clients' locked packages (the Stripe and Svix clients,
+    the OpenAPI validator): `npm ci` runs once per lock file, into
+    <cache>/idempotency-proxy-tests/node-<hash>/ (<cache>: $XDG_CACHE_HOME or ~/.cache). Fails
+    the test, not skips it, without node and npm."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("this test needs node and npm on PATH to run tests/clients' packages "
+                    "(tests/install-deps.sh --tests installs Debian's nodejs and npm)",
+                    pytrace=False)
+    files = ("package.json", "package-lock.json")
+    digest = hashlib.sha256()
+    for name in files:
+        with open(os.path.join(CLIENTS, name), "rb") as f:
+            digest.update(f.read())
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(cache, "idempotency-proxy-tests", "node-" + digest.hexdigest()[:16])
+    done = os.path.join(root, "installed")
+    if not os.path.exists(done):
+        staging = "%s.tmp%d" % (root, os.getpid())
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        for name in files:
+            shutil.copy(os.path.join(CLIENTS, name), staging)
+        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                           cwd=staging, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            pytest.fail("npm ci in %s failed (%d):\n%s%s" % (staging, r.returncode,
+                                                           r.stdout[-3000:], r.stderr[-3000:]),
+                        pytrace=False)
+        with open(os.path.join(staging, "installed"), "w") as f:
+            f.write("ok\n")
+        try:
+            os.rename(staging, root)      # atomic: a parallel run may have won the race
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return node, os.path.join(root, "node_modules")

@@ -10,10 +10,8 @@ when set); node and npm are required (tests/install-deps.sh --tests).
 """
 
 import base64
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -21,7 +19,7 @@ import time
 import pytest
 
 from harness import REPO, free_port, http_request, wait_until
-from proxy_helpers import assert_problem, metric
+from proxy_helpers import assert_problem, metric, node_packages
 
 CLIENTS = os.path.join(REPO, "tests", "clients")
 STRIPE_KEY = "sk_test_x"                      # the SDK sends "Authorization: Bearer sk_test_x"
@@ -35,48 +33,10 @@ STRIPE_ROUTES = [{"path": "/v1/*", "require_key": True}]
 # the node packages
 # --------------------------------------------------------------------------
 
-def _npm_ci_into_cache():
-    """<cache>/node_modules with the locked packages; npm ci runs once per lock file."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("test_clients.py needs node and npm on PATH to run the real Stripe and Svix "
-                    "clients (tests/install-deps.sh --tests installs Debian's nodejs and npm)",
-                    pytrace=False)
-    files = ("package.json", "package-lock.json")
-    digest = hashlib.sha256()
-    for name in files:
-        with open(os.path.join(CLIENTS, name), "rb") as f:
-            digest.update(f.read())
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = os.path.join(cache, "idempotency-proxy-tests", "node-" + digest.hexdigest()[:16])
-    done = os.path.join(root, "installed")
-    if not os.path.exists(done):
-        staging = "%s.tmp%d" % (root, os.getpid())
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
-        for name in files:
-            shutil.copy(os.path.join(CLIENTS, name), staging)
-        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-                           cwd=staging, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=600)
-        if r.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.fail("npm ci in %s failed (%d):\n%s%s" % (staging, r.returncode,
-                                                          r.stdout[-3000:], r.stderr[-3000:]),
-                        pytrace=False)
-        with open(os.path.join(staging, "installed"), "w") as f:
-            f.write("ok\n")
-        try:
-            os.rename(staging, root)      # atomic: a parallel run may have won the race
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-    return node, os.path.join(root, "node_modules")
-
-
 @pytest.fixture(scope="session")
 def node_clients():
     """node_clients(script, *args, stdin=b"") -> stdout of tests/clients/<script> under node."""
-    node, modules = _npm_ci_into_cache()
+    node, modules = node_packages()
     env = dict(os.environ, NODE_PATH=modules)
 
     def run(script, *args, stdin=b""):

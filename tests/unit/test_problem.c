@@ -35,6 +35,8 @@ int main(void)
                    doc != NULL && strcmp(json_string_value(json_object_get(doc, "type")), want) == 0 &&
                        json_integer_value(json_object_get(doc, "status")) == problem_status((enum problem)p) &&
                        json_is_string(json_object_get(doc, "title")) &&
+                       strcmp(json_string_value(json_object_get(doc, "title")),
+                              problem_title((enum problem)p)) == 0 &&
                        strcmp(json_string_value(json_object_get(doc, "detail")), "why") == 0,
                    "%s", text);
         json_decref(doc);
