@@ -100,6 +100,8 @@ static void config_policy_deinit(struct route_policy *policy)
     free(policy->key_header);
     for (size_t i = 0; i < policy->n_scope_headers; i++)
         free(policy->scope_headers[i]);
+    for (size_t i = 0; i < policy->n_fingerprint_ignore; i++)
+        free(policy->fingerprint_ignore[i]);
     free(policy->key_json_pointer);
     free(policy->record_source);
     for (size_t i = 0; i < policy->n_secrets; i++)

@@ -244,6 +244,8 @@ static const struct {
     { "require_key", R_P, R_P "    require_key: true\n" },
     { "key_max_length", R_P, R_P "    key_max_length: 100\n" },
     { "fingerprint", R_P, R_P "    fingerprint: none\n" },
+    { "fingerprint_ignore", R_P "    fingerprint: json\n",
+      R_P "    fingerprint: json\n    fingerprint_ignore: [/ts]\n" },
     { "scope_headers", R_P, R_P "    scope_headers: [X-Tenant]\n" },
     { "lease", R_P, R_P "    lease: 30s\n" },
     { "retention", R_P, R_P "    retention: 1h\n" },
