@@ -87,6 +87,8 @@ static const struct problem_kind {
         "permission_error", false },
     [PROBLEM_ADMIN_THROTTLED] = { "admin-throttled", 429, "Too many failed authentications",
         "rate_limit_error", false },
+    [PROBLEM_INVALID_BODY] = { "invalid-body", 400, "Invalid request body",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)

@@ -38,6 +38,7 @@ enum problem {
     PROBLEM_RE_EXECUTE_NOT_CONFIRMED, /* a purge that would let the request execute again, unconfirmed */
     PROBLEM_ADMIN_FORBIDDEN,        /* an operator without the right the admin request needs */
     PROBLEM_ADMIN_THROTTLED,        /* too many failed authentications from one client address */
+    PROBLEM_INVALID_BODY,           /* a body its route's fingerprint mode cannot read (json, form) */
     PROBLEM_COUNT
 };
 
