@@ -163,8 +163,10 @@ static void exchange_canonical_request(const struct exchange *x, struct canonica
         .method = x->rq.method, .target = x->rq.target,
         .body = x->rq.body_bytes, .body_len = x->rq.body_len,
     };
-    rq->content_type = header_find_all(http_server_input_headers(x->req), "Content-Type",
-                                       &rq->content_type_lines);
+    /* x->req is there until x is answered, and nothing fingerprints an answered exchange */
+    rq->content_type = x->req != NULL ? header_find_all(http_server_input_headers(x->req),
+                                                        "Content-Type", &rq->content_type_lines)
+                                      : NULL;
 }
 
 /*
