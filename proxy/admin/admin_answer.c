@@ -217,8 +217,9 @@ char *admin_answer_record(const struct admin_answer *a, const struct record *old
     char *encoded;
 
     record_init(&rec, RECORD_RESOLVED, old->owner, old->fingerprint, old->created_ms);
-    /* the retry compares its fingerprint under the key that made the claim's */
+    /* the retry compares its fingerprint as the claim's was made: its key, mode and list */
     memcpy(rec.key_id, old->key_id, sizeof(rec.key_id));
+    rec.basis = old->basis;
     rec.route = old->route;
     rec.route_len = old->route_len;
     rec.completed_ms = clock_now_ms();

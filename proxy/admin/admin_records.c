@@ -23,6 +23,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "http_server.h"
+#include "canonical.h"
 #include "clock.h"
 #include "config.h"
 #include "exchange.h"
@@ -111,6 +112,17 @@ static int admin_records_missing(enum store_status st, const char *value, const 
     return 0;
 }
 
+/* How the record's fingerprint was made: its mode and fingerprint_ignore (IR3; "request" before). */
+static void admin_records_basis(json_t *doc, const struct fingerprint_basis *basis)
+{
+    json_t *ignore = json_array();
+
+    for (size_t i = 0; ignore != NULL && i < basis->ignore.n; i++)
+        json_array_append_new(ignore, json_stringn(basis->ignore.pointer[i], basis->ignore.len[i]));
+    json_object_set_new(doc, "fingerprint_mode", json_string(canonical_mode_name(basis->mode)));
+    json_object_set_new(doc, "fingerprint_ignore", ignore);
+}
+
 static void admin_on_get(enum store_status st, const char *value, size_t len, void *arg)
 {
     struct admin_records_call *c = arg;
@@ -141,6 +153,7 @@ static void admin_on_get(enum store_status st, const char *value, size_t len, vo
         if (c->doc != NULL) {
             json_object_set_new(c->doc, "encrypted", json_boolean(rec.sealed != NULL));
             json_object_set_new(c->doc, "key_id", json_string(rec.key_id));
+            admin_records_basis(c->doc, &rec.basis);
             json_object_set_new(c->doc, "route", json_stringn(rec.route, rec.route_len));
             json_object_set_new(c->doc, "etag", json_string(c->etag));
         }

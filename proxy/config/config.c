@@ -101,6 +101,8 @@ static void config_policy_deinit(struct route_policy *policy)
     for (size_t i = 0; i < policy->n_scope_headers; i++)
         free(policy->scope_headers[i]);
     config_key_pattern_free(policy);
+    for (size_t i = 0; i < policy->n_fingerprint_ignore; i++)
+        free(policy->fingerprint_ignore[i]);
     free(policy->key_json_pointer);
     free(policy->record_source);
     for (size_t i = 0; i < policy->n_secrets; i++)

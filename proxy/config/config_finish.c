@@ -103,6 +103,8 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
     yaml_node_t *where;
 
     ld->cur = &ld->user;
+    if (config_check_fingerprint(ld, policy, map) < 0)
+        return -1;
     config_format_duration(policy->lease_ms, lease, sizeof(lease));
     if (policy->lease_ms < CONFIG_MIN_LEASE_MS || policy->lease_ms * 2 < redis_timeout_ms * 3) {
         where = config_lookup(&ld->user, map, "lease");
@@ -165,6 +167,8 @@ static int config_finish_route(struct config_loader *ld, size_t i)
         if (policy->webhook && !(*set & config_policy_bit("fingerprint"))) {
             policy->fingerprint = FINGERPRINT_NONE;
             *set |= config_policy_bit("fingerprint");
+            /* nor the fingerprint_ignore of defaults:, which is for their json fingerprint */
+            *set |= config_policy_bit("fingerprint_ignore");
         }
     }
     if (config_apply_mapping(ld, &ld->user, config_lookup(&ld->user, ld->user.root, "defaults"),

@@ -433,6 +433,18 @@ int config_check_secret_source(struct config_loader *ld, yaml_node_t *map, const
  */
 int config_check_replicas(struct config_loader *ld, yaml_node_t *redis);
 
+/*
+ * fingerprint_ignore (config_fingerprint.c): its start (at most
+ * CONFIG_MAX_FINGERPRINT_IGNORE items) and one item, a JSON Pointer; and the
+ * pass-3 check of a policy (defaults: or a route whose mapping is map):
+ * fingerprint_ignore only with fingerprint: json. Returns 0, or -1 after
+ * config_error naming the line.
+ */
+config_list_begin config_begin_fingerprint_ignore;
+config_setter config_set_fingerprint_ignore;
+int config_check_fingerprint(struct config_loader *ld, const struct route_policy *policy,
+                             yaml_node_t *map);
+
 /* The starts of the list keys (config_set.c). */
 config_list_begin config_begin_methods, config_begin_scope_headers,
     config_begin_release_statuses, config_begin_secrets, config_begin_sentinel_addresses,

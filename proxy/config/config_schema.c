@@ -42,7 +42,8 @@
 
 /* Values of the enum-valued policy keys; config_set_enum stores them as int. */
 static const struct config_enum config_fingerprint_names[] = {
-    { "request", FINGERPRINT_REQUEST }, { "none", FINGERPRINT_NONE }, { NULL, 0 },
+    { "request", FINGERPRINT_REQUEST }, { "json", FINGERPRINT_JSON },
+    { "form", FINGERPRINT_FORM }, { "none", FINGERPRINT_NONE }, { NULL, 0 },
 };
 static const struct config_enum config_in_flight_names[] = {
     { "wait", IN_FLIGHT_WAIT }, { "reject", IN_FLIGHT_REJECT }, { NULL, 0 },
@@ -216,6 +217,7 @@ const struct config_key config_policy_keys[] = {
     { "key_min_length", .reload = LIVE, .set = config_set_key_min_length },
     { "key_pattern", .reload = LIVE, .set = config_set_key_pattern },
     { "fingerprint", .reload = LIVE, .set = config_set_enum, .offset = POL(fingerprint), .names = config_fingerprint_names },
+    { "fingerprint_ignore", .reload = LIVE, .kind = CONFIG_LIST, .set = config_set_fingerprint_ignore, .begin = config_begin_fingerprint_ignore },
     { "scope_headers", .reload = IDENTITY(config_changed_scope_headers), .kind = CONFIG_LIST, .set = config_set_scope_header, .begin = config_begin_scope_headers },
     { "scope_required", .reload = LIVE, .set = config_set_bool, .offset = POL(scope_required) },
     { "lease", .reload = LIVE, .set = config_set_duration, .offset = POL(lease_ms), .flags = CONFIG_POSITIVE },
@@ -411,6 +413,7 @@ const char config_builtin_yaml[] =
     "  key_max_length: 255\n"
     "  key_min_length: 1\n"
     "  fingerprint: request\n"
+    "  fingerprint_ignore: []\n"
     "  scope_headers: [Authorization]\n"
     "  scope_required: false\n"
     "  lease: 60s\n"

@@ -24,7 +24,12 @@ enum method_bit {
     METHOD_OPTIONS = 1u << 6,
 };
 
-enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE };
+/*
+ * How a route fingerprints a keyed request (docs/client-contract.md#the-fingerprint-and-what-is-recorded):
+ * the raw bytes, nothing, or method and target with the body's canonical
+ * form (canonical.h). Stored as int (config_set_enum): values appended only.
+ */
+enum fingerprint_mode { FINGERPRINT_REQUEST, FINGERPRINT_NONE, FINGERPRINT_JSON, FINGERPRINT_FORM };
 enum in_flight_mode { IN_FLIGHT_WAIT, IN_FLIGHT_REJECT };
 enum ambiguous_mode { AMBIGUOUS_HOLD, AMBIGUOUS_RELEASE };
 /* `on_store_error`: what a request gets when Redis cannot decide (not a store status). */
@@ -37,6 +42,9 @@ enum key_source { KEY_FROM_HEADER, KEY_FROM_JSON };
 enum error_format { ERROR_FORMAT_PROBLEM, ERROR_FORMAT_STRIPE };
 
 #define CONFIG_MAX_SCOPE_HEADERS 8
+/* fingerprint_ignore: at most this many JSON Pointers, each 1..CONFIG_MAX_IGNORE_POINTER bytes */
+#define CONFIG_MAX_FINGERPRINT_IGNORE 32
+#define CONFIG_MAX_IGNORE_POINTER 255
 #define CONFIG_MAX_RELEASE_STATUSES 16
 #define CONFIG_MAX_SECRETS 2
 /* Longest key_max_length a route may set, bytes. */
@@ -93,6 +101,9 @@ struct route_policy {
     bool scope_required;            /* a protected request must send every scope header,
                                        non-empty (else 400 missing-scope) */
     enum fingerprint_mode fingerprint;
+    char *fingerprint_ignore[CONFIG_MAX_FINGERPRINT_IGNORE]; /* RFC 6901 pointers left out of a
+                                       json fingerprint (canonical.h); owned */
+    size_t n_fingerprint_ignore;
     char *scope_headers[CONFIG_MAX_SCOPE_HEADERS]; /* owned */
     size_t n_scope_headers;
     uint64_t lease_ms;

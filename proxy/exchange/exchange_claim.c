@@ -14,9 +14,12 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "canonical.h"
 #include "clock.h"
 #include "config.h"
 #include "decide.h"
+#include "headers.h"
+#include "http_server.h"
 #include "log.h"
 #include "metrics.h"
 #include "record_id.h"
@@ -153,34 +156,55 @@ static void exchange_unreadable(struct exchange *x, int r, const char *key_id)
     }
 }
 
+/* Our request as canonical.h reads it (its body, until it is dropped after the forward). */
+static void exchange_canonical_request(const struct exchange *x, struct canonical_request *rq)
+{
+    *rq = (struct canonical_request){
+        .method = x->rq.method, .target = x->rq.target,
+        .body = x->rq.body_bytes, .body_len = x->rq.body_len,
+    };
+    /* x->req is there until x is answered, and nothing fingerprints an answered exchange */
+    rq->content_type = x->req != NULL ? header_find_all(http_server_input_headers(x->req),
+                                                        "Content-Type", &rq->content_type_lines)
+                                      : NULL;
+}
+
 /*
  * The fingerprint of our request as rec's was made, into fp
- * (FINGERPRINT_HEX_LEN + 1 bytes): under rec's key id (a rotation since
- * never turns a retry into a mismatch), or unkeyed for a record without
- * one (a plaintext record from before the keyring). Answers the request
- * itself when rec's key is not in the keyring, and then returns
- * SEAL_KEY_UNAVAILABLE; else SEAL_OK.
+ * (FINGERPRINT_HEX_LEN + 1 bytes): in rec's mode with rec's ignore list (a
+ * reload of the route's fingerprint since never makes a record
+ * incomparable), under rec's key id (a rotation since never turns a retry
+ * into a mismatch), or unkeyed for a record without one (a plaintext
+ * record from before the keyring). A body rec's mode cannot read is not
+ * the request rec recorded (that one was read): fp "" then, a mismatch.
+ * Nothing to compute on a route that compares nothing now (none). Answers
+ * the request itself when rec's key is not in the keyring (or out of
+ * memory), and then returns SEAL_KEY_UNAVAILABLE; else SEAL_OK.
  */
 static int exchange_compared_fingerprint(struct exchange *x, const struct record *rec, char *fp)
 {
-    const struct keyring *kr = x->conf->keyring;
+    struct fingerprint_basis ours;
+    struct canonical_request rq;
+    char why[CANONICAL_WHY_MAX];
     int r;
 
     memcpy(fp, x->fingerprint, FINGERPRINT_HEX_LEN + 1);
-    if (x->policy->fingerprint != FINGERPRINT_REQUEST || strcmp(rec->key_id, x->key_id) == 0)
+    canonical_basis_of(&ours, x->policy);
+    if (x->policy->fingerprint == FINGERPRINT_NONE ||
+        (strcmp(rec->key_id, x->key_id) == 0 && canonical_basis_equal(&rec->basis, &ours)))
         return SEAL_OK;
-    if (rec->key_id[0] == '\0') {
-        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len, fp);
+    exchange_canonical_request(x, &rq);
+    r = canonical_fingerprint(x->conf->keyring, rec->key_id, &rec->basis, &rq, fp, why);
+    if (r == CANONICAL_OK)
+        return SEAL_OK;
+    if (r == CANONICAL_INVALID_BODY) {
+        fp[0] = '\0';
         return SEAL_OK;
     }
-    r = kr == NULL ? SEAL_KEY_UNAVAILABLE
-                   : seal_fingerprint(kr, rec->key_id, strlen(rec->key_id), x->rq.method,
-                                      x->rq.target, x->rq.body_bytes, x->rq.body_len, fp);
-    if (r == SEAL_OK)
-        return SEAL_OK;
-    if (r == SEAL_KEY_UNAVAILABLE)
+    if (r == CANONICAL_KEY_UNAVAILABLE)
         keyring_count_id(rec->key_id, strlen(rec->key_id), KEYRING_UNAVAILABLE);
-    exchange_unreadable(x, r == SEAL_KEY_UNAVAILABLE ? SEAL_KEY_UNAVAILABLE : -1, rec->key_id);
+    exchange_unreadable(x, r == CANONICAL_KEY_UNAVAILABLE ? SEAL_KEY_UNAVAILABLE : -1,
+                        rec->key_id);
     return SEAL_KEY_UNAVAILABLE;
 }
 
@@ -432,6 +456,39 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
         abort();
 }
 
+/*
+ * Our fingerprint, in our route's mode (canonical.h), keyed under the
+ * keyring's encrypting key when there is one. A body the mode cannot read
+ * is refused here, before any Redis command: 400 invalid-body, nothing
+ * claimed, nothing forwarded. False once x is answered.
+ */
+static bool exchange_fingerprint(struct exchange *x)
+{
+    struct fingerprint_basis basis;
+    struct canonical_request rq;
+    char why[CANONICAL_WHY_MAX], detail[CANONICAL_WHY_MAX + 64];
+    int r;
+
+    canonical_basis_of(&basis, x->policy);
+    exchange_canonical_request(x, &rq);
+    r = canonical_fingerprint(x->conf->keyring, NULL, &basis, &rq, x->fingerprint, why);
+    if (r == CANONICAL_OK)
+        return true;
+    if (r == CANONICAL_INVALID_BODY) {
+        snprintf(detail, sizeof(detail), "%s; nothing was claimed or forwarded", why);
+        exchange_problem(x, PROBLEM_INVALID_BODY, 400, detail, 0, false);
+        return false;
+    }
+    /* not a store failure: on_store_error: pass must not forward it unprotected */
+    log_msg(LOG_ERROR, "exchange %s: cannot make the fingerprint (out of memory, or OpenSSL "
+            "failed); nothing forwarded", x->record_id);
+    x->outcome = OUTCOME_STORE_ERROR;
+    exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
+                     "the proxy could not fingerprint the request; nothing was forwarded", 1,
+                     false);
+    return false;
+}
+
 /* The key is valid: compute the record identity and fingerprint, then claim. */
 void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
                              const char *key, size_t key_len)
@@ -444,22 +501,8 @@ void exchange_protect(struct exchange *x, const struct evkeyvalq *headers,
     }
     if (x->conf->keyring != NULL) /* the key that seals, and that makes the fingerprint */
         snprintf(x->key_id, sizeof(x->key_id), "%s", keyring_id(x->conf->keyring, 0));
-    if (x->policy->fingerprint != FINGERPRINT_REQUEST) {
-        fingerprint_none(x->fingerprint);
-    } else if (x->conf->keyring == NULL) {
-        fingerprint_request(x->rq.method, x->rq.target, x->rq.body_bytes, x->rq.body_len,
-                            x->fingerprint);
-    } else if (seal_fingerprint(x->conf->keyring, NULL, 0, x->rq.method, x->rq.target,
-                                x->rq.body_bytes, x->rq.body_len, x->fingerprint) != SEAL_OK) {
-        /* not a store failure: on_store_error: pass must not forward it unprotected */
-        log_msg(LOG_ERROR, "exchange %s: cannot make the keyed fingerprint (OpenSSL failed); "
-                "nothing forwarded", x->record_id);
-        x->outcome = OUTCOME_STORE_ERROR;
-        exchange_problem(x, PROBLEM_STORE_UNAVAILABLE, 503,
-                         "the proxy could not fingerprint the request; nothing was forwarded", 1,
-                         false);
+    if (!exchange_fingerprint(x))
         return;
-    }
     if (owner_token_create(x->owner) != 0) {
         exchange_store_failed(x, STORE_ERROR);
         return;

@@ -19,6 +19,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "budget.h"
+#include "canonical.h"
 #include "classify.h"
 #include "clock.h"
 #include "config.h"
@@ -362,6 +363,7 @@ void exchange_record_init(const struct exchange *x, struct record *rec,
 {
     record_init(rec, state, x->owner, x->fingerprint, x->created_ms);
     memcpy(rec->key_id, x->key_id, sizeof(rec->key_id));
+    canonical_basis_of(&rec->basis, x->policy); /* json and form records are IR3 */
     record_set_route(rec, x->route->path);
 }
 

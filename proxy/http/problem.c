@@ -89,6 +89,8 @@ static const struct problem_kind {
         "rate_limit_error", false },
     [PROBLEM_MISSING_SCOPE] = { "missing-scope", 400, "Scope header required",
         "invalid_request_error", false },
+    [PROBLEM_INVALID_BODY] = { "invalid-body", 400, "Invalid request body",
+        "invalid_request_error", false },
 };
 
 int problem_status(enum problem p)

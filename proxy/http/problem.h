@@ -39,6 +39,7 @@ enum problem {
     PROBLEM_ADMIN_FORBIDDEN,        /* an operator without the right the admin request needs */
     PROBLEM_ADMIN_THROTTLED,        /* too many failed authentications from one client address */
     PROBLEM_MISSING_SCOPE,          /* scope_required: a protected request without a scope header */
+    PROBLEM_INVALID_BODY,           /* a body its route's fingerprint mode cannot read (json, form) */
     PROBLEM_COUNT
 };
 

@@ -18,6 +18,8 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include "json_pointer.h"
+
 #define WEBHOOK_DIGEST_LEN 32   /* HMAC-SHA256, bytes */
 #define WEBHOOK_HEX_LEN 64      /* the digest as hex, chars */
 #define WEBHOOK_B64_LEN 44      /* the digest as padded base64, chars */
@@ -626,79 +628,24 @@ int webhook_sign(char *const *secrets, size_t n_secrets, const char *id, int64_t
     return 0;
 }
 
-/* An RFC 6901 array index: "0" or digits without a leading zero, below size. */
-static bool webhook_json_index(const char *token, size_t len, size_t size, size_t *index)
-{
-    size_t n = 0;
-
-    if (len == 0 || (len > 1 && token[0] == '0'))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        if (token[i] < '0' || token[i] > '9')
-            return false;
-        n = n * 10 + (size_t)(token[i] - '0');
-        if (n >= size)
-            return false;
-    }
-    *index = n;
-    return true;
-}
-
-/* One reference token applied to node (RFC 6901 section 4); NULL when it does not resolve. */
-static json_t *webhook_json_step(json_t *node, const char *token, size_t len)
-{
-    size_t index;
-
-    if (json_is_object(node))
-        return json_object_getn(node, token, len);
-    if (json_is_array(node) && webhook_json_index(token, len, json_array_size(node), &index))
-        return json_array_get(node, index);
-    return NULL;
-}
-
 int webhook_key_from_json(const char *body, size_t len, const char *pointer, char *out,
                           size_t outsize, size_t *out_len)
 {
     json_error_t error;
-    json_t *root = NULL, *node;
-    char *token = NULL;
-    const char *p = pointer, *s;
+    json_t *root, *node;
+    const char *s;
     size_t slen;
     int rc = -1;
 
-    if (body == NULL || (*p != '\0' && *p != '/'))
-        goto failed;
+    if (body == NULL)
+        return -3;
     /* providers never repeat a member; if a body does, which "id" is meant is ambiguous */
-    rc = -3;
     root = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &error);
     if (root == NULL)
+        return -3;
+    node = json_pointer_get(root, pointer);
+    if (node == NULL)
         goto failed;
-    token = malloc(strlen(pointer) + 1); /* unescaping only shortens */
-    if (token == NULL)
-        goto failed;
-    rc = -1;
-    node = root;
-    while (*p == '/') {
-        size_t n = 0;
-
-        for (p++; *p != '\0' && *p != '/'; p++) {
-            if (*p != '~') {
-                token[n++] = *p;
-                continue;
-            }
-            p++;
-            if (*p == '0')
-                token[n++] = '~';
-            else if (*p == '1')
-                token[n++] = '/';
-            else
-                goto failed; /* '~' not followed by 0 or 1: not a JSON Pointer */
-        }
-        node = webhook_json_step(node, token, n);
-        if (node == NULL)
-            goto failed;
-    }
-
     rc = -2;
     if (!json_is_string(node))
         goto failed;
@@ -711,7 +658,6 @@ int webhook_key_from_json(const char *body, size_t len, const char *pointer, cha
     *out_len = slen;
     rc = 0;
 failed:
-    free(token);
     json_decref(root);
     return rc;
 }

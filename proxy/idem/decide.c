@@ -8,7 +8,7 @@
 enum decision decide_existing(const struct record *rec, const char *fp, uint64_t now_ms,
                               const struct route_policy *policy)
 {
-    if (policy->fingerprint == FINGERPRINT_REQUEST && strcmp(rec->fingerprint, fp) != 0)
+    if (policy->fingerprint != FINGERPRINT_NONE && strcmp(rec->fingerprint, fp) != 0)
         return DECIDE_MISMATCH;
     switch (rec->state) {
     case RECORD_DONE:

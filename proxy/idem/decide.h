@@ -23,8 +23,10 @@ enum decision {
 };
 
 /*
- * Decide for an existing record rec, the request's fingerprint fp (hex),
- * the wall clock now_ms and the route policy. A mismatch wins over every
+ * Decide for an existing record rec, the request's fingerprint fp (hex,
+ * made as rec's was: its mode, ignore list and key id; "" for a body that
+ * mode cannot read), the wall clock now_ms and the route policy. A route
+ * whose fingerprint is none compares nothing. A mismatch wins over every
  * state (docs/client-contract.md#how-a-request-is-handled: "whatever the record's state").
  */
 enum decision decide_existing(const struct record *rec, const char *fp, uint64_t now_ms,

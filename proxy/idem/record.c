@@ -1,5 +1,5 @@
 /*
- * record.c - the record codec (IR2, and IR1 to read), and the records an
+ * record.c - the record codec (IR2 and IR3, and IR1 to read), and the records an
  * exchange writes. No I/O; record_encode_alloc and record_open allocate and
  * seal or open the answer (seal.h).
  */
@@ -22,6 +22,12 @@
 
 static const char record_magic[3] = { 'I', 'R', '1' };
 static const char record_magic2[3] = { 'I', 'R', '2' };
+static const char record_magic3[3] = { 'I', 'R', '3' };
+
+/* IR3's fingerprint modes (record.h) */
+#define RECORD_MODE_JSON 'J'
+#define RECORD_MODE_FORM 'F'
+#define RECORD_POINTER_DIGITS 3 /* an ignore list's pointer length, decimal */
 
 #define RECORD_ANSWER_PLAIN 'P'
 #define RECORD_ANSWER_SEALED 'S'
@@ -45,8 +51,26 @@ static size_t record_answer_size(const struct record *rec)
     return n;
 }
 
+/* Whether rec is written as IR3: a fingerprint made from a canonical body. */
+static bool record_v3(const struct record *rec)
+{
+    return rec->basis.mode == FINGERPRINT_JSON || rec->basis.mode == FINGERPRINT_FORM;
+}
+
+/* Bytes of rec's ignore list in an IR3 head. */
+static size_t record_ignore_size(const struct record *rec)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < rec->basis.ignore.n; i++)
+        n += RECORD_POINTER_DIGITS + rec->basis.ignore.len[i];
+    return n;
+}
+
 static size_t record_head_size(const struct record *rec)
 {
+    if (record_v3(rec))
+        return RECORD_HEAD3_LEN + strlen(rec->key_id) + rec->route_len + record_ignore_size(rec);
     return RECORD_HEAD2_LEN + strlen(rec->key_id) + rec->route_len;
 }
 
@@ -88,18 +112,53 @@ static bool record_hex_token_valid(const char *s, size_t n)
     return true;
 }
 
+/* Whether rec's ignore list is one an IR3 head holds: bounded, and only beside json. */
+static bool record_ignore_valid(const struct record *rec)
+{
+    const struct canonical_ignore *ig = &rec->basis.ignore;
+
+    if (ig->n > CONFIG_MAX_FINGERPRINT_IGNORE ||
+        (ig->n > 0 && rec->basis.mode != FINGERPRINT_JSON))
+        return false;
+    for (size_t i = 0; i < ig->n; i++)
+        if (ig->len[i] == 0 || ig->len[i] > CONFIG_MAX_IGNORE_POINTER)
+            return false;
+    return true;
+}
+
+/* IR3's mode, the ignore list's length and (at list) the list; false when unencodable. */
+static bool record_encode_basis(const struct record *rec, char *out, char *list)
+{
+    const struct canonical_ignore *ig = &rec->basis.ignore;
+
+    _Static_assert(RECORD_IGNORE_MAX <= 9999 && CONFIG_MAX_IGNORE_POINTER <= 999,
+                   "the ignore list's lengths fit their digits");
+    out[RECORD_HEAD2_LEN] = rec->basis.mode == FINGERPRINT_JSON ? RECORD_MODE_JSON
+                                                                : RECORD_MODE_FORM;
+    if (!record_put_decimal(out + RECORD_HEAD2_LEN + 1, 4, record_ignore_size(rec)))
+        return false;
+    for (size_t i = 0; i < ig->n; i++) {
+        if (!record_put_decimal(list, RECORD_POINTER_DIGITS, ig->len[i]))
+            return false;
+        memcpy(list + RECORD_POINTER_DIGITS, ig->pointer[i], ig->len[i]);
+        list += RECORD_POINTER_DIGITS + ig->len[i];
+    }
+    return true;
+}
+
 /* The head of rec (record_head_size bytes) into out, answer flag as given; false when unencodable. */
 static bool record_encode_head(const struct record *rec, char answer, char *out)
 {
     size_t id_len = strlen(rec->key_id);
+    size_t fixed = record_v3(rec) ? RECORD_HEAD3_LEN : RECORD_HEAD2_LEN;
 
     if (!record_state_valid(rec->state) || rec->n_headers > RECORD_MAX_HEADERS ||
         rec->status < 0 || rec->status > 999 || !record_hex_token_valid(rec->owner, 32) ||
         !record_hex_token_valid(rec->fingerprint, 32) ||
         (id_len > 0 && !keyring_id_valid(rec->key_id, id_len)) ||
-        rec->route_len > RECORD_ROUTE_MAX)
+        rec->route_len > RECORD_ROUTE_MAX || !record_ignore_valid(rec))
         return false;
-    memcpy(out, record_magic2, 3);
+    memcpy(out, record_v3(rec) ? record_magic3 : record_magic2, 3);
     out[RECORD_STATE_OFFSET] = (char)rec->state;
     memcpy(out + RECORD_OWNER_OFFSET, rec->owner, RECORD_OWNER_LEN);
     memcpy(out + 36, rec->fingerprint, 32);
@@ -110,10 +169,10 @@ static bool record_encode_head(const struct record *rec, char answer, char *out)
         !record_put_decimal(out + 117, 2, id_len) ||
         !record_put_decimal(out + 119, 4, rec->route_len))
         return false;
-    memcpy(out + RECORD_HEAD2_LEN, rec->key_id, id_len);
+    memcpy(out + fixed, rec->key_id, id_len);
     if (rec->route_len > 0)
-        memcpy(out + RECORD_HEAD2_LEN + id_len, rec->route, rec->route_len);
-    return true;
+        memcpy(out + fixed + id_len, rec->route, rec->route_len);
+    return !record_v3(rec) || record_encode_basis(rec, out, out + fixed + id_len + rec->route_len);
 }
 
 /* rec's answer (record_answer_size bytes) into out; false when a field is too long. */
@@ -208,24 +267,71 @@ static int record_decode_common(const char *buf, struct record *rec)
     return 0;
 }
 
-static int record_decode_v2(const char *buf, size_t len, struct record *rec)
+/*
+ * IR3's ignore list (g bytes at list) into rec->basis (pointers borrow
+ * list): whole pointers only, as many as a route may have, each a JSON
+ * Pointer to something (never ""), and none beside form. -1 otherwise.
+ */
+static int record_decode_ignore(const char *list, size_t g, struct record *rec)
 {
-    uint64_t id_len, route_len;
+    struct canonical_ignore *ig = &rec->basis.ignore;
+    size_t off = 0;
+
+    while (off < g) {
+        uint64_t n;
+
+        if (ig->n == CONFIG_MAX_FINGERPRINT_IGNORE || rec->basis.mode != FINGERPRINT_JSON ||
+            g - off < RECORD_POINTER_DIGITS ||
+            !record_get_decimal(list + off, RECORD_POINTER_DIGITS, &n) || n == 0 ||
+            n > CONFIG_MAX_IGNORE_POINTER || g - off - RECORD_POINTER_DIGITS < n ||
+            list[off + RECORD_POINTER_DIGITS] != '/')
+            return -1;
+        ig->pointer[ig->n] = list + off + RECORD_POINTER_DIGITS;
+        ig->len[ig->n++] = (size_t)n;
+        off += RECORD_POINTER_DIGITS + (size_t)n;
+    }
+    return 0;
+}
+
+/* IR3's mode and ignore list's length (at buf + RECORD_HEAD2_LEN) into rec and *g; -1 if bad. */
+static int record_decode_basis(const char *buf, size_t len, struct record *rec, uint64_t *g)
+{
+    if (len < RECORD_HEAD3_LEN || !record_get_decimal(buf + RECORD_HEAD2_LEN + 1, 4, g) ||
+        *g > RECORD_IGNORE_MAX)
+        return -1;
+    if (buf[RECORD_HEAD2_LEN] == RECORD_MODE_JSON)
+        rec->basis.mode = FINGERPRINT_JSON;
+    else if (buf[RECORD_HEAD2_LEN] == RECORD_MODE_FORM)
+        rec->basis.mode = FINGERPRINT_FORM;
+    else
+        return -1;
+    return 0;
+}
+
+/* An IR2 or IR3 (version) record. */
+static int record_decode_v2(const char *buf, size_t len, int version, struct record *rec)
+{
+    size_t fixed = version == 3 ? RECORD_HEAD3_LEN : RECORD_HEAD2_LEN;
+    uint64_t id_len, route_len, g = 0;
     size_t head;
 
     if (len < RECORD_HEAD2_LEN || record_decode_common(buf, rec) != 0 ||
         (buf[116] != RECORD_ANSWER_PLAIN && buf[116] != RECORD_ANSWER_SEALED) ||
         !record_get_decimal(buf + 117, 2, &id_len) || id_len > KEYRING_ID_MAX ||
         !record_get_decimal(buf + 119, 4, &route_len) || route_len > RECORD_ROUTE_MAX ||
-        len - RECORD_HEAD2_LEN < id_len + route_len)
+        (version == 3 && record_decode_basis(buf, len, rec, &g) != 0) ||
+        len - fixed < id_len + route_len + g)
         return -1;
-    if (id_len > 0 && !keyring_id_valid(buf + RECORD_HEAD2_LEN, (size_t)id_len))
+    if (id_len > 0 && !keyring_id_valid(buf + fixed, (size_t)id_len))
         return -1;
-    rec->version = 2;
-    memcpy(rec->key_id, buf + RECORD_HEAD2_LEN, (size_t)id_len);
-    rec->route = buf + RECORD_HEAD2_LEN + id_len;
+    rec->version = version;
+    memcpy(rec->key_id, buf + fixed, (size_t)id_len);
+    rec->route = buf + fixed + id_len;
     rec->route_len = (size_t)route_len;
-    head = RECORD_HEAD2_LEN + (size_t)id_len + (size_t)route_len;
+    head = fixed + (size_t)id_len + (size_t)route_len;
+    if (record_decode_ignore(buf + head, (size_t)g, rec) != 0)
+        return -1;
+    head += (size_t)g;
     rec->head = buf;
     rec->head_len = head;
     if (rec->state == RECORD_CLAIMED)
@@ -244,7 +350,10 @@ int record_decode(const char *buf, size_t len, struct record *rec)
     rec->route = "";
     if (len >= 3 && memcmp(buf, record_magic2, 3) == 0 &&
         record_state_valid(buf[RECORD_STATE_OFFSET]))
-        return record_decode_v2(buf, len, rec);
+        return record_decode_v2(buf, len, 2, rec);
+    if (len >= 3 && memcmp(buf, record_magic3, 3) == 0 &&
+        record_state_valid(buf[RECORD_STATE_OFFSET]))
+        return record_decode_v2(buf, len, 3, rec);
     if (len < RECORD_HEAD_LEN || memcmp(buf, record_magic, 3) != 0 ||
         !record_state_valid(buf[RECORD_STATE_OFFSET]) || record_decode_common(buf, rec) != 0)
         return -1;

@@ -3,9 +3,11 @@
  *
  * One Redis string per record (docs/client-contract.md#how-a-request-is-handled). A head
  * that the Lua compare-and-set scripts can read by offset (state and owner
- * token at the same offsets in both versions), then the stored answer.
+ * token at the same offsets in every version), then the stored answer.
  *
- * Format version 2, "IR2", what the proxy writes:
+ * Format version 2, "IR2", what the proxy writes for a fingerprint made
+ * under `fingerprint: request` or `none` (so that a release before IR3
+ * reads it):
  *
  *   off    len  field
  *   0      3    "IR2"                magic + version
@@ -33,6 +35,25 @@
  * head field, so a value copied under another key, or a head changed in
  * Redis, fails to open.
  *
+ * Format version 3, "IR3", what the proxy writes for a fingerprint made
+ * under `fingerprint: json` or `form` (written since 0.5.0; earlier
+ * releases refuse to read it): IR2's fixed fields at IR2's offsets (0..122, the magic
+ * "IR3"), then
+ *
+ *   123    1    fingerprint mode     'J' json, 'F' form (how the fingerprint was made)
+ *   124    4    G                    bytes of the ignore list, decimal 0000..RECORD_IGNORE_MAX
+ *   128    L    key id
+ *   128+L  R    route name
+ *   128+L+R G   ignore list          the route's fingerprint_ignore when the fingerprint
+ *                                    was made: each pointer as 3 decimal digits of its
+ *                                    length (1..CONFIG_MAX_IGNORE_POINTER) and its bytes,
+ *                                    at most CONFIG_MAX_FINGERPRINT_IGNORE; none for 'F'
+ *   H=128+L+R+G answer               as IR2's
+ *
+ * A retry is fingerprinted the way its record's was: its mode, its ignore
+ * list, its key id (canonical.h), whatever its route says since a reload.
+ * The sealed answer is bound to the whole head, the mode and list included.
+ *
  * Format version 1, "IR1", written before keyrings, still decoded (a record
  * lives for its retention) and never written:
  *
@@ -47,10 +68,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "canonical.h"
 #include "keyring.h"
 
 #define RECORD_HEAD_LEN 124     /* IR1's head */
 #define RECORD_HEAD2_LEN 123    /* IR2's fixed part, before key id and route name */
+#define RECORD_HEAD3_LEN 128    /* IR3's fixed part: IR2's, the mode and the ignore list's length */
+/* Longest ignore list an IR3 head holds, bytes */
+#define RECORD_IGNORE_MAX (CONFIG_MAX_FINGERPRINT_IGNORE * (3 + CONFIG_MAX_IGNORE_POINTER))
 #define RECORD_ROUTE_MAX 4096   /* longest route name kept, bytes (longer ones are cut) */
 #define RECORD_STATE_OFFSET 3   /* the Lua scripts of store.c read these two by offset */
 #define RECORD_OWNER_OFFSET 4
@@ -85,8 +110,11 @@ struct record {
     struct record_field headers[RECORD_MAX_HEADERS];
     const char *body;
     size_t body_len;          /* bytes */
-    int version;              /* 1 or 2: the format it was decoded from (record_init: 2) */
+    int version;              /* 1, 2 or 3: the format it was decoded from (record_init: 2;
+                                 encoding writes 3 for a json or form basis) */
     char key_id[KEYRING_ID_MAX + 1]; /* the key of the fingerprint; "": unkeyed (IR1 too) */
+    struct fingerprint_basis basis; /* how the fingerprint was made: IR3's mode and ignore
+                                 list (pointers borrow the input); request for IR1 and IR2 */
     const char *route;        /* the route's name (route_len bytes, not NUL-terminated);
                                  IR1: "" */
     size_t route_len;
@@ -106,7 +134,7 @@ struct evkeyvalq;
 /*
  * Start rec as a record of state for the claim of owner (32 hex chars) on a
  * request with fingerprint (32 hex chars), created at created_ms (ms since
- * the epoch); every other field zero.
+ * the epoch); its basis `request`; every other field zero.
  */
 void record_init(struct record *rec, enum record_state state, const char *owner,
                  const char *fingerprint, uint64_t created_ms);
@@ -123,8 +151,9 @@ enum record_state record_set_answer(struct record *rec, int status,
                                     size_t body_len, size_t max_stored);
 
 /*
- * Encode rec as an IR2 record into a new malloc'd buffer of *len bytes: the
- * one entry point that writes records (claims, answers, an operator's
+ * Encode rec as an IR2 record (an IR3 one when rec->basis is json or form;
+ * so throughout below) into a new malloc'd buffer of *len bytes: the one
+ * entry point that writes records (claims, answers, an operator's
  * resolution). With a keyring kr (borrowed; NULL: none) and an answer (any
  * state but claimed), the answer is sealed under kr's encrypting key, bound
  * to record_key (the record's Redis key, borrowed) and the head; without
@@ -136,14 +165,15 @@ enum record_state record_set_answer(struct record *rec, int status,
 char *record_encode_alloc(const struct record *rec, const struct keyring *kr,
                           const char *record_key, size_t *len);
 
-/* Bytes record_encode will write for rec (a plaintext IR2 record). */
+/* Bytes record_encode will write for rec (a plaintext IR2 or IR3 record). */
 size_t record_encoded_size(const struct record *rec);
 
 /*
- * Encode rec as a plaintext IR2 record into out (caller-owned,
+ * Encode rec as a plaintext IR2 (IR3) record into out (caller-owned,
  * record_encoded_size(rec) bytes). Returns the bytes written, or 0 when rec
  * cannot be encoded (too many headers, a field too long, status outside
- * 0..999, bad token lengths, a key id over KEYRING_ID_MAX).
+ * 0..999, bad token lengths, a key id over KEYRING_ID_MAX, an ignore list
+ * out of its bounds or beside a mode other than json).
  */
 size_t record_encode(const struct record *rec, char *out);
 
@@ -169,8 +199,8 @@ int record_open(struct record *rec, const struct keyring *kr, const char *record
 
 /*
  * Whether decoded rec is not sealed: an IR1 record (any state: written
- * before keyrings), or an IR2 record that holds an answer (any state but
- * claimed) stored as is. Under a keyring such a record was written before
+ * before keyrings), or an IR2 or IR3 record that holds an answer (any state
+ * but claimed) stored as is. Under a keyring such a record was written before
  * it, or forged or downgraded in Redis (docs/data-protection.md). Pure.
  */
 bool record_plaintext(const struct record *rec);
@@ -179,7 +209,7 @@ bool record_plaintext(const struct record *rec);
 void record_plain_free(char *plain, size_t plain_len);
 
 /*
- * Decode len bytes at buf (IR1 or IR2) into *rec; rec's pointers borrow
+ * Decode len bytes at buf (IR1, IR2 or IR3) into *rec; rec's pointers borrow
  * buf, which must outlive rec. A sealed answer is not opened (rec->sealed,
  * record_open), so the head alone needs no keyring. Returns 0, or -1 for
  * anything that is not a well-formed record.

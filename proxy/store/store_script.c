@@ -130,16 +130,18 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
     /*
      * The census's look at a batch of keys (store_census.c): the fixed head
      * of each (its first 124 bytes: magic, state, owner, fingerprint, lease
-     * deadline, created, completed and, in IR2, the answer flag and the
-     * lengths of key id and route; in IR1 the answer's status and field
-     * count), never the answer; a held record counted by state, 1 a claim
+     * deadline, created, completed and, in IR2 and IR3, the answer flag and
+     * the lengths of key id and route; in IR1 the answer's status and field
+     * count; IR3's mode and ignore list's length after them), never the
+     * answer; a held record counted by state, 1 a claim
      * whose lease deadline (bytes 68..83) is not after ARGV[1] (ms), 2
      * outcome-unknown, 3 resolved, with the earliest created time (bytes
      * 84..99) and the shortest PTTL of each (-1: none has one). What
      * record_decode (record.c) checks cheaply is checked here too, so that
      * a value that merely starts like a record is not counted: the fixed
-     * fields' digits and hex, IR2's key id (its characters), that the value
-     * is long enough for its key id and route, that a claim ends there, and
+     * fields' digits and hex, the key id (its characters), IR3's mode letter
+     * and list length, that the value is long enough for its key id, route
+     * and ignore list, that a claim ends there, and
      * a plaintext answer's status and field count; what is left unchecked
      * is a plaintext answer's fields (docs/operations.md#held-records). A
      * key of another type (WRONGTYPE: not the proxy's) is passed over; any
@@ -163,7 +165,8 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  else\n"
         "    return nil\n"
         "  end\n"
-        "  if not ((magic == 'IR2' and #h >= 123) or (magic == 'IR1' and #h == 124)) or\n"
+        "  if not (((magic == 'IR2' or magic == 'IR3') and #h >= 123) or\n"
+        "      (magic == 'IR1' and #h == 124)) or\n"
         "      not string.find(string.sub(h, 5, 68), '^[0-9a-f]+$') or\n"
         "      not digits(string.sub(h, 69, 116)) then\n"
         "    return nil\n"
@@ -186,9 +189,21 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
         "  if l > 32 or r > 4096 then\n"
         "    return nil\n"
         "  end\n"
-        "  local rest = redis.call('GETRANGE', k, 123, 123 + l + r + 7)\n"
-        "  local tail = string.sub(rest, l + r + 1)\n"
-        "  if #rest < l + r or (l > 0 and not string.find(string.sub(rest, 1, l), "
+        "  local at, g = 123, 0\n"
+        "  if magic == 'IR3' then\n"
+        "    local x = redis.call('GETRANGE', k, 123, 127)\n"
+        "    local mode = string.sub(x, 1, 1)\n"
+        "    if #x ~= 5 or (mode ~= 'J' and mode ~= 'F') or not digits(string.sub(x, 2, 5)) then\n"
+        "      return nil\n"
+        "    end\n"
+        "    at, g = 128, tonumber(string.sub(x, 2, 5))\n"
+        "    if g > 8256 or (mode == 'F' and g > 0) then\n"
+        "      return nil\n"
+        "    end\n"
+        "  end\n"
+        "  local rest = redis.call('GETRANGE', k, at, at + l + r + g + 7)\n"
+        "  local tail = string.sub(rest, l + r + g + 1)\n"
+        "  if #rest < l + r + g or (l > 0 and not string.find(string.sub(rest, 1, l), "
         "'^[A-Za-z0-9._-]+$')) then\n"
         "    return nil\n"
         "  end\n"
@@ -261,7 +276,8 @@ static const char *const store_script_record_text[SCRIPT_COUNT] = {
 _Static_assert(RECORD_STATE_OFFSET == 3, "SCRIPT_PEEK reads the state at byte 3");
 _Static_assert(RECORD_CLAIMED == 'C' && RECORD_UNKNOWN == 'U' && RECORD_RESOLVED == 'R',
                "SCRIPT_CENSUS reads record.h's state letters");
-_Static_assert(RECORD_HEAD_LEN == 124 && RECORD_HEAD2_LEN == 123 && KEYRING_ID_MAX == 32 &&
+_Static_assert(RECORD_HEAD_LEN == 124 && RECORD_HEAD2_LEN == 123 && RECORD_HEAD3_LEN == 128 &&
+                   RECORD_IGNORE_MAX == 8256 && KEYRING_ID_MAX == 32 &&
                    RECORD_ROUTE_MAX == 4096 && RECORD_MAX_HEADERS == 128,
                "SCRIPT_CENSUS reads record.h's head as record_decode does");
 

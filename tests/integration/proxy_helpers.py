@@ -727,7 +727,7 @@ def raw(redis, key):
 
 
 def records(redis):
-    """{redis key: value bytes} of every record (IR1 or IR2)."""
+    """{redis key: value bytes} of every record (IR1, IR2 or IR3)."""
     out = {}
     for k in redis.keys("*"):
         if redis.cmd("TYPE", k) == "string":
@@ -738,13 +738,16 @@ def records(redis):
 
 
 def head(value):
-    """(version, state, fingerprint, answer flag, key id, route) of a record value."""
+    """(version, state, fingerprint, answer flag, key id, route) of a record value
+    (proxy/idem/record.h: IR3's key id and route come after its mode and list length)."""
     if value[:3] == b"IR1":
         return 1, chr(value[3]), value[36:68].decode(), "P", "", ""
+    version = int(value[2:3])
+    at = 128 if version == 3 else 123
     id_len, route_len = int(value[117:119]), int(value[119:123])
-    key_id = value[123:123 + id_len].decode()
-    route = value[123 + id_len:123 + id_len + route_len].decode()
-    return 2, chr(value[3]), value[36:68].decode(), chr(value[116]), key_id, route
+    key_id = value[at:at + id_len].decode()
+    route = value[at + id_len:at + id_len + route_len].decode()
+    return version, chr(value[3]), value[36:68].decode(), chr(value[116]), key_id, route
 
 
 def pay(p, key, marker, body=None):

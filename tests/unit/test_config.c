@@ -429,6 +429,31 @@ static void check_webhook_fingerprint_kept(const char *name, const struct config
     UNIT_CHECK(name, STREQ(r->policy.key_header, "webhook-id"), "line %d", __LINE__);
 }
 
+/* defaults: json ignoring /ts and /nonce; route 0 inherits it, route 1 is form with [] */
+static void check_fingerprint_modes(const char *name, const struct config *cfg)
+{
+    const struct route *json = route_at(cfg, 0), *form = route_at(cfg, 1);
+
+    UNIT_CHECK(name, cfg->defaults.fingerprint == FINGERPRINT_JSON &&
+                     cfg->defaults.n_fingerprint_ignore == 2, "line %d", __LINE__);
+    UNIT_CHECK(name, json != NULL && json->policy.fingerprint == FINGERPRINT_JSON &&
+                     json->policy.n_fingerprint_ignore == 2 &&
+                     STREQ(json->policy.fingerprint_ignore[0], "/ts") &&
+                     STREQ(json->policy.fingerprint_ignore[1], "/items/0/nonce"),
+               "line %d", __LINE__);
+    UNIT_CHECK(name, form != NULL && form->policy.fingerprint == FINGERPRINT_FORM &&
+                     form->policy.n_fingerprint_ignore == 0, "line %d", __LINE__);
+}
+
+/* a webhook route beside defaults that ignore a member: none, and no list inherited */
+static void check_webhook_no_ignore(const char *name, const struct config *cfg)
+{
+    const struct route *r = route_at(cfg, 0);
+
+    UNIT_CHECK(name, r != NULL && r->policy.fingerprint == FINGERPRINT_NONE &&
+                     r->policy.n_fingerprint_ignore == 0, "line %d", __LINE__);
+}
+
 static void check_plain_route_fingerprint(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
@@ -1001,8 +1026,34 @@ static const struct config_case config_cases[] = {
     { "size overflow", "limits:\n  max_stored_response: 18446744073709551615GiB\n", 2,
       "bad size", NULL },
     { "in_flight lists the choices", "defaults:\n  in_flight: queue\n", 2, "wait, reject", NULL },
-    { "fingerprint lists the choices", "defaults:\n  fingerprint: body\n", 2, "request, none",
-      NULL },
+    { "fingerprint lists the choices", "defaults:\n  fingerprint: body\n", 2,
+      "request, json, form, none", NULL },
+    { "fingerprint json and form, fingerprint_ignore inherited and cleared",
+      "defaults:\n  fingerprint: json\n  fingerprint_ignore: [/ts, /items/0/nonce]\nroutes:\n"
+      "  - path: /v1/payments*\n  - path: /v1/forms*\n    fingerprint: form\n"
+      "    fingerprint_ignore: []\n", 0, NULL, check_fingerprint_modes },
+    { "fingerprint_ignore beside request refused, at its line",
+      "defaults:\n  fingerprint: request\n  fingerprint_ignore: [/ts]\n", 3,
+      "fingerprint_ignore is for fingerprint: json", NULL },
+    { "fingerprint_ignore inherited by a form route refused, at the route's fingerprint",
+      "defaults:\n  fingerprint: json\n  fingerprint_ignore: [/ts]\nroutes:\n"
+      "  - path: /v1/forms*\n    fingerprint: form\n", 6, "fingerprint_ignore: []", NULL },
+    { "a webhook route inherits no fingerprint_ignore",
+      "defaults:\n  fingerprint: json\n  fingerprint_ignore: [/ts]\nroutes:\n"
+      "  - path: /hooks/x\n    key_from: json:/id\n    verify: none\n", 0, NULL,
+      check_webhook_no_ignore },
+    { "fingerprint_ignore of the whole body refused", "defaults:\n  fingerprint: json\n"
+      "  fingerprint_ignore: [\"\"]\n", 3, "bad JSON Pointer", NULL },
+    { "fingerprint_ignore without a leading slash refused", "defaults:\n  fingerprint: json\n"
+      "  fingerprint_ignore: [ts]\n", 3, "bad JSON Pointer", NULL },
+    { "fingerprint_ignore with a bad ~ escape refused", "defaults:\n  fingerprint: json\n"
+      "  fingerprint_ignore: [/a~2]\n", 3, "RFC 6901", NULL },
+    { "fingerprint_ignore over 255 bytes refused", "defaults:\n  fingerprint: json\n"
+      "  fingerprint_ignore: [/" P128 P128 "]\n", 3, "1 to 255", NULL },
+    { "fingerprint_ignore of 33 pointers refused", "defaults:\n  fingerprint: json\n"
+      "  fingerprint_ignore: [/a, /b, /c, /d, /e, /f, /g, /h, /i, /j, /k, /l, /m, /n, /o, /p, "
+      "/q, /r, /s, /t, /u, /v, /w, /x, /y, /z, /A, /B, /C, /D, /E, /F, /G]\n", 3,
+      "at most 32", NULL },
     { "on_ambiguous lists the choices", "defaults:\n  on_ambiguous: retry\n", 2, "hold, release",
       NULL },
     { "on_store_error lists the choices", "defaults:\n  on_store_error: ignore\n", 2,

@@ -247,6 +247,8 @@ static const struct {
     { "key_min_length", R_P, R_P "    key_min_length: 16\n" },
     { "key_pattern", R_P, R_P "    key_pattern: '[0-9a-f-]+'\n" },
     { "fingerprint", R_P, R_P "    fingerprint: none\n" },
+    { "fingerprint_ignore", R_P "    fingerprint: json\n",
+      R_P "    fingerprint: json\n    fingerprint_ignore: [/ts]\n" },
     { "scope_headers", R_P, R_P "    scope_headers: [X-Tenant]\n" },
     { "scope_required", R_P, R_P "    scope_required: true\n" },
     { "lease", R_P, R_P "    lease: 30s\n" },

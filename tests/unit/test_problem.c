@@ -21,7 +21,7 @@ int main(void)
         "record-unreadable", "head-too-large", "method-not-implemented",
         "upstream-answer-lost",
         "precondition-required", "precondition-failed", "re-execute-not-confirmed",
-        "admin-forbidden", "admin-throttled", "missing-scope",
+        "admin-forbidden", "admin-throttled", "missing-scope", "invalid-body",
     };
     _Static_assert(sizeof(slugs) / sizeof(slugs[0]) == PROBLEM_COUNT, "a slug per problem");
 
@@ -87,6 +87,7 @@ int main(void)
         { PROBLEM_ADMIN_FORBIDDEN, "permission_error", false },
         { PROBLEM_ADMIN_THROTTLED, "rate_limit_error", false },
         { PROBLEM_MISSING_SCOPE, "invalid_request_error", false },
+        { PROBLEM_INVALID_BODY, "invalid_request_error", false },
     };
     UNIT_CHECK("stripe table covers every cause",
                sizeof(stripe_rows) / sizeof(stripe_rows[0]) == PROBLEM_COUNT, "%d", PROBLEM_COUNT);

@@ -45,6 +45,171 @@ static void round_trip(const char *name, const struct record *in)
     free(buf);
 }
 
+static bool basis_same(const struct fingerprint_basis *a, const struct fingerprint_basis *b)
+{
+    return canonical_basis_equal(a, b);
+}
+
+/* r as a json record ignoring /ts and /items/0/nonce, or as a form record. */
+static void record_json(struct record *r, enum record_state st)
+{
+    record_base(r, st);
+    r->basis.mode = FINGERPRINT_JSON;
+    r->basis.ignore.n = 2;
+    r->basis.ignore.pointer[0] = "/ts";
+    r->basis.ignore.len[0] = 3;
+    r->basis.ignore.pointer[1] = "/items/0/nonce";
+    r->basis.ignore.len[1] = 14;
+}
+
+/* The head of value (len bytes) with byte at changed to c, decoded into *out: 0 or -1. */
+static int decode_changed(const char *value, size_t len, size_t at, char c, char *copy,
+                          struct record *out)
+{
+    memcpy(copy, value, len);
+    copy[at] = c;
+    return record_decode(copy, len, out);
+}
+
+/* IR3: a fingerprint made from a canonical body keeps its mode and ignore list in the head. */
+static void run_ir3(void)
+{
+    struct record r, out;
+    char buf[4096], copy[4096];
+    size_t n;
+
+    record_json(&r, RECORD_CLAIMED);
+    strcpy(r.key_id, "2026-12");
+    record_set_route(&r, "/v1/payments");
+    n = record_encode(&r, buf);
+    UNIT_CHECK("a json claim is IR3: mode, list length, then key id, route, list",
+               n == RECORD_HEAD3_LEN + 7 + 12 + (3 + 3) + (3 + 14) && n == record_encoded_size(&r) &&
+                   memcmp(buf, "IR3C", 4) == 0 && memcmp(buf + RECORD_HEAD2_LEN, "J0023", 5) == 0 &&
+                   memcmp(buf + RECORD_HEAD3_LEN, "2026-12/v1/payments003/ts014/items/0/nonce",
+                          n - RECORD_HEAD3_LEN) == 0,
+               "n=%zu head %.*s", n, (int)(n > 116 ? n - 116 : 0), buf + 116);
+    UNIT_CHECK("IR3 keeps state and owner where the scripts read them",
+               buf[RECORD_STATE_OFFSET] == 'C' &&
+                   memcmp(buf + RECORD_OWNER_OFFSET, r.owner, RECORD_OWNER_LEN) == 0, "moved");
+    UNIT_CHECK("a json claim round trip: mode and pointers",
+               record_decode(buf, n, &out) == 0 && out.version == 3 && record_same(&r, &out) &&
+                   basis_same(&r.basis, &out.basis) && strcmp(out.key_id, "2026-12") == 0 &&
+                   out.route_len == 12 && out.head_len == n,
+               "mode %d n %zu", out.basis.mode, out.basis.ignore.n);
+
+    record_json(&r, RECORD_DONE);
+    r.status = 201;
+    r.n_headers = 1;
+    r.headers[0] = (struct record_field){ "Content-Type", 12, "application/json", 16 };
+    r.body = "{\"id\":\"ord_3\"}";
+    r.body_len = strlen(r.body);
+    n = record_encode(&r, buf);
+    UNIT_CHECK("a json answer round trip",
+               n > 0 && record_decode(buf, n, &out) == 0 && out.version == 3 &&
+                   record_same(&r, &out) && basis_same(&r.basis, &out.basis),
+               "n=%zu", n);
+
+    record_base(&r, RECORD_DONE);
+    r.basis.mode = FINGERPRINT_FORM;
+    r.status = 200;
+    n = record_encode(&r, buf);
+    UNIT_CHECK("a form answer is IR3 with an empty list",
+               n > 0 && memcmp(buf, "IR3D", 4) == 0 &&
+                   memcmp(buf + RECORD_HEAD2_LEN, "F0000", 5) == 0 &&
+                   record_decode(buf, n, &out) == 0 && out.basis.mode == FINGERPRINT_FORM &&
+                   out.basis.ignore.n == 0 && record_same(&r, &out),
+               "n=%zu", n);
+    r.basis.ignore.n = 1;
+    r.basis.ignore.pointer[0] = "/a";
+    r.basis.ignore.len[0] = 2;
+    UNIT_CHECK("an ignore list beside form is not encoded", record_encode(&r, buf) == 0,
+               "encoded");
+
+    /* request and none write IR2 exactly as before IR3, so an earlier release reads them */
+    {
+        char plain[512], none[512];
+        size_t a, b;
+
+        record_base(&r, RECORD_DONE);
+        r.status = 201;
+        a = record_encode(&r, plain);
+        r.basis.mode = FINGERPRINT_NONE;
+        b = record_encode(&r, none);
+        UNIT_CHECK("request and none records are IR2, byte for byte as before",
+                   a > 0 && a == b && memcmp(plain, none, a) == 0 && memcmp(plain, "IR2D", 4) == 0 &&
+                       record_decode(none, b, &out) == 0 && out.version == 2 &&
+                       out.basis.mode == FINGERPRINT_REQUEST && out.basis.ignore.n == 0,
+                   "a=%zu b=%zu", a, b);
+    }
+
+    /* what does not decode: every field of the extension checked, fail closed */
+    record_json(&r, RECORD_CLAIMED);
+    n = record_encode(&r, buf);
+    UNIT_CHECK("an unknown mode letter refused",
+               decode_changed(buf, n, RECORD_HEAD2_LEN, 'R', copy, &out) != 0, "decoded");
+    UNIT_CHECK("a list length that is not digits refused",
+               decode_changed(buf, n, RECORD_HEAD2_LEN + 2, 'x', copy, &out) != 0, "decoded");
+    UNIT_CHECK("a list longer than the value refused",
+               decode_changed(buf, n, RECORD_HEAD2_LEN + 3, '9', copy, &out) != 0, "decoded");
+    /* the list is "003/ts014/items/0/nonce": the second length made 015 runs past it */
+    UNIT_CHECK("a pointer whose length runs past the list refused",
+               decode_changed(buf, n, RECORD_HEAD3_LEN + 8, '5', copy, &out) != 0, "decoded");
+    UNIT_CHECK("a pointer that does not start with '/' refused",
+               decode_changed(buf, n, RECORD_HEAD3_LEN + 3, 'x', copy, &out) != 0, "decoded");
+    UNIT_CHECK("a list beside form refused",
+               decode_changed(buf, n, RECORD_HEAD2_LEN, 'F', copy, &out) != 0, "decoded");
+    UNIT_CHECK("an IR3 value cut inside its fixed head refused",
+               record_decode(buf, RECORD_HEAD3_LEN - 1, &out) != 0, "decoded");
+    UNIT_CHECK("an IR3 claim with bytes after its list refused",
+               (memcpy(copy, buf, n), copy[n] = 'x', record_decode(copy, n + 1, &out) != 0),
+               "decoded");
+
+    /* the sealed answer is bound to the head: another mode or list does not open */
+    {
+        char err[128], *plain = NULL, key_id[KEYRING_ID_MAX + 1];
+        unsigned char secret[KEYRING_SECRET_LEN];
+        struct keyring *kr = keyring_create(err, sizeof(err));
+        size_t len = 0;
+        char *value;
+
+        memset(secret, 9, sizeof(secret));
+        UNIT_CHECK("IR3 keyring", kr != NULL && keyring_add(kr, "k1", 2, secret) == KEYRING_ADDED,
+                   "%s", err);
+        record_json(&r, RECORD_DONE);
+        r.status = 201;
+        r.body = "sealed-json-answer";
+        r.body_len = strlen(r.body);
+        value = record_encode_alloc(&r, kr, "idem:{ir3}", &len);
+        UNIT_CHECK("a sealed IR3 record opens",
+                   value != NULL && memmem(value, len, "sealed-json-answer", 18) == NULL &&
+                       record_decode(value, len, &out) == 0 && out.version == 3 &&
+                       record_open(&out, kr, "idem:{ir3}", &plain, key_id) == SEAL_OK &&
+                       record_same(&r, &out) && basis_same(&r.basis, &out.basis),
+                   "len %zu", len);
+        record_plain_free(plain, out.sealed_len);
+        plain = NULL;
+        /* "/ts" -> "/tt": still a well-formed list, no longer the one sealed with */
+        UNIT_CHECK("a changed ignore pointer does not open",
+                   value != NULL && len < sizeof(copy) &&
+                       decode_changed(value, len, RECORD_HEAD3_LEN + 5, 't', copy, &out) == 0 &&
+                       record_open(&out, kr, "idem:{ir3}", &plain, key_id) == SEAL_UNREADABLE,
+                   "opened");
+        record_json(&r, RECORD_DONE);
+        r.basis.ignore.n = 0; /* a list-less json record, its mode letter then changed to F */
+        r.status = 201;
+        free(value);
+        value = record_encode_alloc(&r, kr, "idem:{ir3}", &len);
+        UNIT_CHECK("a changed mode does not open",
+                   value != NULL && len < sizeof(copy) &&
+                       decode_changed(value, len, RECORD_HEAD2_LEN, 'F', copy, &out) == 0 &&
+                       out.basis.mode == FINGERPRINT_FORM &&
+                       record_open(&out, kr, "idem:{ir3}", &plain, key_id) == SEAL_UNREADABLE,
+                   "opened");
+        free(value);
+        keyring_unref(kr);
+    }
+}
+
 int main(void)
 {
     struct record r, out;
@@ -178,6 +343,8 @@ int main(void)
                        out.route_len == 0,
                    "status %d", out.status);
     }
+
+    run_ir3();
 
     /* a sealed answer: nothing of it in the value, opens only under its Redis key */
     {
