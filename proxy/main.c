@@ -23,6 +23,7 @@
 #include "fingerprint.h"
 #include "record_id.h"
 #include "log.h"
+#include "meter.h"
 #include "lookup.h"
 #include "problem.h"
 #include "keyring.h"
@@ -271,6 +272,7 @@ int main(int argc, char **argv)
     char err[1024];
     int opt, rc = 0;
 
+    meter_install(); /* before any thread or jansson call (meter.h) */
     if (argc > 1 && strcmp(argv[1], "record-id") == 0)
         return main_record_id(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "admin") == 0)

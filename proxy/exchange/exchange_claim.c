@@ -21,6 +21,7 @@
 #include "headers.h"
 #include "http_server.h"
 #include "log.h"
+#include "meter.h"
 #include "metrics.h"
 #include "record_id.h"
 
@@ -169,6 +170,46 @@ static void exchange_canonical_request(const struct exchange *x, struct canonica
                                       : NULL;
 }
 
+/* The part of limits.max_buffered one body's parsed form (json, form) may take at most. */
+#define EXCHANGE_PARSE_SHARE 4
+
+/*
+ * canonical_fingerprint of our request under basis and key_id (NULL: the
+ * encrypting key), with the memory its json or form mode parses the body
+ * into counted under limits.max_buffered and bounded to a quarter of it
+ * (meter.h, docs/operations.md#memory). When that memory does not fit, x is
+ * answered (413 body-too-large: this body alone needs more; 503 overloaded:
+ * the budget is full now, retry), nothing claimed or forwarded, and
+ * CANONICAL_FAILED is returned with *answered set.
+ */
+static int exchange_canonical(struct exchange *x, const char *key_id,
+                              const struct fingerprint_basis *basis, char *fp, char *why,
+                              bool *answered)
+{
+    struct canonical_request rq;
+    struct mem_meter m;
+    size_t limit = budget_limit(x->set->budget);
+    enum meter_refusal refused;
+    int r;
+
+    *answered = false;
+    exchange_canonical_request(x, &rq);
+    meter_begin(&m, x->set->budget, limit / EXCHANGE_PARSE_SHARE);
+    r = canonical_fingerprint(x->conf->keyring, key_id, basis, &rq, fp, why);
+    refused = meter_end(&m);
+    if (refused == METER_OVER_CAP) {
+        *answered = true;
+        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
+                         "reading this body for its fingerprint (json or form) needs more memory "
+                         "than a quarter of limits.max_buffered; nothing was claimed or forwarded",
+                         0, false);
+    } else if (refused == METER_OVER_BUDGET) {
+        *answered = true;
+        exchange_overloaded(x);
+    }
+    return refused != METER_FITS ? CANONICAL_FAILED : r;
+}
+
 /*
  * The fingerprint of our request as rec's was made, into fp
  * (FINGERPRINT_HEX_LEN + 1 bytes): in rec's mode with rec's ignore list (a
@@ -179,13 +220,13 @@ static void exchange_canonical_request(const struct exchange *x, struct canonica
  * the request rec recorded (that one was read): fp "" then, a mismatch.
  * Nothing to compute on a route that compares nothing now (none). Answers
  * the request itself when rec's key is not in the keyring (or out of
- * memory), and then returns SEAL_KEY_UNAVAILABLE; else SEAL_OK.
+ * memory, or the body's parsed form does not fit: exchange_canonical), and then returns SEAL_KEY_UNAVAILABLE; else SEAL_OK.
  */
 static int exchange_compared_fingerprint(struct exchange *x, const struct record *rec, char *fp)
 {
     struct fingerprint_basis ours;
-    struct canonical_request rq;
     char why[CANONICAL_WHY_MAX];
+    bool answered;
     int r;
 
     memcpy(fp, x->fingerprint, FINGERPRINT_HEX_LEN + 1);
@@ -193,8 +234,9 @@ static int exchange_compared_fingerprint(struct exchange *x, const struct record
     if (x->policy->fingerprint == FINGERPRINT_NONE ||
         (strcmp(rec->key_id, x->key_id) == 0 && canonical_basis_equal(&rec->basis, &ours)))
         return SEAL_OK;
-    exchange_canonical_request(x, &rq);
-    r = canonical_fingerprint(x->conf->keyring, rec->key_id, &rec->basis, &rq, fp, why);
+    r = exchange_canonical(x, rec->key_id, &rec->basis, fp, why, &answered);
+    if (answered)
+        return SEAL_KEY_UNAVAILABLE;
     if (r == CANONICAL_OK)
         return SEAL_OK;
     if (r == CANONICAL_INVALID_BODY) {
@@ -465,13 +507,14 @@ static void exchange_identify(struct exchange *x, const struct evkeyvalq *header
 static bool exchange_fingerprint(struct exchange *x)
 {
     struct fingerprint_basis basis;
-    struct canonical_request rq;
     char why[CANONICAL_WHY_MAX], detail[CANONICAL_WHY_MAX + 64];
+    bool answered;
     int r;
 
     canonical_basis_of(&basis, x->policy);
-    exchange_canonical_request(x, &rq);
-    r = canonical_fingerprint(x->conf->keyring, NULL, &basis, &rq, x->fingerprint, why);
+    r = exchange_canonical(x, NULL, &basis, x->fingerprint, why, &answered);
+    if (answered)
+        return false;
     if (r == CANONICAL_OK)
         return true;
     if (r == CANONICAL_INVALID_BODY) {

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "fingerprint.h"
+#include "meter.h"
 #include "seal.h"
 
 const char *canonical_mode_name(enum fingerprint_mode mode)
@@ -147,7 +148,7 @@ int canonical_fingerprint(const struct keyring *kr, const char *key_id,
             : canonical_form(rq->body, rq->body_len, &canon, &len, why);
     if (r == CANONICAL_OK)
         r = canonical_hash(kr, key_id, rq, canon, len, hex);
-    free(canon);
+    meter_free(canon);
     if (r != CANONICAL_OK)
         hex[0] = '\0';
     return r;

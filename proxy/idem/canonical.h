@@ -30,7 +30,9 @@
  * a keyring) computes over method, target and the raw or canonical body.
  * Pure: no I/O, no clock; the canonical text is a transient buffer (and
  * jansson's tree of the body, up to about 75 times its bytes for a body of
- * empty objects) freed before the call returns.
+ * empty objects) freed before the call returns. Both are allocated through
+ * meter.h: under the caller's active meter a body whose parsed form passes
+ * its cap or budget fails with CANONICAL_FAILED (meter_end says why).
  */
 #ifndef IDEM_CANONICAL_H
 #define IDEM_CANONICAL_H

@@ -15,6 +15,8 @@
 #include <event2/http.h>
 #include <jansson.h>
 
+#include "meter.h"
+
 /* One name or value: in the body's copy, or decoded into a buffer of its own. */
 struct canonical_part {
     const char *bytes;
@@ -145,6 +147,13 @@ int canonical_form(const char *body, size_t len, char **out, size_t *out_len, ch
     }
     for (size_t i = 0; i < len; i++)
         max += body[i] == '&';
+    /*
+     * What this takes at most, counted before it is allocated (meter.h): the
+     * copy, the pairs, their decoded parts (no longer than the body, plus a
+     * NUL each) and the written form (the parts plus 8 bytes a pair).
+     */
+    if (!meter_reserve((len + 1) + max * sizeof(*pairs) + (len + 2 * max) + (len + 8 * max)))
+        return CANONICAL_FAILED;
     /* a NUL-terminated copy whose '&' (and each pair's first '=') become the ends of its parts */
     copy = malloc(len + 1);
     pairs = calloc(max, sizeof(*pairs));

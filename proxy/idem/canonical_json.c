@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "json_pointer.h"
+#include "meter.h"
 
 /*
  * Parsed as the webhook event ids are (webhook.c): any value at the top,
@@ -102,10 +103,12 @@ static int canonical_json_append(const char *piece, size_t n, void *arg)
 
     if (n > t->size - t->len) {
         size_t size = t->size * 2 > t->len + n ? t->size * 2 : t->len + n;
-        char *grown = realloc(t->buf, size);
+        char *grown = meter_malloc(size); /* counted like the tree (meter.h) */
 
         if (grown == NULL)
             return -1;
+        memcpy(grown, t->buf, t->len);
+        meter_free(t->buf);
         t->buf = grown;
         t->size = size;
     }
@@ -127,17 +130,17 @@ int canonical_json(const char *body, size_t len, const struct canonical_ignore *
     if (len == 0)
         return CANONICAL_OK; /* its own canonical value: no JSON text is empty */
     root = json_loadb(body, len, CANONICAL_JSON_DECODE, &error);
-    if (root == NULL)
-        return canonical_json_refused(&error, why);
+    if (root == NULL) /* jansson may name a failed allocation as a syntax error */
+        return meter_fits() ? canonical_json_refused(&error, why) : CANONICAL_FAILED;
     if (ignore != NULL)
         canonical_json_ignore(root, ignore);
     /* about the body's size: the text rarely grows (a real may: 0.1 is 0.10000000000000001) */
     t.size = len + 16;
-    t.buf = malloc(t.size);
+    t.buf = meter_malloc(t.size);
     if (t.buf == NULL ||
         json_dump_callback(root, canonical_json_append, &t, CANONICAL_JSON_ENCODE) != 0) {
         json_decref(root);
-        free(t.buf);
+        meter_free(t.buf);
         return CANONICAL_FAILED;
     }
     json_decref(root);

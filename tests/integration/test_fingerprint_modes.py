@@ -18,6 +18,8 @@ every execution with a new order id, so equal bodies mean a replay) and the prox
   compares as JSON and a body it cannot read is a 409, never a 400;
 - the route's current mode refuses first: a non-JSON retry of a recorded key is 400, the record
   unchanged;
+- a body whose parsed form needs more than a quarter of limits.max_buffered is 413 (counted
+  while it is read, given back after), never forwarded; a body that fits replays;
 - a held json record (IR3) is counted by the census, shown with its mode and list, and an
   operator's resolution keeps them: a reordered retry replays it.
 """
@@ -111,6 +113,29 @@ def test_json_body_that_is_not_json_is_400_never_forwarded(start_proxy, upstream
     assert refused_metric(p) == 1
     # refused again, not remembered: the key is free for the request the client meant
     assert post(p, key, FIRST).status == 201
+    assert upstream.executions(key) == 1
+
+
+def test_json_whose_parsed_form_passes_a_quarter_of_max_buffered_is_413(start_proxy, upstream,
+                                                                         redis):
+    """jansson's tree of 300,000 empty objects is tens of MB: under max_buffered 8 MiB (2 MiB a
+    body) it is refused before it grows, never forwarded; what it took is given back; a body of
+    numbers the same route can read replays."""
+    p = start_proxy(routes=[PAYMENTS], limits={"max_buffered": "8MiB"})
+    key = new_key()
+    objects = b"[" + b",".join([b"{}"] * 300000) + b"]"
+    r = post(p, key, objects)
+    doc = assert_problem(r, 413, "body-too-large")
+    assert "max_buffered" in doc["detail"], doc
+    assert upstream.executions(key) == 0
+    assert record_keys(redis) == []
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+               what="the parsed form's bytes given back to limits.max_buffered")
+    numbers = json.dumps({"amount": 100, "items": list(range(20000))}).encode()
+    first = post(p, key, numbers)
+    assert first.status == 201, first
+    rebuilt = json.dumps({"items": list(range(20000)), "amount": 100}, indent=1).encode()
+    assert_replay_of(post(p, key, rebuilt), first)
     assert upstream.executions(key) == 1
 
 

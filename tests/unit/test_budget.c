@@ -1,12 +1,14 @@
 /*
  * The budget of buffered bytes (limits.max_buffered, README "Memory"):
  * admission against the limit, holds that count what their holder keeps,
- * and threads that admit at once never taking more than the limit together.
+ * and threads that admit at once never taking more than the limit together;
+ * the meter that counts a body's parsed form under the budget (meter.h).
  */
 #include <pthread.h>
 #include <stdint.h>
 
 #include "budget.h"
+#include "meter.h"
 #include "unit.h"
 
 #define KIB 1024u
@@ -145,10 +147,58 @@ static void run_race(void)
                (unsigned)r.worst, budget_used(&r.budget));
 }
 
+/*
+ * A meter (meter.h): what it allocates is counted in the budget while it is
+ * active, in chunks; its cap refuses one request's excess, a full budget
+ * refuses any; meter_end gives every byte back.
+ */
+static void run_meter_cases(void)
+{
+    struct budget b;
+    struct budget_hold others;
+    struct mem_meter m;
+    void *small, *big;
+
+    budget_init(&b, 8 * MIB);
+    meter_begin(&m, &b, 2 * MIB);
+    small = meter_malloc(100);
+    UNIT_CHECK("a metered allocation takes a chunk from the budget",
+               small != NULL && budget_used(&b) == METER_CHUNK, "used %zu", budget_used(&b));
+    big = meter_malloc(3 * MIB);
+    UNIT_CHECK("an allocation past the meter's cap is refused", big == NULL &&
+               m.refused == METER_OVER_CAP, "refused %d", (int)m.refused);
+    UNIT_CHECK("after a refusal the meter refuses everything", meter_malloc(1) == NULL &&
+               !meter_reserve(1), "refused %d", (int)m.refused);
+    meter_free(small);
+    UNIT_CHECK("meter_end gives back what the meter took", meter_end(&m) == METER_OVER_CAP &&
+               budget_used(&b) == 0, "used %zu", budget_used(&b));
+
+    budget_hold_init(&others, &b);
+    budget_hold_set(&others, 8 * MIB - KIB); /* other requests hold the budget */
+    meter_begin(&m, &b, 2 * MIB);
+    UNIT_CHECK("a full budget refuses a metered allocation", meter_malloc(100) == NULL &&
+               m.refused == METER_OVER_BUDGET, "refused %d", (int)m.refused);
+    UNIT_CHECK("and the meter counted nothing", meter_end(&m) == METER_OVER_BUDGET &&
+               budget_used(&b) == 8 * MIB - KIB, "used %zu", budget_used(&b));
+    budget_hold_set(&others, 0);
+
+    meter_begin(&m, &b, 2 * MIB);
+    UNIT_CHECK("reservations within the cap fit", meter_reserve(MIB) && meter_reserve(MIB - KIB),
+               "refused %d", (int)m.refused);
+    UNIT_CHECK("one past the cap does not", !meter_reserve(2 * KIB), "refused %d",
+               (int)m.refused);
+    meter_end(&m);
+    small = meter_malloc(10 * MIB);
+    UNIT_CHECK("without an active meter, meter_malloc is malloc, counted nowhere",
+               small != NULL && budget_used(&b) == 0, "used %zu", budget_used(&b));
+    meter_free(small);
+}
+
 int main(void)
 {
     run_admit_cases();
     run_hold_cases();
     run_race();
+    run_meter_cases();
     UNIT_DONE();
 }

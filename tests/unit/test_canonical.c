@@ -11,6 +11,7 @@
 #include "canonical.h"
 #include "fingerprint.h"
 #include "keyring.h"
+#include "meter.h"
 #include "unit.h"
 
 /* A body of n bytes (a literal may hold NUL). */
@@ -472,13 +473,61 @@ static void run_basis(void)
     UNIT_CHECK("a list means nothing beside request", a.ignore.n == 0, "n %zu", a.ignore.n);
 }
 
+/*
+ * The parsed form is counted (meter.h): a body of empty objects, whose
+ * jansson tree is tens of times its bytes, stops at the meter's cap instead
+ * of growing, in both modes, and leaves nothing behind.
+ */
+static void run_metered(void)
+{
+    enum { N = 20000 };
+    char *body = malloc(3 * N + 2), *out = NULL, why[CANONICAL_WHY_MAX];
+    struct canonical_ignore no_ignore = { 0 };
+    struct budget b;
+    struct mem_meter m;
+    enum meter_refusal refused;
+    size_t len = 0, n = 0;
+    int r;
+
+    body[n++] = '[';
+    for (int i = 0; i < N; i++) {
+        memcpy(body + n, "{},", 3);
+        n += 3;
+    }
+    body[n - 1] = ']';
+    budget_init(&b, 64u * 1024 * 1024);
+    meter_begin(&m, &b, 256u * 1024);
+    r = canonical_json(body, n, &no_ignore, &out, &len, why);
+    refused = meter_end(&m);
+    UNIT_CHECK("a json body whose tree passes the meter's cap is refused, not parsed on",
+               r == CANONICAL_FAILED && out == NULL && refused == METER_OVER_CAP &&
+               budget_used(&b) == 0, "r %d, refused %d, used %zu", r, (int)refused,
+               budget_used(&b));
+    meter_begin(&m, &b, 16u * 1024 * 1024);
+    r = canonical_json(body, n, &no_ignore, &out, &len, why);
+    refused = meter_end(&m);
+    UNIT_CHECK("under a cap it fits, the same body is read", r == CANONICAL_OK &&
+               len == n && refused == METER_FITS && budget_used(&b) == 0,
+               "r %d, len %zu", r, len);
+    free(out);
+    memset(body, '&', n);
+    meter_begin(&m, &b, 64u * 1024);
+    r = canonical_form(body, n, &out, &len, why);
+    refused = meter_end(&m);
+    UNIT_CHECK("a form body whose pairs pass the meter's cap is refused before it is split",
+               r == CANONICAL_FAILED && refused == METER_OVER_CAP, "r %d", r);
+    free(body);
+}
+
 int main(void)
 {
+    meter_install();
     run_json();
     run_ignore();
     run_form();
     run_media_types();
     run_fingerprint();
     run_basis();
+    run_metered();
     UNIT_DONE();
 }
