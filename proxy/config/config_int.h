@@ -350,7 +350,7 @@ bool config_walk(const struct config_section *sec, size_t t, enum config_reload 
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_connections, config_set_string,
     config_set_key_prefix, config_set_bool, config_set_route_path, config_set_key_header,
-    config_set_method, config_set_key_max_length, config_set_enum, config_set_scope_header,
+    config_set_method, config_set_key_length, config_set_enum, config_set_scope_header,
     config_set_release_status, config_set_key_from, config_set_secret,
     config_set_sentinel_master, config_set_sentinel_address,
     config_set_cluster_address, config_set_token_file, config_set_record_id_header,
@@ -373,7 +373,7 @@ config_setter config_set_min_replicas;
  * regcomp; a pattern regcomp refuses, or one with a back-reference, is an
  * error with the line and regerror's words).
  */
-config_setter config_set_key_min_length, config_set_key_pattern;
+config_setter config_set_key_pattern;
 
 /*
  * Pass 3 of a policy (defaults:, or a route after inheritance;

@@ -1,8 +1,9 @@
 /*
  * config_key_rules.c - the rules a route puts on its idempotency keys
- * (docs/client-contract.md#key-rules): key_min_length, key_pattern and
- * scope_required, their setters (pass 2) and their checks once a policy
- * is whole (pass 3). The matching itself is classify.c's.
+ * (docs/client-contract.md#key-rules): key_pattern's setter (pass 2;
+ * key_min_length shares config_set_key_length with key_max_length) and the
+ * checks of key_min_length, key_pattern and scope_required once a policy is
+ * whole (pass 3). The matching itself is classify.c's.
  *
  * key_pattern is a POSIX extended regular expression (regcomp, REG_EXTENDED)
  * that the whole key must match. It is compiled once, here, as
@@ -33,19 +34,6 @@ void config_key_pattern_free(struct route_policy *policy)
     }
     free(policy->key_pattern);
     policy->key_pattern = NULL;
-}
-
-int config_set_key_min_length(struct config_loader *ld, const struct config_key *key,
-                              yaml_node_t *node, char **text, void *obj)
-{
-    struct route_policy *policy = obj;
-    uint64_t n;
-
-    if (config_parse_uint(*text, CONFIG_MAX_KEY_LENGTH, &n) < 0 || n == 0)
-        return config_error(ld, node, "bad %s '%s': expected a whole number of bytes from 1 "
-                            "to %d", key->name, *text, CONFIG_MAX_KEY_LENGTH);
-    policy->key_min_length = (size_t)n;
-    return 0;
 }
 
 /* Whether pattern has a back-reference: a backslash, then a digit 1 to 9. */

@@ -487,16 +487,18 @@ int config_set_method(struct config_loader *ld, const struct config_key *key,
     return 0;
 }
 
-int config_set_key_max_length(struct config_loader *ld, const struct config_key *key,
-                              yaml_node_t *node, char **text, void *obj)
+/* key_max_length, key_min_length: a key's bound in bytes, 1..CONFIG_MAX_KEY_LENGTH, a size_t. */
+int config_set_key_length(struct config_loader *ld, const struct config_key *key,
+                          yaml_node_t *node, char **text, void *obj)
 {
-    struct route_policy *policy = obj;
     uint64_t n;
+    size_t v;
 
     if (config_parse_uint(*text, CONFIG_MAX_KEY_LENGTH, &n) < 0 || n == 0)
         return config_error(ld, node, "bad %s '%s': expected a whole number of bytes from 1 "
                             "to %d", key->name, *text, CONFIG_MAX_KEY_LENGTH);
-    policy->key_max_length = (size_t)n;
+    v = (size_t)n;
+    memcpy((char *)obj + key->offset, &v, sizeof(v));
     return 0;
 }
 
