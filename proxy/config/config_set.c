@@ -584,10 +584,12 @@ int config_set_key_from(struct config_loader *ld, const struct config_key *key,
 
     if (strncmp(*text, "header:", 7) == 0 && config_is_token(*text + 7)) {
         policy->key_from = KEY_FROM_HEADER;
+        policy->key_from_header = true;
         free(policy->key_header);
         policy->key_header = config_take_after(text, 7);
     } else if (strncmp(*text, "json:", 5) == 0 && config_is_json_pointer(*text + 5)) {
         policy->key_from = KEY_FROM_JSON;
+        policy->key_from_header = false;
         free(policy->key_json_pointer);
         policy->key_json_pointer = config_take_after(text, 5);
     } else {

@@ -123,6 +123,8 @@ struct route_policy {
     bool webhook;                   /* key_from and verify (or delivery): a webhook receiver;
                                        key_from alone is an ordinary protected route */
     enum key_source key_from;       /* KEY_FROM_HEADER uses key_header */
+    bool key_from_header;           /* the route wrote key_from: header:NAME (not key_header):
+                                       Idempotency-Key without NAME is refused, not passed */
     char *key_json_pointer;         /* RFC 6901, KEY_FROM_JSON only; owned */
     char *record_source;            /* what record ids hash as the key source:
                                        "header:<lowercased name>" or "json:<pointer>";

@@ -168,9 +168,10 @@ void exchange_reply_upstream(struct exchange *x);
 /*
  * The upstream's answer to x, a protected request it executed (FORWARDING:
  * streamed as a tombstone; WRITING: recorded, or released), goes out with
- * its fields moved to the client's answer: on a route with
- * replayed_header_on_first, mark it Idempotent-Replayed: false
- * (reply_mark_executed). Nothing for a request that passes.
+ * its fields moved to the client's answer: an Idempotent-Replayed field the
+ * upstream sent is dropped, and on a route with replayed_header_on_first
+ * it is marked Idempotent-Replayed: false (reply_mark_executed). Nothing
+ * for a request that passes.
  */
 void exchange_mark_executed(struct exchange *x);
 

@@ -333,9 +333,9 @@ void exchange_tag_upstream(struct exchange *x, bool protected)
 
 void exchange_mark_executed(struct exchange *x)
 {
-    if (x->req != NULL && x->policy != NULL && x->policy->replayed_header_on_first &&
+    if (x->req != NULL && x->policy != NULL &&
         (x->state == X_FORWARDING || x->state == X_WRITING))
-        reply_mark_executed(x->req);
+        reply_mark_executed(x->req, x->policy->replayed_header_on_first);
 }
 
 /* Answer with the upstream response kept in x (first execution or pass-through). */

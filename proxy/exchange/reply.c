@@ -63,13 +63,14 @@ void reply_move_headers(struct http_req *req, struct evkeyvalq *from)
     }
 }
 
-void reply_mark_executed(struct http_req *req)
+void reply_mark_executed(struct http_req *req, bool say_false)
 {
     struct evkeyvalq *out = http_server_output_headers(req);
 
     while (evhttp_remove_header(out, "Idempotent-Replayed") == 0)
         ;
-    evhttp_add_header(out, "Idempotent-Replayed", "false");
+    if (say_false)
+        evhttp_add_header(out, "Idempotent-Replayed", "false");
 }
 
 struct evbuffer *reply_replay(struct http_req *req, const struct record *rec)

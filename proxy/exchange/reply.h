@@ -55,13 +55,14 @@ void reply_move_headers(struct http_req *req, struct evkeyvalq *from);
 
 /*
  * Mark the upstream's answer to this request's own execution, its fields
- * already in req's output headers (replayed_header_on_first,
- * docs/client-contract.md#the-replay-marker): Idempotent-Replayed: false,
- * after dropping any field of that name the upstream sent, so that the
- * answer says one thing. Never stored: the record is written from the
- * upstream's fields, and a replay says true.
+ * already in req's output headers (docs/client-contract.md#the-replay-marker):
+ * drop any Idempotent-Replayed field the upstream sent (the proxy alone
+ * says whether an answer is a replay), then, with say_false
+ * (replayed_header_on_first), add Idempotent-Replayed: false. Never
+ * stored: the record is written from the upstream's fields without it,
+ * and a replay says true.
  */
-void reply_mark_executed(struct http_req *req);
+void reply_mark_executed(struct http_req *req, bool say_false);
 
 /*
  * Add a finished record's stored fields and Idempotent-Replayed: true to req

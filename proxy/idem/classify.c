@@ -294,6 +294,14 @@ static void classify_key_value(const struct route_policy *policy, const char *ra
     }
 }
 
+/*
+ * The header the IETF draft names (draft-ietf-httpapi-idempotency-key-header,
+ * section 2): a request that sends it to a route whose key_from names
+ * another header means to be protected, and is refused rather than passed
+ * unprotected.
+ */
+#define CLASSIFY_STANDARD_KEY_HEADER "Idempotency-Key"
+
 /* The key from its header (docs/client-contract.md#how-a-request-is-handled, 4.3). */
 static void classify_key_from_header(const struct route_policy *policy,
                                      const struct classify_input *in, const char *signed_id,
@@ -310,6 +318,16 @@ static void classify_key_from_header(const struct route_policy *policy,
     } else if (lines == 0 && policy->require_key) {
         classify_refuse(out, PROBLEM_MISSING_KEY, 400,
                         "this route requires an idempotency key header");
+    } else if (lines == 0 && policy->key_from_header &&
+               strcasecmp(policy->key_header, CLASSIFY_STANDARD_KEY_HEADER) != 0 &&
+               evhttp_find_header(in->headers, CLASSIFY_STANDARD_KEY_HEADER) != NULL) {
+        /*
+         * its client means it to be protected, and this route reads another header (a
+         * key_header route keeps 0.1's rule: its other headers mean nothing)
+         */
+        classify_refuse_rule(out, PROBLEM_MISSING_KEY, 400, "this route reads the idempotency "
+                             "key from the %s header, not from %s, and the request has none",
+                             policy->key_header, CLASSIFY_STANDARD_KEY_HEADER);
     } else if (lines == 0) {
         out->verdict = CLASSIFY_UNPROTECTED;
     } else if (lines > 1) {

@@ -149,6 +149,22 @@ def test_key_from_json_without_the_member_is_unprotected_and_not_json_is_refused
     assert record_keys(redis) == []
 
 
+def test_key_from_header_refuses_idempotency_key_in_its_place(start_proxy, upstream, redis):
+    """key_from: header:X-Reference: a request that sends Idempotency-Key and no X-Reference
+    meant to be protected: 400 missing-key naming both, never forwarded; with X-Reference the
+    retry replays (test_keys_and_routes: a key_header route forwards it unprotected)."""
+    p = start_proxy(routes=[{"path": "/v1/legacy*", "key_from": "header:X-Reference"}])
+    key = new_key()
+    doc = assert_problem(p.post("/v1/legacy", key=key), 400, "missing-key")
+    assert "X-Reference" in doc["detail"] and "Idempotency-Key" in doc["detail"], doc
+    assert executions_at(upstream, "/v1/legacy") == 0
+    assert record_keys(redis) == []
+    first = p.post("/v1/legacy", key=None, headers=[("X-Reference", key)])
+    assert first.status == 201
+    assert_replay_of(p.post("/v1/legacy", key=None, headers=[("X-Reference", key)]), first)
+    assert executions_at(upstream, "/v1/legacy") == 1
+
+
 def test_key_from_json_with_require_key_and_key_pattern(start_proxy, upstream, redis):
     p = start_proxy(routes=TRANSFERS)
     assert_problem(p.post("/v1/payouts", body=b'{"amount": 5}'), 400, "missing-key")
@@ -173,6 +189,14 @@ def test_replay_marker_is_absent_from_first_executions_by_default(proxy, upstrea
     assert first.status == 201
     assert_not_replayed(first)
     assert_replay_of(proxy.post(key=key), first)
+    # an upstream that says Idempotent-Replayed itself never marks a first execution a replay
+    own = [("X-Demo-Header", "Idempotent-Replayed: true")]
+    other = new_key()
+    first = proxy.post(key=other, headers=own)
+    assert first.status == 201
+    assert_not_replayed(first)
+    assert_replay_of(proxy.post(key=other, headers=own), first)
+    assert upstream.executions(other) == 1
 
 
 def test_replay_marker_says_false_on_first_executions_when_enabled(start_proxy, upstream):
