@@ -274,6 +274,9 @@ def test_the_proxy_uses_the_service_by_name_over_tls_as_its_user(managed, start_
     wait_ready(p)
     log_line(p, "%s:%d: connected to %s" % (NAME, m.tls_port, m.primary.host))
     log_line(p, "ready (primary, TLS)")
+    # the policy is read after the connection is ready (-1 until its answer is in)
+    wait_until(lambda: metric(p, "idempotency_proxy_redis_eviction_policy_ok",
+                              required=True) != -1, what="the eviction policy read")
     assert metric(p, "idempotency_proxy_redis_eviction_policy_ok", required=True) == 1
     key = new_key()
     first = p.post(key=key)
