@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import (  # noqa: E402
     Proxy, RedisServer, SteppedClock, Upstream, build_config, documented_acl_rules,
-    faketime_library, free_port, proxy_binary, to_yaml,
+    faketime_library, free_port, proxy_binary, stopped_after, to_yaml,
 )
 from inbox_helpers import Receiver  # noqa: E402
 
@@ -192,16 +192,8 @@ def proxy(start_proxy):
 def receiver_factory(tmp_path):
     """make(delay=0.0, status=200): a started inbox Receiver (inbox_helpers.py), stopped at
     teardown."""
-    made = []
-
-    def make(delay=0.0, status=200):
-        r = Receiver(str(tmp_path), delay, status).start()
-        made.append(r)
-        return r
-
-    yield make
-    for r in made:
-        r.stop()
+    yield from stopped_after(lambda n, delay=0.0, status=200:
+                             Receiver(str(tmp_path), delay, status))
 
 
 @pytest.fixture

@@ -1050,6 +1050,23 @@ def pace(seconds):
     time.sleep(seconds)
 
 
+def stopped_after(build):
+    """The body of a factory fixture (`yield from stopped_after(build)`): the test gets
+    make(**kw), which builds build(n, **kw) (n: how many were made before it), starts it and
+    returns what start() returns; every one made is stopped at teardown, in order, also one
+    whose start failed."""
+    made = []
+
+    def make(**kw):
+        thing = build(len(made), **kw)
+        made.append(thing)
+        return thing.start()
+
+    yield make
+    for thing in made:
+        thing.stop()
+
+
 def readyz(p):
     """The status of p's /readyz."""
     return p.admin("GET", "/readyz").status

@@ -210,6 +210,17 @@ class ManagedRedis:
         wait_until(lambda: all(_link_up(r) for r in self.replicas()), timeout=timeout,
                    interval=0.05, what="every replica's link to the primary up")
 
+    def _replace_with_empty(self, node, at):
+        """replace_s after node was lost, the service provisions it again: node started empty
+        as a replica; once every replica is online. Adds started and rejoined to at, returns
+        it."""
+        time.sleep(self.replace_s)  # the service provisions the replacement
+        at["started"] = time.monotonic()
+        self._start_replica(node)
+        self.wait_replicas()
+        at["rejoined"] = time.monotonic()
+        return at
+
     def failover(self):
         """The primary SIGKILLed; detect_s later a replica promoted and NAME moved to it;
         the other replica follows it; replace_s later the old primary back, empty, as its
@@ -228,12 +239,7 @@ class ManagedRedis:
         for r in self.replicas():
             if r is not old:
                 r.cmd("REPLICAOF", *self._link(r))
-        time.sleep(self.replace_s)  # the service recovers the lost node
-        at["started"] = time.monotonic()
-        self._start_replica(old)
-        self.wait_replicas()
-        at["rejoined"] = time.monotonic()
-        return at
+        return self._replace_with_empty(old, at)
 
     def replace_replica(self):
         """A replica removed (SIGKILL: its data goes with it) and replace_s later an empty
@@ -242,12 +248,7 @@ class ManagedRedis:
         node = self.replicas()[0]
         at = {"removed": time.monotonic()}
         node.kill()
-        time.sleep(self.replace_s)  # the service provisions the new node
-        at["started"] = time.monotonic()
-        self._start_replica(node)
-        self.wait_replicas()
-        at["rejoined"] = time.monotonic()
-        return at
+        return self._replace_with_empty(node, at)
 
     def lose_replica(self, seconds=2.0):
         """A replica cut off from the primary for `seconds` (the primary sees it go), then

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import HTTPError, log_line, readyz, wait_ready, wait_until
+from harness import HTTPError, log_line, readyz, stopped_after, wait_ready, wait_until
 from managed_topology import NAME, ManagedRedis
 from proxy_helpers import Traffic, assert_replayed, metric, new_key, record_keys
 from redis_topology import NetNs
@@ -63,16 +63,8 @@ def upstream(netns, upstream_factory):
 def managed(netns, tmp_path):
     """managed(**ManagedRedis kwargs) -> a started ManagedRedis in the namespace, stopped
     after the test (after its proxies)."""
-    made = []
-
-    def make(**kw):
-        m = ManagedRedis(str(tmp_path / ("managed%d" % len(made))), **kw)
-        made.append(m)
-        return m.start()
-
-    yield make
-    for m in made:
-        m.stop()
+    yield from stopped_after(lambda n, **kw: ManagedRedis(str(tmp_path / ("managed%d" % n)),
+                                                          **kw))
 
 
 def reassert_config(mode):
@@ -282,6 +274,9 @@ def test_the_proxy_uses_the_service_by_name_over_tls_as_its_user(managed, start_
     wait_ready(p)
     log_line(p, "%s:%d: connected to %s" % (NAME, m.tls_port, m.primary.host))
     log_line(p, "ready (primary, TLS)")
+    # the policy is read after the connection is ready (-1 until its answer is in)
+    wait_until(lambda: metric(p, "idempotency_proxy_redis_eviction_policy_ok",
+                              required=True) != -1, what="the eviction policy read")
     assert metric(p, "idempotency_proxy_redis_eviction_policy_ok", required=True) == 1
     key = new_key()
     first = p.post(key=key)

@@ -20,7 +20,7 @@ import pytest
 
 from harness import (
     WAIT_S, HTTPError, RedisError, RedisServer, free_port, hold, log_line, log_lines, pace,
-    proxy_binary, readyz, wait_ready, wait_until,
+    proxy_binary, readyz, stopped_after, wait_ready, wait_until,
 )
 from proxy_helpers import (
     Traffic, assert_problem, assert_stays_unready, metric, metrics_samples, new_key, record_keys,
@@ -57,16 +57,8 @@ FLAVOURS = {
 @pytest.fixture
 def sentinel_group(tmp_path):
     """sentinel_group(**SentinelGroup kwargs) -> a started SentinelGroup, stopped after."""
-    groups = []
-
-    def make(**kw):
-        g = SentinelGroup(str(tmp_path / ("group%d" % len(groups))), name=MASTER, **kw)
-        groups.append(g)
-        return g.start()
-
-    yield make
-    for g in groups:
-        g.stop()
+    yield from stopped_after(lambda n, **kw: SentinelGroup(str(tmp_path / ("group%d" % n)),
+                                                           name=MASTER, **kw))
 
 
 def flavour_binaries(flavour):
