@@ -3,13 +3,6 @@
 -- `fingerprint: json` route has members to parse and sort, not one long string. The same bytes
 -- go to every route. BENCH_PATH: the route (default /v1/payments).
 dofile((os.getenv("BENCH_DIR") or ".") .. "/common.lua")
-local threads = 0
-function setup(thread)
-  threads = threads + 1
-  thread:set("tid", threads)
-end
-local counter = 0
-local tag = os.getenv("BENCH_TAG") or tostring(os.time())
 local path = os.getenv("BENCH_PATH") or "/v1/payments"
 local size = tonumber(os.getenv("BENCH_BODY") or "0") or 0
 local body
@@ -31,7 +24,6 @@ function init(args)
   body = items_body()
 end
 function request()
-  counter = counter + 1
-  headers["Idempotency-Key"] = "bench-" .. tag .. "-" .. tostring(tid) .. "-" .. counter
+  headers["Idempotency-Key"] = bench_fresh_id("bench")
   return wrk.format("POST", path, headers, body)
 end

@@ -5,11 +5,6 @@ local nkeys = tonumber(os.getenv("BENCH_KEYS") or "1000") or 1000
 local tag = os.getenv("BENCH_TAG") or "0"
 local reqs = {}
 local i = 0
-local threads = 0
-function setup(thread)
-  threads = threads + 1
-  thread:set("tid", threads)
-end
 function init(args)
   -- prebuilt, and each thread starts at its own offset: no wrk-side cost per request
   for n = 0, nkeys - 1 do
