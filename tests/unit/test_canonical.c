@@ -25,33 +25,78 @@ static const struct canonical_ignore no_ignore;
 
 /* ---- json ---------------------------------------------------------------- */
 
-/* The canonical text of body under ignore (NULL: none) into *out; the result. */
-static int json_of(struct body b, const struct canonical_ignore *ignore, char **out, size_t *len)
+/* The canonical text of body under ignore (NULL: none) into *out, a refusal's reason in why;
+ * the result. */
+static int json_of(struct body b, const struct canonical_ignore *ignore, char **out, size_t *len,
+                   char *why)
 {
-    char why[CANONICAL_WHY_MAX];
-
     return canonical_json(b.bytes, b.len, ignore != NULL ? ignore : &no_ignore, out, len, why);
 }
 
-/* Whether a and b are read as the same request under ignore (both must read). */
-static int json_same(struct body a, struct body b, const struct canonical_ignore *ignore)
+/* The canonical form text of body into *out, a refusal's reason in why; the result. */
+static int form_of(struct body b, const struct canonical_ignore *ignore, char **out, size_t *len,
+                   char *why)
 {
-    char *x = NULL, *y = NULL;
+    (void)ignore;
+    return canonical_form(b.bytes, b.len, out, len, why);
+}
+
+typedef int canonical_of_fn(struct body b, const struct canonical_ignore *ignore, char **out,
+                            size_t *len, char *why);
+
+/* Whether a and b are read as the same request by of under ignore (both must read). */
+static int same_under(canonical_of_fn *of, struct body a, struct body b,
+                      const struct canonical_ignore *ignore)
+{
+    char *x = NULL, *y = NULL, why[CANONICAL_WHY_MAX];
     size_t xl = 0, yl = 0;
     int same = -1; /* neither: one did not read */
 
-    if (json_of(a, ignore, &x, &xl) == CANONICAL_OK && json_of(b, ignore, &y, &yl) == CANONICAL_OK)
+    if (of(a, ignore, &x, &xl, why) == CANONICAL_OK && of(b, ignore, &y, &yl, why) == CANONICAL_OK)
         same = xl == yl && (xl == 0 || memcmp(x, y, xl) == 0);
     free(x);
     free(y);
     return same;
 }
 
-static const struct {
+static int json_same(struct body a, struct body b, const struct canonical_ignore *ignore)
+{
+    return same_under(json_of, a, b, ignore);
+}
+
+/* Two bodies and whether a mode reads them as the same request. */
+struct pair_case {
     const char *name;
     struct body a, b;
     int same;
-} json_pairs[] = {
+};
+
+/* A body a mode refuses (400 invalid-body). */
+struct refused_case {
+    const char *name;
+    struct body body;
+};
+
+/* Checks every pair and every refusal of one mode. */
+static void run_cases(canonical_of_fn *of, const struct pair_case *pairs, size_t n_pairs,
+                      const struct refused_case *refused, size_t n_refused)
+{
+    char *out = NULL, why[CANONICAL_WHY_MAX];
+    size_t len = 0;
+
+    for (size_t i = 0; i < n_pairs; i++) {
+        int same = same_under(of, pairs[i].a, pairs[i].b, NULL);
+        UNIT_CHECK(pairs[i].name, same == pairs[i].same, "same=%d", same);
+    }
+    for (size_t i = 0; i < n_refused; i++) {
+        why[0] = '\0';
+        int r = of(refused[i].body, NULL, &out, &len, why);
+        UNIT_CHECK(refused[i].name, r == CANONICAL_INVALID_BODY && out == NULL && why[0],
+                   "r=%d why=%s", r, why);
+    }
+}
+
+static const struct pair_case json_pairs[] = {
     { "members reordered and whitespace changed", B("{\"b\":1,\"a\":2}"),
       B(" {\n  \"a\" : 2 ,\t\"b\": 1 }\r\n"), 1 },
     { "nested objects reordered", B("{\"a\":{\"y\":1,\"x\":[{\"d\":1,\"c\":2}]}}"),
@@ -80,10 +125,7 @@ static const struct {
     { "a missing member differs", B("{\"a\":1,\"b\":null}"), B("{\"a\":1}"), 0 },
 };
 
-static const struct {
-    const char *name;
-    struct body body;
-} json_refused[] = {
+static const struct refused_case json_refused[] = {
     { "a repeated member name", B("{\"a\":1,\"a\":2}") },
     { "a repeated member name, once escaped", B("{\"a\":1,\"\\u0061\":2}") },
     { "a repeated member name, deep inside", B("[{\"x\":{\"k\":1,\"k\":1}}]") },
@@ -108,16 +150,8 @@ static void run_json(void)
     size_t len = 0;
     int r;
 
-    for (size_t i = 0; i < sizeof(json_pairs) / sizeof(json_pairs[0]); i++) {
-        int same = json_same(json_pairs[i].a, json_pairs[i].b, NULL);
-        UNIT_CHECK(json_pairs[i].name, same == json_pairs[i].same, "same=%d", same);
-    }
-    for (size_t i = 0; i < sizeof(json_refused) / sizeof(json_refused[0]); i++) {
-        r = canonical_json(json_refused[i].body.bytes, json_refused[i].body.len, &no_ignore, &out,
-                           &len, why);
-        UNIT_CHECK(json_refused[i].name, r == CANONICAL_INVALID_BODY && out == NULL && why[0],
-                   "r=%d why=%s", r, why);
-    }
+    run_cases(json_of, json_pairs, sizeof(json_pairs) / sizeof(json_pairs[0]), json_refused,
+              sizeof(json_refused) / sizeof(json_refused[0]));
     {
         /* deeper than jansson's 2048 levels: refused, not a crash */
         static char deep[3001];
@@ -221,25 +255,7 @@ static void run_ignore(void)
 
 /* ---- form ------------------------------------------------------------------ */
 
-static int form_same(struct body a, struct body b)
-{
-    char *x = NULL, *y = NULL, why[CANONICAL_WHY_MAX];
-    size_t xl = 0, yl = 0;
-    int same = -1;
-
-    if (canonical_form(a.bytes, a.len, &x, &xl, why) == CANONICAL_OK &&
-        canonical_form(b.bytes, b.len, &y, &yl, why) == CANONICAL_OK)
-        same = xl == yl && (xl == 0 || memcmp(x, y, xl) == 0);
-    free(x);
-    free(y);
-    return same;
-}
-
-static const struct {
-    const char *name;
-    struct body a, b;
-    int same;
-} form_pairs[] = {
+static const struct pair_case form_pairs[] = {
     { "parameters reordered", B("b=2&a=1"), B("a=1&b=2"), 1 },
     { "%41 and A", B("a=%41"), B("a=A"), 1 },
     { "%4a and %4A and J", B("a=%4a&b=%4A"), B("a=J&b=J"), 1 },
@@ -261,10 +277,7 @@ static const struct {
     { "the empty body and a name", B(""), B("a"), 0 },
 };
 
-static const struct {
-    const char *name;
-    struct body body;
-} form_refused[] = {
+static const struct refused_case form_refused[] = {
     { "%zz", B("a=%zz") },
     { "% with one hex digit", B("a=%4") },
     { "% at the end", B("a=1%") },
@@ -282,15 +295,8 @@ static void run_form(void)
     size_t len = 0;
     int r;
 
-    for (size_t i = 0; i < sizeof(form_pairs) / sizeof(form_pairs[0]); i++) {
-        int same = form_same(form_pairs[i].a, form_pairs[i].b);
-        UNIT_CHECK(form_pairs[i].name, same == form_pairs[i].same, "same=%d", same);
-    }
-    for (size_t i = 0; i < sizeof(form_refused) / sizeof(form_refused[0]); i++) {
-        r = canonical_form(form_refused[i].body.bytes, form_refused[i].body.len, &out, &len, why);
-        UNIT_CHECK(form_refused[i].name, r == CANONICAL_INVALID_BODY && out == NULL && why[0],
-                   "r=%d", r);
-    }
+    run_cases(form_of, form_pairs, sizeof(form_pairs) / sizeof(form_pairs[0]), form_refused,
+              sizeof(form_refused) / sizeof(form_refused[0]));
     r = canonical_form("b=%C3%A9&a", 10, &out, &len, why);
     UNIT_CHECK("the canonical form: sorted pairs, each part length-prefixed",
                r == CANONICAL_OK && len == 8 + 1 + 8 + 1 + 2 &&
