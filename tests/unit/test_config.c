@@ -1198,6 +1198,16 @@ static const struct config_case config_cases[] = {
 
 /* ---- the key and scope rules, key_from, the replay marker, errors per route ---- */
 
+/* The first two routes of cfg into *a and *b; whether both are there (checked). */
+static bool first_two(const char *name, const struct config *cfg, const struct route **a,
+                      const struct route **b)
+{
+    *a = route_at(cfg, 0);
+    *b = route_at(cfg, 1);
+    UNIT_CHECK(name, *a != NULL && *b != NULL, "line %d", __LINE__);
+    return *a != NULL && *b != NULL;
+}
+
 static void check_key_rules_defaults(const char *name, const struct config *cfg)
 {
     const struct route *r = route_at(cfg, 0);
@@ -1214,10 +1224,9 @@ static void check_key_rules_defaults(const char *name, const struct config *cfg)
 
 static void check_key_rules_set(const char *name, const struct config *cfg)
 {
-    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+    const struct route *a, *b;
 
-    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
-    if (a == NULL || b == NULL)
+    if (!first_two(name, cfg, &a, &b))
         return;
     /* a inherits defaults:, b overrides it */
     UNIT_CHECK(name, a->policy.key_min_length == 16 && a->policy.scope_required &&
@@ -1247,10 +1256,9 @@ static void check_key_pattern_anchored(const char *name, const struct config *cf
 
 static void check_errors_per_route(const char *name, const struct config *cfg)
 {
-    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+    const struct route *a, *b;
 
-    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
-    if (a == NULL || b == NULL)
+    if (!first_two(name, cfg, &a, &b))
         return;
     UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_PROBLEM &&
                      cfg->defaults.error_format == ERROR_FORMAT_PROBLEM, "line %d", __LINE__);
@@ -1261,10 +1269,9 @@ static void check_errors_per_route(const char *name, const struct config *cfg)
 /* the top level is defaults:' default, and defaults: the routes' */
 static void check_errors_inherited(const char *name, const struct config *cfg)
 {
-    const struct route *a = route_at(cfg, 0), *b = route_at(cfg, 1);
+    const struct route *a, *b;
 
-    UNIT_CHECK(name, a != NULL && b != NULL, "line %d", __LINE__);
-    if (a == NULL || b == NULL)
+    if (!first_two(name, cfg, &a, &b))
         return;
     UNIT_CHECK(name, cfg->error_format == ERROR_FORMAT_STRIPE &&
                      cfg->defaults.error_format == ERROR_FORMAT_STRIPE &&

@@ -72,6 +72,19 @@ static int decode_changed(const char *value, size_t len, size_t at, char c, char
 }
 
 /* IR3: a fingerprint made from a canonical body keeps its mode and ignore list in the head. */
+/* A keyring of one key "k1" whose 32 bytes are all fill (the caller unrefs it); checked. */
+static struct keyring *keyring_k1(unsigned char fill)
+{
+    char err[128] = "";
+    unsigned char secret[KEYRING_SECRET_LEN];
+    struct keyring *kr = keyring_create(err, sizeof(err));
+
+    memset(secret, fill, sizeof(secret));
+    UNIT_CHECK("a keyring of k1", kr != NULL && keyring_add(kr, "k1", 2, secret) == KEYRING_ADDED,
+               "%s", err);
+    return kr;
+}
+
 static void run_ir3(void)
 {
     struct record r, out;
@@ -166,15 +179,11 @@ static void run_ir3(void)
 
     /* the sealed answer is bound to the head: another mode or list does not open */
     {
-        char err[128], *plain = NULL, key_id[KEYRING_ID_MAX + 1];
-        unsigned char secret[KEYRING_SECRET_LEN];
-        struct keyring *kr = keyring_create(err, sizeof(err));
+        char *plain = NULL, key_id[KEYRING_ID_MAX + 1];
+        struct keyring *kr = keyring_k1(9);
         size_t len = 0;
         char *value;
 
-        memset(secret, 9, sizeof(secret));
-        UNIT_CHECK("IR3 keyring", kr != NULL && keyring_add(kr, "k1", 2, secret) == KEYRING_ADDED,
-                   "%s", err);
         record_json(&r, RECORD_DONE);
         r.status = 201;
         r.body = "sealed-json-answer";
@@ -348,15 +357,11 @@ int main(void)
 
     /* a sealed answer: nothing of it in the value, opens only under its Redis key */
     {
-        char err[128], *plain = NULL, key_id[KEYRING_ID_MAX + 1];
-        unsigned char secret[KEYRING_SECRET_LEN];
-        struct keyring *kr = keyring_create(err, sizeof(err));
+        char *plain = NULL, key_id[KEYRING_ID_MAX + 1];
+        struct keyring *kr = keyring_k1(7);
         size_t len = 0;
         char *value;
 
-        memset(secret, 7, sizeof(secret));
-        UNIT_CHECK("keyring", kr != NULL && keyring_add(kr, "k1", 2, secret) == KEYRING_ADDED,
-                   "%s", err);
         value = record_encode_alloc(&r, kr, "idem:{abc}", &len);
         UNIT_CHECK("sealed record encodes", value != NULL && memmem(value, len, "secret-body", 11) == NULL &&
                    record_decode(value, len, &out) == 0 && out.sealed != NULL && out.status == 0,
