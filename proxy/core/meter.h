@@ -1,7 +1,8 @@
 /*
  * meter.h - the memory a worker takes while it reads a request body into a
  * structure (the json fingerprint's jansson tree, the form fingerprint's
- * pairs; docs/operations.md#memory), counted under limits.max_buffered like
+ * pairs, the tree a key_from: json route reads its key from;
+ * docs/operations.md#memory), counted under limits.max_buffered like
  * the bodies and answers it holds, and bounded per request.
  *
  * A meter belongs to one thread and is active between meter_begin and

@@ -273,6 +273,7 @@ void exchange_handle(struct http_req *req, void *arg)
     const struct evkeyvalq *headers = http_server_input_headers(req);
     struct classify_input in;
     struct classify_result c;
+    struct mem_meter m;
     char key[CLASSIFY_KEY_MAX];
 
     if (x == NULL) { /* out of memory before anything is claimed: an answer (oom.h) */
@@ -293,8 +294,12 @@ void exchange_handle(struct http_req *req, void *arg)
         .headers = headers, .body = x->rq.body_bytes, .body_len = x->rq.body_len,
         .now_s = (int64_t)(clock_now_ms() / 1000),
     };
+    /* key_from: json parses the body: metered as a fingerprint's parse is */
+    exchange_meter_begin(x, &m);
     classify_request(x->conf, &in, key, sizeof(key), &c);
     x->route = c.route;
+    if (exchange_meter_end(x, &m, "its idempotency key (key_from: json)"))
+        return;
     switch (c.verdict) {
     case CLASSIFY_REFUSE:
         if (c.problem == PROBLEM_METHOD_NOT_ALLOWED)

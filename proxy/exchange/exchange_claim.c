@@ -21,7 +21,6 @@
 #include "headers.h"
 #include "http_server.h"
 #include "log.h"
-#include "meter.h"
 #include "metrics.h"
 #include "record_id.h"
 
@@ -170,17 +169,12 @@ static void exchange_canonical_request(const struct exchange *x, struct canonica
                                       : NULL;
 }
 
-/* The part of limits.max_buffered one body's parsed form (json, form) may take at most. */
-#define EXCHANGE_PARSE_SHARE 4
-
 /*
  * canonical_fingerprint of our request under basis and key_id (NULL: the
- * encrypting key), with the memory its json or form mode parses the body
- * into counted under limits.max_buffered and bounded to a quarter of it
- * (meter.h, docs/operations.md#memory). When that memory does not fit, x is
- * answered (413 body-too-large: this body alone needs more; 503 overloaded:
- * the budget is full now, retry), nothing claimed or forwarded, and
- * CANONICAL_FAILED is returned with *answered set.
+ * encrypting key), its json or form mode's parse of the body metered
+ * (exchange_meter_begin). When that memory does not fit, x is answered,
+ * nothing claimed or forwarded, and CANONICAL_FAILED is returned with
+ * *answered set.
  */
 static int exchange_canonical(struct exchange *x, const char *key_id,
                               const struct fingerprint_basis *basis, char *fp, char *why,
@@ -188,26 +182,13 @@ static int exchange_canonical(struct exchange *x, const char *key_id,
 {
     struct canonical_request rq;
     struct mem_meter m;
-    size_t limit = budget_limit(x->set->budget);
-    enum meter_refusal refused;
     int r;
 
-    *answered = false;
     exchange_canonical_request(x, &rq);
-    meter_begin(&m, x->set->budget, limit / EXCHANGE_PARSE_SHARE);
+    exchange_meter_begin(x, &m);
     r = canonical_fingerprint(x->conf->keyring, key_id, basis, &rq, fp, why);
-    refused = meter_end(&m);
-    if (refused == METER_OVER_CAP) {
-        *answered = true;
-        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413,
-                         "reading this body for its fingerprint (json or form) needs more memory "
-                         "than a quarter of limits.max_buffered; nothing was claimed or forwarded",
-                         0, false);
-    } else if (refused == METER_OVER_BUDGET) {
-        *answered = true;
-        exchange_overloaded(x);
-    }
-    return refused != METER_FITS ? CANONICAL_FAILED : r;
+    *answered = exchange_meter_end(x, &m, "its fingerprint (json or form)");
+    return *answered ? CANONICAL_FAILED : r;
 }
 
 /*

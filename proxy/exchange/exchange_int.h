@@ -22,6 +22,7 @@
 #include "janitor.h"
 #include "record_id.h"
 #include "keyring.h"
+#include "meter.h"
 #include "outcome.h"
 #include "problem.h"
 #include "record.h"
@@ -223,6 +224,22 @@ void exchange_stream_passed(struct exchange *x, enum upstream_outcome outcome,
  * connection closes after it. Nothing was claimed or forwarded.
  */
 void exchange_overloaded(struct exchange *x);
+
+/*
+ * Count the memory x's body is parsed into from here to exchange_meter_end
+ * (key_from: json, a json or form fingerprint) in m (caller-owned) under
+ * limits.max_buffered, one body at most a quarter of it (meter.h,
+ * docs/operations.md#memory).
+ */
+void exchange_meter_begin(struct exchange *x, struct mem_meter *m);
+
+/*
+ * Stop counting in m. When it refused, x is answered (413 body-too-large:
+ * reading this body for what `reading` names needs more than a quarter of
+ * limits.max_buffered; 503 overloaded: the budget is full now, retry),
+ * nothing claimed or forwarded, and true is returned; false when it fit.
+ */
+bool exchange_meter_end(struct exchange *x, struct mem_meter *m, const char *reading);
 
 /* The proxy's own answer (docs/client-contract.md). */
 void exchange_problem(struct exchange *x, enum problem p, int status, const char *detail,

@@ -218,6 +218,33 @@ void exchange_overloaded(struct exchange *x)
                      "(limits.max_buffered); nothing was claimed or forwarded; retry", 1, false);
 }
 
+/* The part of limits.max_buffered one body's parsed form may take at most. */
+#define EXCHANGE_PARSE_SHARE 4
+
+void exchange_meter_begin(struct exchange *x, struct mem_meter *m)
+{
+    meter_begin(m, x->set->budget, budget_limit(x->set->budget) / EXCHANGE_PARSE_SHARE);
+}
+
+bool exchange_meter_end(struct exchange *x, struct mem_meter *m, const char *reading)
+{
+    char detail[160];
+
+    switch (meter_end(m)) {
+    case METER_FITS:
+        return false;
+    case METER_OVER_CAP:
+        snprintf(detail, sizeof(detail), "reading this body for %s needs more memory than a "
+                 "quarter of limits.max_buffered; nothing was claimed or forwarded", reading);
+        exchange_problem(x, PROBLEM_BODY_TOO_LARGE, 413, detail, 0, false);
+        return true;
+    case METER_OVER_BUDGET:
+        exchange_overloaded(x);
+        return true;
+    }
+    return true;
+}
+
 /*
  * The shape of x's own answers (docs/client-contract.md#errors-per-route):
  * its route's errors.format, the top level's for a request no route

@@ -11,9 +11,9 @@ of its own beside a problem+json route is test_clients.py's (its node fixture li
 import json
 import uuid
 
-from harness import http_request
+from harness import http_request, wait_until
 from proxy_helpers import (
-    assert_not_replayed, assert_problem, assert_replay_of, new_key, record_keys,
+    assert_not_replayed, assert_problem, assert_replay_of, metric, new_key, record_keys,
 )
 
 UUID_PATTERN = ("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
@@ -177,6 +177,33 @@ def test_key_from_json_with_require_key_and_key_pattern(start_proxy, upstream, r
     assert first.status == 201
     assert_replay_of(p.post("/v1/payouts", body=transfer(ref, 5)), first)
     assert executions_at(upstream, "/v1/payouts") == 1
+
+
+def test_key_from_json_whose_parsed_body_passes_a_quarter_of_max_buffered_is_413(
+        start_proxy, upstream, redis):
+    """Reading the key parses the whole body: jansson's tree of 300,000 empty objects (tens of
+    MB) is counted under max_buffered as a json fingerprint's is, and refused at a quarter of it
+    (2 MiB of 8), on an ordinary route and on a webhook receiver alike; never forwarded, what it
+    took given back, and a body the route can read is protected as before."""
+    p = start_proxy(routes=TRANSFERS + [{"path": "/hooks/x", "key_from": "json:/id",
+                                         "verify": "none"}],
+                    limits={"max_buffered": "8MiB"})
+    ref = "tr_" + uuid.uuid4().hex
+    objects = b",".join([b"{}"] * 300000)
+    for path, body in (("/v1/transfers", b'{"reference":"' + ref.encode() + b'","items":['
+                        + objects + b"]}"),
+                       ("/hooks/x", b'{"id":"evt_' + ref.encode() + b'","data":[' + objects
+                        + b"]}")):
+        doc = assert_problem(p.post(path, body=body), 413, "body-too-large")
+        assert "key_from" in doc["detail"] and "max_buffered" in doc["detail"], doc
+        assert executions_at(upstream, path) == 0
+    assert record_keys(redis) == []
+    wait_until(lambda: metric(p, "idempotency_proxy_buffered_bytes") == 0,
+               what="the parsed body's bytes given back to limits.max_buffered")
+    first = p.post("/v1/transfers", body=transfer(ref, 5))
+    assert first.status == 201
+    assert_replay_of(p.post("/v1/transfers", body=transfer(ref, 5)), first)
+    assert executions_at(upstream, "/v1/transfers") == 1
 
 
 # --------------------------------------------------------------------------
