@@ -16,4 +16,12 @@
  */
 char *json_text(json_t *doc, size_t *len);
 
+/*
+ * json_text written with jansson's encoding flags (JSON_COMPACT,
+ * JSON_SORT_KEYS, JSON_REAL_PRECISION(n), ...): the text never holds a raw
+ * NUL (jansson escapes one in a string as \u0000), so *len is its length.
+ * Allocated through jansson's allocator (json_set_alloc_funcs). Steals doc.
+ */
+char *json_text_flags(json_t *doc, size_t flags, size_t *len);
+
 #endif

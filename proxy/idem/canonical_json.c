@@ -6,12 +6,11 @@
 #include "canonical.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <jansson.h>
 
 #include "json_pointer.h"
+#include "json_text.h"
 #include "meter.h"
 
 /*
@@ -90,37 +89,9 @@ static void canonical_json_ignore(json_t *root, const struct canonical_ignore *i
     }
 }
 
-/* The canonical text as jansson writes it, piece by piece. */
-struct canonical_text {
-    char *buf;
-    size_t len;
-    size_t size;
-};
-
-static int canonical_json_append(const char *piece, size_t n, void *arg)
-{
-    struct canonical_text *t = arg;
-
-    if (n > t->size - t->len) {
-        size_t size = t->size * 2 > t->len + n ? t->size * 2 : t->len + n;
-        char *grown = meter_malloc(size); /* counted like the tree (meter.h) */
-
-        if (grown == NULL)
-            return -1;
-        memcpy(grown, t->buf, t->len);
-        meter_free(t->buf);
-        t->buf = grown;
-        t->size = size;
-    }
-    memcpy(t->buf + t->len, piece, n);
-    t->len += n;
-    return 0;
-}
-
 int canonical_json(const char *body, size_t len, const struct canonical_ignore *ignore,
                    char **out, size_t *out_len, char *why)
 {
-    struct canonical_text t = { NULL, 0, 0 };
     json_error_t error;
     json_t *root;
 
@@ -134,17 +105,7 @@ int canonical_json(const char *body, size_t len, const struct canonical_ignore *
         return meter_fits() ? canonical_json_refused(&error, why) : CANONICAL_FAILED;
     if (ignore != NULL)
         canonical_json_ignore(root, ignore);
-    /* about the body's size: the text rarely grows (a real may: 0.1 is 0.10000000000000001) */
-    t.size = len + 16;
-    t.buf = meter_malloc(t.size);
-    if (t.buf == NULL ||
-        json_dump_callback(root, canonical_json_append, &t, CANONICAL_JSON_ENCODE) != 0) {
-        json_decref(root);
-        meter_free(t.buf);
-        return CANONICAL_FAILED;
-    }
-    json_decref(root);
-    *out = t.buf;
-    *out_len = t.len;
-    return CANONICAL_OK;
+    /* through jansson's allocator: counted like the tree (meter.h) */
+    *out = json_text_flags(root, CANONICAL_JSON_ENCODE, out_len);
+    return *out != NULL ? CANONICAL_OK : CANONICAL_FAILED;
 }
