@@ -639,8 +639,13 @@ int webhook_key_from_json(const char *body, size_t len, const char *pointer, cha
 
     if (body == NULL)
         return -3;
-    /* providers never repeat a member; if a body does, which "id" is meant is ambiguous */
-    root = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &error);
+    /*
+     * providers never repeat a member; if a body does, which "id" is meant is
+     * ambiguous. An integer past 64 bits is read as a double: only the key's
+     * string is used, so a body with one is as readable as any other.
+     */
+    root = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL |
+                                     JSON_DECODE_INT_AS_REAL, &error);
     if (root == NULL)
         return -3;
     node = json_pointer_get(root, pointer);

@@ -130,9 +130,11 @@ int webhook_secret_check(enum verify_scheme scheme, const char *secret, const ch
  *    -2   the pointer resolves, but not to a usable key: not a JSON string,
  *         the empty string, a string containing NUL (\u0000), or longer
  *         than outsize - 1 bytes;
- *    -3   the body is not one JSON document (an empty body included), or
- *         repeats an object member name, so whether it holds a key cannot
- *         be told; out of memory while parsing shows as this too.
+ *    -3   the body is not one JSON document (an empty body included),
+ *         repeats an object member name, has a number beyond a double
+ *         (an integer past 64 bits is read as a double, which is fine) or
+ *         nests deeper than jansson's 2048 levels, so whether it holds a
+ *         key cannot be told; out of memory while parsing shows as this too.
  * out is unspecified on failure.
  */
 int webhook_key_from_json(const char *body, size_t len, const char *pointer, char *out,

@@ -106,7 +106,8 @@ bool canonical_media_type(enum fingerprint_mode mode, const char *content_type);
  * CANONICAL_WHY_MAX bytes) saying what failed, never the body's bytes: not
  * JSON (RFC 8259) or not UTF-8, a member name repeated or holding \u0000,
  * an integer outside the signed 64-bit range or a number beyond a double,
- * nesting deeper than 2048; CANONICAL_FAILED out of memory.
+ * nesting deeper than 2048 levels (jansson's, where every value counts
+ * one: in [[1]] the 1 is at level 3); CANONICAL_FAILED out of memory.
  */
 int canonical_json(const char *body, size_t len, const struct canonical_ignore *ignore,
                    char **out, size_t *out_len, char *why);

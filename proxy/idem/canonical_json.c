@@ -52,7 +52,8 @@ static int canonical_json_refused(const json_error_t *error, char *why)
         what = "the JSON body has a member name with \\u0000 in it";
         break;
     case json_error_stack_overflow:
-        what = "the JSON body nests arrays and objects deeper than 2048 levels";
+        what = "the JSON body nests deeper than 2048 levels (every value counts one: in "
+               "[[1]] the 1 is at level 3)";
         break;
     default:
         what = "the body is not JSON (RFC 8259)";

@@ -164,10 +164,12 @@ static void classify_key_in_body(const struct route_policy *policy,
     int lines;
 
     if (rc == -3) {
-        classify_refuse_rule(out, PROBLEM_INVALID_KEY, 400, "the request body is not one JSON "
-                             "document (or repeats a member name), so whether it holds the "
-                             "idempotency key this route reads (key_from: json:%s) cannot be "
-                             "told; nothing was claimed or forwarded", pointer);
+        classify_refuse_rule(out, PROBLEM_INVALID_KEY, 400, "the request body cannot be read "
+                             "as one JSON document (not JSON, a member name written twice, a "
+                             "number beyond a double, or nesting deeper than 2048 levels), so "
+                             "whether it holds the idempotency key this route reads (key_from: "
+                             "json:%s) cannot be told; nothing was claimed or forwarded",
+                             pointer);
     } else if (rc == -2) {
         classify_refuse(out, PROBLEM_INVALID_KEY, 400, classify_body_key_reason(policy));
     } else if (rc == -1 && policy->require_key) {

@@ -21,7 +21,7 @@ struct evkeyvalq;
 #define CLASSIFY_KEY_MAX (CONFIG_MAX_KEY_LENGTH + 1)
 
 /* Bytes of a refusal's detail that names a configured value (a length, a header, a pointer). */
-#define CLASSIFY_DETAIL_MAX 256
+#define CLASSIFY_DETAIL_MAX 512
 
 enum classify_verdict {
     CLASSIFY_REFUSE,        /* answer the problem; nothing claimed, nothing forwarded */

@@ -179,6 +179,28 @@ def test_key_from_json_with_require_key_and_key_pattern(start_proxy, upstream, r
     assert executions_at(upstream, "/v1/payouts") == 1
 
 
+def test_key_from_json_reads_a_body_with_an_integer_past_64_bits(start_proxy, upstream, redis):
+    """Only the key's string is used: an integer past 64 bits elsewhere in the body is read (the
+    retry replays; without the member the body is unprotected, as any body without it); a number
+    beyond a double cannot be read, so it is refused and says why, never forwarded."""
+    p = start_proxy(routes=TRANSFERS)
+    ref = "tr_" + uuid.uuid4().hex
+    body = b'{"reference":"' + ref.encode() + b'","amount":99999999999999999999}'
+    first = p.post("/v1/transfers", body=body)
+    assert first.status == 201
+    assert_replay_of(p.post("/v1/transfers", body=body), first)
+    assert executions_at(upstream, "/v1/transfers") == 1
+    r = p.post("/v1/transfers", body=b'{"amount":99999999999999999999}')
+    assert r.status == 201
+    assert_not_replayed(r)
+    assert executions_at(upstream, "/v1/transfers") == 2
+    doc = assert_problem(p.post("/v1/transfers", body=b'{"reference":"' + ref.encode() +
+                                b'x","amount":1e400}'), 400, "invalid-key")
+    assert "beyond a double" in doc["detail"] and "json:/reference" in doc["detail"], doc
+    assert executions_at(upstream, "/v1/transfers") == 2
+    assert len(record_keys(redis)) == 1
+
+
 def test_key_from_json_whose_parsed_body_passes_a_quarter_of_max_buffered_is_413(
         start_proxy, upstream, redis):
     """Reading the key parses the whole body: jansson's tree of 300,000 empty objects (tens of

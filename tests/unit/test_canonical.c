@@ -159,6 +159,32 @@ static void run_json(void)
         r = canonical_json(deep, 3000, &no_ignore, &out, &len, why);
         UNIT_CHECK("nesting deeper than 2048 refused", r == CANONICAL_INVALID_BODY &&
                    strstr(why, "2048") != NULL, "r=%d why=%s", r, why);
+        /* the documented edge: every value is a level, so 2048 arrays nest, and a 1 in them not */
+        static const struct {
+            const char *name;
+            size_t arrays;
+            const char *inner;
+            int want;
+        } edges[] = {
+            { "2048 empty arrays nested are read", 2048, "", CANONICAL_OK },
+            { "a number inside 2047 arrays (level 2048) is read", 2047, "1", CANONICAL_OK },
+            { "a number inside 2048 arrays (level 2049) is refused", 2048, "1",
+              CANONICAL_INVALID_BODY },
+        };
+        static char edge[2 * 2048 + 2];
+        for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
+            size_t n = edges[i].arrays, k = strlen(edges[i].inner);
+
+            memset(edge, '[', n);
+            memcpy(edge + n, edges[i].inner, k);
+            memset(edge + n + k, ']', n);
+            r = canonical_json(edge, 2 * n + k, &no_ignore, &out, &len, why);
+            UNIT_CHECK(edges[i].name, r == edges[i].want &&
+                       (r == CANONICAL_OK || strstr(why, "level 3") != NULL),
+                       "r=%d why=%s", r, why);
+            free(out);
+            out = NULL;
+        }
     }
     r = canonical_json("{\"card\":\"4242SECRET\",", 21, &no_ignore, &out, &len, why);
     UNIT_CHECK("why names what failed and where, never the body's bytes",

@@ -468,6 +468,12 @@ static const struct {
     { "json: binary body", BODY("\x00{\"id\":\"evt_1\"}"), "/id", 256, -3, NULL },
     { "json: duplicate member", BODY("{\"id\":\"evt_1\",\"id\":\"evt_2\"}"), "/id", 256, -3,
       NULL },
+    { "json: an integer past 64 bits beside the key", BODY("{\"id\":\"evt_1\",\"n\":"
+      "99999999999999999999}"), "/id", 256, 0, "evt_1" },
+    { "json: an integer past 64 bits, no key", BODY("{\"n\":-99999999999999999999}"), "/id", 256,
+      -1, NULL },
+    { "json: a number beyond a double", BODY("{\"id\":\"evt_1\",\"n\":1e400}"), "/id", 256, -3,
+      NULL },
     { "json: pointer without a leading slash", BODY("{\"id\":\"evt_1\"}"), "id", 256, -1, NULL },
     { "json: bad escape ~2", BODY("{\"a~2\":\"x\"}"), "/a~2", 256, -1, NULL },
     { "json: body length is honoured", "{\"id\":\"evt_1\"}{\"id\":\"evt_2\"}", 14, "/id", 256, 0,
