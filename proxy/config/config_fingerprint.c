@@ -49,15 +49,10 @@ int config_set_fingerprint_ignore(struct config_loader *ld, const struct config_
 int config_check_fingerprint(struct config_loader *ld, const struct route_policy *policy,
                              yaml_node_t *map)
 {
-    yaml_node_t *where;
-
     if (policy->n_fingerprint_ignore == 0 || policy->fingerprint == FINGERPRINT_JSON)
         return 0;
     /* the route's own line; a route that inherits the list is named by its fingerprint */
-    where = config_lookup(&ld->user, map, "fingerprint_ignore");
-    if (where == NULL)
-        where = config_lookup(&ld->user, map, "fingerprint");
-    return config_error(ld, where != NULL ? where : map,
+    return config_error(ld, config_blame(&ld->user, map, "fingerprint_ignore", "fingerprint"),
                         "fingerprint_ignore is for fingerprint: json only (it names JSON "
                         "members): drop it, or write fingerprint_ignore: [] on a route that "
                         "inherits it from defaults:");

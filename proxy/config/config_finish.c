@@ -49,14 +49,10 @@ static int config_check_delivery(struct config_loader *ld, const struct route_po
     if (!policy->webhook)
         return config_error(ld, delivery, "delivery is for webhook routes (key_from and "
                             "verify): queued delivery dedupes by the provider's event id");
-    if (d->mode != DELIVERY_QUEUED && (d->n_sign_secrets > 0 || d->rate_count > 0)) {
-        yaml_node_t *where = config_lookup(&ld->user, delivery, "sign");
-
-        if (where == NULL)
-            where = config_lookup(&ld->user, delivery, "rate");
-        return config_error(ld, where != NULL ? where : delivery, "delivery.sign and "
-                            "delivery.rate are for queued delivery (mode: queued)");
-    }
+    if (d->mode != DELIVERY_QUEUED && (d->n_sign_secrets > 0 || d->rate_count > 0))
+        return config_error(ld, config_blame(&ld->user, delivery, "sign", "rate"),
+                            "delivery.sign and delivery.rate are for queued delivery (mode: "
+                            "queued)");
     if (d->backoff_initial_ms > d->backoff_max_ms)
         return config_error(ld, delivery, "delivery.backoff.initial must not be longer than "
                             "delivery.backoff.max");
@@ -116,13 +112,9 @@ static int config_check_policy(struct config_loader *ld, const struct route_poli
     }
     if (policy->retention_ms >= policy->lease_ms)
         return 0;
-    where = config_lookup(&ld->user, map, "retention");
-    if (where == NULL)
-        where = config_lookup(&ld->user, map, "lease");
-    if (where == NULL)
-        where = map;
     config_format_duration(policy->retention_ms, retention, sizeof(retention));
-    return config_error(ld, where, "retention (%s) must be at least lease (%s)", retention, lease);
+    return config_error(ld, config_blame(&ld->user, map, "retention", "lease"),
+                        "retention (%s) must be at least lease (%s)", retention, lease);
 }
 
 /*
@@ -342,15 +334,11 @@ int config_finish(struct config_loader *ld)
     if (config_check_replicas(ld, config_lookup(&ld->user, ld->user.root, "redis")) < 0)
         return -1;
 
-    if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen)) {
-        yaml_node_t *where = config_lookup(&ld->user, ld->user.root, "admin_listen");
-
-        if (where == NULL)
-            where = config_lookup(&ld->user, ld->user.root, "listen");
-        return config_error(ld, where, "admin_listen and listen use the same port %u; give "
+    if (config_endpoints_clash(&cfg->admin_listen, &cfg->listen))
+        return config_error(ld, config_blame(&ld->user, ld->user.root, "admin_listen", "listen"),
+                            "admin_listen and listen use the same port %u; give "
                             "admin_listen another port, or \"\" to disable it",
                             (unsigned)cfg->listen.port);
-    }
 
     if (config_check_health_listen(ld) < 0)
         return -1;

@@ -209,6 +209,14 @@ yaml_node_t *config_node(struct config_doc *doc, int index);
 yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char *name);
 
 /*
+ * Where a check of two keys of map points its error: name's value, else
+ * other's, else map itself (the user's file, so a default is named by its
+ * section). Borrowed from doc.
+ */
+yaml_node_t *config_blame(struct config_doc *doc, yaml_node_t *map, const char *name,
+                          const char *other);
+
+/*
  * The pair of key name in mapping map (borrowed from doc), its value null
  * or not; NULL when absent or map is NULL (config_node.c).
  */

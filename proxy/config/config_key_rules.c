@@ -117,24 +117,14 @@ int config_set_key_pattern(struct config_loader *ld, const struct config_key *ke
 int config_check_key_rules(struct config_loader *ld, const struct route_policy *policy,
                            yaml_node_t *map)
 {
-    yaml_node_t *where;
-
     ld->cur = &ld->user;
-    if (policy->key_min_length > policy->key_max_length) {
-        where = config_lookup(&ld->user, map, "key_min_length");
-        if (where == NULL)
-            where = config_lookup(&ld->user, map, "key_max_length");
-        return config_error(ld, where != NULL ? where : map, "key_min_length (%zu) must not be "
-                            "more than key_max_length (%zu)", policy->key_min_length,
-                            policy->key_max_length);
-    }
-    if (policy->scope_required && policy->n_scope_headers == 0) {
-        where = config_lookup(&ld->user, map, "scope_headers");
-        if (where == NULL)
-            where = config_lookup(&ld->user, map, "scope_required");
-        return config_error(ld, where != NULL ? where : map, "scope_required needs "
-                            "scope_headers: name the headers every protected request must "
-                            "send, e.g. scope_headers: [X-Account-Id]");
-    }
+    if (policy->key_min_length > policy->key_max_length)
+        return config_error(ld, config_blame(&ld->user, map, "key_min_length", "key_max_length"),
+                            "key_min_length (%zu) must not be more than key_max_length (%zu)",
+                            policy->key_min_length, policy->key_max_length);
+    if (policy->scope_required && policy->n_scope_headers == 0)
+        return config_error(ld, config_blame(&ld->user, map, "scope_headers", "scope_required"),
+                            "scope_required needs scope_headers: name the headers every "
+                            "protected request must send, e.g. scope_headers: [X-Account-Id]");
     return 0;
 }

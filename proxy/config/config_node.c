@@ -83,6 +83,16 @@ yaml_node_t *config_lookup(struct config_doc *doc, yaml_node_t *map, const char 
     return value != NULL && !config_is_null(value) ? value : NULL;
 }
 
+yaml_node_t *config_blame(struct config_doc *doc, yaml_node_t *map, const char *name,
+                          const char *other)
+{
+    yaml_node_t *where = config_lookup(doc, map, name);
+
+    if (where == NULL)
+        where = config_lookup(doc, map, other);
+    return where != NULL ? where : map;
+}
+
 /* Items of a list, or of one scalar seen as a list of one; null is []. */
 size_t config_items(const yaml_node_t *node)
 {
