@@ -7,7 +7,6 @@
 #include "config_int.h"
 #include "json_pointer.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 int config_begin_fingerprint_ignore(struct config_loader *ld, const struct config_key *key,
@@ -18,11 +17,7 @@ int config_begin_fingerprint_ignore(struct config_loader *ld, const struct confi
     if (n > CONFIG_MAX_FINGERPRINT_IGNORE)
         return config_error(ld, list, "%s takes at most %d JSON Pointers", key->name,
                             CONFIG_MAX_FINGERPRINT_IGNORE);
-    for (size_t i = 0; i < policy->n_fingerprint_ignore; i++) {
-        free(policy->fingerprint_ignore[i]);
-        policy->fingerprint_ignore[i] = NULL;
-    }
-    policy->n_fingerprint_ignore = 0;
+    config_free_strings(policy->fingerprint_ignore, &policy->n_fingerprint_ignore);
     return 0;
 }
 
@@ -41,8 +36,7 @@ int config_set_fingerprint_ignore(struct config_loader *ld, const struct config_
         return config_error(ld, node, "bad JSON Pointer '%s' in %s: expected /member or "
                             "/member/0/... (RFC 6901: '~0' for '~', '~1' for '/'), 1 to %d "
                             "bytes", *text, key->name, CONFIG_MAX_IGNORE_POINTER);
-    policy->fingerprint_ignore[policy->n_fingerprint_ignore++] = *text;
-    *text = NULL;
+    policy->fingerprint_ignore[policy->n_fingerprint_ignore++] = config_take(text);
     return 0;
 }
 

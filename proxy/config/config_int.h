@@ -354,6 +354,12 @@ struct config_change {
 bool config_walk(const struct config_section *sec, size_t t, enum config_reload cls, const void *a,
                  const void *b, const char *top, struct config_change *ch);
 
+/* Takes the pass's text: the caller then finds *text NULL and frees nothing (config_set.c). */
+char *config_take(char **text);
+
+/* Frees the n strings of list and sets n to 0: a list key starts afresh (config_set.c). */
+void config_free_strings(char **list, size_t *n);
+
 /* The typed setters (config_set.c), named by the key tables of config_schema.c. */
 config_setter config_set_endpoint, config_set_upstream_url, config_set_redis_url,
     config_set_duration, config_set_size, config_set_workers, config_set_connections, config_set_string,

@@ -109,8 +109,7 @@ int config_set_key_pattern(struct config_loader *ld, const struct config_key *ke
     }
     config_key_pattern_free(policy);
     policy->key_regex = re;
-    policy->key_pattern = *text;
-    *text = NULL;
+    policy->key_pattern = config_take(text);
     return 0;
 }
 

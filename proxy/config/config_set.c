@@ -15,8 +15,7 @@
 
 #include <openssl/crypto.h>
 
-/* Takes the pass's text: the caller then finds *text NULL and frees nothing. */
-static char *config_take(char **text)
+char *config_take(char **text)
 {
     char *s = *text;
 
@@ -31,8 +30,7 @@ static char *config_take_after(char **text, size_t skip)
     return config_take(text);
 }
 
-/* Frees the n strings of list and sets n to 0: a list key starts afresh. */
-static void config_free_strings(char **list, size_t *n)
+void config_free_strings(char **list, size_t *n)
 {
     for (size_t i = 0; i < *n; i++) {
         free(list[i]);
