@@ -118,14 +118,26 @@ static bool classify_event_id(const struct route_policy *policy, const char *key
     return true;
 }
 
+/*
+ * The string at the route's key_from: json:/pointer into key (keysize
+ * bytes, at most key_max_length of it), its length in out->key_len:
+ * webhook_key_from_json's result.
+ */
+static int classify_json_key(const struct route_policy *policy, const struct classify_input *in,
+                             char *key, size_t keysize, struct classify_result *out)
+{
+    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
+
+    return webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
+                                 policy->key_json_pointer, key, max, &out->key_len);
+}
+
 /* A webhook route's key_from: json:/pointer (e.g. Stripe's event id). False after a 400 refusal. */
 static bool classify_key_from_body(const struct route_policy *policy,
                                    const struct classify_input *in, char *key, size_t keysize,
                                    struct classify_result *out)
 {
-    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
-    int rc = webhook_key_from_json(in->body != NULL ? in->body : "", in->body_len,
-                                   policy->key_json_pointer, key, max, &out->key_len);
+    int rc = classify_json_key(policy, in, key, keysize, out);
 
     if (rc == -1 || rc == -3) {
         classify_refuse(out, PROBLEM_MISSING_KEY, 400,
@@ -156,11 +168,8 @@ static void classify_key_in_body(const struct route_policy *policy,
                                  const struct classify_input *in, char *key, size_t keysize,
                                  struct classify_result *out)
 {
-    size_t max = policy->key_max_length + 1 < keysize ? policy->key_max_length + 1 : keysize;
     const char *pointer = policy->key_json_pointer;
-    int rc = in->body_len == 0 ? -1
-                               : webhook_key_from_json(in->body, in->body_len, pointer, key, max,
-                                                       &out->key_len);
+    int rc = in->body_len == 0 ? -1 : classify_json_key(policy, in, key, keysize, out);
     int lines;
 
     if (rc == -3) {
